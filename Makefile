@@ -1,0 +1,48 @@
+# tbdkit: `make bench MODEL=deepspeech2` and `make test` are the two commands that matter.
+MODEL ?= deepspeech2
+FRAMEWORK ?=
+BATCH ?=
+PRESET ?= auto
+PRECISION ?= fp32
+LAUNCHER ?= native
+RESULTS ?= results
+DATA ?= synthetic
+PYTHON ?= python3
+
+VENV := .venv
+TBDKIT := $(VENV)/bin/tbdkit
+# The kit's own environment (host side: CLI, index, reports); frameworks live in .venvs/<stack>.
+KIT_STAMP := $(VENV)/.tbdkit-installed
+
+.PHONY: setup bench test test-host test-pytorch bench-overhead clean
+
+$(KIT_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --disable-pip-version-check -q -e '.[test]'
+	touch $@
+
+setup: $(KIT_STAMP)
+	$(TBDKIT) setup $(or $(FRAMEWORK),pytorch)
+
+bench: $(KIT_STAMP)
+	$(TBDKIT) bench --model $(MODEL) $(if $(FRAMEWORK),--framework $(FRAMEWORK)) $(if $(BATCH),--batch $(BATCH)) \
+		--preset $(PRESET) --precision $(PRECISION) --launcher $(LAUNCHER) --data $(DATA) --results $(RESULTS) --setup
+
+# Host-side tests run in the kit's environment; framework tests in that framework's stack.
+test: test-host test-pytorch
+
+test-host: $(KIT_STAMP)
+	$(TBDKIT) setup pytorch
+	$(VENV)/bin/python -m pytest tests --ignore=tests/pytorch
+
+test-pytorch: $(KIT_STAMP)
+	$(TBDKIT) setup pytorch
+	.venvs/pytorch/bin/python -m pytest tests/pytorch
+
+# Collectors' cost: throughput with every collector on / a bare loop, measured in one run.
+bench-overhead: $(KIT_STAMP)
+	$(TBDKIT) setup $(or $(FRAMEWORK),pytorch)
+	$(TBDKIT) overhead --model $(MODEL) $(if $(FRAMEWORK),--framework $(FRAMEWORK))
+
+clean:
+	rm -rf $(VENV) .venvs

@@ -1,0 +1,27 @@
+"""The framework-specific half of the agent: one adapter per framework stack."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+
+class Adapter(Protocol):
+    """What the agent's loop needs from a framework; everything else is shared."""
+
+    framework: str
+    device_label: str        # "cpu", "cuda:0", ...
+    cuda_index: int | None   # the NVML-visible GPU the run uses, None on CPU
+
+    def prepare(self, batch: Any) -> Any: ...
+    def step(self, inputs: Any) -> float | None: ...     # trains one step, waits for the device
+    def loss_value(self, loss: Any) -> float: ...
+    def environment(self) -> dict[str, Any]: ...
+    def model_info(self) -> dict[str, Any]: ...
+    def memory(self) -> dict[str, Any]: ...
+    def is_oom(self, exc: BaseException) -> bool: ...
+
+
+def load(framework: str, **kwargs: Any) -> Adapter:
+    module = importlib.import_module(f"tbdkit.adapters.{framework}")
+    return module.make(**kwargs)

@@ -1,0 +1,56 @@
+"""Collectors run beside the training loop, only inside the sample window, off the hot path.
+
+Each has start() at the window's start, sample() called from one background thread every
+`interval` seconds (its columns go to samples.csv), and stop() returning summary metrics.
+A collector that cannot measure here returns metrics with value null and the reason.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Protocol
+
+
+class Collector(Protocol):
+    name: str
+
+    def start(self) -> None: ...
+    def sample(self) -> dict[str, Any]: ...
+    def stop(self) -> dict[str, dict[str, Any]]: ...
+
+
+class Sampler:
+    """One daemon thread that polls every collector's sample() at a fixed interval."""
+
+    def __init__(self, collectors: list[Collector], interval_s: float) -> None:
+        self.collectors = collectors
+        self.interval_s = interval_s
+        self.rows: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        for c in self.collectors:
+            c.start()
+        self._t0 = time.perf_counter()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="tbdkit-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            row: dict[str, Any] = {"t_s": round(time.perf_counter() - self._t0, 4)}
+            for c in self.collectors:
+                row.update(c.sample())
+            self.rows.append(row)
+
+    def stop(self) -> dict[str, dict[str, Any]]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        metrics: dict[str, dict[str, Any]] = {}
+        for c in self.collectors:
+            metrics.update(c.stop())
+        return metrics

@@ -1,0 +1,108 @@
+"""env.json: the machine, the software and the settings a run happened with."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+import tbdkit
+from tbdkit.paths import KIT_ROOT
+
+
+def cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def git_state() -> dict[str, Any]:
+    """The kit's commit: from the launcher (TBDKIT_GIT_COMMIT, e.g. inside an image), else git."""
+    if os.environ.get("TBDKIT_GIT_COMMIT"):
+        return {"commit": os.environ["TBDKIT_GIT_COMMIT"], "dirty": os.environ.get("TBDKIT_GIT_DIRTY") == "1",
+                "source": "launcher"}
+    try:
+        commit = subprocess.run(["git", "-C", str(KIT_ROOT), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", str(KIT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+        if commit.returncode == 0:
+            return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip()), "source": "git"}
+        return {"commit": None, "reason": commit.stderr.strip() or "not a git checkout"}
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"commit": None, "reason": f"git unavailable: {exc}"}
+
+
+def gpus() -> dict[str, Any]:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as exc:
+        return {"available": False, "reason": f"NVML not usable: {type(exc).__name__}: {exc}"}
+    try:
+        n = pynvml
+        devices = []
+        for i in range(n.nvmlDeviceGetCount()):
+            h = n.nvmlDeviceGetHandleByIndex(i)
+            mem = n.nvmlDeviceGetMemoryInfo(h)
+            devices.append({
+                "index": i,
+                "name": n.nvmlDeviceGetName(h),
+                "uuid": n.nvmlDeviceGetUUID(h),
+                "memory_total_mib": mem.total // 2**20,
+                "pci_bus_id": n.nvmlDeviceGetPciInfo(h).busId,
+            })
+        return {
+            "available": True,
+            "driver_version": n.nvmlSystemGetDriverVersion(),
+            "cuda_driver_version": n.nvmlSystemGetCudaDriverVersion_v2(),
+            "devices": devices,
+        }
+    except Exception as exc:
+        return {"available": False, "reason": f"NVML query failed: {type(exc).__name__}: {exc}"}
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def packages() -> dict[str, str]:
+    return {d.metadata["Name"]: d.version for d in importlib.metadata.distributions() if d.metadata["Name"]}
+
+
+def collect(framework_env: dict[str, Any], seed: int) -> dict[str, Any]:
+    mem = psutil.virtual_memory()
+    return {
+        "kit": {"version": tbdkit.__version__, "root": str(KIT_ROOT), "git": git_state()},
+        "host": {
+            "hostname": socket.gethostname(),
+            "os": platform.platform(),
+            "kernel": platform.release(),
+            "python": platform.python_version(),
+            "in_container": Path("/.dockerenv").exists() or bool(os.environ.get("TBDKIT_IMAGE")),
+            "image": os.environ.get("TBDKIT_IMAGE"),
+        },
+        "cpu": {
+            "model": cpu_model(),
+            "logical_cores": psutil.cpu_count(logical=True),
+            "physical_cores": psutil.cpu_count(logical=False),
+            "affinity": len(psutil.Process().cpu_affinity()) if hasattr(psutil.Process(), "cpu_affinity") else None,
+            "memory_total_mib": mem.total // 2**20,
+        },
+        "gpu": gpus(),
+        "framework": framework_env,
+        "seed": seed,
+        "packages": packages(),
+    }

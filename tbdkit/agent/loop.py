@@ -1,0 +1,226 @@
+"""The training loop of one run: warm-up until iteration cost is stable, then a sample window
+until the throughput is known to the target precision or a cap is hit.
+
+Iteration time is wall time from the end of one iteration to the end of the next, so the
+window's iteration times add up to its wall time: data waits, host-to-device copies and the
+step (the adapter waits for the device) all count, as in end-to-end training.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from statistics import fmean, median
+from typing import Any, Callable, Iterator
+
+from tbdkit.agent import events
+from tbdkit.agent.collectors import Collector, Sampler
+from tbdkit.agent.collectors.cpu import CpuCollector
+from tbdkit.agent.collectors.nvml import NvmlCollector
+from tbdkit.metric import metric
+from tbdkit.agent.stats import Estimate, RunningRatio, warmup_done
+from tbdkit.spec import MeasurePolicy
+
+
+class StopRequested(Exception):
+    """Raised between iterations once the user asked the run to stop (first Ctrl-C)."""
+
+
+@dataclass
+class Iteration:
+    index: int
+    phase: str
+    start_s: float
+    seconds: float
+    data_wait_s: float
+    samples: int
+    work: float
+    loss: float | None
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "iteration": self.index, "phase": self.phase, "start_s": round(self.start_s, 6),
+            "seconds": round(self.seconds, 6), "data_wait_s": round(self.data_wait_s, 6),
+            "samples": self.samples, "work": round(self.work, 6),
+            "loss": None if self.loss is None or math.isnan(self.loss) else round(self.loss, 6),
+        }
+
+
+class Prefetcher:
+    """Reads batches of a real dataset on a background thread, a few batches ahead."""
+
+    def __init__(self, source: Iterator[Any], depth: int = 3) -> None:
+        self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._fill, args=(source,), name="tbdkit-data", daemon=True)
+        self.thread.start()
+
+    def _fill(self, source: Iterator[Any]) -> None:
+        try:
+            for item in source:
+                self.queue.put(item)
+        except BaseException as exc:  # handed to the consumer, which raises it
+            self.error = exc
+            self.queue.put(None)
+
+    def __iter__(self) -> "Prefetcher":
+        return self
+
+    def __next__(self) -> Any:
+        item = self.queue.get()
+        if item is None and self.error is not None:
+            raise self.error
+        return item
+
+
+@dataclass
+class LoopResult:
+    iterations: list[Iteration] = field(default_factory=list)
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    warmup: dict[str, Any] = field(default_factory=dict)
+    window: dict[str, Any] = field(default_factory=dict)
+
+
+class TrainingLoop:
+    def __init__(self, adapter: Any, batches: Iterator[Any], policy: MeasurePolicy,
+                 stop_requested: Callable[[], bool], collectors: list[Collector] | None = None) -> None:
+        self.adapter = adapter
+        self.batches = batches
+        self.policy = policy
+        self.stop_requested = stop_requested
+        self.collectors = collectors if collectors is not None else default_collectors(adapter)
+        self.result = LoopResult()
+        self._t0 = time.perf_counter()
+        self._last_end = self._t0
+        self._last_emit = 0.0
+
+    def _one(self, phase: str) -> Iteration:
+        if self.stop_requested():
+            raise StopRequested()
+        t_fetch = time.perf_counter()
+        batch = next(self.batches)
+        t_data = time.perf_counter()
+        loss = self.adapter.step(self.adapter.prepare(batch))
+        end = time.perf_counter()
+        it = Iteration(
+            index=len(self.result.iterations), phase=phase, start_s=self._last_end - self._t0,
+            seconds=end - self._last_end, data_wait_s=t_data - t_fetch, samples=batch.samples,
+            work=float(batch.work), loss=self.adapter.loss_value(loss) if loss is not None else None,
+        )
+        self._last_end = end
+        self.result.iterations.append(it)
+        return it
+
+    def _progress(self, phase: str, it: Iteration, est: Estimate | None = None, elapsed: float = 0.0) -> None:
+        now = time.perf_counter()
+        if now - self._last_emit < 0.25:
+            return
+        self._last_emit = now
+        fields: dict[str, Any] = {"phase": phase, "iteration": it.index, "elapsed_s": round(elapsed, 3),
+                                  "throughput": round(it.work / it.seconds, 4) if it.seconds > 0 else None}
+        if est is not None:
+            fields["throughput"] = round(est.throughput, 4)
+            fields["ci_relative"] = None if math.isinf(est.relative) else round(est.relative, 5)
+        events.emit("progress", **fields)
+
+    def warm_up(self) -> None:
+        p = self.policy
+        events.emit("phase", phase="warmup", cap_s=p.max_warmup_s)
+        start = time.perf_counter()
+        costs: list[float] = []
+        reason = "iteration_cap"
+        for _ in range(p.max_warmup_iterations):
+            it = self._one("warmup")
+            costs.append(it.seconds / max(it.work, 1e-12))
+            elapsed = time.perf_counter() - start
+            self._progress("warmup", it, elapsed=elapsed)
+            if warmup_done(costs, p.warmup_window, p.warmup_tolerance, p.min_warmup_iterations):
+                reason = "stable"
+                break
+            if elapsed >= p.max_warmup_s:
+                reason = "time_cap"
+                break
+        self.result.warmup = {
+            "iterations": len(costs), "seconds": round(time.perf_counter() - start, 4), "end_reason": reason,
+            "rule": (f"stable when the mean seconds per unit of work of the last {p.warmup_window} iterations "
+                     f"is within {p.warmup_tolerance:.0%} of the {p.warmup_window} before "
+                     f"(min {p.min_warmup_iterations} iterations; caps {p.max_warmup_s} s, "
+                     f"{p.max_warmup_iterations} iterations)"),
+        }
+        events.emit("warmup_done", **self.result.warmup)
+
+    def measure(self) -> Estimate:
+        p = self.policy
+        events.emit("phase", phase="measuring", cap_s=p.max_measure_s, target_ci=p.target_ci)
+        first = len(self.result.iterations)
+        running = RunningRatio()
+        sampler = Sampler(self.collectors, p.sample_interval_s)
+        if hasattr(self.adapter, "reset_peaks"):
+            self.adapter.reset_peaks()
+        sampler.start()
+        start = time.perf_counter()
+        reason = "iteration_cap"
+        try:
+            while running.n < p.max_measure_iterations:
+                it = self._one("measure")
+                running.add(it.work, it.seconds)
+                est = running.estimate()
+                elapsed = time.perf_counter() - start
+                self._progress("measuring", it, est, elapsed)
+                if running.n >= p.min_measure_iterations and est.relative < p.target_ci:
+                    reason = "converged"
+                    break
+                if elapsed >= p.max_measure_s:
+                    reason = "time_cap"
+                    break
+        except StopRequested:
+            reason = "interrupted"
+            raise
+        finally:
+            self.result.metrics.update(sampler.stop())
+            self.result.samples = sampler.rows
+            window = self.result.iterations[first:]
+            self.result.window = {
+                "first_iteration": first, "last_iteration": len(self.result.iterations) - 1,
+                "iterations": len(window), "seconds": round(sum(i.seconds for i in window), 6),
+                "stop_reason": reason,
+                "rule": (f"until the 95% confidence half-width of throughput is below {p.target_ci:.1%} "
+                         f"(min {p.min_measure_iterations} iterations; caps {p.max_measure_s} s, "
+                         f"{p.max_measure_iterations} iterations)"),
+            }
+        return running.estimate()
+
+
+def default_collectors(adapter: Any) -> list[Collector]:
+    uuid = (adapter.environment().get("device_properties") or {}).get("uuid") if adapter.cuda_index is not None else None
+    return [CpuCollector(), NvmlCollector(adapter.cuda_index, uuid)]
+
+
+def synthetic_pool(batches: Iterator[Any], size: int) -> Iterator[Any]:
+    """Synthetic batches are made before timing starts and cycled, so generating them costs nothing."""
+    return itertools.cycle(list(itertools.islice(batches, size)))
+
+
+def throughput_metrics(window: list[Iteration], est: Estimate, unit: str, sample_unit: str) -> dict[str, Any]:
+    seconds = [i.seconds for i in window]
+    samples = sum(i.samples for i in window)
+    total = sum(seconds)
+    method = (f"sum of work / sum of iteration wall times over the sample window "
+              f"(iterations {window[0].index}-{window[-1].index}); ratio estimator, 95% CI by the delta method")
+    return {
+        "throughput": metric(est.throughput, unit, method,
+                             ci95_half_width=None if math.isinf(est.half_width) else round(est.half_width, 6),
+                             ci95_relative=None if math.isinf(est.relative) else round(est.relative, 6)),
+        "sample_throughput": metric(samples / total, sample_unit, "samples in the window / window wall time"),
+        "iteration_time": metric(fmean(seconds), "s", "mean iteration wall time in the window",
+                                 median_s=round(median(seconds), 6),
+                                 p90_s=round(sorted(seconds)[int(0.9 * (len(seconds) - 1))], 6),
+                                 min_s=round(min(seconds), 6), max_s=round(max(seconds), 6)),
+        "data_wait": metric(100.0 * sum(i.data_wait_s for i in window) / total, "%",
+                            "share of window wall time spent waiting for the next batch"),
+    }

@@ -1,0 +1,120 @@
+"""One run from spec to a complete run directory, whatever happens on the way.
+
+Status in summary.json: ok | oom | interrupted | failed. The run directory always ends with
+summary.json written last; every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import signal
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from tbdkit import catalog
+from tbdkit.adapters import load as load_adapter
+from tbdkit.agent import envinfo, events, sink
+from tbdkit.agent.loop import StopRequested, TrainingLoop, synthetic_pool, throughput_metrics, Prefetcher
+from tbdkit.spec import RunSpec
+
+log = logging.getLogger("tbdkit.agent")
+
+
+class StopFlag:
+    """First SIGINT/SIGTERM: stop at the next iteration boundary. Second: stop now."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        log.warning("signal %s received: %s", signum,
+                    "stopping after this iteration" if self.count == 1 else "stopping now")
+        if self.count > 1:
+            raise KeyboardInterrupt
+
+    def requested(self) -> bool:
+        return self.count > 0
+
+
+def _classify(exc: BaseException, adapter: Any) -> tuple[str, str]:
+    if isinstance(exc, (StopRequested, KeyboardInterrupt)):
+        return "interrupted", "the run was interrupted by the user (Ctrl-C / SIGTERM)"
+    oom = isinstance(exc, MemoryError) or (adapter is not None and adapter.is_oom(exc))
+    if oom:
+        return "oom", f"out of memory: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    if type(exc).__name__ == "DataError":
+        return "failed", str(exc)
+    return "failed", f"{type(exc).__name__}: {exc}"
+
+
+def execute(spec: RunSpec, run_dir: Path) -> int:
+    stop = StopFlag()
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    started = dt.datetime.now(dt.timezone.utc)
+    model = catalog.get(spec.model)
+    hp = model.hp(spec.preset)
+    summary: dict[str, Any] = {
+        "run_id": run_dir.name, "status": "failed", "error": None,
+        "model": spec.model, "framework": spec.framework, "batch_size": spec.batch_size,
+        "precision": spec.precision, "preset": spec.preset, "data": spec.data, "seed": spec.seed,
+        "started_utc": started.isoformat(timespec="seconds"),
+    }
+    adapter = None
+    loop: TrainingLoop | None = None
+    env: dict[str, Any] | None = None
+    try:
+        events.emit("phase", phase="setup")
+        data = catalog.load_module(model, "data")
+        summary["data_source"] = data.check_source(spec.data, hp)
+        workload = catalog.load_module(model, spec.framework)
+        adapter = load_adapter(spec.framework, workload=workload, hp=hp, device=spec.device,
+                               precision=spec.precision, seed=spec.seed)
+        summary["device"] = adapter.device_label
+        summary["model_info"] = adapter.model_info()
+        env = envinfo.collect(adapter.environment(), spec.seed)
+        sink.write_json(run_dir / "env.json", env)
+        batches = data.batches(spec.data, hp, spec.batch_size, spec.seed)
+        source = synthetic_pool(batches, spec.measure.synthetic_pool) if spec.data == "synthetic" else Prefetcher(batches)
+        loop = TrainingLoop(adapter, source, spec.measure, stop.requested)
+        loop.warm_up()
+        estimate = loop.measure()
+        window = loop.result.iterations[loop.result.window["first_iteration"]:]
+        summary["metrics"] = {
+            **throughput_metrics(window, estimate, model.throughput_unit, model.sample_unit),
+            **loop.result.metrics,
+            **adapter.memory(),
+        }
+        losses = [i.loss for i in loop.result.iterations if i.loss is not None]
+        summary["loss"] = {"first": losses[0] if losses else None, "last": losses[-1] if losses else None}
+        summary["status"] = "ok"
+    except BaseException as exc:  # the run directory must say what happened, whatever it was
+        status, message = _classify(exc, adapter)
+        summary["status"], summary["error"] = status, message
+        if status == "failed" and type(exc).__name__ != "DataError":
+            log.error("run failed:\n%s", traceback.format_exc())
+        else:
+            log.error("run %s: %s", status, message)
+        if status == "oom":
+            summary["error"] += f" (batch size {spec.batch_size})"
+        if loop is not None and loop.result.metrics:
+            summary["metrics"] = loop.result.metrics
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if loop is not None:
+            summary["warmup"] = loop.result.warmup or None
+            summary["window"] = loop.result.window or None
+            sink.write_csv(run_dir / "iterations.csv", [i.row() for i in loop.result.iterations])
+            sink.write_csv(run_dir / "samples.csv", loop.result.samples)
+        if env is not None:
+            summary["math_mode"] = env["framework"].get("math_mode")
+        summary["finished_utc"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        summary["wall_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 3)
+        sink.write_json(run_dir / "summary.json", summary)
+        events.emit("done", status=summary["status"], error=summary["error"])
+    return {"ok": 0, "interrupted": 130, "oom": 3}.get(summary["status"], 1)

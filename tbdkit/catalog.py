@@ -1,0 +1,109 @@
+"""The models the kit knows: read from workloads/*/workload.toml and the files beside it."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from tbdkit.errors import UserError
+from tbdkit.paths import workloads_dir
+from tbdkit.stacks import KNOWN_FRAMEWORKS
+
+PRESETS = ("smoke", "paper")
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    folder: Path
+    info: dict[str, Any]
+    hparams: dict[str, Any]
+    presets: dict[str, dict[str, Any]]
+    frameworks: tuple[str, ...] = field(default=())
+
+    @property
+    def throughput_unit(self) -> str:
+        return str(self.info["throughput_unit"])
+
+    @property
+    def sample_unit(self) -> str:
+        return str(self.info.get("sample_unit", "samples/s"))
+
+    def hp(self, preset: str) -> dict[str, Any]:
+        """The flat hyperparameters of a preset: [hparams] overridden by [preset.<name>]."""
+        if preset not in self.presets:
+            raise UserError(
+                f"Model '{self.name}' has no preset '{preset}': choose one of {', '.join(self.presets)}."
+            )
+        merged = {**self.hparams, **self.presets[preset]}
+        merged.pop("description", None)
+        return merged
+
+    def default_batch(self, preset: str) -> int:
+        return int(self.hp(preset)["default_batch"])
+
+
+def _load(folder: Path) -> Model:
+    data = tomllib.loads((folder / "workload.toml").read_text())
+    frameworks = tuple(f for f in KNOWN_FRAMEWORKS if (folder / f"{f}.py").is_file())
+    return Model(
+        name=data["model"]["name"],
+        folder=folder,
+        info=data["model"],
+        hparams=data.get("hparams", {}),
+        presets=data.get("preset", {}),
+        frameworks=frameworks,
+    )
+
+
+@lru_cache(maxsize=4)
+def _models(root: str) -> dict[str, Model]:
+    found = {}
+    for toml in sorted(Path(root).glob("*/workload.toml")):
+        model = _load(toml.parent)
+        found[model.name] = model
+    return found
+
+
+def models() -> dict[str, Model]:
+    return _models(str(workloads_dir()))
+
+
+def get(name: str) -> Model:
+    known = models()
+    if name not in known:
+        raise UserError(f"Unknown model '{name}': known models are {', '.join(known) or '(none)'}.")
+    return known[name]
+
+
+def check_framework(model: Model, framework: str) -> None:
+    if framework not in KNOWN_FRAMEWORKS:
+        raise UserError(
+            f"Unknown framework '{framework}': known frameworks are {', '.join(KNOWN_FRAMEWORKS)}."
+        )
+    if framework not in model.frameworks:
+        raise UserError(
+            f"Model '{model.name}' has no {framework} implementation yet: it has "
+            f"{', '.join(model.frameworks) or 'none'}."
+        )
+
+
+def load_module(model: Model, part: str) -> ModuleType:
+    """Import workloads/<model>/<part>.py by path (workloads are files, not an installed package)."""
+    path = model.folder / f"{part}.py"
+    name = f"tbdkit_workloads.{model.name}.{part}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise UserError(f"Cannot load {path}: the workload file is missing.")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

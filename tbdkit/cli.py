@@ -1,0 +1,321 @@
+"""The tbdkit command line (Typer + rich): bench, list, show, runs, doctor, setup, overhead."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+from rich.table import Table
+
+from tbdkit import catalog, stacks
+from tbdkit import spec as specs
+from tbdkit.console import console, err_console, make_progress, results_table, RunProgress
+from tbdkit.errors import UserError
+from tbdkit.paths import default_results_dir
+from tbdkit.store import Index
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="tbdkit: the TBD training benchmark, measured the same way every time.")
+
+ResultsOpt = Annotated[Path, typer.Option("--results", "-r", help="results folder")]
+
+
+def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """User errors become one red sentence and exit code 2, never a traceback."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            # UserError, and a workload's DataError (workloads cannot import the kit's class)
+            if not isinstance(exc, UserError) and type(exc).__name__ != "DataError":
+                raise
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(2) from None
+    return wrapper
+
+
+def _split(values: list[str] | None) -> list[str]:
+    return [v.strip() for raw in values or [] for v in raw.split(",") if v.strip()]
+
+
+def parse_batches(values: list[str] | None) -> list[int]:
+    out = []
+    for v in _split(values):
+        try:
+            out.append(int(v))
+        except ValueError:
+            raise UserError(f"Batch size '{v}' is not a whole number: pass e.g. --batch 8 or BATCH=8,16,32.") from None
+    return out
+
+
+def gpu_count() -> int:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return 0
+
+
+def choose_frameworks(model: catalog.Model, requested: list[str], setup: bool) -> list[str]:
+    if requested == ["all"]:
+        requested = list(model.frameworks)
+    for fw in requested:
+        catalog.check_framework(model, fw)
+    if requested:
+        chosen = requested
+    else:
+        chosen = [fw for fw in model.frameworks if fw in stacks.STACKS and stacks.is_installed(fw)]
+        if not chosen:
+            first = next((fw for fw in model.frameworks if fw in stacks.STACKS), None)
+            if first is None or not setup:
+                raise UserError(
+                    f"No framework stack for {model.name} is installed: run `tbdkit setup "
+                    f"{first or 'pytorch'}` or pass --setup.")
+            chosen = [first]
+    for fw in chosen:
+        stacks.get(fw)
+        if setup and not stacks.is_current(fw):
+            with console.status(f"setting up the {stacks.STACKS[fw].title} stack in {stacks.venv_path(fw)} ..."):
+                stacks.setup(fw)
+        stacks.require(fw)
+    return chosen
+
+
+@app.command()
+@_friendly
+def bench(
+    model: Annotated[str, typer.Option("--model", "-m", help="model to train (see `tbdkit list`)")] = "deepspeech2",
+    framework: Annotated[Optional[list[str]], typer.Option("--framework", "-f",
+                         help="framework(s), comma list or 'all'; default: every installed one the model has")] = None,
+    batch: Annotated[Optional[list[str]], typer.Option("--batch", "-b", help="batch size(s), e.g. 8,16,32")] = None,
+    precision: Annotated[str, typer.Option(help="fp32 (TF32 off) | tf32 | amp")] = "fp32",
+    preset: Annotated[str, typer.Option(help="smoke | paper | auto (paper with a GPU, else smoke)")] = "auto",
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    launcher: Annotated[str, typer.Option(help="native | docker")] = "native",
+    data: Annotated[str, typer.Option(help="'synthetic' or the path of the real dataset")] = "synthetic",
+    seed: Annotated[int, typer.Option(help="random seed (recorded in env.json)")] = 0,
+    max_measure_s: Annotated[Optional[float], typer.Option(help="cap on the sample window, seconds")] = None,
+    max_warmup_s: Annotated[Optional[float], typer.Option(help="cap on warm-up, seconds")] = None,
+    target_ci: Annotated[Optional[float], typer.Option(help="stop when the 95% CI half-width is below this fraction")] = None,
+    memory_limit_mb: Annotated[Optional[int], typer.Option(
+        help="fail as out-of-memory past this many MiB of growth (CPU runs; protects the host)")] = None,
+    results: ResultsOpt = default_results_dir(),
+    setup: Annotated[bool, typer.Option("--setup/--no-setup", help="install missing framework stacks first")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
+) -> None:
+    """Train MODEL on each framework and batch size, measuring throughput and utilization."""
+    m = catalog.get(model)
+    if preset == "auto":
+        preset = "paper" if device != "cpu" and gpu_count() > 0 else "smoke"
+    hp = m.hp(preset)
+    batches = parse_batches(batch) or [int(hp["default_batch"])]
+    measure = {k: v for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s,
+                                 "target_ci": target_ci}.items() if v is not None}
+    if data != "synthetic":
+        data = str(Path(data).expanduser().resolve())
+
+    def make(fw: str, b: int) -> specs.RunSpec:
+        return specs.build(model=model, framework=fw, batch_size=b, precision=precision, preset=preset,
+                           device=device, launcher=launcher, data=data, seed=seed, measure=measure,
+                           memory_limit_mb=memory_limit_mb)
+
+    # Validate every spec of the grid before anything installs or runs.
+    requested = _split(framework)
+    for fw in (list(m.frameworks) if requested == ["all"] else requested or list(m.frameworks[:1])):
+        for b in batches:
+            make(fw, b)
+    if data != "synthetic":
+        catalog.load_module(m, "data").check_source(data, hp)
+    frameworks = choose_frameworks(m, requested, setup)
+    run_specs = [make(fw, b) for fw in frameworks for b in batches]
+    summaries = run_all(run_specs, results, m.throughput_unit)
+    if as_json:
+        print(json.dumps(summaries, indent=2))
+    else:
+        console.print(results_table(summaries, title=f"{m.info.get('title', model)} ({preset} preset) — results in {results}"))
+    statuses = {s["status"] for s in summaries}
+    raise typer.Exit(0 if statuses == {"ok"} else 130 if "interrupted" in statuses else 1)
+
+
+def run_all(run_specs: list[specs.RunSpec], results: Path, unit: str) -> list[dict[str, Any]]:
+    from tbdkit.launch import launch
+
+    index = Index(results)
+    summaries = []
+    with make_progress() as progress:
+        for s in run_specs:
+            label = f"{s.model}/{s.framework}/b{s.batch_size}"
+            outcome = launch(s, results, RunProgress(progress, label, unit))
+            index.add(outcome.run_dir)
+            summaries.append(outcome.summary)
+            if outcome.status == "interrupted":
+                progress.console.print("[yellow]interrupted: the remaining runs were not started[/]")
+                break
+            if outcome.status != "ok":
+                progress.console.print(f"[red]{label}: {outcome.status}[/]: {outcome.summary.get('error')}",
+                                       highlight=False)
+    return summaries
+
+
+@app.command("list")
+@_friendly
+def list_models() -> None:
+    """Models × frameworks × presets the kit can run, and which stacks are installed here."""
+    table = Table(title="Models")
+    table.add_column("model")
+    table.add_column("application")
+    table.add_column("throughput unit")
+    for fw in stacks.KNOWN_FRAMEWORKS:
+        table.add_column(fw)
+    table.add_column("presets (default batch)")
+    for m in catalog.models().values():
+        cells = []
+        for fw in stacks.KNOWN_FRAMEWORKS:
+            if fw not in m.frameworks:
+                cells.append("[dim]—[/]")
+            else:
+                cells.append("[green]installed[/]" if stacks.is_installed(fw) else "[yellow]not installed[/]")
+        presets = ", ".join(f"{p} ({m.default_batch(p)})" for p in m.presets)
+        table.add_row(m.name, m.info.get("application", ""), m.throughput_unit, *cells, presets)
+    console.print(table)
+
+
+@app.command()
+@_friendly
+def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suffix, or 'last')")],
+         results: ResultsOpt = default_results_dir(),
+         as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """One run's summary: every metric with its unit and method."""
+    path = Index(results).find(run)
+    if path is None:
+        raise UserError(f"No single run matches '{run}' in {results}: list them with `tbdkit runs`.")
+    summary = json.loads((path / "summary.json").read_text())
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    console.print(results_table([summary], title=str(path)))
+    table = Table(title="Metrics")
+    for col in ("metric", "value", "unit", "method / reason"):
+        table.add_column(col)
+    for name, m in (summary.get("metrics") or {}).items():
+        value = m.get("value")
+        table.add_row(name, "null" if value is None else f"{value:,.4g}", m.get("unit", ""),
+                      m.get("reason") and f"[yellow]{m['reason']}[/]" or m.get("method", ""))
+    console.print(table)
+    for key in ("warmup", "window"):
+        if summary.get(key):
+            console.print(f"[bold]{key}[/]: {summary[key]}", highlight=False)
+    if summary.get("error"):
+        console.print(f"[red]error:[/] {summary['error']}", highlight=False)
+
+
+@app.command()
+@_friendly
+def runs(results: ResultsOpt = default_results_dir(),
+         model: Annotated[Optional[str], typer.Option(help="only this model")] = None,
+         rebuild: Annotated[bool, typer.Option("--rebuild", help="rebuild the index from the run folders")] = False,
+         as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """The results index (SQLite, rebuilt from the run folders when lost)."""
+    index = Index(results)
+    if rebuild:
+        console.print(f"indexed {index.rebuild()} runs")
+    rows = index.runs(model=model)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"Runs in {results}")
+    cols = ("run_id", "status", "model", "framework", "batch_size", "precision", "device", "throughput",
+            "throughput_unit", "cpu_utilization", "gpu_utilization")
+    for c in cols:
+        table.add_column(c)
+    for r in rows:
+        table.add_row(*("—" if r[c] is None else f"{r[c]:,.2f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
+    console.print(table)
+
+
+@app.command()
+@_friendly
+def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """What this machine has: GPU, driver, NVML, Docker, frameworks, profiling counters."""
+    from tbdkit import doctor as doc
+
+    checks = doc.checks()
+    if as_json:
+        print(json.dumps(doc.as_dict(checks), indent=2))
+        return
+    table = Table(title="tbdkit doctor")
+    for col in ("area", "check", "", "found", "fix"):
+        table.add_column(col)
+    for c in checks:
+        mark = {True: "[green]yes[/]", False: "[red]no[/]", None: "[dim]n/a[/]"}[c.ok]
+        table.add_row(c.area, c.name, mark, c.detail, c.fix or "")
+    console.print(table)
+
+
+@app.command()
+@_friendly
+def setup(names: Annotated[Optional[list[str]], typer.Argument(help="stacks to install (default: pytorch)")] = None,
+          force: Annotated[bool, typer.Option(help="reinstall even if current")] = False) -> None:
+    """Create each framework stack's virtual environment (idempotent)."""
+    for name in _split(names) or ["pytorch"]:
+        stack = stacks.get(name)
+        if stacks.is_current(name) and not force:
+            console.print(f"{stack.title} stack: already installed in {stacks.venv_path(name)}")
+            continue
+        with console.status(f"installing the {stack.title} stack in {stacks.venv_path(name)} ..."):
+            record = stacks.setup(name, force=force)
+        console.print(f"{stack.title} stack: installed {stack.module} {record.get('framework_version')} "
+                      f"in {stacks.venv_path(name)}")
+
+
+@app.command()
+@_friendly
+def overhead(model: Annotated[str, typer.Option("--model", "-m")] = "deepspeech2",
+             framework: Annotated[str, typer.Option("--framework", "-f")] = "pytorch",
+             preset: Annotated[str, typer.Option()] = "smoke",
+             rounds: Annotated[int, typer.Option(help="bare/instrumented block pairs")] = 6) -> None:
+    """Benchmark the collectors' cost: instrumented throughput / bare loop throughput, one run."""
+    import subprocess
+
+    from tbdkit.agent import events
+
+    m = catalog.get(model)
+    catalog.check_framework(m, framework)
+    python = stacks.require(framework)
+    cmd = [str(python), "-u", "-m", "tbdkit.agent.overhead", "--model", model, "--framework", framework,
+           "--preset", preset, "--rounds", str(rounds)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=stacks.agent_env())
+    result = None
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        event = events.parse(line)
+        if event and event.get("event") == "overhead":
+            result = event
+    if proc.wait() != 0 or result is None:
+        raise UserError(f"The overhead benchmark failed (exit {proc.returncode}); its messages are above.")
+    console.print(
+        f"[bold]collector overhead[/] {model}/{framework} ({preset}, batch {result['batch_size']}, "
+        f"{result['device']}): bare {result['bare_throughput']:.3f}, with collectors "
+        f"{result['collected_throughput']:.3f} {result['unit']} over {result['rounds']} alternating rounds "
+        f"of {result['iterations_per_block']} iterations")
+    console.print(f"[bold]ratio (with collectors / bare) = {result['ratio']:.4f}[/]  "
+                  f"(per round: {', '.join(f'{r:.4f}' for r in result['ratio_per_round'])})")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

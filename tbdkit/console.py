@@ -1,0 +1,88 @@
+"""Rich rendering for the CLI: the live progress of runs and the results tables."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+PHASE_LABEL = {"setup": "setup", "warmup": "warm-up", "measuring": "measuring"}
+
+
+class RunProgress:
+    """One progress bar per run: phase, time against the phase's cap, live throughput."""
+
+    def __init__(self, progress: Progress, label: str, unit: str) -> None:
+        self.progress = progress
+        self.label = label
+        self.unit = unit
+        self.task = progress.add_task(label, total=None, phase="setup", rate="")
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "phase":
+            phase = PHASE_LABEL.get(event["phase"], event["phase"])
+            self.progress.update(self.task, phase=phase, total=event.get("cap_s"), completed=0)
+            if not self.progress.console.is_terminal:
+                self.progress.console.print(f"  {self.label}: {phase}")
+        elif kind == "progress":
+            rate = event.get("throughput")
+            ci = event.get("ci_relative")
+            text = f"{rate:,.2f} {self.unit}" if rate is not None else ""
+            if ci is not None:
+                text += f" ±{ci:.1%}"
+            self.progress.update(self.task, completed=event.get("elapsed_s", 0), rate=text)
+        elif kind == "warmup_done":
+            self.progress.console.print(
+                f"  {self.label}: warm-up ended after {event['iterations']} iterations "
+                f"({event['seconds']:.1f} s, {event['end_reason']})")
+        elif kind == "interrupt":
+            self.progress.console.print(f"  {self.label}: stopping (Ctrl-C again to stop at once)")
+        elif kind == "done":
+            self.progress.update(self.task, phase=event["status"], total=1, completed=1)
+            if not self.progress.console.is_terminal:
+                self.progress.console.print(f"  {self.label}: {event['status']}")
+
+
+def make_progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"), TextColumn("[cyan]{task.fields[phase]}"), BarColumn(),
+        TimeElapsedColumn(), TextColumn("{task.fields[rate]}"), console=console, transient=False,
+    )
+
+
+def _fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
+    if value is None:
+        return "—"
+    return f"{value:,.{digits}f}{suffix}"
+
+
+def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Table:
+    table = Table(title=title)
+    for col in ("run", "framework", "batch", "precision", "device", "status", "throughput", "±95%",
+                "samples/s", "CPU util", "GPU util", "window"):
+        table.add_column(col, justify="right" if col not in ("run", "framework", "status", "device") else "left")
+    for s in summaries:
+        m = s.get("metrics") or {}
+        thr = m.get("throughput") or {}
+        window = s.get("window") or {}
+        status = s.get("status", "?")
+        style = {"ok": "green", "oom": "yellow", "interrupted": "yellow"}.get(status, "red")
+        table.add_row(
+            s.get("run_id", "?"), s.get("framework", "?"), str(s.get("batch_size", "?")), s.get("precision", "?"),
+            s.get("device") or "—", f"[{style}]{status}[/]",
+            f"{_fmt(thr.get('value'), 2)} {thr.get('unit', '')}".strip(),
+            _fmt((thr.get("ci95_relative") or 0) * 100 if thr.get("ci95_relative") is not None else None, 2, "%"),
+            _fmt((m.get("sample_throughput") or {}).get("value"), 2),
+            _fmt((m.get("cpu_utilization") or {}).get("value"), 1, "%"),
+            _fmt((m.get("gpu_utilization") or {}).get("value"), 1, "%"),
+            f"{window.get('iterations', '—')} it / {_fmt(window.get('seconds'), 1, ' s')} ({window.get('stop_reason', '—')})"
+            if window else "—",
+        )
+    return table

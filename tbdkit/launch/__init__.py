@@ -1,0 +1,67 @@
+"""Launchers: start the agent for a RunSpec where its framework lives, and finish the run
+directory if the agent could not."""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from tbdkit.agent import sink
+from tbdkit.errors import UserError
+from tbdkit.spec import RunSpec
+
+EventHandler = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    run_dir: Path
+    status: str
+    summary: dict[str, Any]
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.name
+
+
+def new_run_dir(results: Path, spec: RunSpec) -> Path:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    name = f"{stamp}-{spec.model}-{spec.framework}-b{spec.batch_size}-{spec.precision}-{secrets.token_hex(2)}"
+    path = results / name
+    path.mkdir(parents=True, exist_ok=False)
+    return path
+
+
+def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
+    """Run one spec to completion (or failure) and return what its summary says."""
+    if spec.launcher == "docker":
+        raise UserError(
+            "The docker launcher is not part of this version of the kit yet: use LAUNCHER=native "
+            "(the default), which runs each framework in its own virtual environment."
+        )
+    from tbdkit.launch import native
+
+    run_dir = new_run_dir(results, spec)
+    sink.write_json(run_dir / "spec.json", spec.model_dump())
+    exit_code = native.run(spec, run_dir, on_event)
+    return Outcome(run_dir, *finalize(run_dir, spec, exit_code))
+
+
+def finalize(run_dir: Path, spec: RunSpec, exit_code: int) -> tuple[str, dict[str, Any]]:
+    """The agent writes summary.json last; if it died before that, say so in one."""
+    path = run_dir / "summary.json"
+    if path.is_file():
+        summary = sink.read_json(path)
+        return summary["status"], summary
+    summary = {
+        "run_id": run_dir.name, "status": "failed",
+        "error": f"the agent exited with code {exit_code} before writing its results; see log.txt",
+        "model": spec.model, "framework": spec.framework, "batch_size": spec.batch_size,
+        "precision": spec.precision, "preset": spec.preset, "data": spec.data, "seed": spec.seed,
+        "exit_code": exit_code,
+    }
+    sink.write_json(path, summary)
+    return "failed", summary

@@ -1,0 +1,144 @@
+"""RunSpec: what one benchmark run trains, where, and how it is measured.
+
+A spec is validated completely before anything runs; an invalid one becomes a UserError that
+names the field and the values it allows.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tbdkit import catalog
+from tbdkit.errors import UserError
+from tbdkit.stacks import KNOWN_FRAMEWORKS
+
+Precision = Literal["fp32", "tf32", "amp"]
+Preset = Literal["smoke", "paper"]
+Launcher = Literal["native", "docker"]
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+class MeasurePolicy(BaseModel):
+    """How warm-up is detected and when the sample window stops.
+
+    Warm-up ends when the mean cost per unit of work (seconds per audio second, per image, ...)
+    of the last `warmup_window` iterations differs from the `warmup_window` before by less than
+    `warmup_tolerance`, after at least `min_warmup_iterations`; or at a warm-up cap. The window
+    then runs until the 95% confidence half-width of the throughput is below `target_ci`
+    (relative) with at least `min_measure_iterations`, or a time or iteration cap is hit.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_warmup_iterations: int = Field(3, ge=1)
+    warmup_window: int = Field(5, ge=2)
+    warmup_tolerance: float = Field(0.05, gt=0, lt=1)
+    max_warmup_s: float = Field(120.0, gt=0)
+    max_warmup_iterations: int = Field(500, ge=1)
+    target_ci: float = Field(0.01, gt=0, lt=1)
+    min_measure_iterations: int = Field(10, ge=2)
+    max_measure_s: float = Field(180.0, gt=0)
+    max_measure_iterations: int = Field(2000, ge=2)
+    sample_interval_s: float = Field(0.5, gt=0)
+    synthetic_pool: int = Field(8, ge=1)
+
+
+PRESET_POLICY: dict[str, dict[str, Any]] = {
+    "smoke": {"max_warmup_s": 30.0, "max_measure_s": 45.0},
+    "paper": {},
+}
+
+
+class RunSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    framework: str = "pytorch"
+    batch_size: int = Field(gt=0)
+    precision: Precision = "fp32"
+    preset: Preset = "smoke"
+    device: str = "auto"
+    launcher: Launcher = "native"
+    data: str = "synthetic"
+    seed: int = 0
+    memory_limit_mb: int | None = Field(
+        None, gt=0, description="cap on the agent's memory growth (its address space above what it holds "
+        "at start): allocations past it fail as out-of-memory instead of swapping or waking the OOM killer")
+    measure: MeasurePolicy = Field(default_factory=MeasurePolicy)
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, value: str) -> str:
+        known = catalog.models()
+        if value not in known:
+            raise ValueError(f"must be one of {', '.join(known)}")
+        return value
+
+    @field_validator("framework")
+    @classmethod
+    def _known_framework(cls, value: str) -> str:
+        if value not in KNOWN_FRAMEWORKS:
+            raise ValueError(f"unknown framework '{value}'; known frameworks are {', '.join(KNOWN_FRAMEWORKS)}")
+        return value
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not _DEVICE.match(value):
+            raise ValueError("must be auto, cpu, cuda or cuda:N")
+        return value
+
+    @field_validator("data")
+    @classmethod
+    def _data(cls, value: str) -> str:
+        if value != "synthetic" and not Path(value).exists():
+            raise ValueError(f"is neither 'synthetic' nor an existing path ({value} does not exist)")
+        return value
+
+    @model_validator(mode="after")
+    def _framework_of_model(self) -> "RunSpec":
+        model = catalog.get(self.model)
+        if self.framework not in model.frameworks:
+            raise ValueError(
+                f"framework: model {self.model} has no '{self.framework}' implementation; "
+                f"it has {', '.join(model.frameworks) or 'none'}"
+            )
+        return self
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(), indent=2)
+
+
+def build(**fields: Any) -> RunSpec:
+    """Make a RunSpec, applying the preset's measurement defaults under explicit overrides."""
+    preset = fields.get("preset", "smoke")
+    policy = {**PRESET_POLICY.get(preset, {}), **(fields.pop("measure", None) or {})}
+    return parse({**fields, "measure": policy})
+
+
+def parse(data: dict[str, Any]) -> RunSpec:
+    try:
+        return RunSpec.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(describe_errors(exc)) from None
+
+
+def load(path: Path) -> RunSpec:
+    return parse(json.loads(Path(path).read_text()))
+
+
+def describe_errors(exc: ValidationError) -> str:
+    """One sentence per invalid field, naming it and what it allows."""
+    parts = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        got = err.get("input")
+        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        parts.append(f"{field}: {msg}{shown}" if field else msg)
+    return "Invalid run spec: " + "; ".join(parts) + "."

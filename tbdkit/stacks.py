@@ -1,0 +1,145 @@
+"""Framework stacks and their native virtual environments.
+
+Each stack (PyTorch, TensorFlow, MXNet) needs its own Python environment: MXNet 1.9.1 pins
+numpy<1.24, which TensorFlow 2.21 cannot use. Natively each stack gets a virtual environment
+under `.venvs/<stack>/` holding the kit (editable) and that stack's extra from pyproject.toml;
+in a container the image is the environment. A stack counts as installed once its environment
+holds the marker file written after a successful install.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tbdkit.errors import UserError
+from tbdkit.paths import KIT_ROOT, venvs_dir
+
+MARKER = "tbdkit-stack.json"
+
+
+@dataclass(frozen=True)
+class Stack:
+    name: str
+    title: str
+    extra: str          # the pyproject optional-dependency group installed into its environment
+    module: str         # the framework's import name, to read its version
+
+
+STACKS: dict[str, Stack] = {
+    "pytorch": Stack("pytorch", "PyTorch", "pytorch", "torch"),
+}
+KNOWN_FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
+
+
+def get(name: str) -> Stack:
+    if name not in STACKS:
+        planned = [f for f in KNOWN_FRAMEWORKS if f not in STACKS]
+        raise UserError(
+            f"Unknown or not yet supported framework stack '{name}': this kit builds "
+            f"{', '.join(STACKS)} (planned: {', '.join(planned)})."
+        )
+    return STACKS[name]
+
+
+def venv_path(name: str) -> Path:
+    return venvs_dir() / name
+
+
+def python_of(name: str) -> Path:
+    return venv_path(name) / "bin" / "python"
+
+
+def _requirements_digest(stack: Stack) -> str:
+    pyproject = (KIT_ROOT / "pyproject.toml").read_bytes()
+    return hashlib.sha256(pyproject + stack.extra.encode()).hexdigest()[:16]
+
+
+def marker(name: str) -> dict | None:
+    """The install record of a stack's environment, or None when it is not (fully) installed."""
+    path = venv_path(name) / MARKER
+    if not path.is_file() or not python_of(name).exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def is_installed(name: str) -> bool:
+    return marker(name) is not None
+
+
+def is_current(name: str) -> bool:
+    """Installed, and from the pyproject.toml in force now."""
+    rec = marker(name)
+    return rec is not None and rec.get("requirements_digest") == _requirements_digest(get(name))
+
+
+def require(name: str) -> Path:
+    """The Python of an installed stack, or a UserError that says how to install it."""
+    get(name)
+    if not is_installed(name):
+        raise UserError(
+            f"The {STACKS[name].title} stack is not installed here: run `tbdkit setup {name}` "
+            f"(or `make setup FRAMEWORK={name}`), or pass --setup to install missing stacks."
+        )
+    return python_of(name)
+
+
+def setup(name: str, log_path: Path | None = None, force: bool = False) -> dict:
+    """Create or refresh the stack's virtual environment. Idempotent: a current install is kept."""
+    stack = get(name)
+    if is_current(name) and not force:
+        return marker(name) or {}
+    env_dir = venv_path(name)
+    env_dir.parent.mkdir(parents=True, exist_ok=True)
+    log_path = log_path or env_dir.parent / f"{name}.setup.log"
+    (env_dir / MARKER).unlink(missing_ok=True)
+    with log_path.open("w") as log:
+        steps = [
+            [sys.executable, "-m", "venv", str(env_dir)],
+            [str(python_of(name)), "-m", "pip", "install", "--disable-pip-version-check",
+             "-e", f"{KIT_ROOT}[{stack.extra},test]"],
+        ]
+        for cmd in steps:
+            log.write("$ " + " ".join(cmd) + "\n")
+            log.flush()
+            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=_clean_env())
+            if proc.returncode != 0:
+                raise UserError(
+                    f"Installing the {stack.title} stack failed (exit {proc.returncode}); "
+                    f"its log is {log_path}: fix what it reports, then run `tbdkit setup {name}` again."
+                )
+    version = subprocess.run(
+        [str(python_of(name)), "-c", f"import {stack.module}; print({stack.module}.__version__)"],
+        capture_output=True, text=True, env=_clean_env(),
+    )
+    record = {
+        "stack": name,
+        "framework_version": version.stdout.strip() or None,
+        "python": str(python_of(name)),
+        "kit_root": str(KIT_ROOT),
+        "requirements_digest": _requirements_digest(stack),
+    }
+    tmp = env_dir / (MARKER + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2))
+    os.replace(tmp, env_dir / MARKER)
+    return record
+
+
+def _clean_env() -> dict[str, str]:
+    """The environment minus the calling venv's, so the stack's own interpreter is used."""
+    env = dict(os.environ)
+    env.pop("VIRTUAL_ENV", None)
+    env.pop("PYTHONHOME", None)
+    return env
+
+
+def agent_env() -> dict[str, str]:
+    return _clean_env()

@@ -1,0 +1,110 @@
+"""Deep Speech 2 on PyTorch: the network matches workload.toml, trains, and honours the math mode.
+
+Runs in the PyTorch stack's environment (`make test-pytorch`).
+"""
+
+import math
+import re
+
+import pytest
+import torch
+
+from tbdkit import catalog
+from tbdkit.adapters.pytorch import Precision, PyTorchAdapter
+
+MODEL = catalog.get("deepspeech2")
+WORKLOAD = catalog.load_module(MODEL, "pytorch")
+DATA = catalog.load_module(MODEL, "data")
+
+
+def expected_parameters(hp):
+    """Parameter count from the hyperparameters alone, layer by layer."""
+    c = hp["conv_channels"]
+    (k1f, k1t), (k2f, k2t) = hp["conv1_kernel"], hp["conv2_kernel"]
+    conv = c * k1f * k1t + c * c * k2f * k2t + 2 * (2 * c)           # no conv bias under BatchNorm; BN gamma+beta
+    freq = hp["frequency_bins"]
+    for k, s in ((k1f, hp["conv1_stride"][0]), (k2f, hp["conv2_stride"][0])):
+        freq = (freq + 2 * (k // 2) - k) // s + 1
+    h = hp["rnn_hidden"]
+    rnn, inp = 0, c * freq
+    for _ in range(hp["rnn_layers"]):
+        rnn += 2 * (3 * h * inp + 3 * h * h + 2 * 3 * h)               # two directions, 3 gates, b_ih and b_hh
+        inp = 2 * h                                                  # directions concatenated
+    f, v = hp["fc_hidden"], len(hp["alphabet"])
+    return conv + rnn + (2 * h * f + f) + (f * v + v)
+
+
+@pytest.mark.parametrize("preset", ["smoke", "paper"])
+def test_parameter_count_matches_the_hyperparameters(preset):
+    hp = MODEL.hp(preset)
+    model = WORKLOAD.DeepSpeech2(hp)
+    assert sum(p.numel() for p in model.parameters()) == expected_parameters(hp)
+    assert model.rnn.num_layers == hp["rnn_layers"] and model.rnn.bidirectional
+
+
+def test_paper_network_size():
+    # 2 conv + 7 bi-GRU(1760) + FC(1760): 373.6 M parameters.
+    assert expected_parameters(MODEL.hp("paper")) == 373_628_093
+
+
+def test_output_shapes_and_lengths():
+    hp = MODEL.hp("smoke")
+    batch = next(DATA.synthetic_batches(hp, 3, seed=0))
+    model = WORKLOAD.DeepSpeech2(hp).eval()
+    inputs = WORKLOAD.to_device(batch, torch.device("cpu"))
+    with torch.no_grad():
+        log_probs, lengths = model(inputs["features"], inputs["frames"])
+    t = batch.features.shape[-1]
+    assert log_probs.shape == (math.ceil(t / 2), 3, len(hp["alphabet"]))
+    assert torch.allclose(log_probs.exp().sum(-1), torch.ones(log_probs.shape[:2]), atol=1e-4)
+    assert lengths.tolist() == [(n - 1) // 2 + 1 for n in batch.feature_lengths.tolist()]
+
+
+def test_smoke_training_reduces_the_loss():
+    hp = MODEL.hp("smoke")
+    torch.manual_seed(0)
+    training = WORKLOAD.build(hp, torch.device("cpu"))
+    batch = next(DATA.synthetic_batches(hp, 4, seed=1))
+    inputs = WORKLOAD.to_device(batch, torch.device("cpu"))
+    precision = Precision("fp32", torch.device("cpu"))
+    losses = [float(WORKLOAD.train_step(training, inputs, precision)) for _ in range(8)]
+    assert all(math.isfinite(x) for x in losses)
+    assert losses[-1] < losses[0] * 0.99, losses
+
+
+def test_math_modes():
+    cpu = torch.device("cpu")
+    assert not Precision("fp32", cpu).describe()["tf32_matmul"]
+    assert torch.get_float32_matmul_precision() == "highest"
+    tf32 = Precision("tf32", cpu).describe()
+    assert tf32["tf32_matmul"] and tf32["tf32_cudnn"] and tf32["float32_matmul_precision"] == "high"
+    amp = Precision("amp", cpu)
+    assert amp.describe()["autocast_dtype"] == "bfloat16" and not amp.describe()["grad_scaler"]
+    with amp.autocast():
+        assert torch.ones(2, 2).matmul(torch.ones(2, 2)).dtype == torch.bfloat16
+    Precision("fp32", cpu)  # leave the process in fp32
+
+
+def test_amp_step_runs_on_cpu():
+    hp = MODEL.hp("smoke")
+    adapter = PyTorchAdapter(WORKLOAD, hp, device="cpu", precision="amp", seed=0)
+    batch = next(DATA.synthetic_batches(hp, 2, seed=0))
+    assert math.isfinite(adapter.loss_value(adapter.step(adapter.prepare(batch))))
+    Precision("fp32", torch.device("cpu"))
+
+
+def test_oom_classification():
+    adapter = PyTorchAdapter(WORKLOAD, MODEL.hp("smoke"), device="cpu", precision="fp32", seed=0)
+    assert adapter.is_oom(RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"))
+    assert adapter.is_oom(torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"))
+    assert adapter.is_oom(MemoryError())
+    assert not adapter.is_oom(ValueError("out of range"))
+    assert not adapter.is_oom(RuntimeError("shape mismatch"))
+    mem = adapter.memory()["framework_peak_allocated"]
+    assert mem["value"] is None and "CPU" in mem["reason"]
+
+
+def test_workload_files_hold_no_timing_logging_or_profiling():
+    source = (MODEL.folder / "pytorch.py").read_text()
+    for forbidden in (r"\bimport time\b", r"\blogging\b", r"\bprint\(", r"profiler", r"perf_counter", r"tbdkit"):
+        assert not re.search(forbidden, source), forbidden

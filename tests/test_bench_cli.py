@@ -1,0 +1,164 @@
+"""`tbdkit bench` end to end on this machine's CPU: real training runs through the native
+launcher, their run folders and index, and every error a user can cause."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tbdkit.store import Index
+
+FAST = ["--preset", "smoke", "--device", "cpu", "--max-warmup-s", "3", "--max-measure-s", "4"]
+RUN_FILES = {"spec.json", "env.json", "iterations.csv", "samples.csv", "summary.json", "log.txt"}
+
+
+def tbdkit(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def run_dirs(results: Path) -> list[Path]:
+    return sorted(p for p in results.iterdir() if p.is_dir()) if results.exists() else []
+
+
+@pytest.fixture(scope="module")
+def one_run(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    proc = tbdkit("bench", "--model", "deepspeech2", "--batch", "2", *FAST, "--results", str(results))
+    return results, proc
+
+
+@pytest.mark.slow
+def test_bench_writes_a_complete_run(one_run):
+    results, proc = one_run
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    (run,) = run_dirs(results)
+    assert RUN_FILES <= {p.name for p in run.iterdir()}
+    assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["device"] == "cpu" and summary["batch_size"] == 2
+    m = summary["metrics"]
+    thr = m["throughput"]
+    assert thr["unit"] == "audio_s/s" and thr["value"] > 0 and thr["method"]
+    assert thr["ci95_relative"] is not None and thr["ci95_relative"] > 0
+    assert m["sample_throughput"]["unit"] == "utterances/s" and m["sample_throughput"]["value"] > 0
+    assert 0 < m["cpu_utilization"]["value"] <= 100 and "cores" in m["cpu_utilization"]["method"]
+    assert m["gpu_utilization"]["value"] is None and "CPU" in m["gpu_utilization"]["reason"]
+    assert m["peak_rss"]["value"] > 100
+    window, warmup = summary["window"], summary["warmup"]
+    assert window["stop_reason"] in {"converged", "time_cap", "iteration_cap"}
+    assert warmup["end_reason"] in {"stable", "time_cap", "iteration_cap"}
+    # iterations.csv holds both phases; the window's times add up to its length
+    rows = list(csv.DictReader((run / "iterations.csv").open()))
+    measured = [r for r in rows if r["phase"] == "measure"]
+    assert len(rows) == warmup["iterations"] + window["iterations"] and len(measured) == window["iterations"]
+    seconds = sum(float(r["seconds"]) for r in measured)
+    assert seconds == pytest.approx(window["seconds"], rel=1e-3)
+    work = sum(float(r["work"]) for r in measured)
+    assert thr["value"] == pytest.approx(work / seconds, rel=1e-3)
+    env = json.loads((run / "env.json").read_text())
+    assert env["framework"]["framework_version"].startswith("2.")
+    assert env["framework"]["math_mode"]["tf32_matmul"] is False
+    assert env["seed"] == 0 and env["kit"]["version"] and env["cpu"]["logical_cores"] >= 1
+    assert env["gpu"]["available"] is False and env["gpu"]["reason"]
+    assert (run / "samples.csv").read_text().startswith("t_s,")
+    assert "phase" in (run / "log.txt").read_text()
+
+
+@pytest.mark.slow
+def test_runs_and_show(one_run):
+    results, _ = one_run
+    (run,) = run_dirs(results)
+    listing = tbdkit("runs", "--results", str(results), "--json")
+    rows = json.loads(listing.stdout)
+    assert [r["run_id"] for r in rows] == [run.name] and rows[0]["status"] == "ok"
+    (results / "index.sqlite").unlink()
+    assert json.loads(tbdkit("runs", "--results", str(results), "--json").stdout) == rows
+    shown = tbdkit("show", "last", "--results", str(results))
+    assert shown.returncode == 0 and "cpu_utilization" in shown.stdout and "audio_s/s" in shown.stdout
+    missing = tbdkit("show", "nope", "--results", str(results))
+    assert missing.returncode == 2 and "tbdkit runs" in missing.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--model", "alexnet"], ["Unknown model 'alexnet'", "deepspeech2"]),
+    (["--batch", "0"], ["batch_size", "greater than 0"]),
+    (["--batch", "4,x"], ["'x' is not a whole number"]),
+    (["--framework", "jax"], ["unknown framework 'jax'", "pytorch, tensorflow, mxnet"]),
+    (["--framework", "tensorflow"], ["no 'tensorflow' implementation"]),
+    (["--precision", "fp16"], ["precision", "'fp32', 'tf32' or 'amp'"]),
+    (["--data", "/no/such/LibriSpeech"], ["does not exist"]),
+    (["--launcher", "docker"], ["docker launcher", "LAUNCHER=native"]),
+])
+def test_bad_input_is_one_clear_error(tmp_path, args, words):
+    proc = tbdkit("bench", *FAST, "--results", str(tmp_path / "r"), *args)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.startswith("error:")
+    for word in words:
+        assert word in proc.stderr.replace("\n", " ")
+    assert run_dirs(tmp_path / "r") == []
+
+
+def test_data_folder_without_utterances(tmp_path):
+    empty = tmp_path / "LibriSpeech"
+    empty.mkdir()
+    proc = tbdkit("bench", *FAST, "--results", str(tmp_path / "r"), "--data", str(empty))
+    assert proc.returncode == 2 and "holds no LibriSpeech utterances" in proc.stderr.replace("\n", " ")
+    assert "Traceback" not in proc.stderr
+
+
+def test_framework_not_installed_says_how(tmp_path):
+    proc = tbdkit("bench", *FAST, "--results", str(tmp_path / "r"), "--framework", "pytorch",
+                  env={"TBDKIT_VENVS": str(tmp_path / "venvs")})
+    assert proc.returncode == 2
+    assert "not installed" in proc.stderr and "tbdkit setup pytorch" in proc.stderr
+
+
+@pytest.mark.slow
+def test_out_of_memory_is_marked_and_loses_nothing(tmp_path):
+    results = tmp_path / "r"
+    Index(results).add(results)  # an index that exists before
+    proc = tbdkit("bench", *FAST, "--results", str(results), "--batch", "1,256", "--memory-limit-mb", "1500")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    summaries = [json.loads((d / "summary.json").read_text()) for d in run_dirs(results)]
+    assert [(s["batch_size"], s["status"]) for s in summaries] == [(1, "ok"), (256, "oom")]
+    assert "out of memory" in summaries[1]["error"] and "batch size 256" in summaries[1]["error"]
+    assert {r["status"] for r in Index(results).runs()} == {"ok", "oom"}
+    assert "oom" in proc.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_marks_the_run_interrupted(tmp_path):
+    results = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "tbdkit.cli", "bench", "--preset", "smoke", "--device", "cpu",
+                             "--batch", "2,4", "--max-measure-s", "120", "--results", str(results)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        logs = [d / "log.txt" for d in run_dirs(results) if (d / "log.txt").exists()]
+        if logs and '"measuring"' in logs[0].read_text():
+            break
+        time.sleep(0.5)
+    else:
+        proc.kill()
+        pytest.fail("the run never reached its sample window")
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in err
+    (run,) = run_dirs(results)  # the second batch size never started
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["window"]["stop_reason"] == "interrupted"
+    assert (run / "iterations.csv").read_text().count("measure") >= 1
+    assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
+    assert [r["status"] for r in Index(results).runs()] == ["interrupted"]

@@ -1,0 +1,48 @@
+"""RunSpec validation: invalid specs fail before anything runs, naming the field and what it allows."""
+
+import pytest
+
+from tbdkit import spec
+from tbdkit.errors import UserError
+
+
+def build(**kw):
+    return spec.build(**{"model": "deepspeech2", "batch_size": 4, **kw})
+
+
+def test_defaults_and_preset_policy():
+    s = build()
+    assert (s.framework, s.precision, s.preset, s.device, s.launcher, s.data) == (
+        "pytorch", "fp32", "smoke", "auto", "native", "synthetic")
+    assert s.measure.max_measure_s == spec.PRESET_POLICY["smoke"]["max_measure_s"]
+    assert build(preset="paper").measure.max_measure_s == spec.MeasurePolicy().max_measure_s
+    assert build(measure={"max_measure_s": 7.0}).measure.max_measure_s == 7.0
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"batch_size": 0}, ["batch_size", "greater than 0"]),
+    ({"batch_size": -3}, ["batch_size"]),
+    ({"model": "alexnet"}, ["model", "deepspeech2", "alexnet"]),
+    ({"precision": "fp16"}, ["precision", "'fp32', 'tf32' or 'amp'"]),
+    ({"preset": "huge"}, ["preset", "'smoke' or 'paper'"]),
+    ({"launcher": "slurm"}, ["launcher", "'native' or 'docker'"]),
+    ({"device": "tpu"}, ["device", "auto, cpu, cuda or cuda:N"]),
+    ({"framework": "tensorflow"}, ["framework", "no 'tensorflow' implementation", "pytorch"]),
+    ({"data": "/no/such/LibriSpeech"}, ["data", "/no/such/LibriSpeech", "does not exist"]),
+    ({"measure": {"target_ci": 2}}, ["measure.target_ci"]),
+    ({"colour": "red"}, ["colour"]),
+])
+def test_invalid_specs_name_the_field(fields, words):
+    with pytest.raises(UserError) as err:
+        build(**fields)
+    message = str(err.value)
+    assert message.startswith("Invalid run spec:")
+    for word in words:
+        assert word in message
+
+
+def test_round_trip_through_json(tmp_path):
+    s = build(batch_size=8, precision="tf32", seed=7)
+    path = tmp_path / "spec.json"
+    path.write_text(s.to_json())
+    assert spec.load(path) == s

@@ -1,0 +1,328 @@
+"""Deep Speech 2 input pipeline: spectrogram front end, synthetic utterances, a LibriSpeech reader.
+
+Framework neutral (NumPy; `soundfile` only when real audio is read). Every size comes from the
+hyperparameters `hp` (workload.toml's [hparams] merged with a preset); batches carry padded
+log spectrograms shaped (N, 1, F, T) plus CTC targets.
+"""
+
+import tomllib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+Hparams = Mapping[str, Any]
+
+SYNTHETIC = "synthetic"
+
+
+class DataError(Exception):
+    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
+
+
+# --------------------------------------------------------------------------------------------
+# Alphabet and text
+
+
+def alphabet(hp: Hparams) -> str:
+    """The CTC alphabet from hp["alphabet"]: index 0 is the blank, then the characters."""
+    chars = hp["alphabet"]
+    if not isinstance(chars, str) or len(chars) < 2 or len(set(chars)) != len(chars):
+        raise ValueError(f"hp['alphabet'] must be a string of at least 2 distinct characters, got {chars!r}")
+    return chars
+
+
+def _default_alphabet() -> str:
+    with open(Path(__file__).with_name("workload.toml"), "rb") as f:
+        return alphabet(tomllib.load(f)["hparams"])
+
+
+ALPHABET: str = _default_alphabet()
+
+
+def encode_text(text: str, hp: Hparams) -> np.ndarray:
+    """Lowercase `text` and map it to alphabet indices (int32); characters not in it are dropped."""
+    index = {c: i for i, c in enumerate(alphabet(hp)) if i > 0}  # index 0 (blank) never a target
+    return np.array([index[c] for c in text.lower() if c in index], dtype=np.int32)
+
+
+def decode_labels(labels: np.ndarray, hp: Hparams) -> str:
+    """The inverse of encode_text for one utterance's targets."""
+    chars = alphabet(hp)
+    return "".join(chars[int(i)] for i in labels)
+
+
+# --------------------------------------------------------------------------------------------
+# Spectrogram front end
+
+
+def _window_hop(hp: Hparams) -> tuple[int, int]:
+    rate = hp["sample_rate_hz"]
+    return round(hp["window_ms"] * rate / 1000), round(hp["stride_ms"] * rate / 1000)
+
+
+def _frames_for_samples(n_samples: int, hp: Hparams) -> int:
+    window, hop = _window_hop(hp)
+    return 1 + max(0, n_samples - window) // hop
+
+
+def frames_for(duration_s: float, hp: Hparams) -> int:
+    """STFT frames for `duration_s` of audio: 1 + (n_samples - window) // hop (at least 1)."""
+    return _frames_for_samples(round(duration_s * hp["sample_rate_hz"]), hp)
+
+
+def _normalize(log_power: np.ndarray) -> np.ndarray:
+    """Per-utterance normalization to mean 0, std 1 (float32)."""
+    x = log_power.astype(np.float64)
+    x = (x - x.mean()) / (x.std() + 1e-8)
+    return x.astype(np.float32)
+
+
+def spectrogram(audio: np.ndarray, hp: Hparams) -> np.ndarray:
+    """Normalized log(1 + |STFT|^2) of mono `audio`, float32 shaped (F, T)."""
+    window, hop = _window_hop(hp)
+    x = np.asarray(audio, dtype=np.float64).reshape(-1)
+    if x.size < window:
+        x = np.pad(x, (0, window - x.size))
+    frames = np.lib.stride_tricks.sliding_window_view(x, window)[::hop]  # (T, window)
+    hann = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(window) / window)   # periodic Hann
+    power = np.abs(np.fft.rfft(frames * hann, n=window, axis=1)) ** 2      # (T, window//2 + 1)
+    if power.shape[1] != hp["frequency_bins"]:
+        raise ValueError(
+            f"a {window}-sample window gives {power.shape[1]} bins, but hp['frequency_bins'] is "
+            f"{hp['frequency_bins']}: make window_ms, sample_rate_hz and frequency_bins agree"
+        )
+    return _normalize(np.log1p(power).T)
+
+
+# --------------------------------------------------------------------------------------------
+# Batches
+
+
+@dataclass(frozen=True, eq=False)
+class Batch:
+    """Padded features (N, 1, F, T) float32 and concatenated CTC targets."""
+
+    features: np.ndarray
+    feature_lengths: np.ndarray
+    labels: np.ndarray
+    label_lengths: np.ndarray
+    durations_s: np.ndarray
+
+    @property
+    def samples(self) -> int:
+        return int(self.features.shape[0])
+
+    @property
+    def work(self) -> float:
+        """Total audio seconds in the batch (the throughput unit)."""
+        return float(self.durations_s.sum())
+
+
+def collate(features: Sequence[np.ndarray], labels: Sequence[np.ndarray], durations_s: Sequence[float]) -> Batch:
+    """Zero-pad (F, T_i) spectrograms to the longest and concatenate the targets."""
+    lengths = np.array([f.shape[1] for f in features], dtype=np.int32)
+    n, bins, t_max = len(features), features[0].shape[0], int(lengths.max())
+    padded = np.zeros((n, 1, bins, t_max), dtype=np.float32)
+    for i, f in enumerate(features):
+        padded[i, 0, :, : f.shape[1]] = f
+    return Batch(
+        features=padded,
+        feature_lengths=lengths,
+        labels=np.concatenate([np.asarray(x, dtype=np.int32) for x in labels]),
+        label_lengths=np.array([len(x) for x in labels], dtype=np.int32),
+        durations_s=np.asarray(durations_s, dtype=np.float64),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic utterances
+
+
+def sample_durations(rng: np.random.Generator, n: int, hp: Hparams) -> np.ndarray:
+    """Utterance durations (s): a typical share uniform in the typical range, the rest triangular."""
+    lo, hi = hp["duration_min_s"], hp["duration_max_s"]
+    t_lo, t_hi = hp["duration_typical_low_s"], hp["duration_typical_high_s"]
+    typical = rng.random(n) < hp["duration_typical_fraction"]
+    uniform = rng.uniform(t_lo, t_hi, n)
+    tri = rng.triangular(lo, min(max((t_lo + t_hi) / 2, lo), hi), hi, n)
+    return np.clip(np.where(typical, uniform, tri), lo, hi)
+
+
+def _time_strides(hp: Hparams) -> int:
+    return int(hp["conv1_stride"][1]) * int(hp["conv2_stride"][1])
+
+
+def _synthetic_label_length(duration_s: float, frames: int, hp: Hparams) -> int:
+    """~chars_per_second characters, capped at half the conv output frames (room for repeats)."""
+    want = max(1, round(duration_s * hp["chars_per_second"]))
+    return max(1, min(want, (frames // _time_strides(hp)) // 2))
+
+
+def _synthetic_log_power(rng: np.random.Generator, frames: int, bins: int) -> np.ndarray:
+    """Speech-like log power (bins, frames): spectral envelope x syllable envelope x chi^2 noise."""
+    f = np.linspace(0.0, 1.0, bins)
+    log_env = -rng.uniform(2.0, 6.0) * f  # energy falls with frequency
+    for _ in range(3):                    # formant-like bumps
+        centre, width = rng.uniform(0.02, 0.5), rng.uniform(0.02, 0.08)
+        log_env += rng.uniform(1.0, 3.0) * np.exp(-0.5 * ((f - centre) / width) ** 2)
+    knots = np.arange(0, frames + 20, 20)  # level changes every ~200 ms
+    log_level = np.interp(np.arange(frames), knots, rng.normal(0.0, 1.5, knots.size))
+    power = np.exp(log_env[:, None] + log_level[None, :] + rng.uniform(-1.0, 2.0))
+    return np.log1p(power * rng.exponential(1.0, (bins, frames)))
+
+
+def synthetic_batches(hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Endless batches of synthetic utterances, deterministic for `seed`."""
+    rng = np.random.default_rng(seed)
+    n_chars, bins = len(alphabet(hp)), int(hp["frequency_bins"])
+    while True:
+        durations = sample_durations(rng, batch_size, hp)
+        feats, labels = [], []
+        for d in durations:
+            frames = frames_for(float(d), hp)
+            feats.append(_normalize(_synthetic_log_power(rng, frames, bins)))
+            labels.append(rng.integers(1, n_chars, _synthetic_label_length(float(d), frames, hp), dtype=np.int32))
+        yield collate(feats, labels, durations)
+
+
+# --------------------------------------------------------------------------------------------
+# LibriSpeech
+
+
+@dataclass(frozen=True)
+class Utterance:
+    """One LibriSpeech utterance: its FLAC file, transcript and duration."""
+
+    path: Path
+    text: str
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class _Scan:
+    utterances: list[Utterance]
+    sample_rates: list[int]
+    skipped: int
+
+
+def _soundfile() -> Any:
+    try:
+        import soundfile
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise DataError(f"reading LibriSpeech needs the soundfile package ({e}): pip install soundfile") from e
+    return soundfile
+
+
+def _scan(root: Path) -> _Scan:
+    """Walk `root` for LibriSpeech transcripts and their FLAC files."""
+    if not root.exists():
+        raise DataError(
+            f"data path {root} does not exist: pass the folder that holds LibriSpeech's speaker folders, "
+            f"e.g. .../LibriSpeech/train-clean-100"
+        )
+    if not root.is_dir():
+        raise DataError(
+            f"data path {root} is not a folder: pass the folder that holds LibriSpeech's speaker folders, "
+            f"e.g. .../LibriSpeech/train-clean-100"
+        )
+    sf = _soundfile()
+    utts: list[Utterance] = []
+    rates: list[int] = []
+    skipped = 0
+    for trans in sorted(root.rglob("*.trans.txt")):
+        for line in trans.read_text(encoding="utf-8", errors="replace").splitlines():
+            parts = line.strip().split(maxsplit=1)
+            if not parts:
+                continue
+            flac = trans.parent / f"{parts[0]}.flac"
+            if len(parts) < 2 or not flac.is_file():
+                skipped += 1
+                continue
+            try:
+                info = sf.info(str(flac))
+            except RuntimeError as e:
+                raise DataError(f"cannot read {flac} ({e}): replace or delete the damaged file") from e
+            utts.append(Utterance(path=flac, text=parts[1], duration_s=float(info.frames) / info.samplerate))
+            rates.append(int(info.samplerate))
+    if not utts:
+        raise DataError(
+            f"data path {root} holds no LibriSpeech utterances (no *.trans.txt with matching .flac files): "
+            f"pass a LibriSpeech split folder such as .../LibriSpeech/train-clean-100"
+        )
+    order = sorted(range(len(utts)), key=lambda i: str(utts[i].path))
+    return _Scan([utts[i] for i in order], [rates[i] for i in order], skipped)
+
+
+def find_utterances(root: Path) -> list[Utterance]:
+    """All utterances below `root` (LibriSpeech layout), sorted by path; lines without audio are skipped."""
+    return _scan(Path(root)).utterances
+
+
+def _rate_error(path: Path, rate: int, hp: Hparams) -> DataError:
+    return DataError(
+        f"{path} is sampled at {rate} Hz but the model expects {hp['sample_rate_hz']} Hz: "
+        f"resample the corpus to {hp['sample_rate_hz']} Hz (e.g. sox in.flac -r {hp['sample_rate_hz']} out.flac)"
+    )
+
+
+def _read_audio(path: Path, hp: Hparams) -> np.ndarray:
+    """Mono float32 samples of a FLAC file, at hp["sample_rate_hz"] or a DataError."""
+    audio, rate = _soundfile().read(str(path), dtype="float32", always_2d=True)
+    if rate != hp["sample_rate_hz"]:
+        raise _rate_error(path, rate, hp)
+    return audio.mean(axis=1)
+
+
+def _epoch_indices(n: int, rng: np.random.Generator) -> Iterator[int]:
+    while True:
+        yield from (int(i) for i in rng.permutation(n))
+
+
+def librispeech_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Endless batches over the utterances below `root`, reshuffled every epoch by `seed`."""
+    utts = find_utterances(Path(root))
+    indices = _epoch_indices(len(utts), np.random.default_rng(seed))
+    while True:
+        feats, labels, durations = [], [], []
+        for _ in range(batch_size):
+            u = utts[next(indices)]
+            audio = _read_audio(u.path, hp)
+            feats.append(spectrogram(audio, hp))
+            labels.append(encode_text(u.text, hp))
+            durations.append(audio.size / hp["sample_rate_hz"])
+        yield collate(feats, labels, durations)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+
+
+def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Batches from "synthetic" or from a LibriSpeech folder path."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if source == SYNTHETIC:
+        return synthetic_batches(hp, batch_size, seed)
+    return librispeech_batches(Path(source), hp, batch_size, seed)
+
+
+def check_source(source: str, hp: Hparams) -> str:
+    """Validate the data source up front (DataError) and describe it in one line."""
+    if source == SYNTHETIC:
+        return (
+            f"synthetic LibriSpeech-like utterances: {hp['duration_min_s']:g}-{hp['duration_max_s']:g} s "
+            f"({hp['duration_typical_fraction']:.0%} in {hp['duration_typical_low_s']:g}-"
+            f"{hp['duration_typical_high_s']:g} s), {hp['frequency_bins']}-bin normalized log spectrograms, "
+            f"~{hp['chars_per_second']:g} characters/s"
+        )
+    root = Path(source)
+    scan = _scan(root)
+    for utt, rate in zip(scan.utterances, scan.sample_rates):
+        if rate != hp["sample_rate_hz"]:
+            raise _rate_error(utt.path, rate, hp)
+    total = sum(u.duration_s for u in scan.utterances)
+    skipped = f"; skipped {scan.skipped} transcript lines without a .flac file" if scan.skipped else ""
+    return f"LibriSpeech at {root}: {len(scan.utterances)} utterances, {total:.1f} s of audio{skipped}"
