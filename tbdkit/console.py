@@ -65,24 +65,27 @@ def _fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
 
 def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Table:
     table = Table(title=title)
-    for col in ("run", "framework", "batch", "precision", "device", "status", "throughput", "±95%",
-                "samples/s", "CPU util", "GPU util", "window"):
-        table.add_column(col, justify="right" if col not in ("run", "framework", "status", "device") else "left")
+    for col in ("framework", "batch", "precision", "device", "status", "throughput", "±95%", "samples/s",
+                "CPU util", "GPU util", "window", "run"):
+        left = col in ("framework", "status", "device", "run", "window")
+        table.add_column(col, justify="left" if left else "right", no_wrap=col in ("run", "throughput", "window"))
     for s in summaries:
         m = s.get("metrics") or {}
         thr = m.get("throughput") or {}
         window = s.get("window") or {}
         status = s.get("status", "?")
         style = {"ok": "green", "oom": "yellow", "interrupted": "yellow"}.get(status, "red")
+        rel = thr.get("ci95_relative")
         table.add_row(
-            s.get("run_id", "?"), s.get("framework", "?"), str(s.get("batch_size", "?")), s.get("precision", "?"),
+            s.get("framework", "?"), str(s.get("batch_size", "?")), s.get("precision", "?"),
             s.get("device") or "—", f"[{style}]{status}[/]",
             f"{_fmt(thr.get('value'), 2)} {thr.get('unit', '')}".strip(),
-            _fmt((thr.get("ci95_relative") or 0) * 100 if thr.get("ci95_relative") is not None else None, 2, "%"),
+            _fmt(rel * 100 if rel is not None else None, 2, "%"),
             _fmt((m.get("sample_throughput") or {}).get("value"), 2),
             _fmt((m.get("cpu_utilization") or {}).get("value"), 1, "%"),
             _fmt((m.get("gpu_utilization") or {}).get("value"), 1, "%"),
-            f"{window.get('iterations', '—')} it / {_fmt(window.get('seconds'), 1, ' s')} ({window.get('stop_reason', '—')})"
-            if window else "—",
+            f"{window['iterations']} it, {window['seconds']:.1f} s, {window['stop_reason']}" if window else "—",
+            s.get("run_id", "?").rsplit("-", 1)[-1],
         )
+    table.caption = "run: the id's last part; `tbdkit show <run>` shows one run, `tbdkit runs` lists full ids"
     return table

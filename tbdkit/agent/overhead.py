@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
                            device=args.device, precision="fp32", seed=0)
     batches = synthetic_pool(data.batches("synthetic", hp, batch, 0), args.pool)
     block = args.pool * args.cycles
-    bare_block(adapter, batches, block)  # warm-up, not counted
+    bare_block(adapter, batches, block)  # warm-up of both paths, not counted
+    full_block(adapter, batches, block, args.sample_interval)
     ratios, bare_rates, full_rates = [], [], []
     for r in range(args.rounds):
         w0, t0 = bare_block(adapter, batches, block)
