@@ -29,13 +29,19 @@ class NvmlCollector:
 
             pynvml.nvmlInit()
             self.nvml = pynvml
-            if uuid:
-                self.handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
-            else:
-                self.handle = pynvml.nvmlDeviceGetHandleByIndex(cuda_index)
+            self.handle = self._by_uuid(uuid) or pynvml.nvmlDeviceGetHandleByIndex(cuda_index)
         except Exception as exc:  # NVML missing or failing is a measurement gap, never a crash
             self.reason = f"NVML is not usable here ({type(exc).__name__}: {exc})"
             self.handle = None
+
+    def _by_uuid(self, uuid: str | None) -> Any:
+        """The framework's device by UUID: NVML and CUDA may number GPUs differently."""
+        if not uuid:
+            return None
+        try:
+            return self.nvml.nvmlDeviceGetHandleByUUID(uuid if uuid[:4] in ("GPU-", "MIG-") else f"GPU-{uuid}")
+        except Exception:
+            return None
 
     def start(self) -> None:
         self.t0_us = int(time.time() * 1e6)
