@@ -68,7 +68,7 @@ class RunSpec(BaseModel):
     seed: int = 0
     memory_limit_mb: int | None = Field(
         None, gt=0, description="cap on the agent's memory growth (its address space above what it holds "
-        "at start): allocations past it fail as out-of-memory instead of swapping or waking the OOM killer")
+        "once the framework and model are loaded): allocations past it fail as out-of-memory instead of swapping or waking the OOM killer")
     measure: MeasurePolicy = Field(default_factory=MeasurePolicy)
 
     @field_validator("model")

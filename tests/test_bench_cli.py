@@ -131,7 +131,7 @@ def test_out_of_memory_is_marked_and_loses_nothing(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     summaries = [json.loads((d / "summary.json").read_text()) for d in run_dirs(results)]
     assert [(s["batch_size"], s["status"]) for s in summaries] == [(1, "ok"), (256, "oom")]
-    assert "out of memory" in summaries[1]["error"] and "batch size 256" in summaries[1]["error"]
+    assert summaries[1]["error"].startswith("out of memory at batch size 256: try a smaller batch")
     assert {r["status"] for r in Index(results).runs()} == {"ok", "oom"}
     assert "oom" in proc.stdout
 

@@ -11,19 +11,6 @@ from tbdkit import spec as specs
 from tbdkit.errors import UserError
 
 
-def limit_memory(extra_mb: int) -> None:
-    """Cap the address space at what the agent holds now plus `extra_mb`."""
-    import resource
-
-    import psutil
-
-    held = psutil.Process().memory_info().vms
-    limit = held + extra_mb * 2**20
-    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
-    logging.getLogger("tbdkit.agent").info("memory limit: %d MiB above the %d MiB held at start",
-                                          extra_mb, held // 2**20)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tbdkit.agent")
     parser.add_argument("--spec", required=True, type=Path)
@@ -36,8 +23,6 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"tbdkit agent: {exc}", file=sys.stderr)
         return 2
-    if run_spec.memory_limit_mb:
-        limit_memory(run_spec.memory_limit_mb)
     from tbdkit.agent.run import execute  # imports the framework adapter's dependencies
 
     return execute(run_spec, args.run_dir)

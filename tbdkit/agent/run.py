@@ -40,12 +40,25 @@ class StopFlag:
         return self.count > 0
 
 
+def limit_memory(extra_mb: int) -> None:
+    """Cap the address space at what the agent holds once the framework and model are loaded,
+    plus `extra_mb`: batches, activations and optimizer state must fit in that."""
+    import resource
+
+    import psutil
+
+    held = psutil.Process().memory_info().vms
+    resource.setrlimit(resource.RLIMIT_AS, (held + extra_mb * 2**20, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    log.info("memory limit: %d MiB above the %d MiB of address space held after setup", extra_mb, held // 2**20)
+
+
 def _classify(exc: BaseException, adapter: Any) -> tuple[str, str]:
     if isinstance(exc, (StopRequested, KeyboardInterrupt)):
         return "interrupted", "the run was interrupted by the user (Ctrl-C / SIGTERM)"
     oom = isinstance(exc, MemoryError) or (adapter is not None and adapter.is_oom(exc))
     if oom:
-        return "oom", f"out of memory: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return "oom", f"out of memory ({detail})"
     if type(exc).__name__ == "DataError":
         return "failed", str(exc)
     return "failed", f"{type(exc).__name__}: {exc}"
@@ -74,6 +87,8 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         workload = catalog.load_module(model, spec.framework)
         adapter = load_adapter(spec.framework, workload=workload, hp=hp, device=spec.device,
                                precision=spec.precision, seed=spec.seed)
+        if spec.memory_limit_mb:
+            limit_memory(spec.memory_limit_mb)
         summary["device"] = adapter.device_label
         summary["model_info"] = adapter.model_info()
         env = envinfo.collect(adapter.environment(), spec.seed)
@@ -100,7 +115,8 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         else:
             log.error("run %s: %s", status, message)
         if status == "oom":
-            summary["error"] += f" (batch size {spec.batch_size})"
+            summary["error"] = (f"out of memory at batch size {spec.batch_size}: try a smaller batch "
+                                f"{summary['error'].removeprefix('out of memory ')}")
         if loop is not None and loop.result.metrics:
             summary["metrics"] = loop.result.metrics
     finally:
