@@ -9,7 +9,6 @@ of the batch pool so both see the same work.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from statistics import fmean, stdev

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import signal
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -55,7 +54,10 @@ def limit_memory(extra_mb: int) -> None:
 def _classify(exc: BaseException, adapter: Any) -> tuple[str, str]:
     if isinstance(exc, (StopRequested, KeyboardInterrupt)):
         return "interrupted", "the run was interrupted by the user (Ctrl-C / SIGTERM)"
-    oom = isinstance(exc, MemoryError) or (adapter is not None and adapter.is_oom(exc))
+    # Before the adapter exists (building a large model), recognise the frameworks' OOM messages.
+    text = str(exc).lower()
+    oom = (isinstance(exc, MemoryError) or (adapter is not None and adapter.is_oom(exc))
+           or "out of memory" in text or "can't allocate memory" in text)
     if oom:
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return "oom", f"out of memory ({detail})"
