@@ -1,0 +1,463 @@
+"""What this machine has, for `tbdkit doctor`: each check a yes/no (or n/a) and, when no, the fix.
+
+Every check is a small function returning a `Check`; `checks()` runs them all and never raises.
+Subprocesses run with a timeout of a few seconds, and the NVML probe runs under a time bound,
+so a wedged driver or Docker daemon cannot hang the command. No rendering here: the CLI does it.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from tbdkit import stacks
+
+try:  # nvidia-ml-py; tests replace this module attribute with a fake
+    import pynvml
+except ImportError:  # pragma: no cover - it is a dependency, but doctor must still work without it
+    pynvml = None  # type: ignore[assignment]
+
+# Injectable for tests: the driver's module parameters and this process's status (capabilities).
+PARAMS_PATH = Path("/proc/driver/nvidia/params")
+PROC_STATUS = Path("/proc/self/status")
+CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+CMD_TIMEOUT_S = 5.0
+NVML_TIMEOUT_S = 15.0
+CAP_SYS_ADMIN = 21
+
+NO_DRIVER_FIX = ("no NVIDIA driver found: on a GPU machine install the NVIDIA driver (nvidia-smi must work); "
+                 "without a GPU, runs use the CPU and GPU metrics are recorded as null")
+NSIGHT_FIX = ("install Nsight {what} from NVIDIA's CUDA packages "
+              "(or use the kit's docker images, which include them)")
+OPTIONAL = "optional: needed for --trace/kernel analysis"
+FRAMEWORK_TITLES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
+
+
+@dataclass(frozen=True)
+class Check:
+    area: str          # "gpu", "docker", "frameworks", "profiling"
+    name: str
+    ok: bool | None    # None = not applicable here
+    detail: str        # what was found, or what failed: one line
+    fix: str | None = None
+
+
+def as_dict(checks: list[Check]) -> list[dict]:
+    """The checks as plain dicts, for --json."""
+    return [asdict(c) for c in checks]
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _run(cmd: list[str], timeout: float = CMD_TIMEOUT_S) -> tuple[int | None, str, str]:
+    """(exit code, stdout, stderr); exit code None when it could not run or timed out."""
+    try:
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return None, "", f"`{' '.join(cmd)}` did not answer within {timeout:g} s"
+    except OSError as exc:
+        return None, "", f"`{cmd[0]}` could not run ({exc.strerror or exc})"
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+# ---------------------------------------------------------------------------------------- GPU
+
+@dataclass
+class NvmlInfo:
+    """What one NVML session saw. `error` is set when nvmlInit (or the import) failed."""
+    error: str | None = None
+    no_library: bool = False            # NVML itself (the driver's libnvidia-ml) is missing
+    version: str | None = None          # NVML library version
+    driver: str | None = None
+    cuda_driver: str | None = None      # highest CUDA version the driver supports, "12.8"
+    gpus: list[str] = field(default_factory=list)
+    gpm: list[bool | None] = field(default_factory=list)   # per GPU; None = could not ask
+    gpm_error: str | None = None
+    device_error: str | None = None
+
+
+def _cuda_version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def _exc_text(exc: BaseException) -> str:
+    return _one_line(f"{type(exc).__name__}: {exc}")
+
+
+def _probe_nvml_unbounded() -> NvmlInfo:
+    nv = pynvml
+    if nv is None:
+        return NvmlInfo(error="the pynvml module (package nvidia-ml-py) is not installed")
+    try:
+        nv.nvmlInit()
+    except Exception as exc:
+        # NVMLError_LibraryNotFound / NVMLError_DriverNotLoaded: no usable driver on this machine
+        kind = type(exc).__name__
+        return NvmlInfo(error=_exc_text(exc), no_library=kind.endswith(("LibraryNotFound", "DriverNotLoaded")))
+    info = NvmlInfo()
+    try:
+        for attr, getter in (("version", "nvmlSystemGetNVMLVersion"), ("driver", "nvmlSystemGetDriverVersion")):
+            try:
+                setattr(info, attr, str(getattr(nv, getter)()))
+            except Exception:
+                pass
+        try:
+            info.cuda_driver = _cuda_version(int(nv.nvmlSystemGetCudaDriverVersion_v2()))
+        except Exception:
+            pass
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+        except Exception as exc:
+            info.device_error = _exc_text(exc)
+            count = 0
+        for i in range(count):
+            try:
+                handle = nv.nvmlDeviceGetHandleByIndex(i)
+                name = nv.nvmlDeviceGetName(handle)
+                info.gpus.append(name.decode() if isinstance(name, bytes) else str(name))
+            except Exception as exc:
+                info.gpus.append(f"GPU {i} (unreadable: {_exc_text(exc)})")
+                info.gpm.append(None)
+                continue
+            try:
+                info.gpm.append(bool(nv.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice))
+            except Exception as exc:  # old driver or library: no GPM entry point
+                info.gpm.append(None)
+                info.gpm_error = _exc_text(exc)
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+    return info
+
+
+def probe_nvml(timeout: float = NVML_TIMEOUT_S) -> NvmlInfo:
+    """One NVML session, bounded in time: a hung driver yields an error, not a hung doctor."""
+    box: list[NvmlInfo] = []
+
+    def target() -> None:
+        try:
+            box.append(_probe_nvml_unbounded())
+        except BaseException as exc:  # never let the probe raise
+            box.append(NvmlInfo(error=_exc_text(exc)))
+
+    t = threading.Thread(target=target, name="tbdkit-doctor-nvml", daemon=True)
+    t.start()
+    t.join(timeout)
+    if not box:
+        return NvmlInfo(error=f"NVML did not answer within {timeout:g} s (the driver may be wedged)")
+    return box[0]
+
+
+def _gpu_summary(gpus: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for g in gpus:
+        counts[g] = counts.get(g, 0) + 1
+    return ", ".join(f"{n} × {g}" for g, n in counts.items())
+
+
+def nvml_check(info: NvmlInfo) -> Check:
+    if info.error is None:
+        return Check("gpu", "NVML", True, f"NVML {info.version or '(version unknown)'} loaded", None)
+    if pynvml is None:
+        fix = "install the Python NVML bindings into the kit's environment: pip install nvidia-ml-py"
+    elif info.no_library:
+        fix = "NVML ships with the NVIDIA driver: install the driver (nvidia-smi must work)"
+    else:
+        fix = "check that `nvidia-smi` works; if it does not, reinstall or reload the NVIDIA driver"
+    return Check("gpu", "NVML", False, f"NVML not usable: {info.error}", fix)
+
+
+def driver_check(info: NvmlInfo) -> Check:
+    if info.driver:
+        cuda = f", supports CUDA up to {info.cuda_driver}" if info.cuda_driver else ""
+        return Check("gpu", "NVIDIA driver", True, f"driver {info.driver}{cuda}", None)
+    if info.error is not None:
+        return Check("gpu", "NVIDIA driver", False, f"no NVIDIA driver reachable ({info.error})",
+                     "install the NVIDIA driver for this GPU (nvidia-smi must work)")
+    return Check("gpu", "NVIDIA driver", False, "NVML loaded but did not report a driver version",
+                 "check that `nvidia-smi` works and shows a driver version")
+
+
+def gpu_check(info: NvmlInfo) -> Check:
+    if info.error is not None:
+        fix = NO_DRIVER_FIX if (info.no_library or pynvml is None) else \
+            "check that `nvidia-smi` works; without a GPU, runs use the CPU and GPU metrics are recorded as null"
+        return Check("gpu", "NVIDIA GPU", False, f"no GPU visible: {info.error}", fix)
+    if not info.gpus:
+        why = f" ({info.device_error})" if info.device_error else ""
+        return Check("gpu", "NVIDIA GPU", False, f"the driver is loaded but NVML sees no GPU{why}",
+                     "check `nvidia-smi -L`; in a container pass the GPUs in (docker run --gpus all)")
+    drv = f", driver {info.driver}" if info.driver else ""
+    cuda = f", CUDA {info.cuda_driver}" if info.cuda_driver else ""
+    return Check("gpu", "NVIDIA GPU", True, f"{_gpu_summary(info.gpus)}{drv}{cuda}", None)
+
+
+def gpm_check(info: NvmlInfo) -> Check:
+    name = "NVML GPM metrics"
+    if info.error is not None or not info.gpus:
+        return Check("gpu", name, None, "no GPU: GPM metrics do not apply", None)
+    fix = ("GPU-side utilization-by-pipe metrics (SM, tensor, DRAM activity) need a Hopper or newer GPU "
+           "with a recent driver (or DCGM profiling metrics); the other GPU metrics are still recorded")
+    if all(s is True for s in info.gpm):
+        return Check("gpu", name, True, f"supported on all {len(info.gpus)} GPU(s)", None)
+    supported = [g for g, s in zip(info.gpus, info.gpm) if s]
+    if not supported:
+        why = f" (could not ask: {info.gpm_error})" if info.gpm_error and None in info.gpm else ""
+        return Check("gpu", name, False, f"not supported on {_gpu_summary(info.gpus)}{why}", fix)
+    return Check("gpu", name, False,
+                 f"supported on {len(supported)} of {len(info.gpus)} GPUs ({_gpu_summary(supported)})", fix)
+
+
+# ------------------------------------------------------------------------------------- Docker
+
+NATIVE_NOTE = "the native launcher (`tbdkit bench`, --launcher native, the default) works without Docker"
+
+
+def docker_client_check() -> Check:
+    exe = shutil.which("docker")
+    if exe is None:
+        return Check("docker", "Docker client", False, "docker is not on PATH",
+                     f"install Docker Engine (docs.docker.com/engine/install) to use the kit's images; {NATIVE_NOTE}")
+    rc, out, err = _run([exe, "version", "--format", "{{.Client.Version}}"])
+    version = out.strip().splitlines()[0] if out.strip() else ""
+    if version:  # docker prints the client part even when the daemon is unreachable (exit 1)
+        return Check("docker", "Docker client", True, f"docker {version} at {exe}", None)
+    return Check("docker", "Docker client", False,
+                 f"{exe} did not report a version: {_one_line(err) or f'exit {rc}'}",
+                 f"reinstall Docker Engine (docs.docker.com/engine/install); {NATIVE_NOTE}")
+
+
+def docker_daemon_check(client: Check) -> Check:
+    name = "Docker daemon"
+    exe = shutil.which("docker")
+    if not client.ok or exe is None:
+        return Check("docker", name, None, "needs the Docker client", None)
+    rc, out, err = _run([exe, "version", "--format", "{{.Server.Version}}"])
+    if rc == 0 and out.strip():
+        return Check("docker", name, True, f"Docker Engine {out.strip().splitlines()[0]} answering", None)
+    text = _one_line(err) or (f"exit {rc}" if rc is not None else "no answer")
+    if "permission denied" in text.lower():
+        fix = ("add your user to the docker group (sudo usermod -aG docker $USER, then log in again) "
+               f"or run with sudo; {NATIVE_NOTE}")
+    else:
+        fix = f"start the Docker daemon (sudo systemctl start docker); {NATIVE_NOTE}"
+    return Check("docker", name, False, f"not reachable: {text}", fix)
+
+
+def _cdi_nvidia_specs(dirs: tuple[Path, ...] | None = None) -> list[str]:
+    """CDI spec files (used by Docker 25+ and Podman) that declare NVIDIA GPUs."""
+    found = []
+    for d in CDI_DIRS if dirs is None else dirs:
+        for path in sorted(glob.glob(str(d / "*.yaml")) + glob.glob(str(d / "*.yml")) + glob.glob(str(d / "*.json"))):
+            try:
+                if "nvidia.com/gpu" in Path(path).read_text(errors="replace"):
+                    found.append(path)
+            except OSError:
+                continue
+    return found
+
+
+def nvidia_runtime_check(daemon: Check) -> Check:
+    name = "NVIDIA container runtime"
+    if not daemon.ok:
+        return Check("docker", name, None, "needs a running Docker daemon", None)
+    exe = shutil.which("docker") or "docker"
+    rc, out, err = _run([exe, "info", "--format", "{{json .Runtimes}}"])
+    runtimes: list[str] = []
+    if rc == 0:
+        try:
+            parsed = json.loads(out or "null")
+            runtimes = sorted(parsed) if isinstance(parsed, dict) else []
+        except json.JSONDecodeError:
+            runtimes = []
+    if any("nvidia" in r for r in runtimes):
+        return Check("docker", name, True, f"Docker runtimes: {', '.join(runtimes)}", None)
+    cdi = _cdi_nvidia_specs()
+    if cdi:
+        return Check("docker", name, True, f"CDI spec for nvidia.com/gpu: {', '.join(cdi)}", None)
+    hook = shutil.which("nvidia-container-runtime-hook")
+    if hook:  # Docker's --gpus uses this hook directly, without a registered runtime
+        return Check("docker", name, True, f"{hook} present (docker run --gpus uses it)", None)
+    seen = f"Docker runtimes: {', '.join(runtimes)}" if runtimes else \
+        (f"docker info failed: {_one_line(err)}" if rc != 0 else "Docker lists no runtimes")
+    return Check("docker", name, False, f"{seen}; no nvidia runtime or CDI spec for nvidia.com/gpu",
+                 "install nvidia-container-toolkit and run `sudo nvidia-ctk runtime configure --runtime=docker` "
+                 "then restart Docker, so containers can use the GPU")
+
+
+# --------------------------------------------------------------------------------- frameworks
+
+def framework_check(name: str) -> Check:
+    stack = stacks.STACKS.get(name)
+    title = stack.title if stack else FRAMEWORK_TITLES.get(name, name)
+    check_name = f"{title} stack"
+    if stack is None:
+        return Check("frameworks", check_name, None, "not supported by this version of the kit yet", None)
+    try:
+        record = stacks.marker(name)
+    except Exception as exc:
+        return Check("frameworks", check_name, False, f"could not read its environment: {_exc_text(exc)}",
+                     f"run `tbdkit setup {name} --force`")
+    where = stacks.venv_path(name)
+    if record is None:
+        return Check("frameworks", check_name, False, f"not installed (no environment at {where})",
+                     f"run `tbdkit setup {name}`")
+    version = record.get("framework_version") if isinstance(record, dict) else None
+    detail = f"{stack.module} {version}" if version else f"installed ({stack.module} version unknown)"
+    detail += f" in {where}"
+    try:
+        current = stacks.is_current(name)
+    except Exception:
+        current = True
+    if not current:
+        detail += "; pyproject.toml changed since it was installed"
+        return Check("frameworks", check_name, True, detail,
+                     f"run `tbdkit setup {name}` to bring it up to date")
+    return Check("frameworks", check_name, True, detail, None)
+
+
+# ---------------------------------------------------------------------------------- profiling
+
+OPEN_COUNTERS = ("open them to all users as NVIDIA documents (ERR_NVGPUCTRPERM): put "
+                 "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` in a file in /etc/modprobe.d/, "
+                 "update the initramfs (Ubuntu: sudo update-initramfs -u -k all), then reboot")
+COUNTERS_FIX = ("GPU performance counters are admin-only here: run the profiler with sudo "
+                f"(in a container add --cap-add=SYS_ADMIN), or {OPEN_COUNTERS}")
+
+
+def _has_cap_sys_admin(status_path: Path) -> bool | None:
+    """CAP_SYS_ADMIN in this process's effective set; None when it cannot be read."""
+    try:
+        for line in status_path.read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> CAP_SYS_ADMIN & 1)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def counters_check(params_path: Path | None = None, euid: int | None = None,
+                   status_path: Path | None = None, platform: str | None = None) -> Check:
+    """Whether this user may read the GPU performance counters (Nsight Compute needs them)."""
+    name = "GPU performance counters"
+    if (platform or sys.platform) != "linux":
+        return Check("profiling", name, None, "checked on Linux only", None)
+    params_path = params_path if params_path is not None else PARAMS_PATH
+    status_path = status_path if status_path is not None else PROC_STATUS
+    try:
+        text = params_path.read_text()
+    except FileNotFoundError:
+        return Check("profiling", name, None, f"no NVIDIA driver loaded ({params_path} is missing)", None)
+    except OSError as exc:
+        return Check("profiling", name, None, f"could not read {params_path}: {exc.strerror or exc}", None)
+    value = None
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key.strip() == "RmProfilingAdminOnly":
+            value = rest.strip()
+            break
+    if value is None:
+        return Check("profiling", name, None, f"{params_path} does not report RmProfilingAdminOnly", None)
+    if value == "0":
+        return Check("profiling", name, True, "open to all users (RmProfilingAdminOnly: 0)", None)
+    if euid is None:
+        euid = os.geteuid() if hasattr(os, "geteuid") else -1
+    if euid == 0:
+        cap = _has_cap_sys_admin(status_path)
+        if cap is False:  # root in a container without CAP_SYS_ADMIN is still refused
+            return Check("profiling", name, False,
+                         f"admin-only (RmProfilingAdminOnly: {value}); root here lacks CAP_SYS_ADMIN",
+                         f"start the container with --cap-add=SYS_ADMIN, or {OPEN_COUNTERS}")
+        return Check("profiling", name, True, f"admin-only (RmProfilingAdminOnly: {value}), running as root", None)
+    return Check("profiling", name, False, f"admin-only (RmProfilingAdminOnly: {value}) and not running as root",
+                 COUNTERS_FIX)
+
+
+NSIGHT = {
+    "ncu": ("Nsight Compute (ncu)", "Compute",
+            ("/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu")),
+    "nsys": ("Nsight Systems (nsys)", "Systems",
+             ("/usr/local/cuda/bin/nsys", "/usr/local/cuda-*/bin/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys")),
+}
+
+
+def _version_line(text: str) -> str:
+    """The line that names the version (ncu prints a banner first), else the first line."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in lines:
+        if "version" in ln.lower():
+            return ln
+    return lines[0] if lines else ""
+
+
+def nsight_check(tool: str) -> Check:
+    title, what, candidates = NSIGHT[tool]
+    exe = shutil.which(tool)
+    if exe is None:
+        elsewhere = sorted({p for pattern in candidates for p in glob.glob(pattern) if os.access(p, os.X_OK)})
+        if elsewhere:
+            return Check("profiling", title, False, f"not on PATH but found at {elsewhere[0]} ({OPTIONAL})",
+                         f"add {os.path.dirname(elsewhere[0])} to PATH")
+        return Check("profiling", title, False, f"not on PATH ({OPTIONAL})", NSIGHT_FIX.format(what=what))
+    rc, out, err = _run([exe, "--version"])
+    line = _version_line(out) or _version_line(err)
+    if rc == 0 and line:
+        return Check("profiling", title, True, f"{_one_line(line)} at {exe}", None)
+    return Check("profiling", title, False,
+                 f"{exe} --version failed: {_one_line(err) or f'exit {rc}'} ({OPTIONAL})",
+                 NSIGHT_FIX.format(what=what))
+
+
+# ------------------------------------------------------------------------------------ all of it
+
+def _safe(area: str, name: str, fn: Callable[[], Check]) -> Check:
+    try:
+        return fn()
+    except Exception as exc:  # a bug in one check must not hide the others
+        return Check(area, name, False, f"the check itself failed: {_exc_text(exc)}",
+                     "report this as a tbdkit bug, with the output of `tbdkit doctor --json`")
+
+
+def checks() -> list[Check]:
+    """Every check, in display order. Never raises."""
+    out: list[Check] = []
+    try:
+        info = probe_nvml()
+    except Exception as exc:
+        info = NvmlInfo(error=_exc_text(exc))
+    out.append(_safe("gpu", "NVIDIA GPU", lambda: gpu_check(info)))
+    out.append(_safe("gpu", "NVIDIA driver", lambda: driver_check(info)))
+    out.append(_safe("gpu", "NVML", lambda: nvml_check(info)))
+    out.append(_safe("gpu", "NVML GPM metrics", lambda: gpm_check(info)))
+
+    client = _safe("docker", "Docker client", docker_client_check)
+    daemon = _safe("docker", "Docker daemon", lambda: docker_daemon_check(client))
+    runtime = _safe("docker", "NVIDIA container runtime", lambda: nvidia_runtime_check(daemon))
+    out += [client, daemon, runtime]
+
+    for fw in stacks.KNOWN_FRAMEWORKS:
+        title = FRAMEWORK_TITLES.get(fw, fw)
+        out.append(_safe("frameworks", f"{title} stack", lambda fw=fw: framework_check(fw)))
+
+    out.append(_safe("profiling", "GPU performance counters", counters_check))
+    for tool in NSIGHT:
+        out.append(_safe("profiling", NSIGHT[tool][0], lambda tool=tool: nsight_check(tool)))
+    return out
+
+
+if __name__ == "__main__":  # `python -m tbdkit.doctor`: the JSON, without the CLI
+    print(json.dumps(as_dict(checks()), indent=2))
