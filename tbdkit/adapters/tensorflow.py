@@ -1,0 +1,146 @@
+"""TensorFlow adapter: device, math mode, seeding, device synchronization and memory statistics."""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out of the log
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tbdkit.metric import metric  # noqa: E402
+
+
+class Precision:
+    """fp32 (TF32 off), tf32 (TF32 matmuls and convolutions), amp (mixed_float16 on a GPU with loss
+    scaling, mixed_bfloat16 on a CPU). Set before the model is built: Keras reads the dtype policy then."""
+
+    def __init__(self, mode: str, on_gpu: bool) -> None:
+        self.mode = mode
+        tf.config.experimental.enable_tensor_float_32_execution(mode == "tf32")
+        policy = "float32"
+        if mode == "amp":
+            policy = "mixed_float16" if on_gpu else "mixed_bfloat16"
+        keras.mixed_precision.set_global_policy(policy)
+        self.loss_scaling = mode == "amp" and on_gpu
+
+    def wrap_optimizer(self, optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
+        return keras.optimizers.LossScaleOptimizer(optimizer) if self.loss_scaling else optimizer
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "tf32_matmul": tf.config.experimental.tensor_float_32_execution_enabled(),
+            "tf32_cudnn": tf.config.experimental.tensor_float_32_execution_enabled(),
+            "keras_dtype_policy": keras.mixed_precision.global_policy().name,
+            "loss_scaling": self.loss_scaling,
+        }
+
+
+def resolve_device(requested: str) -> tuple[str, int | None]:
+    """The TensorFlow device name and the GPU index NVML sees (None on the CPU)."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if requested == "auto":
+        requested = "cuda:0" if gpus else "cpu"
+    if requested == "cpu":
+        return "/CPU:0", None
+    index = int(requested.partition(":")[2] or 0)
+    if index >= len(gpus):
+        raise RuntimeError(f"device '{requested}' was asked for but TensorFlow sees {len(gpus)} GPU(s)")
+    return f"/GPU:{index}", index
+
+
+class TensorFlowAdapter:
+    framework = "tensorflow"
+
+    def __init__(self, workload: ModuleType, hp: dict[str, Any], device: str, precision: str, seed: int) -> None:
+        keras.utils.set_random_seed(seed)  # Python, NumPy and TensorFlow
+        self.tf_device, self.cuda_index = resolve_device(device)
+        self.device_label = "cpu" if self.cuda_index is None else f"cuda:{self.cuda_index}"
+        if self.cuda_index is not None:
+            for gpu in tf.config.list_physical_devices("GPU"):
+                tf.config.experimental.set_memory_growth(gpu, True)  # peak memory means what was used
+        self.precision = Precision(precision, self.cuda_index is not None)
+        self.workload = workload
+        with tf.device(self.tf_device):
+            self.training = workload.build(hp, self.precision)
+
+    def prepare(self, batch: Any) -> Any:
+        return self.workload.to_device(batch, self.tf_device)
+
+    def step(self, inputs: Any) -> Any:
+        with tf.device(self.tf_device):
+            loss = self.workload.train_step(self.training, inputs, self.precision)
+        if self.cuda_index is not None:
+            tf.test.experimental.sync_devices()
+        return loss
+
+    def loss_value(self, loss: Any) -> float:
+        return float(loss.numpy())
+
+    def reset_peaks(self) -> None:
+        if self.cuda_index is not None:
+            tf.config.experimental.reset_memory_stats(self.tf_device.strip("/"))
+
+    def model_info(self) -> dict[str, Any]:
+        model = self.training.model
+        weights = model.weights
+        return {
+            "parameters": sum(int(w.numpy().size) for w in model.trainable_weights),
+            "trainable_parameters": sum(int(w.numpy().size) for w in model.trainable_weights),
+            "non_trainable_state": sum(int(w.numpy().size) for w in model.non_trainable_weights),
+            "parameter_bytes": sum(int(w.numpy().nbytes) for w in weights if w.trainable),
+        }
+
+    def memory(self) -> dict[str, Any]:
+        method = "tf.config.experimental.get_memory_info(...)['peak'] over the sample window (reset at its start)"
+        if self.cuda_index is None:
+            reason = "the run is on the CPU: TensorFlow's GPU allocator is not in use (see peak_rss)"
+            return {
+                "framework_peak_allocated": metric(None, "MiB", method, reason=reason),
+                "framework_peak_reserved": metric(None, "MiB", "BFC allocator pool", reason=reason),
+            }
+        info = tf.config.experimental.get_memory_info(self.tf_device.strip("/"))
+        return {
+            "framework_peak_allocated": metric(info["peak"] / 2**20, "MiB", method),
+            "framework_peak_reserved": metric(
+                None, "MiB", "BFC allocator pool",
+                reason="TensorFlow does not report its allocator's reserved pool; NVML's memory used covers it"),
+        }
+
+    def is_oom(self, exc: BaseException) -> bool:
+        if isinstance(exc, (tf.errors.ResourceExhaustedError, MemoryError)):
+            return True
+        text = str(exc)
+        return "OOM when allocating" in text or "out of memory" in text.lower()
+
+    def environment(self) -> dict[str, Any]:
+        build = tf.sysconfig.get_build_info()
+        env: dict[str, Any] = {
+            "framework": "tensorflow",
+            "framework_version": tf.__version__,
+            "keras_version": keras.__version__,
+            "cuda_build": bool(build.get("is_cuda_build")),
+            "cuda_runtime": build.get("cuda_version"),
+            "cudnn": build.get("cudnn_version"),
+            "cuda_available": bool(tf.config.list_physical_devices("GPU")),
+            "device": self.device_label,
+            "tf_device": self.tf_device,
+            "device_name": "cpu",
+            "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+            "math_mode": self.precision.describe(),
+        }
+        if self.cuda_index is not None:
+            details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[self.cuda_index])
+            env["device_name"] = details.get("device_name")
+            cc = details.get("compute_capability")
+            env["device_properties"] = {"compute_capability": f"{cc[0]}.{cc[1]}" if cc else None}
+        return env
+
+
+def make(**kwargs: Any) -> TensorFlowAdapter:
+    return TensorFlowAdapter(**kwargs)
