@@ -152,3 +152,55 @@ class MXNetAdapter:
 
 def make(**kwargs: Any) -> MXNetAdapter:
     return MXNetAdapter(**kwargs)
+
+
+def canonical_layers(model: Any, forward: Any) -> list[Any]:
+    """The model's layers in forward order, parameters in tbdkit.canonical's layouts, with the output
+    positions each layer's weights were applied at during `forward()` (run imperatively on one sample).
+
+    A one-direction GRU that serves as half of a bidirectional layer says which half in a
+    `direction` attribute ("forward" / "backward"); a fused bidirectional GRU is split here."""
+    from mxnet import gluon
+
+    from tbdkit.canonical import Layer
+
+    kinds = (gluon.nn.Conv2D, gluon.nn.BatchNorm, gluon.nn.Dense, gluon.rnn.GRU)
+    blocks: list[Any] = []
+
+    def walk(block: Any) -> None:
+        if isinstance(block, kinds):
+            blocks.append(block)
+        for child in block._children.values():
+            walk(child)
+    walk(model)
+    seen: list[tuple[Any, Any]] = []
+    handles = [b.register_forward_hook(lambda blk, args, out: seen.append((blk, out))) for b in blocks]
+    model.hybridize(active=False)  # hooks fire only in imperative mode
+    try:
+        forward()
+    finally:
+        for h in handles:
+            h.detach()
+    layers: list[Any] = []
+    for block, out in seen:
+        arr = lambda p: p.data().asnumpy()  # noqa: E731
+        if isinstance(block, gluon.nn.Conv2D):
+            params = {"weight": arr(block.weight)} | ({"bias": arr(block.bias)} if block.bias is not None else {})
+            layers.append(Layer("conv2d", params, positions=int(out.shape[2] * out.shape[3])))
+        elif isinstance(block, gluon.nn.BatchNorm):
+            layers.append(Layer("batchnorm", {"gamma": arr(block.gamma), "beta": arr(block.beta)}))
+        elif isinstance(block, gluon.nn.Dense):
+            params = {"weight": arr(block.weight)} | ({"bias": arr(block.bias)} if block.bias is not None else {})
+            layers.append(Layer("dense", params, positions=int(np.prod(out.shape[:-1]))))
+        else:  # gate blocks already r, z, n (cuDNN's order)
+            sequence = out[0] if isinstance(out, (list, tuple)) else out
+            steps = int(sequence.shape[0 if block._layout == "TNC" else 1])
+            fused = block._dir == 2
+            for i in range(block._num_layers):
+                for prefix, direction in ((("l", "forward"), ("r", "backward")) if fused
+                                          else (("l", getattr(block, "direction", None)),)):
+                    g = lambda n: arr(getattr(block, f"{prefix}{i}_{n}"))  # noqa: E731
+                    layers.append(Layer("gru", {"w_input": g("i2h_weight"), "w_hidden": g("h2h_weight"),
+                                                "b_input": g("i2h_bias"), "b_hidden": g("h2h_bias")},
+                                        positions=steps, direction=direction))
+    return layers

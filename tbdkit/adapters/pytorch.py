@@ -99,6 +99,7 @@ class PyTorchAdapter:
             "parameters": sum(p.numel() for p in model.parameters()),
             "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+            "non_trainable_state": sum(b.numel() for b in model.buffers()),
         }
 
     def memory(self) -> dict[str, Any]:
@@ -153,3 +154,46 @@ class PyTorchAdapter:
 
 def make(**kwargs: Any) -> PyTorchAdapter:
     return PyTorchAdapter(**kwargs)
+
+
+def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list[Any]:
+    """The model's layers in forward order, parameters in tbdkit.canonical's layouts, with the output
+    positions each layer's weights were applied at during `forward()` (run on one sample)."""
+    from tbdkit.canonical import Layer
+
+    seen: list[tuple[torch.nn.Module, Any]] = []
+    kinds = (torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.GRU, torch.nn.Linear)
+    hooks = [m.register_forward_hook(lambda mod, args, out: seen.append((mod, out)))
+             for m in model.modules() if isinstance(m, kinds)]
+    try:
+        with torch.no_grad():
+            forward()
+    finally:
+        for h in hooks:
+            h.remove()
+    layers: list[Any] = []
+
+    def np_(t: torch.Tensor) -> np.ndarray:
+        return t.detach().cpu().numpy()
+
+    for mod, out in seen:
+        if isinstance(mod, torch.nn.Conv2d):
+            params = {"weight": np_(mod.weight)} | ({"bias": np_(mod.bias)} if mod.bias is not None else {})
+            layers.append(Layer("conv2d", params, positions=out.shape[2] * out.shape[3]))
+        elif isinstance(mod, torch.nn.BatchNorm2d):
+            layers.append(Layer("batchnorm", {"gamma": np_(mod.weight), "beta": np_(mod.bias)}))
+        elif isinstance(mod, torch.nn.Linear):
+            params = {"weight": np_(mod.weight)} | ({"bias": np_(mod.bias)} if mod.bias is not None else {})
+            layers.append(Layer("dense", params, positions=out.numel() // out.shape[-1]))  # one sample
+        else:  # GRU: one canonical layer per layer and direction, gates already r, z, n
+            data = out[0].data if hasattr(out[0], "batch_sizes") else out[0]
+            steps = data.shape[0] if hasattr(out[0], "batch_sizes") else data.shape[1 if mod.batch_first else 0]
+            for layer in range(mod.num_layers):
+                directions = (("", "forward"), ("_reverse", "backward")) if mod.bidirectional else (("", None),)
+                for suffix, direction in directions:
+                    g = lambda n: np_(getattr(mod, f"{n}_l{layer}{suffix}"))  # noqa: E731
+                    layers.append(Layer("gru", {"w_input": g("weight_ih"), "w_hidden": g("weight_hh"),
+                                                "b_input": g("bias_ih"), "b_hidden": g("bias_hh")},
+                                        positions=int(steps), direction=direction))
+    return layers
+

@@ -9,6 +9,7 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out of the log
 
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tbdkit.metric import metric  # noqa: E402
@@ -144,3 +145,60 @@ class TensorFlowAdapter:
 
 def make(**kwargs: Any) -> TensorFlowAdapter:
     return TensorFlowAdapter(**kwargs)
+
+
+def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
+    """The model's layers in forward order, parameters in tbdkit.canonical's layouts, with the output
+    positions each layer's weights were applied at during `forward()` (run eagerly on one sample)."""
+    from tbdkit.canonical import Layer, reorder_gates
+
+    kinds = (keras.layers.Conv2D, keras.layers.BatchNormalization, keras.layers.GRU, keras.layers.Dense)
+    sublayers = [x for x in model._flatten_layers(include_self=False, recursive=True) if isinstance(x, kinds)]
+    in_bidirectional = {id(b.forward_layer) for b in model._flatten_layers(include_self=False, recursive=True)
+                        if isinstance(b, keras.layers.Bidirectional)}
+    seen: list[tuple[Any, Any]] = []
+
+    def hook(layer: Any) -> None:
+        original = layer.call
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            seen.append((layer, out))
+            return out
+        object.__setattr__(layer, "call", call)
+
+    for layer in sublayers:
+        hook(layer)
+    try:
+        forward()
+    finally:
+        for layer in sublayers:
+            object.__delattr__(layer, "call")
+    layers: list[Any] = []
+    for layer, out in seen:
+        if isinstance(layer, keras.layers.Conv2D):
+            params = {"weight": np.transpose(layer.kernel.numpy(), (3, 2, 0, 1))}
+            if layer.use_bias:
+                params["bias"] = layer.bias.numpy()
+            layers.append(Layer("conv2d", params, positions=int(out.shape[1] * out.shape[2])))
+        elif isinstance(layer, keras.layers.BatchNormalization):
+            layers.append(Layer("batchnorm", {"gamma": layer.gamma.numpy(), "beta": layer.beta.numpy()}))
+        elif isinstance(layer, keras.layers.Dense):
+            params = {"weight": layer.kernel.numpy().T}
+            if layer.use_bias:
+                params["bias"] = layer.bias.numpy()
+            layers.append(Layer("dense", params, positions=int(np.prod(out.shape[:-1]))))
+        else:
+            cell = layer.cell
+            if not cell.reset_after:
+                raise ValueError(f"{layer.name}: a GRU with reset_after=False is a different network from "
+                                 "PyTorch's and cuDNN's; build it with reset_after=True")
+            sequence = out[0] if isinstance(out, (list, tuple)) else out
+            direction = "backward" if layer.go_backwards else "forward" if id(layer) in in_bidirectional else None
+            layers.append(Layer("gru", {
+                "w_input": reorder_gates(cell.kernel.numpy().T, "zrn"),
+                "w_hidden": reorder_gates(cell.recurrent_kernel.numpy().T, "zrn"),
+                "b_input": reorder_gates(cell.bias.numpy()[0], "zrn"),
+                "b_hidden": reorder_gates(cell.bias.numpy()[1], "zrn"),
+            }, positions=int(sequence.shape[1]), direction=direction))
+    return layers

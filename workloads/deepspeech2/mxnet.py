@@ -34,6 +34,7 @@ class BiGRU(gluon.HybridBlock):
         with self.name_scope():
             self.fwd = gluon.rnn.GRU(hidden, layout="TNC", input_size=input_size, prefix="fwd_")
             self.bwd = gluon.rnn.GRU(hidden, layout="TNC", input_size=input_size, prefix="bwd_")
+        self.fwd.direction, self.bwd.direction = "forward", "backward"
 
     def hybrid_forward(self, F: Any, x: Any, lengths: Any) -> Any:
         reverse = lambda y: F.SequenceReverse(y, sequence_length=lengths, use_sequence_length=True)  # noqa: E731
@@ -116,6 +117,11 @@ def ctc_mean(logits: Any, lengths: Any, labels: Any, label_lengths: Any) -> Any:
     per_utt = mx.nd.ctc_loss(logits, labels, lengths, label_lengths, use_data_lengths=True,
                              use_label_lengths=True, blank_label="first")
     return (per_utt / label_lengths).mean()
+
+
+def forward(training: Training, inputs: dict[str, Any]) -> Any:
+    """The network alone (no loss, no update): logits (T', N, V)."""
+    return training.model(inputs["features"], inputs["frames"])[0]
 
 
 def train_step(training: Training, inputs: dict[str, Any], precision: Any) -> Any:

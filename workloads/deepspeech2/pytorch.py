@@ -81,6 +81,11 @@ def to_device(batch: Any, device: torch.device) -> dict[str, torch.Tensor]:
     }
 
 
+def forward(training: Training, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The network alone (no loss, no update): log-probabilities (T', N, V)."""
+    return training.model(inputs["features"], inputs["frames"])[0]
+
+
 def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: Any) -> torch.Tensor:
     """One SGD step; `precision` supplies autocast() and a GradScaler (a no-op outside AMP)."""
     model, optimizer = training.model, training.optimizer

@@ -132,6 +132,11 @@ def to_device(batch: Any, device: str) -> dict[str, tf.Tensor]:
         }
 
 
+def forward(training: Training, inputs: dict[str, tf.Tensor]) -> tf.Tensor:
+    """The network alone (no loss, no update), run eagerly: log-probabilities (N, T', V)."""
+    return training.model(inputs["features"], inputs["frames"], training=False)[0]
+
+
 def train_step(training: Training, inputs: dict[str, tf.Tensor], precision: Any) -> tf.Tensor:
     """One SGD step with gradient values clipped (Keras `clipvalue`); the math mode is set by the adapter."""
     return training.step(inputs["features"], inputs["frames"], inputs["labels"], inputs["label_lengths"])

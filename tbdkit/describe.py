@@ -1,0 +1,44 @@
+"""python -m tbdkit.describe --model M --framework F [--preset P]: the network as built by one
+framework, in canonical form (tbdkit.canonical), as JSON on stdout. Runs in that framework's stack."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from tbdkit import canonical, catalog
+from tbdkit.adapters import load as load_adapter
+
+
+def describe(model_name: str, framework: str, preset: str) -> dict[str, Any]:
+    model = catalog.get(model_name)
+    catalog.check_framework(model, framework)
+    hp = model.hp(preset)
+    data = catalog.load_module(model, "data")
+    workload = catalog.load_module(model, framework)
+    adapter: Any = load_adapter(framework, workload=workload, hp=hp, device="cpu", precision="fp32", seed=0)
+    batch = data.reference_batch(hp)
+    inputs = adapter.prepare(batch)
+    layers = sys.modules[type(adapter).__module__].canonical_layers(
+        adapter.training.model, lambda: workload.forward(adapter.training, inputs))
+    reference = {"shape": list(batch.features.shape[1:]), "work": batch.work, "unit": model.throughput_unit}
+    env = adapter.environment()
+    return {"model": model_name, "framework": framework, "framework_version": env.get("framework_version"),
+            "preset": preset, **canonical.report(layers, reference),
+            "framework_state": {k: v for k, v in adapter.model_info().items() if k == "non_trainable_state"}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tbdkit.describe")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--framework", required=True)
+    parser.add_argument("--preset", default="smoke")
+    args = parser.parse_args(argv)
+    print(json.dumps(describe(args.model, args.framework, args.preset)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
