@@ -23,7 +23,8 @@ def describe(model_name: str, framework: str, preset: str) -> dict[str, Any]:
     inputs = adapter.prepare(batch)
     layers = sys.modules[type(adapter).__module__].canonical_layers(
         adapter.training.model, lambda: workload.forward(adapter.training, inputs))
-    reference = {"shape": list(batch.features.shape[1:]), "work": batch.work, "unit": model.throughput_unit}
+    reference = {"input_shape": list(batch.features.shape[1:]), "work": batch.work,
+                 "work_unit": model.throughput_unit.removesuffix("/s")}
     env = adapter.environment()
     return {"model": model_name, "framework": framework, "framework_version": env.get("framework_version"),
             "preset": preset, **canonical.report(layers, reference),
@@ -42,3 +43,23 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def in_stack(model_name: str, framework: str, preset: str) -> dict[str, Any]:
+    """Host side: run `describe` in the framework's stack and return its JSON (UserError if it cannot)."""
+    import subprocess
+
+    from tbdkit import stacks
+    from tbdkit.errors import UserError
+
+    model = catalog.get(model_name)
+    catalog.check_framework(model, framework)
+    model.hp(preset)
+    python = stacks.require(framework)
+    proc = subprocess.run([str(python), "-m", "tbdkit.describe", "--model", model_name, "--framework", framework,
+                           "--preset", preset], capture_output=True, text=True, env=stacks.agent_env())
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise UserError(f"Describing {model_name} on {framework} failed in its stack (exit {proc.returncode}: "
+                        f"{last}): run `tbdkit setup {framework} --force` if the stack is damaged.")
+    return json.loads(proc.stdout)
