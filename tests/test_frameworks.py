@@ -113,3 +113,12 @@ def test_bench_all_frameworks_prints_one_table(tmp_path):
     assert envs["tensorflow"]["framework_version"] == "2.21.0" and envs["mxnet"]["framework_version"] == "1.9.1"
     assert envs["tensorflow"]["math_mode"]["tf32_matmul"] is False
     assert envs["mxnet"]["math_mode"]["nvidia_tf32_override"] == "0"
+
+
+@pytest.mark.slow
+def test_state_differences_are_the_listed_ones(described):
+    import tomllib
+
+    listed = tomllib.loads((MODEL.folder / "workload.toml").read_text())["framework_difference"]
+    (entry,) = [d for d in listed if "smoke_state_values" in d]
+    assert {fw: described[fw]["framework_state"]["non_trainable_state"] for fw in FRAMEWORKS} == entry["smoke_state_values"]
