@@ -150,4 +150,6 @@ def _clean_env() -> dict[str, str]:
 
 
 def agent_env() -> dict[str, str]:
-    return _clean_env()
+    env = _clean_env()
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up INFO/WARNING lines, not errors
+    return env

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 from typing import Any
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out of the log
+import keras
+import numpy as np
+import tensorflow as tf
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from tbdkit.metric import metric  # noqa: E402
+from tbdkit.metric import metric
 
 
 class Precision:
