@@ -19,7 +19,7 @@ Only stdlib and NumPy: this module runs in every stack's environment and on the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -46,6 +46,8 @@ class Layer:
     positions: int = 0
     direction: str | None = None   # "forward" / "backward" for one direction of a recurrent layer
     name: str = field(default="")
+    # writes canonical arrays of this layer's parameters back into the framework's model
+    assign: Callable[[dict[str, np.ndarray]], None] | None = field(default=None, repr=False)
 
     def shapes(self) -> dict[str, list[int]]:
         return {k: list(v.shape) for k, v in self.params.items()}
@@ -67,6 +69,12 @@ def reorder_gates(a: np.ndarray, order: str, axis: int = 0) -> np.ndarray:
     blocks = np.split(np.asarray(a), 3, axis=axis)
     by_gate = dict(zip(order, blocks))
     return np.concatenate([by_gate[g] for g in GATES], axis=axis)
+
+
+def gates_from_canonical(a: np.ndarray, order: str, axis: int = 0) -> np.ndarray:
+    """Canonical r, z, n gate blocks along `axis` -> the framework's `order` (the inverse of reorder_gates)."""
+    by_gate = dict(zip(GATES, np.split(np.asarray(a), 3, axis=axis)))
+    return np.concatenate([by_gate[g] for g in order], axis=axis)
 
 
 def name_layers(layers: Sequence[Layer]) -> list[Layer]:

@@ -122,3 +122,35 @@ def test_state_differences_are_the_listed_ones(described):
     listed = tomllib.loads((MODEL.folder / "workload.toml").read_text())["framework_difference"]
     (entry,) = [d for d in listed if "smoke_state_values" in d]
     assert {fw: described[fw]["framework_state"]["non_trainable_state"] for fw in FRAMEWORKS} == entry["smoke_state_values"]
+
+
+@pytest.fixture(scope="module")
+def pytorch_weights(tmp_path_factory):
+    from tbdkit import stacks
+
+    path = tmp_path_factory.mktemp("weights") / "pytorch.npz"
+    subprocess.run([str(stacks.python_of("pytorch")), "-m", "tbdkit.describe", "--model", "deepspeech2",
+                    "--framework", "pytorch", "--save", str(path)], check=True, capture_output=True,
+                   env=stacks.agent_env())
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
+def test_same_weights_same_outputs(pytorch_weights, tmp_path, framework):
+    """PyTorch's weights, moved through the canonical layout into the other framework, give the same
+    log-probabilities on the same two utterances: the same network, numerically."""
+    import numpy as np
+
+    from tbdkit import stacks
+
+    out = tmp_path / f"{framework}.npz"
+    subprocess.run([str(stacks.python_of(framework)), "-m", "tbdkit.describe", "--model", "deepspeech2",
+                    "--framework", framework, "--weights-from", str(pytorch_weights), "--save", str(out)],
+                   check=True, capture_output=True, env=stacks.agent_env())
+    theirs, ours = np.load(pytorch_weights), np.load(out)
+    for key in (k for k in theirs.files if "/" in k):  # read back from the framework after loading
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+    assert ours["lengths"].tolist() == theirs["lengths"].tolist()
+    for i, n in enumerate(theirs["lengths"]):
+        np.testing.assert_allclose(ours["log_probs"][i, :n], theirs["log_probs"][i, :n], atol=1e-4)

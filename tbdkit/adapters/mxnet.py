@@ -182,16 +182,22 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
         for h in handles:
             h.detach()
     layers: list[Any] = []
+
+    def setter(targets: dict[str, Any]) -> Any:
+        def assign(arrays: dict[str, np.ndarray]) -> None:
+            for key, param in targets.items():
+                param.set_data(mx.nd.array(arrays[key], dtype=param.dtype))
+        return assign
+
     for block, out in seen:
-        arr = lambda p: p.data().asnumpy()  # noqa: E731
         if isinstance(block, gluon.nn.Conv2D):
-            params = {"weight": arr(block.weight)} | ({"bias": arr(block.bias)} if block.bias is not None else {})
-            layers.append(Layer("conv2d", params, positions=int(out.shape[2] * out.shape[3])))
+            targets = {"weight": block.weight} | ({"bias": block.bias} if block.bias is not None else {})
+            kind, positions = "conv2d", int(out.shape[2] * out.shape[3])
         elif isinstance(block, gluon.nn.BatchNorm):
-            layers.append(Layer("batchnorm", {"gamma": arr(block.gamma), "beta": arr(block.beta)}))
+            targets, kind, positions = {"gamma": block.gamma, "beta": block.beta}, "batchnorm", 0
         elif isinstance(block, gluon.nn.Dense):
-            params = {"weight": arr(block.weight)} | ({"bias": arr(block.bias)} if block.bias is not None else {})
-            layers.append(Layer("dense", params, positions=int(np.prod(out.shape[:-1]))))
+            targets = {"weight": block.weight} | ({"bias": block.bias} if block.bias is not None else {})
+            kind, positions = "dense", int(np.prod(out.shape[:-1]))
         else:  # gate blocks already r, z, n (cuDNN's order)
             sequence = out[0] if isinstance(out, (list, tuple)) else out
             steps = int(sequence.shape[0 if block._layout == "TNC" else 1])
@@ -199,8 +205,12 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
             for i in range(block._num_layers):
                 for prefix, direction in ((("l", "forward"), ("r", "backward")) if fused
                                           else (("l", getattr(block, "direction", None)),)):
-                    g = lambda n: arr(getattr(block, f"{prefix}{i}_{n}"))  # noqa: E731
-                    layers.append(Layer("gru", {"w_input": g("i2h_weight"), "w_hidden": g("h2h_weight"),
-                                                "b_input": g("i2h_bias"), "b_hidden": g("h2h_bias")},
-                                        positions=steps, direction=direction))
+                    targets = {key: getattr(block, f"{prefix}{i}_{name}") for key, name in (
+                        ("w_input", "i2h_weight"), ("w_hidden", "h2h_weight"), ("b_input", "i2h_bias"),
+                        ("b_hidden", "h2h_bias"))}
+                    layers.append(Layer("gru", {k: p.data().asnumpy() for k, p in targets.items()},
+                                        positions=steps, direction=direction, assign=setter(targets)))
+            continue
+        layers.append(Layer(kind, {k: p.data().asnumpy() for k, p in targets.items()}, positions=positions,
+                            assign=setter(targets)))
     return layers

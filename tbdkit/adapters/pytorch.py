@@ -176,24 +176,35 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
     def np_(t: torch.Tensor) -> np.ndarray:
         return t.detach().cpu().numpy()
 
+    def setter(targets: dict[str, torch.Tensor]) -> Callable[[dict[str, np.ndarray]], None]:
+        def assign(arrays: dict[str, np.ndarray]) -> None:
+            with torch.no_grad():
+                for key, tensor in targets.items():
+                    tensor.copy_(torch.from_numpy(np.ascontiguousarray(arrays[key])))
+        return assign
+
     for mod, out in seen:
         if isinstance(mod, torch.nn.Conv2d):
-            params = {"weight": np_(mod.weight)} | ({"bias": np_(mod.bias)} if mod.bias is not None else {})
-            layers.append(Layer("conv2d", params, positions=out.shape[2] * out.shape[3]))
+            targets = {"weight": mod.weight} | ({"bias": mod.bias} if mod.bias is not None else {})
+            layers.append(Layer("conv2d", {k: np_(v) for k, v in targets.items()},
+                                positions=out.shape[2] * out.shape[3], assign=setter(targets)))
         elif isinstance(mod, torch.nn.BatchNorm2d):
-            layers.append(Layer("batchnorm", {"gamma": np_(mod.weight), "beta": np_(mod.bias)}))
+            targets = {"gamma": mod.weight, "beta": mod.bias}
+            layers.append(Layer("batchnorm", {k: np_(v) for k, v in targets.items()}, assign=setter(targets)))
         elif isinstance(mod, torch.nn.Linear):
-            params = {"weight": np_(mod.weight)} | ({"bias": np_(mod.bias)} if mod.bias is not None else {})
-            layers.append(Layer("dense", params, positions=out.numel() // out.shape[-1]))  # one sample
+            targets = {"weight": mod.weight} | ({"bias": mod.bias} if mod.bias is not None else {})
+            layers.append(Layer("dense", {k: np_(v) for k, v in targets.items()},
+                                positions=out.numel() // out.shape[-1], assign=setter(targets)))  # one sample
         else:  # GRU: one canonical layer per layer and direction, gates already r, z, n
             data = out[0].data if hasattr(out[0], "batch_sizes") else out[0]
             steps = data.shape[0] if hasattr(out[0], "batch_sizes") else data.shape[1 if mod.batch_first else 0]
             for layer in range(mod.num_layers):
                 directions = (("", "forward"), ("_reverse", "backward")) if mod.bidirectional else (("", None),)
                 for suffix, direction in directions:
-                    g = lambda n: np_(getattr(mod, f"{n}_l{layer}{suffix}"))  # noqa: E731
-                    layers.append(Layer("gru", {"w_input": g("weight_ih"), "w_hidden": g("weight_hh"),
-                                                "b_input": g("bias_ih"), "b_hidden": g("bias_hh")},
-                                        positions=int(steps), direction=direction))
+                    targets = {key: getattr(mod, f"{name}_l{layer}{suffix}") for key, name in (
+                        ("w_input", "weight_ih"), ("w_hidden", "weight_hh"), ("b_input", "bias_ih"),
+                        ("b_hidden", "bias_hh"))}
+                    layers.append(Layer("gru", {k: np_(v) for k, v in targets.items()}, positions=int(steps),
+                                        direction=direction, assign=setter(targets)))
     return layers
 

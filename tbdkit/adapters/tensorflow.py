@@ -147,7 +147,7 @@ def make(**kwargs: Any) -> TensorFlowAdapter:
 def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
     """The model's layers in forward order, parameters in tbdkit.canonical's layouts, with the output
     positions each layer's weights were applied at during `forward()` (run eagerly on one sample)."""
-    from tbdkit.canonical import Layer, reorder_gates
+    from tbdkit.canonical import Layer, gates_from_canonical, reorder_gates
 
     kinds = (keras.layers.Conv2D, keras.layers.BatchNormalization, keras.layers.GRU, keras.layers.Dense)
     sublayers = [x for x in model._flatten_layers(include_self=False, recursive=True) if isinstance(x, kinds)]
@@ -174,28 +174,51 @@ def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
     layers: list[Any] = []
     for layer, out in seen:
         if isinstance(layer, keras.layers.Conv2D):
-            params = {"weight": np.transpose(layer.kernel.numpy(), (3, 2, 0, 1))}
-            if layer.use_bias:
-                params["bias"] = layer.bias.numpy()
-            layers.append(Layer("conv2d", params, positions=int(out.shape[1] * out.shape[2])))
+            canon = {"weight": (layer.kernel, lambda a: np.transpose(a, (3, 2, 0, 1)),
+                                lambda a: np.transpose(a, (2, 3, 1, 0)))}
+            kind, positions = "conv2d", int(out.shape[1] * out.shape[2])
         elif isinstance(layer, keras.layers.BatchNormalization):
-            layers.append(Layer("batchnorm", {"gamma": layer.gamma.numpy(), "beta": layer.beta.numpy()}))
+            canon = {"gamma": (layer.gamma, None, None), "beta": (layer.beta, None, None)}
+            kind, positions = "batchnorm", 0
         elif isinstance(layer, keras.layers.Dense):
-            params = {"weight": layer.kernel.numpy().T}
-            if layer.use_bias:
-                params["bias"] = layer.bias.numpy()
-            layers.append(Layer("dense", params, positions=int(np.prod(out.shape[:-1]))))
+            canon = {"weight": (layer.kernel, np.transpose, np.transpose)}
+            kind, positions = "dense", int(np.prod(out.shape[:-1]))
         else:
-            cell = layer.cell
-            if not cell.reset_after:
-                raise ValueError(f"{layer.name}: a GRU with reset_after=False is a different network from "
-                                 "PyTorch's and cuDNN's; build it with reset_after=True")
-            sequence = out[0] if isinstance(out, (list, tuple)) else out
-            direction = "backward" if layer.go_backwards else "forward" if id(layer) in in_bidirectional else None
-            layers.append(Layer("gru", {
-                "w_input": reorder_gates(cell.kernel.numpy().T, "zrn"),
-                "w_hidden": reorder_gates(cell.recurrent_kernel.numpy().T, "zrn"),
-                "b_input": reorder_gates(cell.bias.numpy()[0], "zrn"),
-                "b_hidden": reorder_gates(cell.bias.numpy()[1], "zrn"),
-            }, positions=int(sequence.shape[1]), direction=direction))
+            layers.append(_canonical_gru(layer, out, id(layer) in in_bidirectional, Layer, reorder_gates,
+                                         gates_from_canonical))
+            continue
+        if kind != "batchnorm" and layer.use_bias:
+            canon["bias"] = (layer.bias, None, None)
+        layers.append(Layer(kind, {k: (to(v.numpy()) if to else v.numpy()) for k, (v, to, _) in canon.items()},
+                            positions=positions, assign=_setter(canon)))
     return layers
+
+
+def _setter(canon: dict[str, tuple[Any, Any, Any]]) -> Any:
+    """Assigns canonical arrays to Keras variables, each through its inverse layout change."""
+    def assign(arrays: dict[str, np.ndarray]) -> None:
+        for key, (variable, _, back) in canon.items():
+            variable.assign(back(arrays[key]) if back else arrays[key])
+    return assign
+
+
+def _canonical_gru(layer: Any, out: Any, in_bidirectional: bool, Layer: Any, reorder: Any, unorder: Any) -> Any:
+    cell = layer.cell
+    if not cell.reset_after:
+        raise ValueError(f"{layer.name}: a GRU with reset_after=False is a different network from "
+                         "PyTorch's and cuDNN's; build it with reset_after=True")
+    sequence = out[0] if isinstance(out, (list, tuple)) else out
+    direction = "backward" if layer.go_backwards else "forward" if in_bidirectional else None
+    bias = cell.bias.numpy()
+    params = {
+        "w_input": reorder(cell.kernel.numpy().T, "zrn"),
+        "w_hidden": reorder(cell.recurrent_kernel.numpy().T, "zrn"),
+        "b_input": reorder(bias[0], "zrn"),
+        "b_hidden": reorder(bias[1], "zrn"),
+    }
+
+    def assign(arrays: dict[str, np.ndarray]) -> None:
+        cell.kernel.assign(unorder(arrays["w_input"], "zrn").T)
+        cell.recurrent_kernel.assign(unorder(arrays["w_hidden"], "zrn").T)
+        cell.bias.assign(np.stack([unorder(arrays["b_input"], "zrn"), unorder(arrays["b_hidden"], "zrn")]))
+    return Layer("gru", params, positions=int(sequence.shape[1]), direction=direction, assign=assign)

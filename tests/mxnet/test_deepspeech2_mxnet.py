@@ -42,8 +42,9 @@ def test_padding_does_not_change_an_utterance(padded_utterance):
     a = adapter()
     batch = next(DATA.synthetic_batches(MODEL.hp("smoke"), 1, seed=3))
     frames = int(batch.feature_lengths[0]) // 2
-    quiet, noisy = (WORKLOAD.forward(a.training, a.prepare(padded_utterance(DATA, batch, n))).asnumpy() for n in (False, True))
-    np.testing.assert_allclose(quiet[:frames, 0], noisy[:frames, 0], atol=1e-5)
+    quiet, noisy = (WORKLOAD.forward(a.training, a.prepare(padded_utterance(DATA, batch, n)))[0]
+                    for n in (False, True))
+    np.testing.assert_allclose(quiet[0, :frames], noisy[0, :frames], atol=1e-5)
 
 
 def test_smoke_training_reduces_the_loss(losses_fall):

@@ -119,9 +119,11 @@ def ctc_mean(logits: Any, lengths: Any, labels: Any, label_lengths: Any) -> Any:
     return (per_utt / label_lengths).mean()
 
 
-def forward(training: Training, inputs: dict[str, Any]) -> Any:
-    """The network alone (no loss, no update): logits (T', N, V)."""
-    return training.model(inputs["features"], inputs["frames"])[0]
+def forward(training: Training, inputs: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The network alone in inference mode (no loss, no update): log-probabilities (N, T', V) and
+    output lengths (N,), as NumPy, to compare across frameworks."""
+    logits, lengths = training.model(inputs["features"], inputs["frames"])
+    return mx.nd.log_softmax(logits, axis=-1).transpose((1, 0, 2)).asnumpy(), lengths.asnumpy().astype(np.int64)
 
 
 def train_step(training: Training, inputs: dict[str, Any], precision: Any) -> Any:

@@ -132,9 +132,11 @@ def to_device(batch: Any, device: str) -> dict[str, tf.Tensor]:
         }
 
 
-def forward(training: Training, inputs: dict[str, tf.Tensor]) -> tf.Tensor:
-    """The network alone (no loss, no update), run eagerly: log-probabilities (N, T', V)."""
-    return training.model(inputs["features"], inputs["frames"], training=False)[0]
+def forward(training: Training, inputs: dict[str, tf.Tensor]) -> tuple[np.ndarray, np.ndarray]:
+    """The network alone in inference mode, run eagerly (no loss, no update): log-probabilities
+    (N, T', V) and output lengths (N,), as NumPy, to compare across frameworks."""
+    log_probs, lengths = training.model(inputs["features"], inputs["frames"], training=False)
+    return log_probs.numpy(), lengths.numpy()
 
 
 def train_step(training: Training, inputs: dict[str, tf.Tensor], precision: Any) -> tf.Tensor:
