@@ -14,7 +14,7 @@ TBDKIT := $(VENV)/bin/tbdkit
 # The kit's own environment (host side: CLI, index, reports); frameworks live in .venvs/<stack>.
 KIT_STAMP := $(VENV)/.tbdkit-installed
 
-.PHONY: setup bench test test-host test-pytorch bench-overhead clean
+.PHONY: setup bench test test-host test-pytorch test-tensorflow test-mxnet bench-overhead clean
 
 $(KIT_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,16 +28,18 @@ bench: $(KIT_STAMP)
 	$(TBDKIT) bench --model $(MODEL) $(if $(FRAMEWORK),--framework $(FRAMEWORK)) $(if $(BATCH),--batch $(BATCH)) \
 		--preset $(PRESET) --precision $(PRECISION) --launcher $(LAUNCHER) --data $(DATA) --results $(RESULTS) --setup
 
-# Host-side tests run in the kit's environment; framework tests in that framework's stack.
-test: test-host test-pytorch
+# Host-side tests run in the kit's environment (the cross-framework ones need every stack);
+# framework tests in that framework's stack.
+FRAMEWORK_TESTS := pytorch tensorflow mxnet
+test: test-host $(addprefix test-,$(FRAMEWORK_TESTS))
 
 test-host: $(KIT_STAMP)
-	$(TBDKIT) setup pytorch
-	$(VENV)/bin/python -m pytest tests --ignore=tests/pytorch
+	$(TBDKIT) setup $(FRAMEWORK_TESTS)
+	$(VENV)/bin/python -m pytest tests $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS))
 
-test-pytorch: $(KIT_STAMP)
-	$(TBDKIT) setup pytorch
-	.venvs/pytorch/bin/python -m pytest tests/pytorch
+test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
+	$(TBDKIT) setup $*
+	.venvs/$*/bin/python -m pytest tests/$*
 
 # Collectors' cost: throughput with every collector on / a bare loop, measured in one run.
 bench-overhead: $(KIT_STAMP)

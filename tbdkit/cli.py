@@ -1,4 +1,4 @@
-"""The tbdkit command line (Typer + rich): bench, list, show, runs, doctor, setup, overhead."""
+"""The tbdkit command line (Typer + rich): bench, list, show, runs, doctor, setup, describe, overhead."""
 
 from __future__ import annotations
 
@@ -265,10 +265,10 @@ def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 
 @app.command()
 @_friendly
-def setup(names: Annotated[Optional[list[str]], typer.Argument(help="stacks to install (default: pytorch)")] = None,
+def setup(names: Annotated[Optional[list[str]], typer.Argument(help="stacks to install, or 'all' (default: pytorch)")] = None,
           force: Annotated[bool, typer.Option(help="reinstall even if current")] = False) -> None:
     """Create each framework stack's virtual environment (idempotent)."""
-    for name in _split(names) or ["pytorch"]:
+    for name in [n for raw in _split(names) or ["pytorch"] for n in (stacks.STACKS if raw == "all" else [raw])]:
         stack = stacks.get(name)
         if stacks.is_current(name) and not force:
             console.print(f"{stack.title} stack: already installed in {stacks.venv_path(name)}")
@@ -277,6 +277,33 @@ def setup(names: Annotated[Optional[list[str]], typer.Argument(help="stacks to i
             record = stacks.setup(name, force=force)
         console.print(f"{stack.title} stack: installed {stack.module} {record.get('framework_version')} "
                       f"in {stacks.venv_path(name)}")
+
+
+@app.command()
+@_friendly
+def describe(model: Annotated[str, typer.Argument(help="model (see `tbdkit list`)")],
+             framework: Annotated[str, typer.Option("--framework", "-f", help="pytorch | tensorflow | mxnet")] = "pytorch",
+             preset: Annotated[str, typer.Option(help="smoke | paper")] = "smoke",
+             as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """The network as FRAMEWORK builds it: parameters, per-layer shapes (canonical order), FLOPs per sample."""
+    from tbdkit.describe import in_stack
+
+    info = in_stack(model, framework, preset)
+    if as_json:
+        print(json.dumps(info, indent=2))
+        return
+    table = Table(title=f"{model} on {framework} {info['framework_version']} ({preset} preset)")
+    for col in ("layer", "parameters (canonical layout)", "positions/sample", "forward FLOPs"):
+        table.add_column(col)
+    for layer in info["layers"]:
+        shapes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in layer["params"].items())
+        table.add_row(layer["name"], shapes, f"{layer['positions_per_sample']:,}", f"{layer['forward_flops']:,}")
+    console.print(table)
+    flops = info["flops_per_sample"]
+    ref = flops["reference_sample"]
+    console.print(f"parameters: {info['parameters']:,}; FLOPs per sample (input {ref['input_shape']}, "
+                  f"{ref['work']:g} {ref['work_unit']}): "
+                  f"forward {flops['forward']:,}, training {flops['training']:,}", highlight=False)
 
 
 @app.command()

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,9 @@ class Stack:
 
 STACKS: dict[str, Stack] = {
     "pytorch": Stack("pytorch", "PyTorch", "pytorch", "torch"),
+    "tensorflow": Stack("tensorflow", "TensorFlow", "tensorflow", "tensorflow"),
+    # Apache MXNet is archived; 1.9.1's wheel is py3-none (ctypes), so it runs on Python 3.11.
+    "mxnet": Stack("mxnet", "MXNet", "mxnet", "mxnet"),
 }
 KNOWN_FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
 
@@ -56,8 +60,12 @@ def python_of(name: str) -> Path:
 
 
 def _requirements_digest(stack: Stack) -> str:
-    pyproject = (KIT_ROOT / "pyproject.toml").read_bytes()
-    return hashlib.sha256(pyproject + stack.extra.encode()).hexdigest()[:16]
+    """A digest of what the stack's environment installs: the kit's dependencies and its extras, so
+    editing another stack's extra in pyproject.toml leaves this one current."""
+    project = tomllib.loads((KIT_ROOT / "pyproject.toml").read_text())["project"]
+    extras = project.get("optional-dependencies", {})
+    wanted = [project.get("dependencies", []), extras.get(stack.extra, []), extras.get("test", [])]
+    return hashlib.sha256(json.dumps(wanted).encode()).hexdigest()[:16]
 
 
 def marker(name: str) -> dict | None:
@@ -142,4 +150,6 @@ def _clean_env() -> dict[str, str]:
 
 
 def agent_env() -> dict[str, str]:
-    return _clean_env()
+    env = _clean_env()
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up INFO/WARNING lines, not errors
+    return env

@@ -16,7 +16,8 @@ import pytest
 
 from tbdkit.store import Index
 
-FAST = ["--preset", "smoke", "--device", "cpu", "--max-warmup-s", "3", "--max-measure-s", "4"]
+# One framework: with every stack installed, the default is all of them (tests/test_frameworks.py).
+FAST = ["--framework", "pytorch", "--preset", "smoke", "--device", "cpu", "--max-warmup-s", "3", "--max-measure-s", "4"]
 RUN_FILES = {"spec.json", "env.json", "iterations.csv", "samples.csv", "summary.json", "log.txt"}
 
 
@@ -94,7 +95,6 @@ def test_runs_and_show(one_run):
     (["--batch", "0"], ["batch_size", "greater than 0"]),
     (["--batch", "4,x"], ["'x' is not a whole number"]),
     (["--framework", "jax"], ["unknown framework 'jax'", "pytorch, tensorflow, mxnet"]),
-    (["--framework", "tensorflow"], ["no 'tensorflow' implementation"]),
     (["--precision", "fp16"], ["precision", "'fp32', 'tf32' or 'amp'"]),
     (["--data", "/no/such/LibriSpeech"], ["does not exist"]),
     (["--launcher", "docker"], ["docker launcher", "LAUNCHER=native"]),
@@ -114,6 +114,18 @@ def test_data_folder_without_utterances(tmp_path):
     proc = tbdkit("bench", *FAST, "--results", str(tmp_path / "r"), "--data", str(empty))
     assert proc.returncode == 2 and "holds no LibriSpeech utterances" in proc.stderr.replace("\n", " ")
     assert "Traceback" not in proc.stderr
+
+
+def test_framework_without_an_implementation(tmp_path):
+    folder = tmp_path / "workloads" / "deepspeech2"
+    folder.mkdir(parents=True)
+    source = Path(__file__).parents[1] / "workloads" / "deepspeech2"
+    for name in ("workload.toml", "data.py", "pytorch.py"):
+        (folder / name).write_text((source / name).read_text())
+    proc = tbdkit("bench", *FAST, "--results", str(tmp_path / "r"), "--framework", "mxnet",
+                  env={"TBDKIT_WORKLOADS": str(tmp_path / "workloads")})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "no 'mxnet' implementation; it has pytorch" in proc.stderr.replace("\n", " ")
 
 
 def test_framework_not_installed_says_how(tmp_path):
@@ -139,7 +151,7 @@ def test_out_of_memory_is_marked_and_loses_nothing(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_marks_the_run_interrupted(tmp_path):
     results = tmp_path / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "tbdkit.cli", "bench", "--preset", "smoke", "--device", "cpu",
+    proc = subprocess.Popen([sys.executable, "-m", "tbdkit.cli", "bench", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu",
                              "--batch", "2,4", "--max-measure-s", "120", "--results", str(results)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tbdkit import spec
+from tbdkit import catalog, spec
 from tbdkit.errors import UserError
 
 
@@ -27,7 +27,6 @@ def test_defaults_and_preset_policy():
     ({"preset": "huge"}, ["preset", "'smoke' or 'paper'"]),
     ({"launcher": "slurm"}, ["launcher", "'native' or 'docker'"]),
     ({"device": "tpu"}, ["device", "auto, cpu, cuda or cuda:N"]),
-    ({"framework": "tensorflow"}, ["framework", "no 'tensorflow' implementation", "pytorch"]),
     ({"data": "/no/such/LibriSpeech"}, ["data", "/no/such/LibriSpeech", "does not exist"]),
     ({"measure": {"target_ci": 2}}, ["measure.target_ci"]),
     ({"colour": "red"}, ["colour"]),
@@ -46,3 +45,16 @@ def test_round_trip_through_json(tmp_path):
     path = tmp_path / "spec.json"
     path.write_text(s.to_json())
     assert spec.load(path) == s
+
+
+def test_framework_the_model_lacks_names_the_field(tmp_path, monkeypatch):
+    folder = tmp_path / "deepspeech2"
+    folder.mkdir()
+    source = catalog.get("deepspeech2").folder
+    for name in ("workload.toml", "data.py", "pytorch.py"):
+        (folder / name).write_text((source / name).read_text())
+    monkeypatch.setenv("TBDKIT_WORKLOADS", str(tmp_path))
+    with pytest.raises(UserError) as err:
+        build(framework="tensorflow")
+    for word in ("framework", "no 'tensorflow' implementation", "pytorch"):
+        assert word in str(err.value)

@@ -99,6 +99,7 @@ class PyTorchAdapter:
             "parameters": sum(p.numel() for p in model.parameters()),
             "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
+            "non_trainable_state": sum(b.numel() for b in model.buffers()),
         }
 
     def memory(self) -> dict[str, Any]:
@@ -153,3 +154,57 @@ class PyTorchAdapter:
 
 def make(**kwargs: Any) -> PyTorchAdapter:
     return PyTorchAdapter(**kwargs)
+
+
+def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list[Any]:
+    """The model's layers in forward order, parameters in tbdkit.canonical's layouts, with the output
+    positions each layer's weights were applied at during `forward()` (run on one sample)."""
+    from tbdkit.canonical import Layer
+
+    seen: list[tuple[torch.nn.Module, Any]] = []
+    kinds = (torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.GRU, torch.nn.Linear)
+    hooks = [m.register_forward_hook(lambda mod, args, out: seen.append((mod, out)))
+             for m in model.modules() if isinstance(m, kinds)]
+    try:
+        with torch.no_grad():
+            forward()
+    finally:
+        for h in hooks:
+            h.remove()
+    layers: list[Any] = []
+
+    def np_(t: torch.Tensor) -> np.ndarray:
+        return t.detach().cpu().numpy()
+
+    def setter(targets: dict[str, torch.Tensor]) -> Callable[[dict[str, np.ndarray]], None]:
+        def assign(arrays: dict[str, np.ndarray]) -> None:
+            with torch.no_grad():
+                for key, tensor in targets.items():
+                    tensor.copy_(torch.from_numpy(np.ascontiguousarray(arrays[key])))
+        return assign
+
+    for mod, out in seen:
+        if isinstance(mod, torch.nn.Conv2d):
+            targets = {"weight": mod.weight} | ({"bias": mod.bias} if mod.bias is not None else {})
+            layers.append(Layer("conv2d", {k: np_(v) for k, v in targets.items()},
+                                positions=out.shape[2] * out.shape[3], assign=setter(targets)))
+        elif isinstance(mod, torch.nn.BatchNorm2d):
+            targets = {"gamma": mod.weight, "beta": mod.bias}
+            layers.append(Layer("batchnorm", {k: np_(v) for k, v in targets.items()}, assign=setter(targets)))
+        elif isinstance(mod, torch.nn.Linear):
+            targets = {"weight": mod.weight} | ({"bias": mod.bias} if mod.bias is not None else {})
+            layers.append(Layer("dense", {k: np_(v) for k, v in targets.items()},
+                                positions=out.numel() // out.shape[-1], assign=setter(targets)))  # one sample
+        else:  # GRU: one canonical layer per layer and direction, gates already r, z, n
+            data = out[0].data if hasattr(out[0], "batch_sizes") else out[0]
+            steps = data.shape[0] if hasattr(out[0], "batch_sizes") else data.shape[1 if mod.batch_first else 0]
+            for layer in range(mod.num_layers):
+                directions = (("", "forward"), ("_reverse", "backward")) if mod.bidirectional else (("", None),)
+                for suffix, direction in directions:
+                    targets = {key: getattr(mod, f"{name}_l{layer}{suffix}") for key, name in (
+                        ("w_input", "weight_ih"), ("w_hidden", "weight_hh"), ("b_input", "bias_ih"),
+                        ("b_hidden", "bias_hh"))}
+                    layers.append(Layer("gru", {k: np_(v) for k, v in targets.items()}, positions=int(steps),
+                                        direction=direction, assign=setter(targets)))
+    return layers
+

@@ -108,3 +108,34 @@ def test_workload_files_hold_no_timing_logging_or_profiling():
     source = (MODEL.folder / "pytorch.py").read_text()
     for forbidden in (r"\bimport time\b", r"\blogging\b", r"\bprint\(", r"profiler", r"perf_counter", r"tbdkit"):
         assert not re.search(forbidden, source), forbidden
+
+
+def test_gru_canonical_form_matches_the_reference_gru():
+    from tbdkit.adapters.pytorch import canonical_layers
+    from tbdkit.canonical import reference_gru
+
+    gru = torch.nn.GRU(4, 5, bidirectional=True)
+    x = torch.randn(7, 1, 4)
+    out = gru(x)[0].detach().numpy()
+    fwd, bwd = canonical_layers(gru, lambda: gru(x))
+    assert (fwd.direction, bwd.direction) == ("forward", "backward")
+    assert abs(out[:, 0, :5] - reference_gru(x.numpy(), fwd.params)[:, 0]).max() < 1e-5
+    assert abs(out[:, 0, 5:] - reference_gru(x.numpy()[::-1], bwd.params)[::-1, 0]).max() < 1e-5
+
+
+def test_analytical_flops_agree_with_torch_flop_counter():
+    """tbdkit.canonical's forward FLOPs for the reference sample vs PyTorch's own count of the same pass."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from tbdkit.describe import describe
+
+    hp = MODEL.hp("smoke")
+    ours = describe("deepspeech2", "pytorch", "smoke")["flops_per_sample"]["forward"]
+    training = WORKLOAD.build(hp, torch.device("cpu"))
+    inputs = WORKLOAD.to_device(DATA.reference_batch(hp), torch.device("cpu"))
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        WORKLOAD.forward(training, inputs)
+    counted = counter.get_total_flops()
+    assert counted > 0
+    assert abs(counted - ours) <= 0.01 * ours, (counted, ours, counter.get_flop_counts())

@@ -300,6 +300,16 @@ def librispeech_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> 
 # Entry points
 
 
+def reference_batch(hp: Hparams) -> Batch:
+    """The one sample FLOPs per sample are quoted for: an utterance at the middle of the typical
+    duration range (2 s for `smoke`, 13 s for `paper`), silent, with a synthetic-length transcript."""
+    duration = (hp["duration_typical_low_s"] + hp["duration_typical_high_s"]) / 2
+    frames = frames_for(duration, hp)
+    labels = np.ones(_synthetic_label_length(duration, frames, hp), dtype=np.int32)
+    return collate([np.zeros((int(hp["frequency_bins"]), frames), dtype=np.float32)], [labels], [duration])
+
+
+
 def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
     """Batches from "synthetic" or from a LibriSpeech folder path."""
     if batch_size < 1:

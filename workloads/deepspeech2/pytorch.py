@@ -81,6 +81,20 @@ def to_device(batch: Any, device: torch.device) -> dict[str, torch.Tensor]:
     }
 
 
+def forward(training: Training, inputs: dict[str, torch.Tensor]) -> tuple[Any, Any]:
+    """The network alone in inference mode (no loss, no update): log-probabilities (N, T', V) and
+    output lengths (N,), as NumPy, to compare across frameworks."""
+    model = training.model
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            log_probs, lengths = model(inputs["features"], inputs["frames"])
+    finally:
+        model.train(was_training)
+    return log_probs.permute(1, 0, 2).cpu().numpy(), lengths.cpu().numpy()
+
+
 def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: Any) -> torch.Tensor:
     """One SGD step; `precision` supplies autocast() and a GradScaler (a no-op outside AMP)."""
     model, optimizer = training.model, training.optimizer

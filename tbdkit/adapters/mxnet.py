@@ -1,0 +1,216 @@
+"""MXNet 1.9 adapter: device, math mode, seeding, device synchronization and memory statistics.
+
+Apache MXNet is archived; 1.9.1 is its last release. It has no TF32 switch of its own: `fp32`
+sets NVIDIA_TF32_OVERRIDE=0 before the first GPU operation (cuBLAS and cuDNN then never use TF32),
+`tf32` leaves the libraries' defaults. `amp` uses MXNet's float16 AMP with loss scaling and needs
+a GPU; MXNet 1.9 has no CPU autocast this kit could use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+from types import ModuleType
+from typing import Any, ContextManager, Iterator
+
+import mxnet as mx
+import numpy as np
+
+from tbdkit.metric import metric
+
+
+class Precision:
+    def __init__(self, mode: str, on_gpu: bool) -> None:
+        if mode == "amp" and not on_gpu:
+            raise RuntimeError("precision 'amp' on MXNet needs a GPU (MXNet 1.9's AMP is float16 with loss "
+                               "scaling): run with --precision fp32 on the CPU")
+        self.mode = mode
+        if mode == "fp32":
+            os.environ["NVIDIA_TF32_OVERRIDE"] = "0"
+        else:
+            os.environ.pop("NVIDIA_TF32_OVERRIDE", None)
+        self.amp = mode == "amp"
+        if self.amp:
+            from mxnet.contrib import amp
+            amp.init(target_dtype="float16")
+
+    def prepare_trainer(self, trainer: Any) -> None:
+        if self.amp:
+            from mxnet.contrib import amp
+            amp.init_trainer(trainer)
+
+    @contextlib.contextmanager
+    def scale_loss(self, loss: Any, trainer: Any) -> Iterator[Any]:
+        if not self.amp:
+            yield loss
+            return
+        from mxnet.contrib import amp
+        with amp.scale_loss(loss, trainer) as scaled:
+            yield scaled
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "tf32": None if self.mode == "fp32" else "library default",
+            "nvidia_tf32_override": os.environ.get("NVIDIA_TF32_OVERRIDE"),
+            "amp_dtype": "float16" if self.amp else None,
+            "loss_scaling": self.amp,
+        }
+
+
+def resolve_device(requested: str) -> tuple[mx.Context, int | None]:
+    gpus = mx.context.num_gpus()
+    if requested == "auto":
+        requested = "cuda:0" if gpus else "cpu"
+    if requested == "cpu":
+        return mx.cpu(), None
+    index = int(requested.partition(":")[2] or 0)
+    if index >= gpus:
+        raise RuntimeError(f"device '{requested}' was asked for but MXNet sees {gpus} GPU(s)")
+    return mx.gpu(index), index
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    mx.random.seed(seed)
+
+
+class MXNetAdapter:
+    framework = "mxnet"
+
+    def __init__(self, workload: ModuleType, hp: dict[str, Any], device: str, precision: str, seed: int) -> None:
+        seed_everything(seed)
+        self.ctx, self.cuda_index = resolve_device(device)
+        self.device_label = "cpu" if self.cuda_index is None else f"cuda:{self.cuda_index}"
+        self.precision = Precision(precision, self.cuda_index is not None)
+        self.workload = workload
+        self.training = workload.build(hp, self.ctx)
+        self.precision.prepare_trainer(self.training.trainer)
+
+    def prepare(self, batch: Any) -> Any:
+        return self.workload.to_device(batch, self.ctx)
+
+    def step(self, inputs: Any) -> Any:
+        loss = self.workload.train_step(self.training, inputs, self.precision)
+        mx.nd.waitall()  # MXNet's engine is asynchronous: wait for the step to finish
+        return loss
+
+    def loss_value(self, loss: Any) -> float:
+        return float(loss.asscalar())
+
+    def _trainable(self) -> list[Any]:
+        return [p for p in self.training.model.collect_params().values() if p.grad_req != "null"]
+
+    def model_info(self) -> dict[str, Any]:
+        params = self.training.model.collect_params().values()
+        trainable = self._trainable()
+        return {
+            "parameters": sum(int(np.prod(p.shape)) for p in trainable),
+            "trainable_parameters": sum(int(np.prod(p.shape)) for p in trainable),
+            "non_trainable_state": sum(int(np.prod(p.shape)) for p in params if p.grad_req == "null"),
+            "parameter_bytes": sum(int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize for p in trainable),
+        }
+
+    def memory(self) -> dict[str, Any]:
+        reason = ("MXNet 1.9 has no peak-allocation counter; NVML's memory used covers the GPU"
+                  if self.cuda_index is not None else
+                  "the run is on the CPU: MXNet's GPU memory pool is not in use (see peak_rss)")
+        return {
+            "framework_peak_allocated": metric(None, "MiB", "MXNet storage manager", reason=reason),
+            "framework_peak_reserved": metric(None, "MiB", "MXNet storage manager pool", reason=reason),
+        }
+
+    def is_oom(self, exc: BaseException) -> bool:
+        if isinstance(exc, MemoryError):
+            return True
+        text = str(exc)
+        return isinstance(exc, mx.base.MXNetError) and (
+            "out of memory" in text.lower() or "cudaMalloc" in text or "bad_alloc" in text)
+
+    def environment(self) -> dict[str, Any]:
+        features = mx.runtime.Features()
+        env: dict[str, Any] = {
+            "framework": "mxnet",
+            "framework_version": mx.__version__,
+            "cuda_build": features.is_enabled("CUDA"),
+            # MXNet 1.9 reports only whether it was built with CUDA and cuDNN, not their versions.
+            "cuda_runtime": None,
+            "cudnn": None,
+            "cudnn_build": features.is_enabled("CUDNN"),
+            "versions_unreported": "MXNet 1.9 does not report its CUDA or cuDNN versions",
+            "mkldnn": features.is_enabled("MKLDNN"),
+            "cuda_available": mx.context.num_gpus() > 0,
+            "device": self.device_label,
+            "device_name": "cpu" if self.cuda_index is None else f"gpu({self.cuda_index})",
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "math_mode": self.precision.describe(),
+        }
+        return env
+
+
+def make(**kwargs: Any) -> MXNetAdapter:
+    return MXNetAdapter(**kwargs)
+
+
+def canonical_layers(model: Any, forward: Any) -> list[Any]:
+    """The model's layers in forward order, parameters in tbdkit.canonical's layouts, with the output
+    positions each layer's weights were applied at during `forward()` (run imperatively on one sample).
+
+    A one-direction GRU that serves as half of a bidirectional layer says which half in a
+    `direction` attribute ("forward" / "backward"); a fused bidirectional GRU is split here."""
+    from mxnet import gluon
+
+    from tbdkit.canonical import Layer
+
+    kinds = (gluon.nn.Conv2D, gluon.nn.BatchNorm, gluon.nn.Dense, gluon.rnn.GRU)
+    blocks: list[Any] = []
+
+    def walk(block: Any) -> None:
+        if isinstance(block, kinds):
+            blocks.append(block)
+        for child in block._children.values():
+            walk(child)
+    walk(model)
+    seen: list[tuple[Any, Any]] = []
+    handles = [b.register_forward_hook(lambda blk, args, out: seen.append((blk, out))) for b in blocks]
+    model.hybridize(active=False)  # hooks fire only in imperative mode
+    try:
+        forward()
+    finally:
+        for h in handles:
+            h.detach()
+    layers: list[Any] = []
+
+    def setter(targets: dict[str, Any]) -> Any:
+        def assign(arrays: dict[str, np.ndarray]) -> None:
+            for key, param in targets.items():
+                param.set_data(mx.nd.array(arrays[key], dtype=param.dtype))
+        return assign
+
+    for block, out in seen:
+        if isinstance(block, gluon.nn.Conv2D):
+            targets = {"weight": block.weight} | ({"bias": block.bias} if block.bias is not None else {})
+            kind, positions = "conv2d", int(out.shape[2] * out.shape[3])
+        elif isinstance(block, gluon.nn.BatchNorm):
+            targets, kind, positions = {"gamma": block.gamma, "beta": block.beta}, "batchnorm", 0
+        elif isinstance(block, gluon.nn.Dense):
+            targets = {"weight": block.weight} | ({"bias": block.bias} if block.bias is not None else {})
+            kind, positions = "dense", int(np.prod(out.shape[:-1]))
+        else:  # gate blocks already r, z, n (cuDNN's order)
+            sequence = out[0] if isinstance(out, (list, tuple)) else out
+            steps = int(sequence.shape[0 if block._layout == "TNC" else 1])
+            fused = block._dir == 2
+            for i in range(block._num_layers):
+                for prefix, direction in ((("l", "forward"), ("r", "backward")) if fused
+                                          else (("l", getattr(block, "direction", None)),)):
+                    targets = {key: getattr(block, f"{prefix}{i}_{name}") for key, name in (
+                        ("w_input", "i2h_weight"), ("w_hidden", "h2h_weight"), ("b_input", "i2h_bias"),
+                        ("b_hidden", "h2h_bias"))}
+                    layers.append(Layer("gru", {k: p.data().asnumpy() for k, p in targets.items()},
+                                        positions=steps, direction=direction, assign=setter(targets)))
+            continue
+        layers.append(Layer(kind, {k: p.data().asnumpy() for k, p in targets.items()}, positions=positions,
+                            assign=setter(targets)))
+    return layers

@@ -1,0 +1,131 @@
+"""A framework-neutral description of a network: its layers in a canonical layout, and FLOPs.
+
+Each framework stores the same layer differently (Keras keeps a convolution's kernel as
+(kh, kw, in, out) and a GRU's gates in the order z, r, h; PyTorch keeps (out, in, kh, kw) and
+r, z, n). The adapters convert their framework's parameters to the layouts below, in the order
+the layers run in a forward pass, and report for each layer the number of output positions its
+weights were applied at for one sample (found by running the framework's own forward pass). The
+FLOP count is then defined once, here, from those shapes and positions.
+
+FLOP convention (that of torch.utils.flop_counter and most papers): 2 FLOPs per multiply-
+accumulate of convolutions, dense layers and recurrent matrix products; element-wise work
+(batch norm, activations, GRU gate arithmetic, softmax, the loss) is not counted. A training
+step is counted as 3x the forward pass (the backward pass computes gradients with respect to
+both the inputs and the weights, each costing about one forward pass).
+
+Only stdlib and NumPy: this module runs in every stack's environment and on the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+# The canonical layout of each layer kind's trainable parameters.
+LAYOUTS: dict[str, dict[str, str]] = {
+    "conv2d": {"weight": "(out_channels, in_channels, kernel_h, kernel_w)", "bias": "(out_channels,)"},
+    "batchnorm": {"gamma": "(channels,)", "beta": "(channels,)"},
+    "dense": {"weight": "(out_features, in_features)", "bias": "(out_features,)"},
+    "gru": {  # one direction of one layer; gate blocks in the order reset, update, new (PyTorch's, cuDNN's)
+        "w_input": "(3*hidden, input)", "w_hidden": "(3*hidden, hidden)",
+        "b_input": "(3*hidden,)", "b_hidden": "(3*hidden,)",
+    },
+}
+GATES = ("r", "z", "n")
+TRAINING_FLOPS_PER_FORWARD = 3
+
+
+@dataclass
+class Layer:
+    """One layer in canonical form: its kind, parameters (canonical layout) and output positions per sample."""
+
+    kind: str
+    params: dict[str, np.ndarray]
+    positions: int = 0
+    direction: str | None = None   # "forward" / "backward" for one direction of a recurrent layer
+    name: str = field(default="")
+    # writes canonical arrays of this layer's parameters back into the framework's model
+    assign: Callable[[dict[str, np.ndarray]], None] | None = field(default=None, repr=False)
+
+    def shapes(self) -> dict[str, list[int]]:
+        return {k: list(v.shape) for k, v in self.params.items()}
+
+    def flops(self) -> int:
+        """Forward FLOPs for one sample (2 per multiply-accumulate)."""
+        p = self.params
+        if self.kind in ("conv2d", "dense"):
+            return 2 * int(p["weight"].size) * self.positions
+        if self.kind == "gru":
+            return 2 * (int(p["w_input"].size) + int(p["w_hidden"].size)) * self.positions
+        if self.kind == "batchnorm":
+            return 0
+        raise ValueError(f"no FLOP rule for layer kind {self.kind!r}")
+
+
+def reorder_gates(a: np.ndarray, order: str, axis: int = 0) -> np.ndarray:
+    """Gate blocks stacked along `axis` in `order` (e.g. "zrn" for Keras) -> canonical r, z, n."""
+    blocks = np.split(np.asarray(a), 3, axis=axis)
+    by_gate = dict(zip(order, blocks))
+    return np.concatenate([by_gate[g] for g in GATES], axis=axis)
+
+
+def gates_from_canonical(a: np.ndarray, order: str, axis: int = 0) -> np.ndarray:
+    """Canonical r, z, n gate blocks along `axis` -> the framework's `order` (the inverse of reorder_gates)."""
+    by_gate = dict(zip(GATES, np.split(np.asarray(a), 3, axis=axis)))
+    return np.concatenate([by_gate[g] for g in order], axis=axis)
+
+
+def name_layers(layers: Sequence[Layer]) -> list[Layer]:
+    """Canonical names: kind + 1-based ordinal in forward order (conv1, bn1, gru1.forward, dense1, ...)."""
+    counts: dict[str, int] = {}
+    short = {"conv2d": "conv", "batchnorm": "bn", "dense": "dense", "gru": "gru"}
+    for layer in layers:
+        if layer.direction == "backward":
+            n = counts[layer.kind]
+        else:
+            n = counts[layer.kind] = counts.get(layer.kind, 0) + 1
+        layer.name = f"{short.get(layer.kind, layer.kind)}{n}" + (f".{layer.direction}" if layer.direction else "")
+    return list(layers)
+
+
+def report(layers: Sequence[Layer], reference: dict[str, Any]) -> dict[str, Any]:
+    """What `tbdkit describe` prints: parameter count, per-layer shapes in order, FLOPs per sample."""
+    named = name_layers(layers)
+    forward = sum(layer.flops() for layer in named)
+    return {
+        "parameters": sum(int(a.size) for layer in named for a in layer.params.values()),
+        "layers": [{"name": layer.name, "kind": layer.kind, "params": layer.shapes(),
+                    "positions_per_sample": layer.positions, "forward_flops": layer.flops()} for layer in named],
+        "flops_per_sample": {
+            "forward": forward,
+            "training": TRAINING_FLOPS_PER_FORWARD * forward,
+            "unit": "FLOP",
+            "reference_sample": reference,
+            "convention": ("2 FLOPs per multiply-accumulate of convolutions, dense layers and recurrent matrix "
+                           "products, at the output positions the framework's forward pass produced for the "
+                           "reference sample; element-wise work not counted; training = 3 x forward"),
+        },
+        "layouts": {k: v for k, v in LAYOUTS.items() if any(layer.kind == k for layer in named)},
+    }
+
+
+def reference_gru(x: np.ndarray, p: dict[str, np.ndarray], h0: np.ndarray | None = None) -> np.ndarray:
+    """A GRU direction in canonical layout over x (T, N, In), reset gate applied after the hidden
+    product (PyTorch, cuDNN, Keras reset_after=True, MXNet): the ground truth for gate-order tests."""
+    def sigmoid(v: np.ndarray) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-v))
+
+    hidden = p["w_hidden"].shape[1]
+    h = np.zeros((x.shape[1], hidden)) if h0 is None else h0
+    out = []
+    for xt in x:
+        gi = xt @ p["w_input"].T + p["b_input"]
+        gh = h @ p["w_hidden"].T + p["b_hidden"]
+        r = sigmoid(gi[:, :hidden] + gh[:, :hidden])
+        z = sigmoid(gi[:, hidden:2 * hidden] + gh[:, hidden:2 * hidden])
+        n = np.tanh(gi[:, 2 * hidden:] + r * gh[:, 2 * hidden:])
+        h = (1 - z) * n + z * h
+        out.append(h)
+    return np.stack(out)

@@ -1,0 +1,88 @@
+"""python -m tbdkit.describe --model M --framework F [--preset P]: the network as built by one
+framework, in canonical form (tbdkit.canonical), as JSON on stdout. Runs in that framework's stack."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tbdkit import canonical, catalog
+from tbdkit.adapters import load as load_adapter
+
+
+def describe(model_name: str, framework: str, preset: str, weights_from: Path | None = None,
+             save: Path | None = None) -> dict[str, Any]:
+    """The canonical description. With `weights_from` (an .npz that `save` wrote, from any framework)
+    the network first takes those canonical weights; `save` writes this network's canonical weights
+    and its inference-mode output on a probe batch (2 synthetic utterances, seed 0), so two
+    frameworks' outputs on the same weights and inputs can be compared."""
+    model = catalog.get(model_name)
+    catalog.check_framework(model, framework)
+    hp = model.hp(preset)
+    data = catalog.load_module(model, "data")
+    workload = catalog.load_module(model, framework)
+    adapter: Any = load_adapter(framework, workload=workload, hp=hp, device="cpu", precision="fp32", seed=0)
+    batch = data.reference_batch(hp)
+    inputs = adapter.prepare(batch)
+    def read() -> list[canonical.Layer]:
+        return canonical.name_layers(sys.modules[type(adapter).__module__].canonical_layers(
+            adapter.training.model, lambda: workload.forward(adapter.training, inputs)))
+
+    layers = read()
+    if weights_from is not None:
+        with np.load(weights_from) as given:
+            for layer in layers:
+                layer.assign({k: given[f"{layer.name}/{k}"] for k in layer.params})
+        layers = read()  # read back from the framework: what it now holds, in canonical layout
+    if save is not None:
+        probe = adapter.prepare(next(data.synthetic_batches(hp, 2, seed=0)))
+        log_probs, lengths = workload.forward(adapter.training, probe)
+        arrays = {f"{layer.name}/{k}": v for layer in layers for k, v in layer.params.items()}
+        np.savez(save, **arrays, log_probs=log_probs, lengths=lengths)
+    reference = {"input_shape": list(batch.features.shape[1:]), "work": batch.work,
+                 "work_unit": model.throughput_unit.removesuffix("/s")}
+    env = adapter.environment()
+    return {"model": model_name, "framework": framework, "framework_version": env.get("framework_version"),
+            "preset": preset, **canonical.report(layers, reference),
+            "framework_state": {k: v for k, v in adapter.model_info().items() if k == "non_trainable_state"}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tbdkit.describe")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--framework", required=True)
+    parser.add_argument("--preset", default="smoke")
+    parser.add_argument("--weights-from", type=Path, help="canonical weights (.npz from --save) to load first")
+    parser.add_argument("--save", type=Path, help="write canonical weights and the probe batch's output here")
+    args = parser.parse_args(argv)
+    print(json.dumps(describe(args.model, args.framework, args.preset, args.weights_from, args.save)))
+    return 0
+
+
+def in_stack(model_name: str, framework: str, preset: str) -> dict[str, Any]:
+    """Host side: run `describe` in the framework's stack and return its JSON (UserError if it cannot)."""
+    import subprocess
+
+    from tbdkit import stacks
+    from tbdkit.errors import UserError
+
+    model = catalog.get(model_name)
+    catalog.check_framework(model, framework)
+    model.hp(preset)
+    python = stacks.require(framework)
+    proc = subprocess.run([str(python), "-m", "tbdkit.describe", "--model", model_name, "--framework", framework,
+                           "--preset", preset], capture_output=True, text=True, env=stacks.agent_env())
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+        raise UserError(f"Describing {model_name} on {framework} failed in its stack (exit {proc.returncode}: "
+                        f"{last}): run `tbdkit setup {framework} --force` if the stack is damaged.")
+    return json.loads(proc.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
