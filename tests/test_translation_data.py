@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 WORKLOADS = Path(__file__).parents[1] / "workloads"
-MODELS = ["transformer"]
+MODELS = ["transformer", "seq2seq"]
 
 
 def _load(model: str):
