@@ -1,30 +1,18 @@
 """BERT data: synthetic masked-LM/next-sentence and SQuAD examples, WordPiece, and the readers of
 text shards and SQuAD v1.1 JSON on tiny files the tests write in the real formats."""
 
-import importlib.util
 import json
-import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-WORKLOAD = Path(__file__).parents[1] / "workloads" / "bert"
+from workload_files import hparams, load_data, workload_toml
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bert_data_under_test", WORKLOAD / "data.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-data = _load()
-TOML = tomllib.loads((WORKLOAD / "workload.toml").read_text())
-HP = {**TOML["hparams"], **TOML["preset"]["smoke"]}
-PAPER = {**TOML["hparams"], **TOML["preset"]["paper"]}
+data = load_data("bert")
+TOML = workload_toml("bert")
+HP = hparams("bert", "smoke")
+PAPER = hparams("bert", "paper")
 SQUAD = {**HP, **TOML["setting"]["squad"], "seq_len": 28, "max_query_length": 8, "doc_stride": 6}
 CLS, SEP, MASK, PAD = 101, 102, 103, 0
 

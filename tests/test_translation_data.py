@@ -1,29 +1,15 @@
 """The translation workloads' data (transformer, seq2seq): synthetic sentence pairs and the reader
 of tokenized parallel text, on tiny corpora the tests write in the real layout."""
 
-import importlib.util
-import sys
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-WORKLOADS = Path(__file__).parents[1] / "workloads"
+from workload_files import hparams as _hp
+from workload_files import load_data
+
 MODELS = ["transformer", "seq2seq"]
-
-
-def _load(model: str):
-    spec = importlib.util.spec_from_file_location(f"{model}_data_under_test", WORKLOADS / model / "data.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _hp(model: str, preset: str) -> dict:
-    toml = tomllib.loads((WORKLOADS / model / "workload.toml").read_text())
-    return {**toml["hparams"], **toml["preset"][preset]}
 
 
 @pytest.fixture(params=MODELS)
@@ -33,7 +19,7 @@ def model(request):
 
 @pytest.fixture
 def data(model):
-    return _load(model)
+    return load_data(model)
 
 
 def _take(it, n):
