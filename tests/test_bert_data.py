@@ -148,6 +148,13 @@ def test_pretraining_examples_come_from_the_shards(tmp_path):
     assert labels_seen == {0, 1}
 
 
+def test_shard_splits_documents_and_tokenizes_on_first_use(tmp_path):
+    vocab = _shards(tmp_path)
+    shard = data.Shard(tmp_path / "shard_00.txt", vocab, HP)
+    assert len(shard) == 2 and shard.raw == DOCS and not shard._pieces
+    assert shard[1] == [data.tokenize(s, vocab, HP) for s in DOCS[1]] and list(shard._pieces) == [1]
+
+
 def test_check_source_for_shards(tmp_path):
     _shards(tmp_path)
     assert data.check_source(str(tmp_path), HP).startswith(f"text shards at {tmp_path}: 1 files")

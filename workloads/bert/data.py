@@ -187,28 +187,38 @@ def tokenize(text: str, vocab: Mapping[str, int], hp: Hparams) -> list[int]:
 # Pre-training text shards
 
 
-def read_documents(shard: Path, vocab: Mapping[str, int], hp: Hparams) -> list[list[list[int]]]:
-    """Documents (lists of tokenized sentences) of one shard: a sentence a line, blank lines between documents."""
-    docs: list[list[list[int]]] = [[]]
-    for line in shard.read_text(encoding="utf-8", errors="replace").splitlines():
-        if not line.strip():
-            if docs[-1]:
+class Shard:
+    """The documents of one text shard (a sentence a line, blank lines between documents), word
+    pieces computed the first time a document is used, so a large shard starts at once."""
+
+    def __init__(self, path: Path, vocab: Mapping[str, int], hp: Hparams) -> None:
+        docs: list[list[str]] = [[]]
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.strip():
+                docs[-1].append(line)
+            elif docs[-1]:
                 docs.append([])
-            continue
-        ids = tokenize(line, vocab, hp)
-        if ids:
-            docs[-1].append(ids)
-    return [d for d in docs if d]
+        self.raw = [d for d in docs if d]
+        self.vocab, self.hp = vocab, hp
+        self._pieces: dict[int, list[list[int]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def __getitem__(self, d: int) -> list[list[int]]:
+        if d not in self._pieces:
+            self._pieces[d] = [ids for ids in (tokenize(s, self.vocab, self.hp) for s in self.raw[d]) if ids]
+        return self._pieces[d]
 
 
-def _random_b(docs: Sequence[list[list[int]]], skip: int, length: int, rng: np.random.Generator) -> list[int]:
+def _random_b(docs: Shard, skip: int, length: int, rng: np.random.Generator) -> list[int]:
     other = int(rng.integers(0, len(docs) - 1))
     doc = docs[other + (other >= skip)]
-    start = int(rng.integers(0, len(doc)))
+    start = int(rng.integers(0, len(doc))) if doc else 0
     return [t for s in doc[start:] for t in s][: max(length, 1)]
 
 
-def document_examples(docs: Sequence[list[list[int]]], d: int, rng: np.random.Generator, hp: Hparams) -> Iterator[Example]:
+def document_examples(docs: Shard, d: int, rng: np.random.Generator, hp: Hparams) -> Iterator[Example]:
     """create_instances_from_document: chunks of sentences up to the target length, split into A and B."""
     doc, chunk, size = docs[d], [], 0
     target = _target_length(rng, hp)
@@ -258,7 +268,7 @@ def pretraining_examples(root: Path, hp: Hparams, rng: np.random.Generator) -> I
     while True:
         produced = False
         for f in rng.permutation(len(files)):
-            docs = read_documents(files[int(f)], vocab, hp)
+            docs = Shard(files[int(f)], vocab, hp)
             for d in rng.permutation(len(docs)):
                 for example in document_examples(docs, int(d), rng, hp):
                     produced = True
