@@ -160,3 +160,14 @@ def test_corpus_without_a_usable_pair_is_a_data_error(model, data, tmp_path):
     (root / hp["target_file"]).write_text("a\nb\n")
     with pytest.raises(data.DataError, match="every line pair .* has an empty side"):
         next(data.batches(str(root), hp, 2, seed=0))
+
+
+@pytest.mark.parametrize("chunk", [3, 1 << 26])
+@pytest.mark.parametrize("text", ["a\nbb\n\nccc\n", "a\nbb", "", "\n", "x"])
+def test_line_offsets_split_lines_across_read_chunks(data, tmp_path, monkeypatch, text, chunk):
+    monkeypatch.setattr(data._text, "CHUNK_BYTES", chunk)
+    path = tmp_path / "f"
+    path.write_text(text)
+    offsets = data._text.line_offsets(path)
+    raw = path.read_bytes()
+    assert [raw[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)] == raw.splitlines(keepends=True)
