@@ -11,6 +11,7 @@ import re
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -68,16 +69,24 @@ def move_index(move: go.Move, size: int) -> int:
     return size * size if move is None else move[0] * size + move[1]
 
 
+@lru_cache(maxsize=4)
+def point_maps(size: int) -> np.ndarray:
+    """(8, size^2 + 1): where each point (and pass, last) goes under each of the 8 symmetries."""
+    maps = np.empty((8, size * size + 1), dtype=np.int64)
+    points = np.arange(size * size).reshape(size, size)
+    for k in range(8):
+        moved = np.rot90(points[:, ::-1] if k >= 4 else points, k % 4)
+        maps[k, moved.reshape(-1)] = np.arange(size * size)
+        maps[k, -1] = size * size
+    return maps
+
+
 def symmetry(planes: np.ndarray, move: int, k: int) -> tuple[np.ndarray, int]:
     """The k-th (0-7) rotation/reflection of the planes and of the move's point (pass stays pass)."""
-    size = planes.shape[-1]
-    grid = np.arange(size * size + 1)
-    points = grid[:-1].reshape(size, size)
     if k >= 4:
-        planes, points = planes[..., ::-1], points[:, ::-1]
-    planes, points = np.rot90(planes, k % 4, axes=(-2, -1)), np.rot90(points, k % 4)
-    where = {int(v): i for i, v in enumerate(points.reshape(-1))}
-    return np.ascontiguousarray(planes), (move if move == size * size else where[move])
+        planes = planes[..., ::-1]
+    planes = np.rot90(planes, k % 4, axes=(-2, -1))
+    return np.ascontiguousarray(planes), int(point_maps(planes.shape[-1])[k, move])
 
 
 @dataclass(frozen=True)
