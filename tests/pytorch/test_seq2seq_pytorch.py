@@ -48,7 +48,7 @@ def test_initialization_and_forget_bias():
     bias = model.cells[0].bias_ih.detach()
     assert 0.9 <= float(bias[u:2 * u].min()) and float(bias[u:2 * u].max()) <= 1.1
     assert float(model.project.weight.detach().abs().max()) <= hp["init_weight"]
-    assert float(model.scale) == 1.0
+    assert float(model.scale.detach()) == 1.0
 
 
 def test_attention_ignores_source_padding():
