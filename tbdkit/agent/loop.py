@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from statistics import fmean, median
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from tbdkit.agent import events
 from tbdkit.agent.collectors import Collector, Sampler
@@ -40,14 +40,22 @@ class Iteration:
     samples: int
     work: float
     loss: float | None
+    extra: dict[str, float] = field(default_factory=dict)  # secondary counts, e.g. {"tokens": n}
 
     def row(self) -> dict[str, Any]:
         return {
             "iteration": self.index, "phase": self.phase, "start_s": round(self.start_s, 6),
             "seconds": round(self.seconds, 6), "data_wait_s": round(self.data_wait_s, 6),
             "samples": self.samples, "work": round(self.work, 6),
+            **{f"work_{name}": round(value, 6) for name, value in self.extra.items()},
             "loss": None if self.loss is None or math.isnan(self.loss) else round(self.loss, 6),
         }
+
+
+def extra_work(batch: Any) -> dict[str, float]:
+    """A batch's optional secondary counts (`Batch.extra_work`, e.g. tokens beside sentences)."""
+    counts = getattr(batch, "extra_work", None)
+    return {str(k): float(v) for k, v in counts.items()} if counts else {}
 
 
 class Prefetcher:
@@ -111,6 +119,7 @@ class TrainingLoop:
             index=len(self.result.iterations), phase=phase, start_s=self._last_end - self._t0,
             seconds=end - self._last_end, data_wait_s=t_data - t_fetch, samples=batch.samples,
             work=float(batch.work), loss=self.adapter.loss_value(loss) if loss is not None else None,
+            extra=extra_work(batch),
         )
         self._last_end = end
         self.result.iterations.append(it)
@@ -206,7 +215,21 @@ def synthetic_pool(batches: Iterator[Any], size: int) -> Iterator[Any]:
     return itertools.cycle(list(itertools.islice(batches, size)))
 
 
-def throughput_metrics(window: list[Iteration], est: Estimate, unit: str, sample_unit: str) -> dict[str, Any]:
+def extra_throughput_metrics(window: list[Iteration], units: Mapping[str, str]) -> dict[str, Any]:
+    """`<name>_throughput` for every secondary count the window's batches carry (Batch.extra_work)."""
+    total = sum(i.seconds for i in window)
+    names = list(dict.fromkeys(name for i in window for name in i.extra))
+    return {
+        f"{name}_throughput": metric(
+            sum(i.extra.get(name, 0.0) for i in window) / total, units.get(name, f"{name}/s"),
+            f"{name} in the window's batches (Batch.extra_work) / window wall time "
+            f"(iterations {window[0].index}-{window[-1].index})")
+        for name in names
+    }
+
+
+def throughput_metrics(window: list[Iteration], est: Estimate, unit: str, sample_unit: str,
+                       extra_units: Mapping[str, str] | None = None) -> dict[str, Any]:
     seconds = [i.seconds for i in window]
     samples = sum(i.samples for i in window)
     total = sum(seconds)
@@ -223,4 +246,5 @@ def throughput_metrics(window: list[Iteration], est: Estimate, unit: str, sample
                                  min_s=round(min(seconds), 6), max_s=round(max(seconds), 6)),
         "data_wait": metric(100.0 * sum(i.data_wait_s for i in window) / total, "%",
                             "share of window wall time spent waiting for the next batch"),
+        **extra_throughput_metrics(window, extra_units or {}),
     }

@@ -102,7 +102,8 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         estimate = loop.measure()
         window = loop.result.iterations[loop.result.window["first_iteration"]:]
         summary["metrics"] = {
-            **throughput_metrics(window, estimate, model.throughput_unit, model.sample_unit),
+            **throughput_metrics(window, estimate, model.throughput_unit, model.sample_unit,
+                                 model.info.get("extra_units", {})),
             **loop.result.metrics,
             **adapter.memory(),
         }

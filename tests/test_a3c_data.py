@@ -1,0 +1,46 @@
+"""A3C's framework-neutral half: DeepMind preprocessing in NumPy, and the data-source rules
+(the live environment only). The environment itself is tested in tests/pytorch, where ale-py is."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from workload_files import hparams, load_data
+
+data = load_data("a3c")
+HP = hparams("a3c", "smoke")
+
+
+def test_resize_keeps_constants_and_order():
+    assert np.all(data.resize(np.full((210, 160), 87, np.uint8), 84, 84) == 87)
+    ramp = np.tile(np.arange(160, dtype=np.uint8), (210, 1))
+    out = data.resize(ramp, 84, 84)
+    assert out.shape == (84, 84) and out.dtype == np.uint8
+    assert np.all(np.diff(out[0].astype(int)) > 0) and np.all(out == out[0])
+    assert out[0, 0] <= 2 and out[0, -1] >= 157
+    square = np.arange(84 * 84, dtype=np.uint8).reshape(84, 84)
+    np.testing.assert_array_equal(data.resize(square, 84, 84), square)
+
+
+def test_preprocess_max_pools_two_frames_against_flicker():
+    a, b = np.zeros((210, 160), np.uint8), np.zeros((210, 160), np.uint8)
+    a[20:60, 10:50] = 200        # an object drawn only in the even frame
+    b[150:190, 100:140] = 120    # another drawn only in the odd frame
+    out = data.preprocess((a, b), HP)
+    assert out.shape == (84, 84)
+    assert out[16, 12] == 200 and out[68, 60] == 120 and out[40, 40] == 0
+
+
+def test_a_dataset_path_is_refused(tmp_path):
+    with pytest.raises(data.DataError, match="A3C reads no dataset .*: its data is the live ALE/Pong-v5 environment, "
+                                            "so run it without DATA"):
+        data.check_source(str(tmp_path), HP)
+    with pytest.raises(data.DataError):
+        next(data.batches(str(tmp_path), HP, 2, 0))
+
+
+def test_missing_emulator_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ale_py", None)   # import ale_py now fails
+    with pytest.raises(data.DataError, match="needs gymnasium and ale-py .*: run `tbdkit setup pytorch`"):
+        data.check_source("synthetic", HP)
