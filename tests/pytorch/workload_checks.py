@@ -19,15 +19,19 @@ def modules(name: str) -> tuple[catalog.Model, Any, Any]:
     return model, catalog.load_module(model, "pytorch"), catalog.load_module(model, "data")
 
 
-def losses_on_a_fixed_batch(name: str, batch_size: int, steps: int, hp: dict | None = None) -> list[float]:
-    """The fp32 loss of `steps` training steps on one synthetic smoke batch."""
+def train_on_a_fixed_batch(name: str, batch_size: int, steps: int) -> tuple[Any, list[float]]:
+    """The training state after `steps` fp32 training steps on one synthetic smoke batch, and their losses."""
     model, workload, data = modules(name)
-    hp = hp or model.hp("smoke")
+    hp = model.hp("smoke")
     torch.manual_seed(0)
     training = workload.build(hp, CPU)
     inputs = workload.to_device(next(data.batches("synthetic", hp, batch_size, seed=1)), CPU)
     precision = Precision("fp32", CPU)
-    return [float(workload.train_step(training, inputs, precision)) for _ in range(steps)]
+    return training, [float(workload.train_step(training, inputs, precision)) for _ in range(steps)]
+
+
+def losses_on_a_fixed_batch(name: str, batch_size: int, steps: int) -> list[float]:
+    return train_on_a_fixed_batch(name, batch_size, steps)[1]
 
 
 def assert_learns(losses: list[float], factor: float = 0.99) -> None:
@@ -35,10 +39,10 @@ def assert_learns(losses: list[float], factor: float = 0.99) -> None:
     assert losses[-1] < losses[0] * factor, losses
 
 
-def step_in_each_math_mode(name: str, batch_size: int) -> dict[str, float]:
+def step_in_each_math_mode(name: str, batch_size: int, hp: dict | None = None) -> dict[str, float]:
     """One smoke step through the adapter in fp32, tf32 and amp (bf16 autocast on the CPU)."""
     model, workload, data = modules(name)
-    hp = model.hp("smoke")
+    hp = hp or model.hp("smoke")
     batch = next(data.batches("synthetic", hp, batch_size, seed=0))
     losses = {}
     try:
