@@ -79,7 +79,7 @@ def to_device(batch: Any, device: torch.device) -> dict[str, Any]:
 
 
 def train_step(training: Training, inputs: dict[str, Any], precision: Any) -> torch.Tensor:
-    """One SGD step on the sum of the RPN and detector losses (and the mask loss, if any)."""
+    """One SGD step on the sum of the RPN and detector losses (and the mask loss, for Mask R-CNN)."""
     training.optimizer.zero_grad(set_to_none=True)
     with precision.autocast():
         losses = training.model(inputs["images"], inputs["targets"])
