@@ -1,28 +1,13 @@
 """Detection input pipeline (Faster R-CNN): synthetic VOC-sized images with boxes, the Pascal VOC reader."""
 
-import importlib.util
-import sys
-import tomllib
-from pathlib import Path
-
 import numpy as np
 import pytest
 from PIL import Image
 
-WORKLOAD = Path(__file__).parents[1] / "workloads" / "faster_rcnn"
+from workload_data import hparams, load_data
 
-
-def _load_data():
-    spec = importlib.util.spec_from_file_location("faster_rcnn_data_under_test", WORKLOAD / "data.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-data = _load_data()
-TOML = tomllib.loads((WORKLOAD / "workload.toml").read_text())
-HP = {**TOML["hparams"], **TOML["preset"]["smoke"]}
+data = load_data("faster_rcnn")
+HP = hparams("faster_rcnn", "smoke")
 
 
 def _take(it, n):

@@ -1,29 +1,10 @@
 """ImageNet input pipeline (ResNet-50 and Inception-v3): synthetic crops and the class-folder reader."""
 
-import importlib.util
-import sys
-import tomllib
-from pathlib import Path
-
 import numpy as np
 import pytest
 from PIL import Image
 
-WORKLOADS = Path(__file__).parents[1] / "workloads"
-
-
-def _load(model: str):
-    spec = importlib.util.spec_from_file_location(f"{model}_data_under_test", WORKLOADS / model / "data.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _hp(model: str, preset: str) -> dict:
-    toml = tomllib.loads((WORKLOADS / model / "workload.toml").read_text())
-    return {**toml["hparams"], **toml["preset"][preset]}
-
+from workload_data import hparams as _hp, load_data as _load
 
 data = _load("resnet50")
 HP = _hp("resnet50", "smoke")

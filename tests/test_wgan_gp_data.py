@@ -1,28 +1,13 @@
 """WGAN-GP input pipeline: synthetic 64x64 images and the Downsampled ImageNet folder of PNGs."""
 
-import importlib.util
-import sys
-import tomllib
-from pathlib import Path
-
 import numpy as np
 import pytest
 from PIL import Image
 
-WORKLOAD = Path(__file__).parents[1] / "workloads" / "wgan_gp"
+from workload_data import hparams, load_data
 
-
-def _load_data():
-    spec = importlib.util.spec_from_file_location("wgan_gp_data_under_test", WORKLOAD / "data.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-data = _load_data()
-TOML = tomllib.loads((WORKLOAD / "workload.toml").read_text())
-HP = {**TOML["hparams"], **TOML["preset"]["smoke"]}
+data = load_data("wgan_gp")
+HP = hparams("wgan_gp", "smoke")
 
 
 def test_unit_range_matches_gan_64x64():
