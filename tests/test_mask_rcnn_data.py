@@ -132,3 +132,15 @@ def test_content_errors(tmp_path):
     (tmp_path / "train2017" / "000000000002.jpg").unlink()
     with pytest.raises(data.DataError, match="names the image .*000000000002.jpg, which is missing"):
         data.check_source(str(tmp_path), HP)
+
+
+def test_efficientdet_reads_the_same_coco_without_masks(coco):
+    effdet = load_data("efficientdet")
+    hp = hparams("efficientdet", "smoke")
+    batch = next(effdet.batches("synthetic", hp, 2, seed=0))
+    assert all(set(t) == {"boxes", "labels"} for t in batch.targets)
+    real = next(effdet.batches(str(coco), hp, 3, seed=0))
+    assert all(set(t) == {"boxes", "labels"} for t in real.targets) and real.samples == 3
+    assert effdet.check_source(str(coco), hp) == f"COCO-format dataset at {coco}: 2 images, 3 objects"
+    with pytest.raises(effdet.DataError, match="does not exist"):
+        effdet.check_source(str(coco / "nope"), hp)

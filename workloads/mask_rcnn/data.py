@@ -3,7 +3,8 @@ COCO-format JSON reader.
 
 Framework neutral (NumPy; Pillow when real images are read or polygons drawn). Batches are
 Faster R-CNN's (that workload's data module is loaded here), each target also holding "masks":
-(K, H, W) uint8, one per box. Labels are COCO category ids (1..90), as torchvision's detectors use.
+(K, H, W) uint8, one per box, when hp["instance_masks"] is true (EfficientDet reads boxes only).
+Labels are COCO category ids (1..90), as torchvision's detectors and effdet use.
 """
 
 import importlib.util
@@ -61,7 +62,9 @@ def synthetic_batches(hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch
         targets = []
         for h, w in sizes:
             target = _detection.synthetic_target(rng, h, w, hp)
-            targets.append({**target, "masks": ellipse_masks(target["boxes"], h, w)})
+            if hp["instance_masks"]:
+                target["masks"] = ellipse_masks(target["boxes"], h, w)
+            targets.append(target)
         yield Batch(images=images, targets=targets)
 
 
@@ -164,8 +167,9 @@ def coco_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterato
         for _ in range(batch_size):
             item = items[next(indices)]
             image = _detection.read_image(item.path)
-            target = {"boxes": item.boxes.copy(), "labels": item.labels.copy(),
-                      "masks": polygon_masks(item.polygons, image.shape[1], image.shape[2])}
+            target = {"boxes": item.boxes.copy(), "labels": item.labels.copy()}
+            if hp["instance_masks"]:
+                target["masks"] = polygon_masks(item.polygons, image.shape[1], image.shape[2])
             if hp["horizontal_flip"] and rng.random() < 0.5:
                 image, target = _detection.flip(image, target)
             images.append(image)
@@ -189,8 +193,10 @@ def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Ba
 def check_source(source: str, hp: Hparams) -> str:
     """Validate the data source up front (DataError) and describe it in one line."""
     if source == SYNTHETIC:
+        masks = " and masks" if hp["instance_masks"] else ""
         return (f"synthetic COCO-sized images ({hp['image_long_side']} px by {hp['image_short_sides']} px) with "
-                f"{hp['objects_min']}-{hp['objects_max']} random boxes and masks each")
+                f"{hp['objects_min']}-{hp['objects_max']} random boxes{masks} each")
     items = scan_coco(Path(source), hp)
     objects = sum(len(i.labels) for i in items)
-    return f"COCO-format dataset at {source}: {len(items)} images, {objects} objects with polygon masks"
+    kind = "objects with polygon masks" if hp["instance_masks"] else "objects"
+    return f"COCO-format dataset at {source}: {len(items)} images, {objects} {kind}"
