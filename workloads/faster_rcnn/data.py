@@ -1,0 +1,234 @@
+"""Object detection input pipeline: synthetic VOC-sized images with boxes, and a Pascal VOC reader.
+
+Framework neutral (NumPy; Pillow only when real images are read). A batch is a list of images,
+each (3, H, W) float32 in [0, 1] at its own size (the detector resizes and normalizes them), and
+one target per image: "boxes" (K, 4) float32 as (x1, y1, x2, y2) in pixels and "labels" (K,)
+int64 in 1..num_classes-1 (0 is the background). Mask R-CNN's pipeline builds on this module.
+"""
+
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+Hparams = Mapping[str, Any]
+Target = dict[str, np.ndarray]
+
+SYNTHETIC = "synthetic"
+VOC_CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
+               "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
+               "train", "tvmonitor")
+VOC_HINT = ("pass the VOC2007 folder of VOCdevkit, which holds Annotations/*.xml, JPEGImages/*.jpg "
+            "and ImageSets/Main/trainval.txt")
+
+
+class DataError(Exception):
+    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
+
+
+@dataclass(frozen=True, eq=False)
+class Batch:
+    """Images (3, H, W) float32 in [0, 1] with their targets (boxes, labels and maybe masks)."""
+
+    images: list[np.ndarray]
+    targets: list[Target] = field(default_factory=list)
+
+    @property
+    def samples(self) -> int:
+        return len(self.images)
+
+    @property
+    def work(self) -> float:
+        """Images in the batch (the throughput unit is images/s)."""
+        return float(self.samples)
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic images and objects
+
+
+def synthetic_image(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
+    """An image-like (3, H, W) float32 picture in [0, 1]: a colour, coarse blotches and noise."""
+    coarse = rng.normal(0.0, 0.15, (3, height // 16 + 1, width // 16 + 1))
+    field_ = np.repeat(np.repeat(coarse, 16, axis=1), 16, axis=2)[:, :height, :width]
+    image = rng.uniform(0.25, 0.75, (3, 1, 1)) + field_ + rng.normal(0.0, 0.04, (3, height, width))
+    return np.clip(image, 0.0, 1.0).astype(np.float32)
+
+
+def synthetic_size(rng: np.random.Generator, hp: Hparams) -> tuple[int, int]:
+    """(height, width) of a VOC-like image: landscape or portrait, long side hp["image_long_side"]."""
+    long_side, short = int(hp["image_long_side"]), int(rng.choice(hp["image_short_sides"]))
+    return (short, long_side) if rng.random() < 0.7 else (long_side, short)
+
+
+def synthetic_boxes(rng: np.random.Generator, height: int, width: int, hp: Hparams) -> np.ndarray:
+    """(K, 4) float32 boxes inside the image, each side at least hp["box_min_fraction"] of the image's."""
+    k = int(rng.integers(hp["objects_min"], hp["objects_max"] + 1))
+    lo = hp["box_min_fraction"]
+    w, h = rng.uniform(lo, 1.0, k) * width, rng.uniform(lo, 1.0, k) * height
+    x1, y1 = rng.uniform(0, width - w), rng.uniform(0, height - h)
+    return np.stack([x1, y1, x1 + w, y1 + h], axis=1).astype(np.float32)
+
+
+def synthetic_target(rng: np.random.Generator, height: int, width: int, hp: Hparams) -> Target:
+    boxes = synthetic_boxes(rng, height, width, hp)
+    labels = rng.integers(1, int(hp["num_classes"]), len(boxes), dtype=np.int64)
+    return {"boxes": boxes, "labels": labels}
+
+
+def synthetic_batches(hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Endless batches of VOC-sized synthetic images with random boxes, deterministic for `seed`."""
+    rng = np.random.default_rng(seed)
+    while True:
+        sizes = [synthetic_size(rng, hp) for _ in range(batch_size)]
+        yield Batch(images=[synthetic_image(rng, h, w) for h, w in sizes],
+                    targets=[synthetic_target(rng, h, w, hp) for h, w in sizes])
+
+
+# --------------------------------------------------------------------------------------------
+# Images on disk
+
+
+def _pillow() -> Any:
+    try:
+        from PIL import Image
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise DataError(f"reading images needs the Pillow package ({e}): pip install pillow") from e
+    return Image
+
+
+def read_image(path: Path) -> np.ndarray:
+    """An image file as (3, H, W) float32 in [0, 1]; a DataError if it is missing or damaged."""
+    try:
+        with _pillow().open(path) as img:
+            rgb = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
+    except OSError as e:
+        raise DataError(f"cannot read {path} ({e}): replace or delete the damaged file") from e
+    return rgb.transpose(2, 0, 1).copy()
+
+
+def flip(image: np.ndarray, target: Target) -> tuple[np.ndarray, Target]:
+    """Mirror an image left-right with its boxes (and masks, if any)."""
+    width = image.shape[-1]
+    boxes = target["boxes"].copy()
+    boxes[:, [0, 2]] = width - target["boxes"][:, [2, 0]]
+    flipped = {**target, "boxes": boxes}
+    if "masks" in target:
+        flipped["masks"] = target["masks"][:, :, ::-1].copy()
+    return image[:, :, ::-1].copy(), flipped
+
+
+def epoch_indices(n: int, rng: np.random.Generator) -> Iterator[int]:
+    while True:
+        yield from (int(i) for i in rng.permutation(n))
+
+
+# --------------------------------------------------------------------------------------------
+# Pascal VOC
+
+
+@dataclass(frozen=True)
+class VocImage:
+    """One annotated image: its file and its non-difficult objects (0-based pixel boxes)."""
+
+    path: Path
+    boxes: np.ndarray
+    labels: np.ndarray
+
+
+def _voc_object(obj: ET.Element, xml: Path) -> tuple[list[float], int] | None:
+    name = (obj.findtext("name") or "").strip()
+    if name not in VOC_CLASSES:
+        raise DataError(f"{xml} has an object of class {name!r}, not one of the 20 VOC classes: fix or remove it")
+    if (obj.findtext("difficult") or "0").strip() == "1":
+        return None  # as tf-faster-rcnn (TRAIN.USE_DIFF = False)
+    bb = obj.find("bndbox")
+    try:
+        # VOC boxes are 1-based inclusive pixel indices; tf-faster-rcnn subtracts one.
+        box = [float(bb.findtext(k)) - 1 for k in ("xmin", "ymin", "xmax", "ymax")]  # type: ignore[union-attr, arg-type]
+    except (AttributeError, TypeError, ValueError) as e:
+        raise DataError(f"{xml} has an object without a numeric bndbox ({e}): fix or remove the annotation") from e
+    return box, VOC_CLASSES.index(name) + 1
+
+
+def parse_voc_xml(xml: Path, images: Path) -> VocImage:
+    """One VOC annotation file and the image it names."""
+    try:
+        root = ET.parse(xml).getroot()
+    except ET.ParseError as e:
+        raise DataError(f"cannot parse {xml} ({e}): replace or delete the damaged annotation") from e
+    objects = [o for o in (_voc_object(obj, xml) for obj in root.iter("object")) if o is not None]
+    filename = (root.findtext("filename") or f"{xml.stem}.jpg").strip()
+    boxes = np.array([b for b, _ in objects], dtype=np.float32).reshape(-1, 4)
+    return VocImage(images / filename, boxes, np.array([c for _, c in objects], dtype=np.int64))
+
+
+def _voc_ids(root: Path) -> list[str]:
+    listing = root / "ImageSets" / "Main" / "trainval.txt"
+    if listing.is_file():
+        return [line.split()[0] for line in listing.read_text().splitlines() if line.strip()]
+    return sorted(p.stem for p in (root / "Annotations").glob("*.xml"))
+
+
+def scan_voc(root: Path) -> list[VocImage]:
+    """The trainval images of a VOC folder that have at least one non-difficult object."""
+    if not root.exists():
+        raise DataError(f"data path {root} does not exist: {VOC_HINT}")
+    if not (root / "Annotations").is_dir() or not (root / "JPEGImages").is_dir():
+        raise DataError(f"data path {root} has no Annotations and JPEGImages folders: {VOC_HINT}")
+    found = []
+    for image_id in _voc_ids(root):
+        xml = root / "Annotations" / f"{image_id}.xml"
+        if not xml.is_file():
+            raise DataError(f"{xml} is listed in ImageSets/Main/trainval.txt but missing: restore it or fix the list")
+        item = parse_voc_xml(xml, root / "JPEGImages")
+        if not item.path.is_file():
+            raise DataError(f"{xml} names the image {item.path}, which is missing: restore it or remove the annotation")
+        if len(item.labels):
+            found.append(item)
+    if not found:
+        raise DataError(f"data path {root} holds no annotated images: {VOC_HINT}")
+    return found
+
+
+def voc_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Endless batches over a VOC folder, reshuffled every epoch and flipped at random by `seed`."""
+    items = scan_voc(Path(root))
+    rng = np.random.default_rng(seed)
+    indices = epoch_indices(len(items), rng)
+    while True:
+        images, targets = [], []
+        for _ in range(batch_size):
+            item = items[next(indices)]
+            image, target = read_image(item.path), {"boxes": item.boxes.copy(), "labels": item.labels.copy()}
+            if hp["horizontal_flip"] and rng.random() < 0.5:
+                image, target = flip(image, target)
+            images.append(image)
+            targets.append(target)
+        yield Batch(images=images, targets=targets)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+
+
+def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Batches from "synthetic" or from a Pascal VOC folder path."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if source == SYNTHETIC:
+        return synthetic_batches(hp, batch_size, seed)
+    return voc_batches(Path(source), hp, batch_size, seed)
+
+
+def check_source(source: str, hp: Hparams) -> str:
+    """Validate the data source up front (DataError) and describe it in one line."""
+    if source == SYNTHETIC:
+        return (f"synthetic VOC-sized images ({hp['image_long_side']} px by {hp['image_short_sides']} px) with "
+                f"{hp['objects_min']}-{hp['objects_max']} random boxes each over {int(hp['num_classes']) - 1} classes")
+    items = scan_voc(Path(source))
+    objects = sum(len(i.labels) for i in items)
+    return f"Pascal VOC at {source}: {len(items)} images, {objects} objects (difficult ones left out)"

@@ -1,0 +1,202 @@
+"""Instance segmentation input pipeline: synthetic COCO-sized images with boxes and masks, and a
+COCO-format JSON reader.
+
+Framework neutral (NumPy; Pillow when real images are read or polygons drawn). Batches are
+Faster R-CNN's (that workload's data module is loaded here), each target also holding "masks":
+(K, H, W) uint8, one per box, when hp["instance_masks"] is true (EfficientDet reads boxes only).
+Labels are COCO category ids (1..90), as torchvision's detectors and effdet use.
+"""
+
+import importlib.util
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _detection_pipeline() -> Any:
+    name = "tbdkit_workloads.faster_rcnn.data"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "faster_rcnn" / "data.py")
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+_detection = _detection_pipeline()
+Batch = _detection.Batch
+DataError = _detection.DataError
+Hparams = Mapping[str, Any]
+Target = dict[str, np.ndarray]
+
+SYNTHETIC = "synthetic"
+COCO_HINT = ("pass the COCO folder that holds annotations/instances_train2017.json and the train2017 "
+             "folder of images it names")
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic objects with masks
+
+
+def ellipse_masks(boxes: np.ndarray, height: int, width: int) -> np.ndarray:
+    """(K, H, W) uint8 masks: the ellipse inscribed in each box."""
+    ys, xs = np.mgrid[0:height, 0:width].astype(np.float32) + 0.5
+    masks = np.zeros((len(boxes), height, width), dtype=np.uint8)
+    for k, (x1, y1, x2, y2) in enumerate(boxes):
+        cx, cy, rx, ry = (x1 + x2) / 2, (y1 + y2) / 2, max((x2 - x1) / 2, 0.5), max((y2 - y1) / 2, 0.5)
+        masks[k] = ((xs - cx) / rx) ** 2 + ((ys - cy) / ry) ** 2 <= 1.0
+    return masks
+
+
+def synthetic_batches(hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Endless batches of COCO-sized images with random boxes and their masks, deterministic for `seed`."""
+    rng = np.random.default_rng(seed)
+    while True:
+        sizes = [_detection.synthetic_size(rng, hp) for _ in range(batch_size)]
+        images = [_detection.synthetic_image(rng, h, w) for h, w in sizes]
+        targets = []
+        for h, w in sizes:
+            target = _detection.synthetic_target(rng, h, w, hp)
+            if hp["instance_masks"]:
+                target["masks"] = ellipse_masks(target["boxes"], h, w)
+            targets.append(target)
+        yield Batch(images=images, targets=targets)
+
+
+# --------------------------------------------------------------------------------------------
+# COCO-format JSON
+
+
+@dataclass(frozen=True)
+class CocoImage:
+    """One image and its usable objects: boxes (x1, y1, x2, y2), category ids and polygons."""
+
+    path: Path
+    height: int
+    width: int
+    boxes: np.ndarray
+    labels: np.ndarray
+    polygons: list[list[list[float]]]
+
+
+def find_annotations(root: Path) -> tuple[Path, Path]:
+    """The instances JSON below `root`/annotations (a train split first) and its image folder."""
+    if not root.exists():
+        raise DataError(f"data path {root} does not exist: {COCO_HINT}")
+    candidates = sorted((root / "annotations").glob("instances_*.json"), key=lambda p: ("train" not in p.name, p.name))
+    if not candidates:
+        raise DataError(f"data path {root} has no annotations/instances_*.json: {COCO_HINT}")
+    json_path = candidates[0]
+    images = root / json_path.stem.removeprefix("instances_")
+    if not images.is_dir():
+        raise DataError(f"{json_path} names the split {images.name}, but {images} is not a folder: {COCO_HINT}")
+    return json_path, images
+
+
+def _usable(ann: Mapping[str, Any]) -> bool:
+    """Objects torchvision's reference trains on: not a crowd, polygons, a box of positive size."""
+    x, y, w, h = ann.get("bbox", (0, 0, 0, 0))
+    return not ann.get("iscrowd", 0) and isinstance(ann.get("segmentation"), list) and w >= 1 and h >= 1
+
+
+def _load_json(path: Path) -> Mapping[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"cannot parse {path} ({e}): replace it with the dataset's original file") from e
+
+
+def scan_coco(root: Path, hp: Hparams) -> list[CocoImage]:
+    """The images of a COCO-format dataset that have at least one usable object."""
+    json_path, folder = find_annotations(Path(root))
+    coco = _load_json(json_path)
+    if not all(k in coco for k in ("images", "annotations", "categories")):
+        raise DataError(f"{json_path} lacks COCO's images, annotations and categories lists: {COCO_HINT}")
+    too_big = [c["id"] for c in coco["categories"] if c["id"] >= hp["num_classes"]]
+    if too_big:
+        raise DataError(f"{json_path} has category id {too_big[0]} but the model has {hp['num_classes']} classes "
+                        f"(ids 1..{hp['num_classes'] - 1}): renumber the categories")
+    per_image: dict[int, list[Mapping[str, Any]]] = {}
+    for ann in coco["annotations"]:
+        if _usable(ann):
+            per_image.setdefault(ann["image_id"], []).append(ann)
+    found = []
+    for info in sorted(coco["images"], key=lambda i: i["id"]):
+        anns = per_image.get(info["id"])
+        if not anns:
+            continue  # as torchvision's reference: images without usable objects are skipped
+        boxes = np.array([[x, y, x + w, y + h] for x, y, w, h in (a["bbox"] for a in anns)], dtype=np.float32)
+        found.append(CocoImage(folder / info["file_name"], int(info["height"]), int(info["width"]), boxes,
+                               np.array([a["category_id"] for a in anns], dtype=np.int64),
+                               [a["segmentation"] for a in anns]))
+    if not found:
+        raise DataError(f"{json_path} has no image with a non-crowd polygon annotation: {COCO_HINT}")
+    missing = next((i.path for i in found if not i.path.is_file()), None)
+    if missing is not None:
+        raise DataError(f"{json_path} names the image {missing}, which is missing: restore it or fix the JSON")
+    return found
+
+
+def polygon_masks(polygons: list[list[list[float]]], height: int, width: int) -> np.ndarray:
+    """(K, H, W) uint8 masks from each object's COCO polygons ([x1, y1, x2, y2, ...] lists)."""
+    from PIL import Image, ImageDraw
+
+    masks = np.zeros((len(polygons), height, width), dtype=np.uint8)
+    for k, parts in enumerate(polygons):
+        canvas = Image.new("L", (width, height), 0)
+        draw = ImageDraw.Draw(canvas)
+        for part in parts:
+            if len(part) >= 6:
+                draw.polygon([(part[i], part[i + 1]) for i in range(0, len(part) - 1, 2)], fill=1, outline=1)
+        masks[k] = np.asarray(canvas, dtype=np.uint8)
+    return masks
+
+
+def coco_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Endless batches over a COCO-format dataset, reshuffled every epoch and flipped at random by `seed`."""
+    items = scan_coco(Path(root), hp)
+    rng = np.random.default_rng(seed)
+    indices = _detection.epoch_indices(len(items), rng)
+    while True:
+        images, targets = [], []
+        for _ in range(batch_size):
+            item = items[next(indices)]
+            image = _detection.read_image(item.path)
+            target = {"boxes": item.boxes.copy(), "labels": item.labels.copy()}
+            if hp["instance_masks"]:
+                target["masks"] = polygon_masks(item.polygons, image.shape[1], image.shape[2])
+            if hp["horizontal_flip"] and rng.random() < 0.5:
+                image, target = _detection.flip(image, target)
+            images.append(image)
+            targets.append(target)
+        yield Batch(images=images, targets=targets)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+
+
+def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Batches from "synthetic" or from a COCO-format dataset folder."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if source == SYNTHETIC:
+        return synthetic_batches(hp, batch_size, seed)
+    return coco_batches(Path(source), hp, batch_size, seed)
+
+
+def check_source(source: str, hp: Hparams) -> str:
+    """Validate the data source up front (DataError) and describe it in one line."""
+    if source == SYNTHETIC:
+        masks = " and masks" if hp["instance_masks"] else ""
+        return (f"synthetic COCO-sized images ({hp['image_long_side']} px by {hp['image_short_sides']} px) with "
+                f"{hp['objects_min']}-{hp['objects_max']} random boxes{masks} each")
+    items = scan_coco(Path(source), hp)
+    objects = sum(len(i.labels) for i in items)
+    kind = "objects with polygon masks" if hp["instance_masks"] else "objects"
+    return f"COCO-format dataset at {source}: {len(items)} images, {objects} {kind}"

@@ -1,0 +1,51 @@
+"""Mask R-CNN on PyTorch: torchvision's maskrcnn_resnet50_fpn, SGD and one training step.
+
+The inputs and the training step (the sum of torchvision's detection losses, here with the mask
+loss) are Faster R-CNN's, loaded from that workload. Every size and rate comes from the
+hyperparameters handed in (workload.toml); nothing here times, logs or profiles.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torchvision.models.detection import maskrcnn_resnet50_fpn
+
+
+def _detection_steps() -> Any:
+    name = "faster_rcnn_pytorch_for_mask_rcnn"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "faster_rcnn" / "pytorch.py")
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+_steps = _detection_steps()
+Training = _steps.Training
+to_device = _steps.to_device
+train_step = _steps.train_step
+
+
+def network(hp: dict[str, Any]) -> nn.Module:
+    """torchvision's Mask R-CNN, ResNet-50 FPN, random weights everywhere (nothing downloaded)."""
+    return maskrcnn_resnet50_fpn(
+        weights=None, weights_backbone=None, num_classes=hp["num_classes"],
+        min_size=hp["min_size"], max_size=hp["max_size"],
+        rpn_pre_nms_top_n_train=hp["rpn_pre_nms_top_n"], rpn_post_nms_top_n_train=hp["rpn_post_nms_top_n"],
+        box_batch_size_per_image=hp["roi_batch_size"],
+    )
+
+
+def build(hp: dict[str, Any], device: torch.device) -> Any:
+    model = network(hp).to(device).train()
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=hp["learning_rate"], momentum=hp["momentum"], weight_decay=hp["weight_decay"]
+    )
+    return Training(model, optimizer)

@@ -1,0 +1,179 @@
+"""ImageNet-1k input pipeline for image classification: synthetic crops and an ImageNet folder reader.
+
+Framework neutral (NumPy; Pillow only when real images are read). Every size comes from the
+hyperparameters `hp` (workload.toml's [hparams] merged with a preset); batches carry normalized
+RGB crops shaped (N, 3, S, S) float32 and int64 class labels. Inception-v3 reads the same way
+(its workload loads this module) with its own crop size.
+"""
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+Hparams = Mapping[str, Any]
+
+SYNTHETIC = "synthetic"
+IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
+LAYOUT_HINT = "pass the ImageNet train folder whose class subfolders (n01440764, ...) hold the JPEGs"
+
+
+class DataError(Exception):
+    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
+
+
+@dataclass(frozen=True, eq=False)
+class Batch:
+    """Normalized RGB crops (N, 3, S, S) float32 and their class labels (N,) int64."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+    @property
+    def samples(self) -> int:
+        return int(self.images.shape[0])
+
+    @property
+    def work(self) -> float:
+        """Images in the batch (the throughput unit is images/s)."""
+        return float(self.samples)
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic crops
+
+
+def synthetic_batches(hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Endless batches of normalized crops (per-channel mean 0, std 1, as normalized ImageNet) with
+    uniform labels, deterministic for `seed`."""
+    rng = np.random.default_rng(seed)
+    size, classes = int(hp["image_size"]), int(hp["num_classes"])
+    while True:
+        images = rng.standard_normal((batch_size, 3, size, size), dtype=np.float32)
+        yield Batch(images=images, labels=rng.integers(0, classes, batch_size, dtype=np.int64))
+
+
+# --------------------------------------------------------------------------------------------
+# ImageNet folder layout: <root>/<class>/<image>
+
+
+@dataclass(frozen=True)
+class ImageFolder:
+    """The images below an ImageNet-style root, with labels from the sorted class folder names."""
+
+    root: Path
+    classes: list[str]
+    items: list[tuple[Path, int]]
+
+
+def _pillow() -> Any:
+    try:
+        from PIL import Image
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise DataError(f"reading images needs the Pillow package ({e}): pip install pillow") from e
+    return Image
+
+
+def _images_in(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+
+
+def scan_folder(root: Path, hp: Hparams) -> ImageFolder:
+    """Find the class folders below `root` and their images (DataError if the layout is wrong)."""
+    if not root.exists():
+        raise DataError(f"data path {root} does not exist: {LAYOUT_HINT}")
+    if not root.is_dir():
+        raise DataError(f"data path {root} is not a folder: {LAYOUT_HINT}")
+    per_class = {d.name: _images_in(d) for d in sorted(root.iterdir()) if d.is_dir()}
+    classes = [name for name, files in per_class.items() if files]
+    if not classes:
+        raise DataError(f"data path {root} holds no class folders with .JPEG/.jpg/.png images: {LAYOUT_HINT}")
+    if len(classes) > int(hp["num_classes"]):
+        raise DataError(
+            f"data path {root} holds {len(classes)} class folders but the model has {hp['num_classes']} classes: "
+            f"pass a folder with at most {hp['num_classes']} class folders (ImageNet-1k's train split)"
+        )
+    items = [(path, label) for label, name in enumerate(classes) for path in per_class[name]]
+    return ImageFolder(root=root, classes=classes, items=items)
+
+
+def _crop_box(rng: np.random.Generator, width: int, height: int, hp: Hparams) -> tuple[int, int, int, int]:
+    """An Inception-style random crop (left, top, right, bottom): area and aspect ratio from hp,
+    ten tries, else the central square."""
+    area = width * height
+    lo, hi = np.log(hp["crop_ratio"][0]), np.log(hp["crop_ratio"][1])
+    for _ in range(10):
+        target = area * rng.uniform(*hp["crop_area"])
+        ratio = float(np.exp(rng.uniform(lo, hi)))
+        w, h = round(np.sqrt(target * ratio)), round(np.sqrt(target / ratio))
+        if 0 < w <= width and 0 < h <= height:
+            left, top = int(rng.integers(0, width - w + 1)), int(rng.integers(0, height - h + 1))
+            return left, top, left + w, top + h
+    side = min(width, height)
+    left, top = (width - side) // 2, (height - side) // 2
+    return left, top, left + side, top + side
+
+
+def normalize(rgb: np.ndarray, hp: Hparams) -> np.ndarray:
+    """(S, S, 3) uint8 RGB -> (3, S, S) float32 normalized with hp's pixel mean and std."""
+    mean = np.asarray(hp["pixel_mean"], dtype=np.float32)
+    std = np.asarray(hp["pixel_std"], dtype=np.float32)
+    return ((rgb.astype(np.float32) / 255.0 - mean) / std).transpose(2, 0, 1)
+
+
+def load_crop(path: Path, rng: np.random.Generator, hp: Hparams) -> np.ndarray:
+    """Decode one image and return a random resized, maybe flipped, normalized crop (3, S, S)."""
+    image_module = _pillow()
+    size = int(hp["image_size"])
+    try:
+        with image_module.open(path) as img:
+            rgb = img.convert("RGB")
+    except OSError as e:
+        raise DataError(f"cannot read {path} ({e}): replace or delete the damaged file") from e
+    box = _crop_box(rng, rgb.width, rgb.height, hp)
+    crop = np.asarray(rgb.resize((size, size), image_module.BILINEAR, box=box), dtype=np.uint8)
+    if hp["horizontal_flip"] and rng.random() < 0.5:
+        crop = crop[:, ::-1]
+    return normalize(crop, hp)
+
+
+def _epoch_indices(n: int, rng: np.random.Generator) -> Iterator[int]:
+    while True:
+        yield from (int(i) for i in rng.permutation(n))
+
+
+def folder_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Endless batches over the images below `root`, reshuffled every epoch by `seed`."""
+    folder = scan_folder(Path(root), hp)
+    rng = np.random.default_rng(seed)
+    indices = _epoch_indices(len(folder.items), rng)
+    while True:
+        picked = [folder.items[next(indices)] for _ in range(batch_size)]
+        images = np.stack([load_crop(path, rng, hp) for path, _ in picked])
+        yield Batch(images=images, labels=np.array([label for _, label in picked], dtype=np.int64))
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+
+
+def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Batches from "synthetic" or from an ImageNet folder path."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if source == SYNTHETIC:
+        return synthetic_batches(hp, batch_size, seed)
+    return folder_batches(Path(source), hp, batch_size, seed)
+
+
+def check_source(source: str, hp: Hparams) -> str:
+    """Validate the data source up front (DataError) and describe it in one line."""
+    size = f"{hp['image_size']}x{hp['image_size']}"
+    if source == SYNTHETIC:
+        return (f"synthetic ImageNet-like {size} crops (normalized, per-channel mean 0 and std 1), "
+                f"uniform labels over {hp['num_classes']} classes")
+    folder = scan_folder(Path(source), hp)
+    return (f"ImageNet folder at {folder.root}: {len(folder.items)} images in {len(folder.classes)} classes, "
+            f"random resized {size} crops")
