@@ -1,24 +1,19 @@
-# syntax=docker/dockerfile:1
 # The MXNet stack: the kit's agent on NVIDIA's last NGC MXNet image (23.09, MXNet 1.9.1).
 # Apache MXNet is archived (retired to the Apache Attic in 2023): this image is frozen with it.
 # MXNet 1.9.1 needs numpy<1.24, and NGC built it for the base's Python 3.10; the kit asks for
 # 3.11 only for tomllib, so here it is installed for 3.10 with tomli standing in for tomllib.
 # The kit has no MXNet workloads yet: this image runs the agent once they land.
 ARG BASE_IMAGE=nvcr.io/nvidia/mxnet:23.09-py3
+# The kit's sources, gathered in a tiny stage so that the image takes them in one step.
+FROM scratch AS kit
+COPY pyproject.toml README.md /src/
+COPY tbdkit /src/tbdkit
+COPY workloads /src/workloads
+
 FROM ${BASE_IMAGE}
 
 ARG PIP_OPTIONS=""
 ARG REQUIRE_NSIGHT=1
-ARG BASE_IMAGE
-ARG BASE_DIGEST=""
-ARG KIT_COMMIT=""
-
-LABEL org.opencontainers.image.title="tbdkit-mxnet" \
-      org.opencontainers.image.base.name="${BASE_IMAGE}" \
-      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
-      org.opencontainers.image.revision="${KIT_COMMIT}" \
-      tbdkit.stack="mxnet"
-
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 ENV VIRTUAL_ENV=/opt/tbdkit/venv \
@@ -26,13 +21,10 @@ ENV VIRTUAL_ENV=/opt/tbdkit/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PYTHONUNBUFFERED=1 \
-    TBDKIT_WORKLOADS=/opt/tbdkit/src/workloads \
-    TBDKIT_GIT_COMMIT=${KIT_COMMIT}
+    TBDKIT_WORKLOADS=/opt/tbdkit/src/workloads
 
 COPY docker/wheels/ /tmp/wheels/
-COPY pyproject.toml README.md /opt/tbdkit/src/
-COPY tbdkit /opt/tbdkit/src/tbdkit
-COPY workloads /opt/tbdkit/src/workloads
+COPY --from=kit /src /opt/tbdkit/src
 # The kit installs from its own source tree; versions are pinned by build args and pyproject.toml.
 # hadolint ignore=DL3013,SC2086
 RUN python3 -m venv --system-site-packages "${VIRTUAL_ENV}" \
@@ -44,7 +36,7 @@ RUN python3 -m venv --system-site-packages "${VIRTUAL_ENV}" \
 
 RUN if [ "${REQUIRE_NSIGHT}" = "1" ]; then \
       if ! { command -v nsys && command -v ncu; }; then \
-        echo "nsys/ncu missing from ${BASE_IMAGE}: install Nsight Systems and Nsight Compute from the CUDA apt repository in this Dockerfile" >&2; \
+        echo "nsys/ncu missing from the base image: install Nsight Systems and Nsight Compute from the CUDA apt repository in this Dockerfile" >&2; \
         exit 1; \
       fi; \
     fi
@@ -52,3 +44,14 @@ RUN if [ "${REQUIRE_NSIGHT}" = "1" ]; then \
 WORKDIR /tmp
 ENTRYPOINT []
 CMD ["python", "-m", "tbdkit.agent", "--help"]
+
+# Last, so that a new commit of the kit does not rebuild the framework layers: the launcher
+# passes the revision into each run (env.json) from this label.
+ARG BASE_IMAGE
+ARG BASE_DIGEST=""
+ARG KIT_COMMIT=""
+LABEL org.opencontainers.image.title="tbdkit-mxnet" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
+      org.opencontainers.image.revision="${KIT_COMMIT}" \
+      tbdkit.stack="mxnet"

@@ -1,8 +1,13 @@
-# syntax=docker/dockerfile:1
 # The PyTorch stack: the kit's agent and the workloads on NVIDIA's NGC PyTorch image.
 # BASE_IMAGE is pinned by tag and digest in docker/images.lock (`tbdkit images lock` fills the
 # digest after a pull); CI builds this file on a small Debian bookworm base with a CPU wheel.
 ARG BASE_IMAGE=nvcr.io/nvidia/pytorch:25.12-py3
+# The kit's sources, gathered in a tiny stage so that the image takes them in one step.
+FROM scratch AS kit
+COPY pyproject.toml README.md /src/
+COPY tbdkit /src/tbdkit
+COPY workloads /src/workloads
+
 FROM ${BASE_IMAGE}
 
 # What pip installs for the framework; the default is the stack's pin in pyproject.toml.
@@ -12,17 +17,6 @@ ARG TORCH_REQUIREMENT="torch==2.14.1 torchvision==0.29.1"
 ARG PIP_OPTIONS=""
 # 1: fail the build unless nsys and ncu are on PATH (the GPU images); 0: the CPU CI image.
 ARG REQUIRE_NSIGHT=1
-ARG BASE_IMAGE
-ARG BASE_DIGEST=""
-ARG KIT_COMMIT=""
-
-LABEL org.opencontainers.image.title="tbdkit-pytorch" \
-      org.opencontainers.image.source="tbdkit" \
-      org.opencontainers.image.base.name="${BASE_IMAGE}" \
-      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
-      org.opencontainers.image.revision="${KIT_COMMIT}" \
-      tbdkit.stack="pytorch"
-
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # The kit lives in its own virtual environment on top of the base's Python, seeing the base's
@@ -32,8 +26,7 @@ ENV VIRTUAL_ENV=/opt/tbdkit/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_CONSTRAINT="" \
-    PYTHONUNBUFFERED=1 \
-    TBDKIT_GIT_COMMIT=${KIT_COMMIT}
+    PYTHONUNBUFFERED=1
 
 # Metadata before the heavy layers: each step copies the whole tree on some storage drivers.
 WORKDIR /tmp
@@ -47,9 +40,7 @@ RUN python3 -m venv --system-site-packages "${VIRTUAL_ENV}" \
       pip install ${PIP_OPTIONS} ${TORCH_REQUIREMENT}; \
     fi
 
-COPY pyproject.toml README.md /opt/tbdkit/src/
-COPY tbdkit /opt/tbdkit/src/tbdkit
-COPY workloads /opt/tbdkit/src/workloads
+COPY --from=kit /src /opt/tbdkit/src
 # The kit installs editable from its source tree (pinned by the image's commit), so the agent
 # finds the workloads beside it; the image's environment is registered as the pytorch stack, so
 # `tbdkit bench` inside the container (compose) runs natively there. GPU images must carry
@@ -66,7 +57,19 @@ print(json.dumps({'stack': 'pytorch', 'framework_version': torch.__version__, 'p
  && cat "${VIRTUAL_ENV}/tbdkit-stack.json" \
  && if [ "${REQUIRE_NSIGHT}" = "1" ]; then \
       if ! { command -v nsys && command -v ncu; }; then \
-        echo "nsys/ncu missing from ${BASE_IMAGE}: install Nsight Systems and Nsight Compute from the CUDA apt repository in this Dockerfile" >&2; \
+        echo "nsys/ncu missing from the base image: install Nsight Systems and Nsight Compute from the CUDA apt repository in this Dockerfile" >&2; \
         exit 1; \
       fi; \
     fi
+
+# Last, so that a new commit of the kit does not rebuild the framework layers: the launcher
+# passes the revision into each run (env.json) from this label.
+ARG BASE_IMAGE
+ARG BASE_DIGEST=""
+ARG KIT_COMMIT=""
+LABEL org.opencontainers.image.title="tbdkit-pytorch" \
+      org.opencontainers.image.source="tbdkit" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
+      org.opencontainers.image.revision="${KIT_COMMIT}" \
+      tbdkit.stack="pytorch"

@@ -1,23 +1,18 @@
-# syntax=docker/dockerfile:1
 # The TensorFlow stack: the kit's agent on NVIDIA's last NGC TensorFlow 2 image (25.02, TF 2.17,
 # Python 3.12). The framework comes from the base; the kit is installed beside it under the
 # base's own pip constraints, so TensorFlow's pinned dependencies stay as NVIDIA tested them.
 # The kit has no TensorFlow workloads yet: this image runs the agent once they land.
 ARG BASE_IMAGE=nvcr.io/nvidia/tensorflow:25.02-tf2-py3
+# The kit's sources, gathered in a tiny stage so that the image takes them in one step.
+FROM scratch AS kit
+COPY pyproject.toml README.md /src/
+COPY tbdkit /src/tbdkit
+COPY workloads /src/workloads
+
 FROM ${BASE_IMAGE}
 
 ARG PIP_OPTIONS=""
 ARG REQUIRE_NSIGHT=1
-ARG BASE_IMAGE
-ARG BASE_DIGEST=""
-ARG KIT_COMMIT=""
-
-LABEL org.opencontainers.image.title="tbdkit-tensorflow" \
-      org.opencontainers.image.base.name="${BASE_IMAGE}" \
-      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
-      org.opencontainers.image.revision="${KIT_COMMIT}" \
-      tbdkit.stack="tensorflow"
-
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 ENV VIRTUAL_ENV=/opt/tbdkit/venv \
@@ -25,13 +20,10 @@ ENV VIRTUAL_ENV=/opt/tbdkit/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
     PYTHONUNBUFFERED=1 \
-    TBDKIT_WORKLOADS=/opt/tbdkit/src/workloads \
-    TBDKIT_GIT_COMMIT=${KIT_COMMIT}
+    TBDKIT_WORKLOADS=/opt/tbdkit/src/workloads
 
 COPY docker/wheels/ /tmp/wheels/
-COPY pyproject.toml README.md /opt/tbdkit/src/
-COPY tbdkit /opt/tbdkit/src/tbdkit
-COPY workloads /opt/tbdkit/src/workloads
+COPY --from=kit /src /opt/tbdkit/src
 # The kit installs from its own source tree; versions are pinned by build args and pyproject.toml.
 # hadolint ignore=DL3013,SC2086
 RUN python3 -m venv --system-site-packages "${VIRTUAL_ENV}" \
@@ -41,7 +33,7 @@ RUN python3 -m venv --system-site-packages "${VIRTUAL_ENV}" \
 
 RUN if [ "${REQUIRE_NSIGHT}" = "1" ]; then \
       if ! { command -v nsys && command -v ncu; }; then \
-        echo "nsys/ncu missing from ${BASE_IMAGE}: install Nsight Systems and Nsight Compute from the CUDA apt repository in this Dockerfile" >&2; \
+        echo "nsys/ncu missing from the base image: install Nsight Systems and Nsight Compute from the CUDA apt repository in this Dockerfile" >&2; \
         exit 1; \
       fi; \
     fi
@@ -49,3 +41,14 @@ RUN if [ "${REQUIRE_NSIGHT}" = "1" ]; then \
 WORKDIR /tmp
 ENTRYPOINT []
 CMD ["python", "-m", "tbdkit.agent", "--help"]
+
+# Last, so that a new commit of the kit does not rebuild the framework layers: the launcher
+# passes the revision into each run (env.json) from this label.
+ARG BASE_IMAGE
+ARG BASE_DIGEST=""
+ARG KIT_COMMIT=""
+LABEL org.opencontainers.image.title="tbdkit-tensorflow" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
+      org.opencontainers.image.revision="${KIT_COMMIT}" \
+      tbdkit.stack="tensorflow"
