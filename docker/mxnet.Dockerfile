@@ -14,6 +14,15 @@ FROM ${BASE_IMAGE}
 
 ARG PIP_OPTIONS=""
 ARG REQUIRE_NSIGHT=1
+ARG BASE_IMAGE
+ARG BASE_DIGEST=""
+# The kit's revision label comes from `docker build --label` (tbdkit images build), so that a new
+# commit of the kit does not rebuild the framework layers; the launcher passes it into env.json.
+LABEL org.opencontainers.image.title="tbdkit-mxnet" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
+      tbdkit.stack="mxnet"
+
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 ENV VIRTUAL_ENV=/opt/tbdkit/venv \
@@ -44,14 +53,3 @@ RUN if [ "${REQUIRE_NSIGHT}" = "1" ]; then \
 WORKDIR /tmp
 ENTRYPOINT []
 CMD ["python", "-m", "tbdkit.agent", "--help"]
-
-# Last, so that a new commit of the kit does not rebuild the framework layers: the launcher
-# passes the revision into each run (env.json) from this label.
-ARG BASE_IMAGE
-ARG BASE_DIGEST=""
-ARG KIT_COMMIT=""
-LABEL org.opencontainers.image.title="tbdkit-mxnet" \
-      org.opencontainers.image.base.name="${BASE_IMAGE}" \
-      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
-      org.opencontainers.image.revision="${KIT_COMMIT}" \
-      tbdkit.stack="mxnet"

@@ -17,6 +17,16 @@ ARG TORCH_REQUIREMENT="torch==2.14.1 torchvision==0.29.1"
 ARG PIP_OPTIONS=""
 # 1: fail the build unless nsys and ncu are on PATH (the GPU images); 0: the CPU CI image.
 ARG REQUIRE_NSIGHT=1
+ARG BASE_IMAGE
+ARG BASE_DIGEST=""
+# The kit's revision label comes from `docker build --label` (tbdkit images build), so that a new
+# commit of the kit does not rebuild the framework layers; the launcher passes it into env.json.
+LABEL org.opencontainers.image.title="tbdkit-pytorch" \
+      org.opencontainers.image.source="tbdkit" \
+      org.opencontainers.image.base.name="${BASE_IMAGE}" \
+      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
+      tbdkit.stack="pytorch"
+
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # The kit lives in its own virtual environment on top of the base's Python, seeing the base's
@@ -61,15 +71,3 @@ print(json.dumps({'stack': 'pytorch', 'framework_version': torch.__version__, 'p
         exit 1; \
       fi; \
     fi
-
-# Last, so that a new commit of the kit does not rebuild the framework layers: the launcher
-# passes the revision into each run (env.json) from this label.
-ARG BASE_IMAGE
-ARG BASE_DIGEST=""
-ARG KIT_COMMIT=""
-LABEL org.opencontainers.image.title="tbdkit-pytorch" \
-      org.opencontainers.image.source="tbdkit" \
-      org.opencontainers.image.base.name="${BASE_IMAGE}" \
-      org.opencontainers.image.base.digest="${BASE_DIGEST}" \
-      org.opencontainers.image.revision="${KIT_COMMIT}" \
-      tbdkit.stack="pytorch"

@@ -159,8 +159,9 @@ def build_command(spec: ImageSpec, tag: str, base: str | None = None,
     """The `docker build` argv for one image (the repo root is the build context)."""
     base = base or spec.pinned_base
     digest = base.split("@", 1)[1] if "@" in base else ""
-    args = {"BASE_IMAGE": base, "BASE_DIGEST": digest, "KIT_COMMIT": commit or "", **(build_args or {})}
-    cmd = ["build", "--file", str(KIT_ROOT / spec.dockerfile), "--tag", tag]
+    args = {"BASE_IMAGE": base, "BASE_DIGEST": digest, **(build_args or {})}
+    cmd = ["build", "--file", str(KIT_ROOT / spec.dockerfile), "--tag", tag,
+           "--label", f"org.opencontainers.image.revision={commit or ''}"]
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]
     return cmd + [str(KIT_ROOT)]

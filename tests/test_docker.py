@@ -124,8 +124,8 @@ def test_build_command_pins_base_and_args():
     s = images.get_spec("pytorch")
     cmd = images.build_command(s, "t:1", base="b@sha256:" + "1" * 64, build_args={"REQUIRE_NSIGHT": "0"}, commit="abc")
     args = dict(v.split("=", 1) for v in flag(cmd, "--build-arg"))
-    assert args == {"BASE_IMAGE": "b@sha256:" + "1" * 64, "BASE_DIGEST": "sha256:" + "1" * 64,
-                    "KIT_COMMIT": "abc", "REQUIRE_NSIGHT": "0"}
+    assert args == {"BASE_IMAGE": "b@sha256:" + "1" * 64, "BASE_DIGEST": "sha256:" + "1" * 64, "REQUIRE_NSIGHT": "0"}
+    assert flag(cmd, "--label") == ["org.opencontainers.image.revision=abc"]
     assert flag(cmd, "--file") == [str(ROOT / "docker/pytorch.Dockerfile")] and cmd[-1] == str(ROOT)
 
 
@@ -144,6 +144,8 @@ case "$FAKE_DOCKER_MODE:$1" in
   down:*) echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?" >&2; exit 1;;
   *:version) echo 20.10.24; exit 0;;
   noimage:image) echo "Error: No such image: $3" >&2; exit 1;;
+  lock:pull) exit 0;;
+  lock:image) echo '[{"Id": "sha256:2222", "RepoDigests": ["other/repo@sha256:bad", "nvcr.io/nvidia/pytorch@sha256:'"$(printf 'c%.0s' $(seq 64))"'"]}]'; exit 0;;
   *:image) echo '[{"Id": "sha256:1111", "RepoDigests": [], "Config": {"Labels": {}}}]'; exit 0;;
   *:info) echo '{"io.containerd.runc.v2":{},"runc":{}}'; exit 0;;
 esac
@@ -151,14 +153,16 @@ echo "fake docker: unexpected $*" >&2; exit 3
 """
 
 
-def cli(tmp_path: Path, mode: str, *args: str, docker: str | None = None) -> subprocess.CompletedProcess:
+def cli(tmp_path: Path, mode: str, *args: str, docker: str | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     fake = tmp_path / "bin" / "docker"
     fake.parent.mkdir(exist_ok=True)
     fake.write_text(FAKE)
     fake.chmod(0o755)
-    env = {**os.environ, "FAKE_DOCKER_MODE": mode, "TBDKIT_DOCKER": docker or str(fake)}
+    env = {**os.environ, "FAKE_DOCKER_MODE": mode, "TBDKIT_DOCKER": docker or str(fake), **(env or {})}
     env.pop("TBDKIT_IMAGE_PYTORCH", None)
-    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args, "--results", str(tmp_path / "results")],
+    results = ["--results", str(tmp_path / "results")] if args[0] == "bench" else []
+    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args, *results],
                           capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -179,6 +183,16 @@ def test_bench_docker_errors(tmp_path, mode, extra, docker, words):
     assert "Traceback" not in out and all(w in " ".join(out.split()) for w in words), out
     # nothing ran: no run directory was made
     assert not (tmp_path / "results").exists() or not [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
+
+
+def test_images_lock_records_the_pulled_digest(tmp_path):
+    lock = tmp_path / "images.lock"
+    shutil.copy(images.lock_path(), lock)
+    proc = cli(tmp_path, "lock", "images", "lock", "pytorch", env={"TBDKIT_IMAGES_LOCK": str(lock)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    digest = "sha256:" + "c" * 64
+    assert images.load_lock(lock)["pytorch"].digest == digest and digest in proc.stdout
+    assert images.load_lock(lock)["tensorflow"].digest == images.load_lock()["tensorflow"].digest
 
 
 def test_images_build_arg_error(tmp_path):
