@@ -14,7 +14,7 @@ TBDKIT := $(VENV)/bin/tbdkit
 # The kit's own environment (host side: CLI, index, reports); frameworks live in .venvs/<stack>.
 KIT_STAMP := $(VENV)/.tbdkit-installed
 
-.PHONY: setup bench test test-host test-pytorch test-tensorflow test-mxnet bench-overhead clean
+.PHONY: setup bench images test test-host test-pytorch test-tensorflow test-mxnet bench-overhead clean
 
 $(KIT_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ setup: $(KIT_STAMP)
 bench: $(KIT_STAMP)
 	$(TBDKIT) bench --model $(MODEL) $(if $(FRAMEWORK),--framework $(FRAMEWORK)) $(if $(BATCH),--batch $(BATCH)) \
 		--preset $(PRESET) --precision $(PRECISION) --launcher $(LAUNCHER) --data $(DATA) --results $(RESULTS) --setup
+
+# The framework images for LAUNCHER=docker (docker/images.lock pins their NGC bases).
+images: $(KIT_STAMP)
+	$(TBDKIT) images build $(or $(FRAMEWORK),pytorch)
 
 # Host-side tests run in the kit's environment (the cross-framework ones need every stack);
 # framework tests in that framework's stack.

@@ -137,7 +137,14 @@ def bench(
             make(fw, b)
     if data != "synthetic":
         catalog.load_module(m, "data").check_source(data, hp)
-    frameworks = choose_frameworks(m, requested, setup)
+    if launcher == "docker":  # the image is the environment: no virtual environment needed
+        from tbdkit.launch import docker as docker_launch
+
+        frameworks = docker_launch.frameworks(m, requested)
+        for fw in frameworks:
+            docker_launch.preflight(fw, device)
+    else:
+        frameworks = choose_frameworks(m, requested, setup)
     run_specs = [make(fw, b) for fw in frameworks for b in batches]
     summaries = run_all(run_specs, results, m.throughput_unit)
     if as_json:
@@ -338,6 +345,17 @@ def overhead(model: Annotated[str, typer.Option("--model", "-m")] = "deepspeech2
         f"of {result['iterations_per_block']} iterations")
     console.print(f"[bold]ratio (with collectors / bare) = {result['ratio']:.4f}[/]  "
                   f"(per round: {', '.join(f'{r:.4f}' for r in result['ratio_per_round'])})")
+
+
+def _images_app() -> None:
+    from tbdkit import images_cli
+
+    for command in images_cli.app.registered_commands:
+        command.callback = _friendly(command.callback)
+    app.add_typer(images_cli.app, name="images")
+
+
+_images_app()
 
 
 def main() -> None:

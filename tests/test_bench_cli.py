@@ -97,7 +97,6 @@ def test_runs_and_show(one_run):
     (["--framework", "jax"], ["unknown framework 'jax'", "pytorch, tensorflow, mxnet"]),
     (["--precision", "fp16"], ["precision", "'fp32', 'tf32' or 'amp'"]),
     (["--data", "/no/such/LibriSpeech"], ["does not exist"]),
-    (["--launcher", "docker"], ["docker launcher", "LAUNCHER=native"]),
 ])
 def test_bad_input_is_one_clear_error(tmp_path, args, words):
     proc = tbdkit("bench", *FAST, "--results", str(tmp_path / "r"), *args)

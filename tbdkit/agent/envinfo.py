@@ -82,6 +82,22 @@ def packages() -> dict[str, str]:
     return {d.metadata["Name"]: d.version for d in importlib.metadata.distributions() if d.metadata["Name"]}
 
 
+def container() -> dict[str, Any] | None:
+    """The image a containerized run ran in, as its launcher passed it in (TBDKIT_IMAGE*)."""
+    if not os.environ.get("TBDKIT_IMAGE"):
+        return None
+    return {
+        "launcher": os.environ.get("TBDKIT_LAUNCHER"),
+        "image": os.environ["TBDKIT_IMAGE"],
+        "image_id": os.environ.get("TBDKIT_IMAGE_ID") or None,
+        "image_digest": os.environ.get("TBDKIT_IMAGE_DIGEST") or None,
+        "image_digest_note": None if os.environ.get("TBDKIT_IMAGE_DIGEST") else
+        "built locally and never pushed: it has no registry digest; image_id is its content digest",
+        "base_image": os.environ.get("TBDKIT_BASE_IMAGE") or None,
+        "base_digest": os.environ.get("TBDKIT_BASE_DIGEST") or None,
+    }
+
+
 def collect(framework_env: dict[str, Any], seed: int) -> dict[str, Any]:
     mem = psutil.virtual_memory()
     return {
@@ -102,6 +118,7 @@ def collect(framework_env: dict[str, Any], seed: int) -> dict[str, Any]:
             "memory_total_mib": mem.total // 2**20,
         },
         "gpu": gpus(),
+        "container": container(),
         "framework": framework_env,
         "seed": seed,
         "packages": packages(),

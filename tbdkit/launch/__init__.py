@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
-from tbdkit.agent import sink
-from tbdkit.errors import UserError
+from tbdkit.agent import events, sink
 from tbdkit.spec import RunSpec
 
 EventHandler = Callable[[dict[str, Any]], None]
@@ -35,13 +35,32 @@ def new_run_dir(results: Path, spec: RunSpec) -> Path:
     return path
 
 
+def stream(proc: subprocess.Popen[str], log: IO[str], on_event: EventHandler, interrupt: Callable[[], None]) -> int:
+    """Pass the agent's events to `on_event` and its other stdout lines to the log until it
+    exits; each Ctrl-C calls `interrupt` (the agent stops at the next iteration, or at once on
+    a second) and the stream goes on."""
+    assert proc.stdout is not None
+    while True:
+        try:
+            for line in proc.stdout:
+                event = events.parse(line)
+                if event is None:
+                    log.write(line)
+                else:
+                    on_event(event)
+            return proc.wait()
+        except KeyboardInterrupt:
+            if proc.poll() is None:
+                interrupt()
+            on_event({"event": "interrupt"})
+
+
 def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
     """Run one spec to completion (or failure) and return what its summary says."""
     if spec.launcher == "docker":
-        raise UserError(
-            "The docker launcher is not part of this version of the kit yet: use LAUNCHER=native "
-            "(the default), which runs each framework in its own virtual environment."
-        )
+        from tbdkit.launch import docker
+
+        return docker.launch(spec, results, on_event)
     from tbdkit.launch import native
 
     run_dir = new_run_dir(results, spec)

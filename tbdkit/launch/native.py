@@ -7,8 +7,7 @@ import subprocess
 from pathlib import Path
 
 from tbdkit import stacks
-from tbdkit.agent import events
-from tbdkit.launch import EventHandler
+from tbdkit.launch import EventHandler, stream
 from tbdkit.spec import RunSpec
 
 
@@ -26,17 +25,4 @@ def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
         log.write("$ " + " ".join(cmd) + "\n")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
                                 start_new_session=True, env=stacks.agent_env())
-        assert proc.stdout is not None
-        while True:
-            try:
-                for line in proc.stdout:
-                    event = events.parse(line)
-                    if event is None:
-                        log.write(line)
-                    else:
-                        on_event(event)
-                return proc.wait()
-            except KeyboardInterrupt:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGINT)
-                on_event({"event": "interrupt"})
+        return stream(proc, log, on_event, lambda: proc.send_signal(signal.SIGINT))

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# A small CPU base image for the real-container CI test, made without any container registry:
+# mmdebstrap builds Debian bookworm (Python 3.11) from this machine's own apt sources, fed on
+# stdin, and `docker import` turns the tarball into an image. The tarball is cached outside the
+# repo, so a second CI run on the same machine skips the bootstrap.
+# usage: docker/ci/make-base.sh IMAGE_TAG [CACHE_DIR]
+set -euo pipefail
+tag="${1:?usage: make-base.sh IMAGE_TAG [CACHE_DIR]}"
+cache="${2:-${TBDKIT_CI_CACHE:-$HOME/.cache/tbdkit-ci}}"
+sources=/etc/apt/sources.list.d/debian.sources
+packages="python3,python3-venv,ca-certificates,tini"
+# The cache key: the package set and the sources the tarball was made from.
+key=$(printf '%s\n' "$packages" | cat - "$sources" | sha256sum | cut -c1-12)
+tarball="$cache/bookworm-base-$key.tar"
+mkdir -p "$cache"
+if [ ! -s "$tarball" ]; then
+  echo "make-base: bootstrapping Debian bookworm into $tarball"
+  mmdebstrap --quiet --variant=minbase --include="$packages" \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' \
+    --format=tar bookworm "$cache/partial-$key.tar" - < "$sources"
+  mv "$cache/partial-$key.tar" "$tarball"
+else
+  echo "make-base: using the cached $tarball"
+fi
+docker import --change 'CMD ["/bin/bash"]' "$tarball" "$tag" >/dev/null
+echo "make-base: imported $tag"

@@ -1,0 +1,241 @@
+"""The docker launcher without a daemon: the rendered `docker run`, the lock file, and every
+error a user can cause (no Docker, daemon down, image not built, no NVIDIA runtime), each one
+sentence with the fix, driven through the CLI against a fake `docker` on PATH."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tbdkit import images, spec
+from tbdkit.errors import UserError
+from tbdkit.launch import docker as dl
+
+ROOT = Path(__file__).resolve().parents[1]
+IMAGE = {"ref": "tbdkit/pytorch:0.1.0", "id": "sha256:" + "ab" * 32, "repo_digests": [],
+         "labels": {"org.opencontainers.image.base.name": "nvcr.io/nvidia/pytorch:25.12-py3",
+                    "org.opencontainers.image.revision": "c0ffee"}}
+
+
+def make_spec(**kw):
+    return spec.build(**{"model": "deepspeech2", "batch_size": 2, "launcher": "docker", **kw})
+
+
+def flag(argv: list[str], name: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == name]
+
+
+def test_render_cpu_run(tmp_path):
+    argv = dl.render(make_spec(device="cpu"), tmp_path / "run1", IMAGE, nvidia=True, uid=1234, gid=99)
+    assert argv[0] == "run" and "--init" in argv
+    assert flag(argv, "--user") == ["1234:99"]
+    assert flag(argv, "--network") == ["none"]
+    assert flag(argv, "--shm-size") == [dl.SHM_SIZE]
+    assert "--gpus" not in argv and "--cap-add" not in argv and "--rm" not in argv
+    assert flag(argv, "--volume") == [f"{(tmp_path / 'run1').resolve()}:{dl.CONTAINER_RUN_DIR}"]
+    env = dict(e.split("=", 1) for e in flag(argv, "--env"))
+    assert env["TBDKIT_IMAGE_ID"] == IMAGE["id"] and env["TBDKIT_IMAGE"] == IMAGE["ref"]
+    assert env["TBDKIT_GIT_COMMIT"] == "c0ffee" and env["HOME"] == "/tmp"
+    assert env["TBDKIT_BASE_IMAGE"] == "nvcr.io/nvidia/pytorch:25.12-py3"
+    # the image runs by ID, the agent reads the container's copy of the spec
+    i = argv.index(IMAGE["id"])
+    assert argv[i + 1:] == ["python", "-u", "-m", "tbdkit.agent", "--spec",
+                            f"{dl.CONTAINER_RUN_DIR}/{dl.CONTAINER_SPEC}", "--run-dir", dl.CONTAINER_RUN_DIR]
+    assert flag(argv, "--name") == ["tbdkit-run1"]
+
+
+def test_render_gpu_counters_and_data(tmp_path):
+    data = tmp_path / "LibriSpeech"
+    data.mkdir()
+    s = make_spec(device="cuda", data=str(data))
+    argv = dl.render(s, tmp_path / "r", IMAGE, nvidia=True, hardware_counters=True)
+    assert flag(argv, "--gpus") == ["all"]
+    assert flag(argv, "--cap-add") == ["SYS_ADMIN"]
+    assert f"{data}:{dl.CONTAINER_DATA_DIR}:ro" in flag(argv, "--volume")
+    assert dl.container_spec(s)["data"] == dl.CONTAINER_DATA_DIR and s.data == str(data)
+    # auto: GPUs when the runtime is there, the CPU when not
+    assert flag(dl.render(make_spec(), tmp_path / "a", IMAGE, nvidia=True), "--gpus") == ["all"]
+    assert "--gpus" not in dl.render(make_spec(), tmp_path / "b", IMAGE, nvidia=False)
+
+
+def test_cuda_without_nvidia_runtime_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="no NVIDIA runtime.*--device cpu.*LAUNCHER=native"):
+        dl.render(make_spec(device="cuda:0"), tmp_path / "r", IMAGE, nvidia=False)
+
+
+def test_path_docker_cannot_mount(tmp_path):
+    odd = tmp_path / "a:b"
+    odd.mkdir()
+    with pytest.raises(UserError, match="colon"):
+        dl.render(make_spec(device="cpu", data=str(odd)), tmp_path / "r", IMAGE, nvidia=False)
+
+
+@pytest.mark.parametrize("stderr, words", [
+    ("Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?",
+     ["not running", "systemctl start docker", "LAUNCHER=native"]),
+    ("permission denied while trying to connect to the Docker daemon socket at unix:///var/run/docker.sock",
+     ["docker group", "usermod", "LAUNCHER=native"]),
+    ('could not select device driver "" with capabilities: [[gpu]]', ["NVIDIA Container Toolkit", "nvidia-ctk"]),
+])
+def test_explain_failure(stderr, words):
+    msg = images.explain_failure(stderr)
+    assert msg and all(w in msg for w in words) and msg.count(". ") == 0
+
+
+def test_explain_failure_passes_other_errors():
+    assert images.explain_failure("Error: No such image: x") is None
+
+
+def test_lock_file_entries_and_set_digest(tmp_path):
+    specs = images.load_lock()
+    assert {"pytorch", "pytorch-cu12", "tensorflow", "mxnet"} <= set(specs)
+    for s in specs.values():
+        assert (ROOT / s.dockerfile).is_file() and s.base.startswith("nvcr.io/nvidia/")
+        # a digest is either unresolved or a real sha256, never anything else
+        assert s.digest == "" or (s.digest.startswith("sha256:") and len(s.digest) == 71)
+    assert specs["pytorch-cu12"].stack == "pytorch"
+    lock = tmp_path / "images.lock"
+    shutil.copy(images.lock_path(), lock)
+    digest = "sha256:" + "0" * 64
+    images.set_digest("tensorflow", digest, lock)
+    again = images.load_lock(lock)
+    assert again["tensorflow"].digest == digest and again["tensorflow"].pinned_base.endswith("@" + digest)
+    assert again["mxnet"].digest == specs["mxnet"].digest and again["pytorch"].digest == specs["pytorch"].digest
+    assert "# tbdkit's framework images" in lock.read_text()
+
+
+def test_bad_lock_file_is_a_user_error(tmp_path, monkeypatch):
+    bad = tmp_path / "images.lock"
+    bad.write_text("[pytorch\n")
+    monkeypatch.setenv("TBDKIT_IMAGES_LOCK", str(bad))
+    with pytest.raises(UserError, match="not valid TOML"):
+        images.load_lock()
+    with pytest.raises(UserError, match="no image 'caffe'"):
+        monkeypatch.setenv("TBDKIT_IMAGES_LOCK", str(images.KIT_ROOT / "docker" / "images.lock"))
+        images.get_spec("caffe")
+
+
+def test_build_command_pins_base_and_args():
+    s = images.get_spec("pytorch")
+    cmd = images.build_command(s, "t:1", base="b@sha256:" + "1" * 64, build_args={"REQUIRE_NSIGHT": "0"}, commit="abc")
+    args = dict(v.split("=", 1) for v in flag(cmd, "--build-arg"))
+    assert args == {"BASE_IMAGE": "b@sha256:" + "1" * 64, "BASE_DIGEST": "sha256:" + "1" * 64, "REQUIRE_NSIGHT": "0"}
+    assert flag(cmd, "--label") == ["org.opencontainers.image.revision=abc"]
+    assert flag(cmd, "--file") == [str(ROOT / "docker/pytorch.Dockerfile")] and cmd[-1] == str(ROOT)
+
+
+def test_image_ref_override(monkeypatch):
+    monkeypatch.delenv("TBDKIT_IMAGE_PYTORCH", raising=False)
+    assert images.image_ref("pytorch") == "tbdkit/pytorch:0.1.0"
+    monkeypatch.setenv("TBDKIT_IMAGE_PYTORCH", "tbdkit/pytorch-cu12:0.1.0")
+    assert images.image_ref("pytorch") == "tbdkit/pytorch-cu12:0.1.0"
+
+
+# ---------------------------------------------------------------- the CLI against a fake docker
+
+FAKE = """#!/bin/sh
+# A stand-in docker: answers by $FAKE_DOCKER_MODE.
+case "$FAKE_DOCKER_MODE:$1" in
+  down:*) echo "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?" >&2; exit 1;;
+  *:version) echo 20.10.24; exit 0;;
+  noimage:image) echo "Error: No such image: $3" >&2; exit 1;;
+  lock:pull) exit 0;;
+  lock:image) echo '[{"Id": "sha256:2222", "RepoDigests": ["other/repo@sha256:bad", "nvcr.io/nvidia/pytorch@sha256:'"$(printf 'c%.0s' $(seq 64))"'"]}]'; exit 0;;
+  *:image) echo '[{"Id": "sha256:1111", "RepoDigests": [], "Config": {"Labels": {}}}]'; exit 0;;
+  *:info) echo '{"io.containerd.runc.v2":{},"runc":{}}'; exit 0;;
+esac
+echo "fake docker: unexpected $*" >&2; exit 3
+"""
+
+
+def cli(tmp_path: Path, mode: str, *args: str, docker: str | None = None,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    fake = tmp_path / "bin" / "docker"
+    fake.parent.mkdir(exist_ok=True)
+    fake.write_text(FAKE)
+    fake.chmod(0o755)
+    env = {**os.environ, "FAKE_DOCKER_MODE": mode, "TBDKIT_DOCKER": docker or str(fake), **(env or {})}
+    env.pop("TBDKIT_IMAGE_PYTORCH", None)
+    results = ["--results", str(tmp_path / "results")] if args[0] == "bench" else []
+    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args, *results],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+BENCH = ("bench", "--model", "deepspeech2", "--launcher", "docker", "--batch", "2")
+
+
+@pytest.mark.parametrize("mode, extra, docker, words", [
+    ("ok", (), "/nonexistent/docker", ["Docker is not installed", "apt-get install docker.io", "LAUNCHER=native"]),
+    ("down", (), None, ["Docker daemon is not running", "LAUNCHER=native"]),
+    ("noimage", (), None, ["tbdkit/pytorch:0.1.0 is not built", "tbdkit images build pytorch", "make images",
+                           "LAUNCHER=native"]),
+    ("ok", ("--device", "cuda"), None, ["no NVIDIA runtime", "nvidia-ctk", "LAUNCHER=native"]),
+])
+def test_bench_docker_errors(tmp_path, mode, extra, docker, words):
+    proc = cli(tmp_path, mode, *BENCH, *extra, docker=docker)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out and all(w in " ".join(out.split()) for w in words), out
+    # nothing ran: no run directory was made
+    assert not (tmp_path / "results").exists() or not [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
+
+
+def test_images_lock_records_the_pulled_digest(tmp_path):
+    lock = tmp_path / "images.lock"
+    shutil.copy(images.lock_path(), lock)
+    proc = cli(tmp_path, "lock", "images", "lock", "pytorch", env={"TBDKIT_IMAGES_LOCK": str(lock)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    digest = "sha256:" + "c" * 64
+    assert images.load_lock(lock)["pytorch"].digest == digest and digest in proc.stdout
+    assert images.load_lock(lock)["tensorflow"].digest == images.load_lock()["tensorflow"].digest
+
+
+def test_images_build_arg_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tbdkit.cli", "images", "build", "pytorch", "--build-arg", "NOEQUALS"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "not KEY=VALUE" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_images_list_reports_docker_state(tmp_path):
+    env = {**os.environ, "TBDKIT_DOCKER": "/nonexistent/docker"}
+    proc = subprocess.run([sys.executable, "-m", "tbdkit.cli", "images", "list", "--json"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert '"ok": false' in proc.stdout and "Docker is not installed" in proc.stdout
+
+
+# ---------------------------------------------------------------- lint and compose
+
+def _tool(name: str) -> str | None:
+    return shutil.which(name) or (str(Path(sys.executable).parent / name)
+                                  if (Path(sys.executable).parent / name).exists() else None)
+
+
+def _need(name: str) -> str:
+    found = _tool(name)
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} is not installed; .ci/run installs it")
+        pytest.skip(f"{name} is not installed here (.ci/run installs it)")
+    return found
+
+
+@pytest.mark.parametrize("dockerfile", sorted(p.name for p in (ROOT / "docker").glob("*.Dockerfile")))
+def test_dockerfiles_lint_clean(dockerfile):
+    proc = subprocess.run([_need("hadolint"), str(ROOT / "docker" / dockerfile)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_compose_config_validates(tmp_path):
+    env = {**os.environ, "TBDKIT_RESULTS_DIR": str(tmp_path), "TBDKIT_DATA_DIR": str(tmp_path)}
+    proc = subprocess.run([_need("docker-compose"), "--file", str(ROOT / "compose.yaml"), "config"],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    for service in ("pytorch:", "pytorch-cu12:", "tensorflow:", "mxnet:"):
+        assert service in proc.stdout
+    assert "capabilities:" in proc.stdout and "network_mode: none" in proc.stdout

@@ -1,0 +1,178 @@
+"""A real container: build the pytorch stack's image on a Debian bookworm base made here (no
+registry), run `tbdkit bench --launcher docker` as an unprivileged user, and check that the run
+directory lands on the mounted volume owned by that user with the image recorded; then a
+container that crashes, which must leave its log and a failed summary.
+
+Needs a running Docker daemon (.ci/run installs docker.io and starts dockerd). It skips only
+when the daemon could not be started (.ci/run says why in TBDKIT_DOCKERD_ERROR), or, outside
+CI, when there is no daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tbdkit import images
+
+ROOT = Path(__file__).resolve().parents[1]
+TAG = "tbdkit-ci/pytorch:cpu"
+CRASH_TAG = "tbdkit-ci/pytorch:crash"
+UID = GID = 4242  # an unprivileged user that owns nothing on this machine
+FAST = ["--model", "deepspeech2", "--preset", "smoke", "--device", "cpu", "--batch", "2",
+        "--max-warmup-s", "3", "--max-measure-s", "4"]
+
+pytestmark = pytest.mark.slow
+
+
+def daemon_problem() -> str | None:
+    if os.environ.get("TBDKIT_DOCKERD_ERROR"):
+        return os.environ["TBDKIT_DOCKERD_ERROR"]
+    try:
+        images.daemon_version()
+    except Exception as exc:  # UserError: no docker, daemon down
+        if os.environ.get("CI"):
+            pytest.fail(f"dockerd was started by .ci/run but is not usable: {exc}")
+        return str(exc)
+    return None
+
+
+@pytest.fixture(scope="module")
+def ci_image():
+    problem = daemon_problem()
+    if problem:
+        print(f"skipping the real-container test: {problem}")
+        pytest.skip(f"no Docker daemon: {problem}")
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", str(ROOT / "docker/ci/build-ci-image.sh"), TAG], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, "PYTHON": sys.executable}, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    found = images.inspect_image(TAG)
+    assert found is not None
+    print(f"CI image {TAG}: built in {time.monotonic() - t0:.0f} s, {found['size_bytes'] / 2**20:.0f} MiB")
+    return found
+
+
+@pytest.fixture
+def results():
+    """A results folder the unprivileged user can reach (pytest's own tmp dirs are root-only)."""
+    top = Path(tempfile.mkdtemp(prefix="tbdkit-docker-"))
+    top.chmod(0o755)
+    yield top / "results"
+    shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def user_kit(ci_image):
+    """The kit installed as a user would have it, where the unprivileged user can read it (the
+    checkout may sit in a root-only folder): a plain `pip install --target` from the wheels the
+    image build downloaded, and a copy of the workloads."""
+    top = Path(tempfile.mkdtemp(prefix="tbdkit-kit-"))
+    top.chmod(0o755)
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
+                           str(ROOT / "docker" / "wheels"), "--target", str(top / "site"), str(ROOT)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shutil.copytree(ROOT / "workloads", top / "workloads")
+    subprocess.run(["chmod", "-R", "a+rX", str(top)], check=True)
+    yield top
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def user_python() -> str:
+    """A Python of this one's version that the unprivileged user can run (this venv's base may
+    sit in root's home)."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (os.path.realpath(sys.executable), f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
+        if not Path(candidate).exists():
+            continue
+        if os.getuid() != 0:
+            return candidate
+        probe = subprocess.run(["setpriv", f"--reuid={UID}", f"--regid={GID}", "--clear-groups", candidate, "-c", ""],
+                               capture_output=True)
+        if probe.returncode == 0:
+            return candidate
+    pytest.fail(f"no {version} that uid {UID} can run (apt-get install {version})")
+
+
+def bench_as_user(kit: Path, results: Path, image: str) -> subprocess.CompletedProcess:
+    """`tbdkit bench --launcher docker` run by uid 4242 (in the docker group), as a user would."""
+    results.mkdir(parents=True, exist_ok=True)
+    os.chown(results, UID, GID)
+    docker_gid = os.stat("/var/run/docker.sock").st_gid
+    env = {**os.environ, "TBDKIT_IMAGE_PYTORCH": image, "HOME": str(results), "PYTHONPATH": str(kit / "site"),
+           "TBDKIT_WORKLOADS": str(kit / "workloads")}
+    env.pop("VIRTUAL_ENV", None)
+    cmd = [user_python(), "-m", "tbdkit.cli", "bench", *FAST, "--launcher", "docker", "--results", str(results)]
+    if os.getuid() == 0:
+        cmd = ["setpriv", f"--reuid={UID}", f"--regid={GID}", f"--groups={docker_gid}", *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=results, timeout=600)
+
+
+def assert_removed(name: str, within_s: float = 300) -> None:
+    """The launcher removes the container in the background; vfs makes that take a while."""
+    deadline = time.monotonic() + within_s
+    while name in images.docker("ps", "--all", "--format", "{{.Names}}").stdout.split():
+        assert time.monotonic() < deadline, f"container {name} was not removed"
+        time.sleep(2)
+
+
+def only_run(results: Path) -> Path:
+    (run,) = [p for p in results.iterdir() if p.is_dir()]
+    return run
+
+
+def test_bench_in_a_container(ci_image, user_kit, results):
+    t0 = time.monotonic()
+    proc = bench_as_user(user_kit, results, TAG)
+    print(f"docker bench: {time.monotonic() - t0:.1f} s")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    run = only_run(results)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "ok", summary
+    assert summary["metrics"]["throughput"]["value"] > 0 and summary["device"] == "cpu"
+    env = json.loads((run / "env.json").read_text())
+    container = env["container"]
+    assert container["image"] == TAG and container["launcher"] == "docker"
+    assert container["image_id"] == ci_image["id"] and container["image_id"].startswith("sha256:")
+    assert container["image_digest"] is None and "content digest" in container["image_digest_note"]
+    assert container["base_image"] == "tbdkit-ci/bookworm-base"
+    assert env["host"]["in_container"] is True
+    assert env["framework"]["framework_version"].startswith("2.13.0")
+    assert env["kit"]["git"]["source"] == "launcher" and env["kit"]["git"]["commit"]
+    uid = os.getuid() and os.getuid() or UID  # the invoking user: 4242 when the test runs as root
+    for path in run.iterdir():
+        st = path.stat()
+        assert (st.st_uid, path.name) == (uid, path.name)
+    assert "$ " in (run / "log.txt").read_text() and "--network none" in (run / "log.txt").read_text()
+    assert not (run / "container.log").exists()
+    assert_removed(f"tbdkit-{run.name}")
+
+
+def test_a_crashing_container_leaves_its_log_and_a_failed_summary(ci_image, user_kit, results):
+    # The same image, its Deep Speech 2 module replaced by one that aborts the interpreter.
+    dockerfile = f"FROM {TAG}\nRUN printf 'import os\\nos.abort()\\n' > /opt/tbdkit/src/workloads/deepspeech2/pytorch.py\n"
+    build = subprocess.run([images.docker_binary(), "build", "--tag", CRASH_TAG, "-"], input=dockerfile,
+                           capture_output=True, text=True, timeout=600, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    assert build.returncode == 0, build.stderr
+    proc = bench_as_user(user_kit, results, CRASH_TAG)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "Traceback" not in out, out
+    run = only_run(results)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    assert "exited with code 134" in summary["error"] and "container.log" in summary["error"]
+    assert summary["container"]["exit_code"] == 134
+    state = json.loads((run / "container.json").read_text())
+    assert state["exit_code"] == 134 and state["oom_killed"] is False
+    log = (run / "container.log").read_text()
+    assert "setup" in log  # the agent's own log lines, as the container printed them
+    assert_removed(f"tbdkit-{run.name}")
