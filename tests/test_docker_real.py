@@ -110,7 +110,7 @@ def bench_as_user(kit: Path, results: Path, image: str) -> subprocess.CompletedP
     env = {**os.environ, "TBDKIT_IMAGE_PYTORCH": image, "HOME": str(results), "PYTHONPATH": str(kit / "site"),
            "TBDKIT_WORKLOADS": str(kit / "workloads")}
     env.pop("VIRTUAL_ENV", None)
-    cmd = [user_python(), "-m", "tbdkit.cli", "bench", *FAST, "--launcher", "docker", "--results", str(results)]
+    cmd = [user_python(), "-m", "tbdkit.cli", "bench", *FAST, "--framework", "pytorch", "--launcher", "docker", "--results", str(results)]
     if os.getuid() == 0:
         cmd = ["setpriv", f"--reuid={UID}", f"--regid={GID}", f"--groups={docker_gid}", *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=results, timeout=600)

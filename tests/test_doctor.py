@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+
 from tbdkit import doctor, stacks
 from tbdkit.doctor import Check
 
@@ -86,8 +87,8 @@ def test_checks_on_this_machine():
     assert c["NVML"].ok is False and c["NVIDIA driver"].ok is False
     assert c["NVML GPM metrics"].ok is None
     assert c["GPU performance counters"].ok is None
-    assert c["TensorFlow stack"].ok is None and "not supported" in c["TensorFlow stack"].detail
-    assert c["MXNet stack"].ok is None
+    for name, title in (("tensorflow", "TensorFlow"), ("mxnet", "MXNet")):
+        assert c[f"{title} stack"].ok is stacks.is_installed(name)
 
 
 def test_as_dict_round_trips_through_json():
