@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-
 from tbdkit import doctor, stacks
 from tbdkit.doctor import Check
 
