@@ -4,17 +4,22 @@ FRAMEWORK ?=
 BATCH ?=
 PRESET ?= auto
 PRECISION ?= fp32
-LAUNCHER ?= native
+LAUNCHER ?= auto
+NODES ?= 1
+GPUS_PER_NODE ?= 1
+LINK_RATE ?=
 RESULTS ?= results
 DATA ?= synthetic
 PYTHON ?= python3
+REPEAT ?= 1
+REPORT ?= report
 
 VENV := .venv
 TBDKIT := $(VENV)/bin/tbdkit
 # The kit's own environment (host side: CLI, index, reports); frameworks live in .venvs/<stack>.
 KIT_STAMP := $(VENV)/.tbdkit-installed
 
-.PHONY: setup bench images test test-host test-pytorch test-tensorflow test-mxnet bench-overhead clean
+.PHONY: setup bench sweep report bundle images test test-host test-pytorch test-tensorflow test-mxnet bench-overhead reference clean
 
 $(KIT_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +31,21 @@ setup: $(KIT_STAMP)
 
 bench: $(KIT_STAMP)
 	$(TBDKIT) bench --model $(MODEL) $(if $(FRAMEWORK),--framework $(FRAMEWORK)) $(if $(BATCH),--batch $(BATCH)) \
-		--preset $(PRESET) --precision $(PRECISION) --launcher $(LAUNCHER) --data $(DATA) --results $(RESULTS) --setup
+		--preset $(PRESET) --precision $(PRECISION) --launcher $(LAUNCHER) --data $(DATA) --results $(RESULTS) --setup \
+		--nodes $(NODES) --gpus-per-node $(GPUS_PER_NODE) $(if $(LINK_RATE),--link-rate $(LINK_RATE))
+
+# A grid (BATCH may hold `max`: the largest batch that fits); run again to resume.
+sweep: $(KIT_STAMP)
+	$(TBDKIT) sweep $(MODEL) $(if $(FRAMEWORK),--frameworks $(FRAMEWORK)) $(if $(BATCH),--batch $(BATCH)) \
+		--preset $(PRESET) --precision $(PRECISION) --repeat $(REPEAT) --launcher $(LAUNCHER) --data $(DATA) \
+		--results $(RESULTS) --setup
+
+# The paper's figures, tables and claim checks over everything in RESULTS; and the artifact for reviewers.
+report: $(KIT_STAMP)
+	$(TBDKIT) report $(RESULTS) --out $(REPORT)
+
+bundle: $(KIT_STAMP)
+	$(TBDKIT) bundle $(RESULTS) -o artifact.tar.gz
 
 # The framework images for LAUNCHER=docker (docker/images.lock pins their NGC bases).
 images: $(KIT_STAMP)
@@ -52,3 +71,8 @@ bench-overhead: $(KIT_STAMP)
 
 clean:
 	rm -rf $(VENV) .venvs
+
+# Issue 4's reference results on one NVIDIA GPU (README: "Reference results on an H100"): both models, or MODEL=m.
+# Runs under $(PYTHON) itself (it must have PyTorch); refuses without a GPU.
+reference:
+	$(PYTHON) -m tbdkit.reference $(foreach m,$(if $(filter command line,$(origin MODEL)),$(MODEL),deepspeech2 resnet50),--model $(m))

@@ -2,7 +2,7 @@
 # Apache MXNet is archived (retired to the Apache Attic in 2023): this image is frozen with it.
 # MXNet 1.9.1 needs numpy<1.24, and NGC built it for the base's Python 3.10; the kit asks for
 # 3.11 only for tomllib, so here it is installed for 3.10 with tomli standing in for tomllib.
-# The kit has no MXNet workloads yet: this image runs the agent once they land.
+# It runs the same workloads as the other stacks (their mxnet.py files, from the same workload.toml).
 ARG BASE_IMAGE=nvcr.io/nvidia/mxnet:23.09-py3
 # The kit's sources, gathered in a tiny stage so that the image takes them in one step.
 FROM scratch AS kit
@@ -13,6 +13,8 @@ COPY workloads /src/workloads
 FROM ${BASE_IMAGE}
 
 ARG PIP_OPTIONS=""
+# The workloads' own libraries: the rest of pyproject.toml's mxnet extra (a test keeps them equal).
+ARG WORKLOAD_REQUIREMENTS="gymnasium>=1.0 ale-py>=0.9"
 ARG REQUIRE_NSIGHT=1
 ARG BASE_IMAGE
 ARG BASE_DIGEST=""
@@ -37,7 +39,7 @@ COPY --from=kit /src /opt/tbdkit/src
 # The kit installs from its own source tree; versions are pinned by build args and pyproject.toml.
 # hadolint ignore=DL3013,SC2086
 RUN python3 -m venv --system-site-packages "${VIRTUAL_ENV}" \
- && pip install ${PIP_OPTIONS} --ignore-requires-python "numpy<1.24" "tomli>=2" /opt/tbdkit/src \
+ && pip install ${PIP_OPTIONS} --ignore-requires-python "numpy<1.24" "tomli>=2" /opt/tbdkit/src ${WORKLOAD_REQUIREMENTS} \
  && site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
  && if ! python -c "import tomllib" 2>/dev/null; then echo "from tomli import *  # noqa" > "${site}/tomllib.py"; fi \
  && rm -rf /tmp/wheels \

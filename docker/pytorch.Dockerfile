@@ -12,6 +12,8 @@ FROM ${BASE_IMAGE}
 
 # What pip installs for the framework; the default is the stack's pin in pyproject.toml.
 ARG TORCH_REQUIREMENT="torch==2.14.1 torchvision==0.29.1"
+# The workloads' own libraries: the rest of pyproject.toml's pytorch extra (a test keeps them equal).
+ARG WORKLOAD_REQUIREMENTS="transformers>=4.40 gymnasium>=1.0 ale-py>=0.9 effdet==0.4.1"
 # Extra pip options, e.g. "--no-index --find-links=/tmp/wheels" for an offline build from
 # wheels put in docker/wheels/ beforehand.
 ARG PIP_OPTIONS=""
@@ -48,6 +50,9 @@ COPY docker/wheels/ /tmp/wheels/
 RUN python3 -m venv --system-site-packages "${VIRTUAL_ENV}" \
  && if [ -n "${TORCH_REQUIREMENT}" ]; then \
       pip install ${PIP_OPTIONS} ${TORCH_REQUIREMENT}; \
+    fi \
+ && if [ -n "${WORKLOAD_REQUIREMENTS}" ]; then \
+      pip install ${PIP_OPTIONS} ${WORKLOAD_REQUIREMENTS}; \
     fi
 
 COPY --from=kit /src /opt/tbdkit/src

@@ -1,7 +1,7 @@
 # The TensorFlow stack: the kit's agent on NVIDIA's last NGC TensorFlow 2 image (25.02, TF 2.17,
 # Python 3.12). The framework comes from the base; the kit is installed beside it under the
 # base's own pip constraints, so TensorFlow's pinned dependencies stay as NVIDIA tested them.
-# The kit has no TensorFlow workloads yet: this image runs the agent once they land.
+# It runs the same workloads as the other stacks (their tensorflow.py files, from the same workload.toml).
 ARG BASE_IMAGE=nvcr.io/nvidia/tensorflow:25.02-tf2-py3
 # The kit's sources, gathered in a tiny stage so that the image takes them in one step.
 FROM scratch AS kit
@@ -12,6 +12,8 @@ COPY workloads /src/workloads
 FROM ${BASE_IMAGE}
 
 ARG PIP_OPTIONS=""
+# The workloads' own libraries: the rest of pyproject.toml's tensorflow extra (a test keeps them equal).
+ARG WORKLOAD_REQUIREMENTS="gymnasium>=1.0 ale-py>=0.9"
 ARG REQUIRE_NSIGHT=1
 ARG BASE_IMAGE
 ARG BASE_DIGEST=""
@@ -36,7 +38,7 @@ COPY --from=kit /src /opt/tbdkit/src
 # The kit installs from its own source tree; versions are pinned by build args and pyproject.toml.
 # hadolint ignore=DL3013,SC2086
 RUN python3 -m venv --system-site-packages "${VIRTUAL_ENV}" \
- && pip install ${PIP_OPTIONS} /opt/tbdkit/src \
+ && pip install ${PIP_OPTIONS} /opt/tbdkit/src ${WORKLOAD_REQUIREMENTS} \
  && rm -rf /tmp/wheels \
  && python -c "import tbdkit, tensorflow as tf; print('tbdkit', tbdkit.__version__, 'tensorflow', tf.__version__)"
 

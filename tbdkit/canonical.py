@@ -9,9 +9,13 @@ FLOP count is then defined once, here, from those shapes and positions.
 
 FLOP convention (that of torch.utils.flop_counter and most papers): 2 FLOPs per multiply-
 accumulate of convolutions, dense layers and recurrent matrix products; element-wise work
-(batch norm, activations, GRU gate arithmetic, softmax, the loss) is not counted. A training
-step is counted as 3x the forward pass (the backward pass computes gradients with respect to
-both the inputs and the weights, each costing about one forward pass).
+(batch norm, layer norm, activations, GRU and LSTM gate arithmetic, softmax, the loss) and
+embedding lookups are not counted. Products of two activations that hold no weights (attention's
+Q K^T and weighted sum of V: 4 x seq_len^2 x hidden per sequence and layer) are not counted
+either: the count follows the layers that hold parameters. A layer applied many times (an LSTM
+cell or attention projection inside a decoder loop) is one layer whose positions add up over its
+calls. A training step is counted as 3x the forward pass (the backward pass computes gradients
+with respect to both the inputs and the weights, each costing about one forward pass).
 
 Only stdlib and NumPy: this module runs in every stack's environment and on the host.
 """
@@ -27,11 +31,25 @@ import numpy as np
 LAYOUTS: dict[str, dict[str, str]] = {
     "conv2d": {"weight": "(out_channels, in_channels, kernel_h, kernel_w)", "bias": "(out_channels,)"},
     "batchnorm": {"gamma": "(channels,)", "beta": "(channels,)"},
+    # normalizes each sample over all of (C, H, W), then scales and shifts per channel (PyTorch's
+    # GroupNorm(1, C), Keras' GroupNormalization(groups=1))
+    "layernorm": {"gamma": "(channels,)", "beta": "(channels,)"},
     "dense": {"weight": "(out_features, in_features)", "bias": "(out_features,)"},
+    "embedding": {"weight": "(num_embeddings, dim)"},
+    "layernorm": {"gamma": "(dim,)", "beta": "(dim,)"},
     "gru": {  # one direction of one layer; gate blocks in the order reset, update, new (PyTorch's, cuDNN's)
         "w_input": "(3*hidden, input)", "w_hidden": "(3*hidden, hidden)",
         "b_input": "(3*hidden,)", "b_hidden": "(3*hidden,)",
     },
+    "lstm": {  # one direction of one layer, or one cell; gate blocks i, f, g, o (PyTorch's; Keras' and MXNet's i, f, c, o)
+        "w_input": "(4*hidden, input)", "w_hidden": "(4*hidden, hidden)",
+        "b_input": "(4*hidden,)", "b_hidden": "(4*hidden,)",
+    },
+    "embedding": {"weight": "(vocabulary, dim)"},
+    "scale": {"value": "()"},  # a learned scalar (e.g. the g of scaled Luong attention)
+    # learned weights of a weighted sum of same-shaped inputs, one per input (BiFPN's fast normalized
+    # fusion: sum_i relu(w_i) x_i / (sum_i relu(w_i) + eps)); element-wise work, no FLOPs counted
+    "fusion": {"weights": "(inputs,)"},
 }
 GATES = ("r", "z", "n")
 TRAINING_FLOPS_PER_FORWARD = 3
@@ -46,6 +64,8 @@ class Layer:
     positions: int = 0
     direction: str | None = None   # "forward" / "backward" for one direction of a recurrent layer
     name: str = field(default="")
+    # shapes of parameters this layer uses but an earlier layer owns (a decoder tied to an embedding)
+    tied: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # writes canonical arrays of this layer's parameters back into the framework's model
     assign: Callable[[dict[str, np.ndarray]], None] | None = field(default=None, repr=False)
 
@@ -56,10 +76,11 @@ class Layer:
         """Forward FLOPs for one sample (2 per multiply-accumulate)."""
         p = self.params
         if self.kind in ("conv2d", "dense"):
-            return 2 * int(p["weight"].size) * self.positions
-        if self.kind == "gru":
+            weight = int(p["weight"].size) if "weight" in p else int(np.prod(self.tied["weight"]))
+            return 2 * weight * self.positions
+        if self.kind in ("gru", "lstm"):
             return 2 * (int(p["w_input"].size) + int(p["w_hidden"].size)) * self.positions
-        if self.kind == "batchnorm":
+        if self.kind in ("batchnorm", "layernorm", "embedding", "scale", "fusion"):  # lookups and element-wise work
             return 0
         raise ValueError(f"no FLOP rule for layer kind {self.kind!r}")
 
@@ -80,7 +101,8 @@ def gates_from_canonical(a: np.ndarray, order: str, axis: int = 0) -> np.ndarray
 def name_layers(layers: Sequence[Layer]) -> list[Layer]:
     """Canonical names: kind + 1-based ordinal in forward order (conv1, bn1, gru1.forward, dense1, ...)."""
     counts: dict[str, int] = {}
-    short = {"conv2d": "conv", "batchnorm": "bn", "dense": "dense", "gru": "gru"}
+    short = {"conv2d": "conv", "batchnorm": "bn", "dense": "dense", "gru": "gru", "lstm": "lstm",
+             "embedding": "embedding", "scale": "scale", "layernorm": "ln"}
     for layer in layers:
         if layer.direction == "backward":
             n = counts[layer.kind]
@@ -97,7 +119,9 @@ def report(layers: Sequence[Layer], reference: dict[str, Any]) -> dict[str, Any]
     return {
         "parameters": sum(int(a.size) for layer in named for a in layer.params.values()),
         "layers": [{"name": layer.name, "kind": layer.kind, "params": layer.shapes(),
-                    "positions_per_sample": layer.positions, "forward_flops": layer.flops()} for layer in named],
+                    "positions_per_sample": layer.positions, "forward_flops": layer.flops(),
+                    **({"tied": {k: list(v) for k, v in layer.tied.items()}} if layer.tied else {})}
+                   for layer in named],
         "flops_per_sample": {
             "forward": forward,
             "training": TRAINING_FLOPS_PER_FORWARD * forward,
@@ -105,7 +129,8 @@ def report(layers: Sequence[Layer], reference: dict[str, Any]) -> dict[str, Any]
             "reference_sample": reference,
             "convention": ("2 FLOPs per multiply-accumulate of convolutions, dense layers and recurrent matrix "
                            "products, at the output positions the framework's forward pass produced for the "
-                           "reference sample; element-wise work not counted; training = 3 x forward"),
+                           "reference sample; element-wise work, embedding lookups and attention's activation-by-activation "
+                           "products not counted; training = 3 x forward"),
         },
         "layouts": {k: v for k, v in LAYOUTS.items() if any(layer.kind == k for layer in named)},
     }
@@ -129,3 +154,22 @@ def reference_gru(x: np.ndarray, p: dict[str, np.ndarray], h0: np.ndarray | None
         h = (1 - z) * n + z * h
         out.append(h)
     return np.stack(out)
+
+
+def reference_lstm(x: np.ndarray, p: dict[str, np.ndarray], state: tuple[np.ndarray, np.ndarray] | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An LSTM direction in canonical layout (gates i, f, g, o; input and hidden biases) over x
+    (T, N, In): outputs (T, N, H) and the final h and c. The ground truth for gate-order tests."""
+    def sigmoid(v: np.ndarray) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-v))
+
+    hidden = p["w_hidden"].shape[1]
+    h, c = state if state is not None else (np.zeros((x.shape[1], hidden)), np.zeros((x.shape[1], hidden)))
+    out = []
+    for xt in x:
+        z = xt @ p["w_input"].T + p["b_input"] + h @ p["w_hidden"].T + p["b_hidden"]
+        i, f, g, o = np.split(z, 4, axis=-1)
+        c = sigmoid(f) * c + sigmoid(i) * np.tanh(g)
+        h = sigmoid(o) * np.tanh(c)
+        out.append(h)
+    return np.stack(out), h, c

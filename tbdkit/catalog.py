@@ -26,6 +26,8 @@ class Model:
     hparams: dict[str, Any]
     presets: dict[str, dict[str, Any]]
     frameworks: tuple[str, ...] = field(default=())
+    # [setting.<name>] tables: other settings of the model (e.g. BERT's 512-token pre-training, SQuAD)
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def throughput_unit(self) -> str:
@@ -35,15 +37,22 @@ class Model:
     def sample_unit(self) -> str:
         return str(self.info.get("sample_unit", "samples/s"))
 
-    def hp(self, preset: str) -> dict[str, Any]:
-        """The flat hyperparameters of a preset: [hparams] overridden by [preset.<name>]."""
+    def hp(self, preset: str, variant: str | None = None) -> dict[str, Any]:
+        """The flat hyperparameters of a preset: [hparams] < [setting.<variant>] < [preset.<name>]."""
         if preset not in self.presets:
             raise UserError(
                 f"Model '{self.name}' has no preset '{preset}': choose one of {', '.join(self.presets)}."
             )
-        merged = {**self.hparams, **self.presets[preset]}
+        self.check_variant(variant)
+        merged = {**self.hparams, **self.variants.get(variant or "", {}), **self.presets[preset]}
         merged.pop("description", None)
         return merged
+
+    def check_variant(self, variant: str | None) -> None:
+        if variant is not None and variant not in self.variants:
+            declared = f"choose one of {', '.join(self.variants)}" if self.variants else "it declares none"
+            raise UserError(f"Model '{self.name}' has no variant '{variant}' ([setting.{variant}] in its "
+                            f"workload.toml): {declared}, or leave --variant out.")
 
     def default_batch(self, preset: str) -> int:
         return int(self.hp(preset)["default_batch"])
@@ -59,6 +68,7 @@ def _load(folder: Path) -> Model:
         hparams=data.get("hparams", {}),
         presets=data.get("preset", {}),
         frameworks=frameworks,
+        variants=data.get("setting", {}),
     )
 
 

@@ -101,8 +101,13 @@ def bench(
     batch: Annotated[Optional[list[str]], typer.Option("--batch", "-b", help="batch size(s), e.g. 8,16,32")] = None,
     precision: Annotated[str, typer.Option(help="fp32 (TF32 off) | tf32 | amp")] = "fp32",
     preset: Annotated[str, typer.Option(help="smoke | paper | auto (paper with a GPU, else smoke)")] = "auto",
+    variant: Annotated[Optional[str], typer.Option(help="another setting of the model ([setting.<name>] in its "
+                                                   "workload.toml, e.g. bert's pretrain512 or squad)")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
-    launcher: Annotated[str, typer.Option(help="native | docker")] = "native",
+    launcher: Annotated[str, typer.Option(help="auto (netns for several nodes, else native) | native | docker | netns")] = "auto",
+    nodes: Annotated[int, typer.Option(help="machines of a data-parallel job (with --launcher netns here)")] = 1,
+    gpus_per_node: Annotated[int, typer.Option(help="workers per machine (GPUs; processes on CPUs); batch is per worker")] = 1,
+    link_rate: Annotated[Optional[str], typer.Option(help="shape each node's link, e.g. 1gbit (--launcher netns)")] = None,
     data: Annotated[str, typer.Option(help="'synthetic' or the path of the real dataset")] = "synthetic",
     seed: Annotated[int, typer.Option(help="random seed (recorded in env.json)")] = 0,
     max_measure_s: Annotated[Optional[float], typer.Option(help="cap on the sample window, seconds")] = None,
@@ -116,9 +121,11 @@ def bench(
 ) -> None:
     """Train MODEL on each framework and batch size, measuring throughput and utilization."""
     m = catalog.get(model)
+    if launcher == "auto":  # several "machines" here are network namespaces; one is this machine
+        launcher = "netns" if nodes > 1 else "native"
     if preset == "auto":
         preset = "paper" if device != "cpu" and gpu_count() > 0 else "smoke"
-    hp = m.hp(preset)
+    hp = m.hp(preset, variant)
     batches = parse_batches(batch) or [int(hp["default_batch"])]
     measure = {k: v for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s,
                                  "target_ci": target_ci}.items() if v is not None}
@@ -127,8 +134,9 @@ def bench(
 
     def make(fw: str, b: int) -> specs.RunSpec:
         return specs.build(model=model, framework=fw, batch_size=b, precision=precision, preset=preset,
-                           device=device, launcher=launcher, data=data, seed=seed, measure=measure,
-                           memory_limit_mb=memory_limit_mb)
+                           variant=variant, device=device, launcher=launcher, data=data, seed=seed, measure=measure,
+                           memory_limit_mb=memory_limit_mb, nodes=nodes, gpus_per_node=gpus_per_node,
+                           link_rate=link_rate)
 
     # Validate every spec of the grid before anything installs or runs.
     requested = _split(framework)
@@ -146,7 +154,7 @@ def bench(
     else:
         frameworks = choose_frameworks(m, requested, setup)
     run_specs = [make(fw, b) for fw in frameworks for b in batches]
-    summaries = run_all(run_specs, results, m.throughput_unit)
+    summaries = run_all(run_specs, results, m.throughput_unit, quiet_stdout=as_json)
     if as_json:
         print(json.dumps(summaries, indent=2))
     else:
@@ -155,17 +163,23 @@ def bench(
     raise typer.Exit(0 if statuses == {"ok"} else 130 if "interrupted" in statuses else 1)
 
 
-def run_all(run_specs: list[specs.RunSpec], results: Path, unit: str) -> list[dict[str, Any]]:
+def run_all(run_specs: list[specs.RunSpec], results: Path, unit: str,
+            quiet_stdout: bool = False) -> list[dict[str, Any]]:
     from tbdkit.launch import launch
 
     index = Index(results)
     summaries = []
-    with make_progress() as progress:
+    with make_progress(quiet_stdout) as progress:
         for s in run_specs:
             label = f"{s.model}/{s.framework}/b{s.batch_size}"
             outcome = launch(s, results, RunProgress(progress, label, unit))
+            summary = outcome.summary
+            if s.world_size > 1:
+                from tbdkit.scaling import add_scaling_efficiency
+
+                summary = add_scaling_efficiency(outcome.run_dir, index)
             index.add(outcome.run_dir)
-            summaries.append(outcome.summary)
+            summaries.append(summary)
             if outcome.status == "interrupted":
                 progress.console.print("[yellow]interrupted: the remaining runs were not started[/]")
                 break
@@ -347,15 +361,19 @@ def overhead(model: Annotated[str, typer.Option("--model", "-m")] = "deepspeech2
                   f"(per round: {', '.join(f'{r:.4f}' for r in result['ratio_per_round'])})")
 
 
-def _images_app() -> None:
-    from tbdkit import images_cli
+def _sub_apps() -> None:
+    from tbdkit import data_cli, images_cli
 
-    for command in images_cli.app.registered_commands:
-        command.callback = _friendly(command.callback)
-    app.add_typer(images_cli.app, name="images")
+    for sub, name in ((images_cli.app, "images"), (data_cli.app, "data")):
+        for command in sub.registered_commands:
+            command.callback = _friendly(command.callback)
+        app.add_typer(sub, name=name)
 
 
-_images_app()
+_sub_apps()
+from tbdkit import artifact_cli, render_cli, report_cli, sweep_cli  # noqa: E402  (commands in their own modules)
+for _command in (sweep_cli.sweep, report_cli.report, artifact_cli.bundle, artifact_cli.reproduce, render_cli.render):
+    app.command()(_friendly(_command))
 
 
 def main() -> None:

@@ -50,10 +50,12 @@ class RunProgress:
                 self.progress.console.print(f"  {self.label}: {event['status']}")
 
 
-def make_progress() -> Progress:
+def make_progress(quiet_stdout: bool = False) -> Progress:
+    """The runs' live progress; on stderr when stdout carries machine-readable output (--json)."""
     return Progress(
         TextColumn("[bold]{task.description}"), TextColumn("[cyan]{task.fields[phase]}"), BarColumn(),
-        TimeElapsedColumn(), TextColumn("{task.fields[rate]}"), console=console, transient=False,
+        TimeElapsedColumn(), TextColumn("{task.fields[rate]}"),
+        console=err_console if quiet_stdout else console, transient=False,
     )
 
 

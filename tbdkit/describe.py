@@ -19,8 +19,9 @@ def describe(model_name: str, framework: str, preset: str, weights_from: Path | 
              save: Path | None = None) -> dict[str, Any]:
     """The canonical description. With `weights_from` (an .npz that `save` wrote, from any framework)
     the network first takes those canonical weights; `save` writes this network's canonical weights
-    and its inference-mode output on a probe batch (2 synthetic utterances, seed 0), so two
-    frameworks' outputs on the same weights and inputs can be compared."""
+    and its inference-mode output on a probe batch (the data module's probe_batch, or 2 synthetic
+    samples, seed 0: named outputs, log-probabilities and lengths for a (log_probs, lengths) pair, else
+    `output`), so two frameworks' outputs on the same weights and inputs can be compared."""
     model = catalog.get(model_name)
     catalog.check_framework(model, framework)
     hp = model.hp(preset)
@@ -40,11 +41,22 @@ def describe(model_name: str, framework: str, preset: str, weights_from: Path | 
                 layer.assign({k: given[f"{layer.name}/{k}"] for k in layer.params})
         layers = read()  # read back from the framework: what it now holds, in canonical layout
     if save is not None:
-        probe = adapter.prepare(next(data.synthetic_batches(hp, 2, seed=0)))
-        log_probs, lengths = workload.forward(adapter.training, probe)
+        # the probe: the data module's probe_batch(hp) where it has one, else 2 synthetic batches' worth
+        probe_batch = getattr(data, "probe_batch", None)
+        probe = adapter.prepare(probe_batch(hp) if probe_batch else next(data.synthetic_batches(hp, 2, seed=0)))
+        out = workload.forward(adapter.training, probe)  # named outputs, (log_probs, lengths), or one array
+        outputs = (out if isinstance(out, dict) else dict(zip(("log_probs", "lengths"), out))
+                   if isinstance(out, tuple) else {"output": out})
         arrays = {f"{layer.name}/{k}": v for layer in layers for k, v in layer.params.items()}
-        np.savez(save, **arrays, log_probs=log_probs, lengths=lengths)
-    reference = {"input_shape": list(batch.features.shape[1:]), "work": batch.work,
+        np.savez(save, **arrays, **outputs)
+    if isinstance(getattr(batch, "images", None), list):  # detection: images of their own sizes, or (EfficientDet)
+        # scaled and padded to the network's square input
+        shape = [3, hp["image_size"], hp["image_size"]] if "image_size" in hp else list(batch.images[0].shape)
+    elif hasattr(batch, "features") or hasattr(batch, "images"):
+        shape = list((batch.features if hasattr(batch, "features") else batch.images).shape[1:])
+    else:  # sentence pairs: source and target lengths (the target counts its </s>)
+        shape = [int(batch.source_lengths[0]), int(batch.target_lengths[0])]
+    reference = {"input_shape": shape, "work": batch.work,
                  "work_unit": model.throughput_unit.removesuffix("/s")}
     env = adapter.environment()
     return {"model": model_name, "framework": framework, "framework_version": env.get("framework_version"),

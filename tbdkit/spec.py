@@ -18,8 +18,9 @@ from tbdkit.errors import UserError
 from tbdkit.stacks import KNOWN_FRAMEWORKS
 
 Precision = Literal["fp32", "tf32", "amp"]
+_RATE = re.compile(r"^[1-9][0-9]*(kbit|mbit|gbit)$")
 Preset = Literal["smoke", "paper"]
-Launcher = Literal["native", "docker"]
+Launcher = Literal["native", "docker", "netns"]  # netns: several "machines" as network namespaces here
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
 
@@ -62,6 +63,7 @@ class RunSpec(BaseModel):
     batch_size: int = Field(gt=0)
     precision: Precision = "fp32"
     preset: Preset = "smoke"
+    variant: str | None = Field(None, description="one of the model's [setting.<name>] tables, under the preset")
     device: str = "auto"
     launcher: Launcher = "native"
     data: str = "synthetic"
@@ -70,6 +72,39 @@ class RunSpec(BaseModel):
         None, gt=0, description="cap on the agent's memory growth (its address space above what it holds "
         "once the framework and model are loaded): allocations past it fail as out-of-memory instead of swapping or waking the OOM killer")
     measure: MeasurePolicy = Field(default_factory=MeasurePolicy)
+    analyses: bool = Field(True, description="after the window: memory breakdown, model FLOPs and MFU, "
+                           "kernel trace on CUDA (tbdkit.agent.analysis), in extra iterations outside it")
+    # Data parallelism (paper Sec. IV-E): the per-worker mini-batch is batch_size, fixed; the
+    # global batch grows with nodes x gpus_per_node. On CPUs a "GPU" is a worker process.
+    nodes: int = Field(1, ge=1, le=64)
+    gpus_per_node: int = Field(1, ge=1, le=64)
+    link_rate: str | None = Field(None, description="shape each node's link to this rate with tc (netns launcher), e.g. 1gbit")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @field_validator("link_rate")
+    @classmethod
+    def _rate(cls, value: str | None) -> str | None:
+        if value is not None and not _RATE.match(value):
+            raise ValueError("must be a tc rate such as 100mbit, 1gbit or 10gbit")
+        return value
+
+    @model_validator(mode="after")
+    def _distributed(self) -> "RunSpec":
+        if self.world_size > 1 and self.framework != "pytorch":
+            raise ValueError(f"framework: runs with several workers exist for pytorch only (DistributedDataParallel "
+                             f"through torchrun); {self.framework} is not built yet: use --nodes 1 --gpus-per-node 1")
+        if self.world_size > 1 and self.launcher == "docker":
+            raise ValueError("launcher: several workers run natively (torchrun) or over network namespaces "
+                             "(--launcher netns); for containers on a cluster use `tbdkit render`")
+        if self.nodes > 1 and self.launcher != "netns":
+            raise ValueError("launcher: several nodes on this machine need --launcher netns (one network namespace per "
+                             "node); for real machines use `tbdkit render --target slurm|k8s`")
+        if self.link_rate is not None and self.launcher != "netns":
+            raise ValueError("link_rate: shaping the link needs --launcher netns")
+        return self
 
     @field_validator("model")
     @classmethod
@@ -108,6 +143,9 @@ class RunSpec(BaseModel):
                 f"framework: model {self.model} has no '{self.framework}' implementation; "
                 f"it has {', '.join(model.frameworks) or 'none'}"
             )
+        if self.variant is not None and self.variant not in model.variants:
+            raise ValueError(f"variant: model {self.model} has no variant '{self.variant}'; "
+                             f"it has {', '.join(model.variants) or 'none'}")
         return self
 
     def to_json(self) -> str:

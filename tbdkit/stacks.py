@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -30,13 +31,15 @@ class Stack:
     title: str
     extra: str          # the pyproject optional-dependency group installed into its environment
     module: str         # the framework's import name, to read its version
+    disk_gb: float      # what its environment takes on disk, measured (a fresh install, Python 3.11)
 
 
 STACKS: dict[str, Stack] = {
-    "pytorch": Stack("pytorch", "PyTorch", "pytorch", "torch"),
-    "tensorflow": Stack("tensorflow", "TensorFlow", "tensorflow", "tensorflow"),
+    # torch 2.14.1+cu130 with its CUDA libraries: 6.1 GB; TensorFlow 2.21: 2.6 GB; MXNet 1.9.1: 0.8 GB.
+    "pytorch": Stack("pytorch", "PyTorch", "pytorch", "torch", 6.1),
+    "tensorflow": Stack("tensorflow", "TensorFlow", "tensorflow", "tensorflow", 2.6),
     # Apache MXNet is archived; 1.9.1's wheel is py3-none (ctypes), so it runs on Python 3.11.
-    "mxnet": Stack("mxnet", "MXNet", "mxnet", "mxnet"),
+    "mxnet": Stack("mxnet", "MXNet", "mxnet", "mxnet", 0.8),
 }
 KNOWN_FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
 
@@ -108,6 +111,7 @@ def setup(name: str, log_path: Path | None = None, force: bool = False) -> dict:
     env_dir = venv_path(name)
     env_dir.parent.mkdir(parents=True, exist_ok=True)
     log_path = log_path or env_dir.parent / f"{name}.setup.log"
+    _check_disk(stack, env_dir)
     (env_dir / MARKER).unlink(missing_ok=True)
     with log_path.open("w") as log:
         steps = [
@@ -116,13 +120,20 @@ def setup(name: str, log_path: Path | None = None, force: bool = False) -> dict:
              "-e", f"{KIT_ROOT}[{stack.extra},test]"],
         ]
         for cmd in steps:
-            log.write("$ " + " ".join(cmd) + "\n")
-            log.flush()
-            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=_clean_env())
+            # pip gets a second try: a file index or a registry can fail once and then answer.
+            for attempt in (1, 2) if "pip" in cmd else (1,):
+                log.write("$ " + " ".join(cmd) + "\n")
+                log.flush()
+                proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=_clean_env())
+                if proc.returncode == 0:
+                    break
+                log.write(f"# exit {proc.returncode} (attempt {attempt})\n")
+                log.flush()
             if proc.returncode != 0:
                 raise UserError(
                     f"Installing the {stack.title} stack failed (exit {proc.returncode}); "
-                    f"its log is {log_path}: fix what it reports, then run `tbdkit setup {name}` again."
+                    f"its log is {log_path}: fix what it reports, then run `tbdkit setup {name}` again. "
+                    f"Its last lines:\n{log_tail(log_path)}"
                 )
     version = subprocess.run(
         [str(python_of(name)), "-c", f"import {stack.module}; print({stack.module}.__version__)"],
@@ -141,6 +152,27 @@ def setup(name: str, log_path: Path | None = None, force: bool = False) -> dict:
     return record
 
 
+def _check_disk(stack: Stack, env_dir: Path) -> None:
+    """Refuse to start an install that cannot fit: a full disk half-way through pip is a worse error."""
+    present = sum(f.stat().st_size for f in env_dir.rglob("*") if f.is_file()) if env_dir.exists() else 0
+    need = stack.disk_gb * 1e9 * 1.1 - present          # a tenth more for pip's temporary files
+    free = shutil.disk_usage(env_dir.parent).free
+    if free < need:
+        raise UserError(
+            f"The {stack.title} stack needs about {need / 1e9:.1f} GB free in {env_dir.parent}, which has "
+            f"{free / 1e9:.1f} GB: free some space, or set TBDKIT_VENVS to a folder on a larger disk."
+        )
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    """The last lines of a setup log, where pip says why it stopped."""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(the log could not be read)"
+    return "\n".join("  " + line for line in text[-lines:])
+
+
 def _clean_env() -> dict[str, str]:
     """The environment minus the calling venv's, so the stack's own interpreter is used."""
     env = dict(os.environ)
@@ -151,5 +183,8 @@ def _clean_env() -> dict[str, str]:
 
 def agent_env() -> dict[str, str]:
     env = _clean_env()
+    # The kit that launches the agent is the kit the agent runs: its source tree comes first, so a
+    # stack environment made from another checkout (TBDKIT_VENVS) still runs this checkout's code.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(KIT_ROOT), env.get("PYTHONPATH", "")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up INFO/WARNING lines, not errors
     return env

@@ -19,7 +19,30 @@ COLUMNS = {
     "throughput": "REAL", "throughput_unit": "TEXT", "ci95_relative": "REAL",
     "sample_throughput": "REAL", "gpu_utilization": "REAL", "cpu_utilization": "REAL",
     "started_utc": "TEXT", "error": "TEXT", "path": "TEXT",
+    "world_size": "INTEGER", "nodes": "INTEGER", "link_rate": "TEXT",
 }
+
+
+# Sweep membership (results/sweeps/<sweep-id>/sweep.json, see tbdkit/sweep.py): one row per point.
+SWEEP_COLUMNS = {
+    "sweep_id": "TEXT", "point": "TEXT", "run_id": "TEXT", "framework": "TEXT", "precision": "TEXT",
+    "batch": "TEXT", "batch_size": "INTEGER", "repeat": "INTEGER", "status": "TEXT", "throughput": "REAL",
+    "window_cv": "REAL", "group_throughput_cv": "REAL", "unstable": "INTEGER", "unstable_reason": "TEXT",
+}
+
+
+def sweep_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
+    groups = state.get("groups") or {}
+    rows = []
+    for key, p in (state.get("points") or {}).items():
+        group = groups.get(key.rsplit("/", 1)[0]) or {}
+        rows.append({"sweep_id": state.get("sweep_id"), "point": key, "run_id": p.get("run_id"),
+                     "framework": p.get("framework"), "precision": p.get("precision"), "batch": str(p.get("batch")),
+                     "batch_size": p.get("batch_size"), "repeat": p.get("repeat"), "status": p.get("status"),
+                     "throughput": p.get("throughput"), "window_cv": p.get("window_cv"),
+                     "group_throughput_cv": group.get("throughput_cv"), "unstable": int(bool(p.get("unstable"))),
+                     "unstable_reason": group.get("unstable_reason")})
+    return rows
 
 
 def _value(summary: dict[str, Any], name: str, key: str = "value") -> Any:
@@ -41,6 +64,8 @@ def row_of(run_dir: Path) -> dict[str, Any] | None:
         "sample_throughput": _value(summary, "sample_throughput"),
         "gpu_utilization": _value(summary, "gpu_utilization"), "cpu_utilization": _value(summary, "cpu_utilization"),
         "started_utc": summary.get("started_utc"), "error": summary.get("error"), "path": str(run_dir.resolve()),
+        "world_size": summary.get("world_size") or 1, "nodes": summary.get("nodes") or 1,
+        "link_rate": summary.get("link_rate"),
     }
 
 
@@ -59,6 +84,8 @@ class Index:
         conn = sqlite3.connect(self.path, timeout=30)
         cols = ", ".join(f"{k} {v}" for k, v in COLUMNS.items())
         conn.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")
+        sweep_cols = ", ".join(f"{k} {v}" for k, v in SWEEP_COLUMNS.items())
+        conn.execute(f"CREATE TABLE IF NOT EXISTS sweep_points ({sweep_cols}, PRIMARY KEY (sweep_id, point))")
         return conn
 
     def _healthy(self) -> bool:
@@ -67,7 +94,8 @@ class Index:
         try:
             with closing(sqlite3.connect(self.path)) as conn:
                 conn.execute("SELECT run_id FROM runs LIMIT 1").fetchall()
-            return True
+                present = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+            return set(COLUMNS) <= present  # an index of an older kit is rebuilt with today's columns
         except sqlite3.DatabaseError:
             return False
 
@@ -89,7 +117,30 @@ class Index:
         with closing(self._connect()) as conn, conn:
             for row in rows:
                 _insert(conn, row)
+        for state_file in sorted(self.results.glob("sweeps/*/sweep.json")):
+            try:
+                self.add_sweep(json.loads(state_file.read_text()))
+            except (OSError, json.JSONDecodeError):
+                continue
         return len(rows)
+
+    def add_sweep(self, state: dict[str, Any]) -> None:
+        """Record (replace) one sweep's points: which run each is, and whether it is unstable."""
+        with closing(self._connect()) as conn, conn:
+            conn.execute("DELETE FROM sweep_points WHERE sweep_id = ?", [state.get("sweep_id")])
+            for row in sweep_rows(state):
+                conn.execute(f"INSERT INTO sweep_points ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                             list(row.values()))
+
+    def sweep_points(self, sweep_id: str | None = None) -> list[dict[str, Any]]:
+        if not self._healthy():
+            self.rebuild()
+        query, args = "SELECT * FROM sweep_points", []
+        if sweep_id:
+            query, args = query + " WHERE sweep_id = ?", [sweep_id]
+        with closing(self._connect()) as conn:
+            conn.row_factory = sqlite3.Row
+            return [dict(r) for r in conn.execute(query + " ORDER BY sweep_id, point", args)]
 
     def runs(self, model: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
         if not self._healthy():

@@ -33,3 +33,34 @@ def _losses_fall(adapter, data, hp, steps: int = 8) -> list[float]:
 @pytest.fixture
 def losses_fall():
     return _losses_fall
+
+
+def _pong_frames(data, hp, seed: int = 5, steps: int = 6) -> np.ndarray:
+    """A3C: the observations one actor sees over `steps` actions drawn from fixed logits."""
+    actors = data.Actors(hp, 1, seed=seed)
+    try:
+        out = [actors.observation]
+        for _ in range(steps):
+            out.append(actors.step(actors.sample(np.array([[0.0, 1.0, 2.0, 0.0, 0.0, 0.0]])))[0])
+        return np.stack(out)
+    finally:
+        actors.close()
+
+
+@pytest.fixture
+def pong_frames():
+    return _pong_frames
+
+
+def _plain_workload(model, framework: str) -> None:
+    """A workload file holds only the model, optimizer and train step: no timing, logging or profiling."""
+    import re
+
+    source = (model.folder / f"{framework}.py").read_text()
+    for forbidden in (r"\bimport time\b", r"\blogging\b", r"\bprint\(", r"profiler", r"perf_counter", r"tbdkit"):
+        assert not re.search(forbidden, source), forbidden
+
+
+@pytest.fixture
+def plain_workload():
+    return _plain_workload

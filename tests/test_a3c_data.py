@@ -42,5 +42,23 @@ def test_a_dataset_path_is_refused(tmp_path):
 
 def test_missing_emulator_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ale_py", None)   # import ale_py now fails
-    with pytest.raises(data.DataError, match="needs gymnasium and ale-py .*: run `tbdkit setup pytorch`"):
+    with pytest.raises(data.DataError, match="needs gymnasium and ale-py .*: run `tbdkit setup FRAMEWORK`"):
         data.check_source("synthetic", HP)
+
+
+def test_actions_are_drawn_in_numpy_from_the_softmax():
+    """The same logits and seed give the same actions in every framework; the draws follow softmax."""
+    logits = np.tile(np.log([0.5, 0.25, 0.125, 0.125, 1e-9, 1e-9]), (20000, 1))
+    first = data.sample_actions(logits, np.random.default_rng([3, 1]))
+    np.testing.assert_array_equal(first, data.sample_actions(logits, np.random.default_rng([3, 1])))
+    assert first.dtype == np.int64 and first.shape == (20000,)
+    freq = np.bincount(first, minlength=6) / len(first)
+    np.testing.assert_allclose(freq, [0.5, 0.25, 0.125, 0.125, 0, 0], atol=0.012)
+    assert data.sample_actions(np.array([[0.0, 50.0, 0.0]]), np.random.default_rng(0)).tolist() == [1]
+
+
+def test_describe_reference_is_one_observation():
+    ref, probe = data.reference_batch(HP), data.probe_batch(HP)
+    assert ref.features.shape == (1, 4, 84, 84) and ref.features.dtype == np.uint8 and ref.work == 4.0
+    assert probe.features.shape == (2, 4, 84, 84)
+    np.testing.assert_array_equal(probe.features, data.probe_batch(HP).features)

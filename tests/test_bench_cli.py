@@ -61,7 +61,12 @@ def test_bench_writes_a_complete_run(one_run):
     # iterations.csv holds both phases; the window's times add up to its length
     rows = list(csv.DictReader((run / "iterations.csv").open()))
     measured = [r for r in rows if r["phase"] == "measure"]
-    assert len(rows) == warmup["iterations"] + window["iterations"] and len(measured) == window["iterations"]
+    after = [r for r in rows if r["phase"] == "analysis"]  # memory breakdown and FLOP count, after the window
+    assert len(after) == 2 and rows[-2:] == after
+    assert len(rows) == warmup["iterations"] + window["iterations"] + 2 and len(measured) == window["iterations"]
+    memory = json.loads((run / "memory.json").read_text())
+    assert memory["unit"] == "bytes" and memory["categories"]["feature_maps"]["bytes"] > 0
+    assert m["model_flops_per_sample"]["value"] > 0 and m["mfu"]["value"] is None
     seconds = sum(float(r["seconds"]) for r in measured)
     assert seconds == pytest.approx(window["seconds"], rel=1e-3)
     work = sum(float(r["work"]) for r in measured)
@@ -173,3 +178,13 @@ def test_ctrl_c_marks_the_run_interrupted(tmp_path):
     assert (run / "iterations.csv").read_text().count("measure") >= 1
     assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
     assert [r["status"] for r in Index(results).runs()] == ["interrupted"]
+
+
+@pytest.mark.slow
+def test_bench_json_stdout_is_only_json(tmp_path):
+    """`--json` is for scripts: the live progress goes to stderr, stdout parses as the summaries."""
+    proc = tbdkit("bench", "--model", "deepspeech2", "--batch", "2", *FAST, "--results", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (summary,) = json.loads(proc.stdout)
+    assert summary["status"] == "ok" and summary["metrics"]["throughput"]["value"] > 0
+    assert "deepspeech2/pytorch/b2" in proc.stderr

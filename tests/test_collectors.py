@@ -15,16 +15,21 @@ from tbdkit.agent.collectors.nvml import NvmlCollector
 
 
 def test_cpu_collector_sees_a_busy_core():
+    # The spin gets one core only when the machine is otherwise idle, so the process figure is
+    # checked against this process's own CPU clock over the same window, not against 1.0.
     c = CpuCollector()
+    wall0, cpu0 = time.perf_counter(), time.process_time()
     c.start()
     end = time.perf_counter() + 0.6
     while time.perf_counter() < end:
         pass
     m = c.stop()
+    own_cores_busy = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
     util, proc = m["cpu_utilization"], m["process_cpu_utilization"]
     assert util["unit"] == "%" and f"{c.cores} logical cores" in util["method"]
-    assert 100 / c.cores * 0.7 <= util["value"] <= 100.0
-    assert proc["cores_busy"] == pytest.approx(1.0, abs=0.3)
+    assert 100 / c.cores * 0.7 * min(1.0, own_cores_busy / 0.9) <= util["value"] <= 100.0
+    assert proc["cores_busy"] == pytest.approx(own_cores_busy, abs=0.15)
+    assert own_cores_busy > 0.1
     assert m["peak_rss"]["value"] > 10
 
 

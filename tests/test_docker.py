@@ -239,3 +239,18 @@ def test_compose_config_validates(tmp_path):
     for service in ("pytorch:", "pytorch-cu12:", "tensorflow:", "mxnet:"):
         assert service in proc.stdout
     assert "capabilities:" in proc.stdout and "network_mode: none" in proc.stdout
+
+
+def test_images_install_the_workloads_libraries_of_their_stack():
+    """Each image's WORKLOAD_REQUIREMENTS default is its pyproject extra without the framework pins
+    (the NGC base brings the framework), so a model that runs natively runs in the container too."""
+    import re
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    framework = re.compile(r"^(torch|torchvision|tensorflow|mxnet|numpy)\b")
+    for stack in ("pytorch", "tensorflow", "mxnet"):
+        text = (ROOT / "docker" / f"{stack}.Dockerfile").read_text()
+        (default,) = re.findall(r'^ARG WORKLOAD_REQUIREMENTS="([^"]*)"', text, flags=re.M)
+        assert sorted(default.split()) == sorted(r for r in extras[stack] if not framework.match(r)), stack
+        assert "${WORKLOAD_REQUIREMENTS}" in text

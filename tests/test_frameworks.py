@@ -102,7 +102,7 @@ def test_bench_all_frameworks_prints_one_table(tmp_path):
     proc = tbdkit("bench", "--model", "deepspeech2", "--framework", "all", "--preset", "smoke", "--device", "cpu",
                   "--batch", "2", "--max-warmup-s", "3", "--max-measure-s", "4", "--results", str(results), "--json")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    summaries = json.loads(proc.stdout[proc.stdout.index("\n[") + 1:])  # after the progress lines
+    summaries = json.loads(proc.stdout)  # --json: stdout is only the summaries (progress goes to stderr)
     assert [s["framework"] for s in summaries] == FRAMEWORKS
     for s in summaries:
         assert s["status"] == "ok" and s["metrics"]["throughput"]["value"] > 0, s
@@ -124,14 +124,37 @@ def test_state_differences_are_the_listed_ones(described):
     assert {fw: described[fw]["framework_state"]["non_trainable_state"] for fw in FRAMEWORKS} == entry["smoke_state_values"]
 
 
-@pytest.fixture(scope="module")
-def pytorch_weights(tmp_path_factory):
+def describe_in_stack(model: str, framework: str, *args: str) -> None:
+    """`python -m tbdkit.describe` for one model in the framework's own stack venv."""
     from tbdkit import stacks
 
+    subprocess.run([str(stacks.python_of(framework)), "-m", "tbdkit.describe", "--model", model,
+                    "--framework", framework, *args], check=True, capture_output=True, env=stacks.agent_env())
+
+
+def save_pytorch_weights(model: str, path) -> None:
+    describe_in_stack(model, "pytorch", "--save", str(path))
+
+
+def assert_same_sequence_outputs(model: str, framework: str, pytorch_weights, out) -> None:
+    """PyTorch's weights (saved by save_pytorch_weights), moved through the canonical layout into
+    `framework`, read back unchanged and give the same log-probabilities (to 1e-4) on the same
+    sequences, each compared over its own length."""
+    import numpy as np
+
+    describe_in_stack(model, framework, "--weights-from", str(pytorch_weights), "--save", str(out))
+    theirs, ours = np.load(pytorch_weights), np.load(out)
+    for key in (k for k in theirs.files if "/" in k):  # read back from the framework after loading
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+    assert ours["lengths"].tolist() == theirs["lengths"].tolist()
+    for i, n in enumerate(theirs["lengths"]):
+        np.testing.assert_allclose(ours["log_probs"][i, :n], theirs["log_probs"][i, :n], atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def pytorch_weights(tmp_path_factory):
     path = tmp_path_factory.mktemp("weights") / "pytorch.npz"
-    subprocess.run([str(stacks.python_of("pytorch")), "-m", "tbdkit.describe", "--model", "deepspeech2",
-                    "--framework", "pytorch", "--save", str(path)], check=True, capture_output=True,
-                   env=stacks.agent_env())
+    save_pytorch_weights("deepspeech2", path)
     return path
 
 
@@ -140,17 +163,4 @@ def pytorch_weights(tmp_path_factory):
 def test_same_weights_same_outputs(pytorch_weights, tmp_path, framework):
     """PyTorch's weights, moved through the canonical layout into the other framework, give the same
     log-probabilities on the same two utterances: the same network, numerically."""
-    import numpy as np
-
-    from tbdkit import stacks
-
-    out = tmp_path / f"{framework}.npz"
-    subprocess.run([str(stacks.python_of(framework)), "-m", "tbdkit.describe", "--model", "deepspeech2",
-                    "--framework", framework, "--weights-from", str(pytorch_weights), "--save", str(out)],
-                   check=True, capture_output=True, env=stacks.agent_env())
-    theirs, ours = np.load(pytorch_weights), np.load(out)
-    for key in (k for k in theirs.files if "/" in k):  # read back from the framework after loading
-        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
-    assert ours["lengths"].tolist() == theirs["lengths"].tolist()
-    for i, n in enumerate(theirs["lengths"]):
-        np.testing.assert_allclose(ours["log_probs"][i, :n], theirs["log_probs"][i, :n], atol=1e-4)
+    assert_same_sequence_outputs("deepspeech2", framework, pytorch_weights, tmp_path / f"{framework}.npz")

@@ -25,7 +25,7 @@ def test_defaults_and_preset_policy():
     ({"model": "alexnet"}, ["model", "deepspeech2", "alexnet"]),
     ({"precision": "fp16"}, ["precision", "'fp32', 'tf32' or 'amp'"]),
     ({"preset": "huge"}, ["preset", "'smoke' or 'paper'"]),
-    ({"launcher": "slurm"}, ["launcher", "'native' or 'docker'"]),
+    ({"launcher": "slurm"}, ["launcher", "'native', 'docker' or 'netns'"]),
     ({"device": "tpu"}, ["device", "auto, cpu, cuda or cuda:N"]),
     ({"data": "/no/such/LibriSpeech"}, ["data", "/no/such/LibriSpeech", "does not exist"]),
     ({"measure": {"target_ci": 2}}, ["measure.target_ci"]),

@@ -16,7 +16,8 @@ FAST = ["--preset", "smoke", "--device", "cpu", "--max-warmup-s", "3", "--max-me
 @pytest.mark.slow
 def test_resnet50_smoke_bench_is_ok(tmp_path: Path):
     results = tmp_path / "r"
-    proc = subprocess.run([sys.executable, "-m", "tbdkit.cli", "bench", "--model", "resnet50", "--batch", "2",
+    proc = subprocess.run([sys.executable, "-m", "tbdkit.cli", "bench", "--model", "resnet50", "--framework", "pytorch",
+                           "--batch", "2",
                            *FAST, "--results", str(results)], capture_output=True, text=True, timeout=300,
                           env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Build the pytorch stack's image for CI without any container registry: a Debian bookworm base
-# from mmdebstrap (make-base.sh), the CPU torch wheel and the kit's dependencies downloaded by
-# the host's pip into docker/wheels/ (ignored by git), and an offline `tbdkit images build`.
-# usage: docker/ci/build-ci-image.sh [TAG]   (default tbdkit-ci/pytorch:cpu)
+# Build a framework stack's image for CI without any container registry: a Debian bookworm base
+# from mmdebstrap (make-base.sh), the wheels downloaded by the host's pip (the kit's dependencies
+# into docker/wheels/, ignored by git), and an offline `tbdkit images build`.
+#   pytorch:          the CPU torch wheel that lies on the CI machines goes in through the build arg.
+#   The CI image runs Deep Speech 2 only: WORKLOAD_REQUIREMENTS (the other workloads' libraries)
+#   is left empty, so nothing beyond the kit is downloaded.
+#   tensorflow|mxnet: the framework goes first into a CPU stand-in for the NGC base
+#                     (framework-base.Dockerfile), as NGC's images hold it in the system Python.
+# usage: docker/ci/build-ci-image.sh [TAG] [STACK]   (default tbdkit-ci/pytorch:cpu pytorch)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tag="${1:-tbdkit-ci/pytorch:cpu}"
+stack="${2:-pytorch}"
 base=tbdkit-ci/bookworm-base
+cache="${TBDKIT_CI_CACHE:-$HOME/.cache/tbdkit-ci}"
 # The CPU wheel that lies on the CI machines; its version is the build arg's pin.
 torch_wheel="${TBDKIT_CI_TORCH_WHEEL:-/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl}"
 torch_pin="torch==$(basename "$torch_wheel" | cut -d- -f2 | cut -d+ -f1)"
@@ -20,8 +27,37 @@ print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependenc
 PY
 )
 mapfile -t dep_list <<<"$deps"
-"$python" -m pip download --quiet --disable-pip-version-check --dest docker/wheels \
-  "$torch_wheel" "${dep_list[@]}" "setuptools>=68" wheel
-"$python" -m tbdkit.cli images build pytorch --base-image "$base" --tag "$tag" \
-  --build-arg "TORCH_REQUIREMENT=$torch_pin" --build-arg "PIP_OPTIONS=--no-index --find-links=/tmp/wheels" \
-  --build-arg REQUIRE_NSIGHT=0
+case "$stack" in
+  pytorch)
+    "$python" -m pip download --quiet --disable-pip-version-check --dest docker/wheels \
+      "$torch_wheel" "${dep_list[@]}" "setuptools>=68" wheel
+    "$python" -m tbdkit.cli images build pytorch --base-image "$base" --tag "$tag" \
+      --build-arg "TORCH_REQUIREMENT=$torch_pin" --build-arg "PIP_OPTIONS=--no-index --find-links=/tmp/wheels" \
+      --build-arg REQUIRE_NSIGHT=0 --build-arg WORKLOAD_REQUIREMENTS=
+    ;;
+  tensorflow|mxnet)
+    # The framework's pin is the stack's extra in pyproject.toml, as in the native environment.
+    mapfile -t framework_reqs < <("$python" - "$stack" <<'PY'
+import sys, tomllib
+print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"][sys.argv[1]]))
+PY
+)
+    wheels="$cache/wheels-$stack"
+    mkdir -p "$wheels"
+    "$python" -m pip download --quiet --disable-pip-version-check --dest "$wheels" "${framework_reqs[@]}"
+    framework_base="tbdkit-ci/$stack-base"
+    docker build --quiet --tag "$framework_base" --build-arg "BASE_IMAGE=$base" \
+      --build-arg "FRAMEWORK_REQUIREMENTS=${framework_reqs[*]}" \
+      --file docker/ci/framework-base.Dockerfile "$wheels" >/dev/null
+    echo "build-ci-image: built $framework_base (${framework_reqs[*]})"
+    # MXNet's Dockerfile adds numpy<1.24 and tomli beside the kit: they come from docker/wheels too.
+    extra=()
+    [ "$stack" = mxnet ] && extra=("numpy<1.24" "tomli>=2")
+    "$python" -m pip download --quiet --disable-pip-version-check --dest docker/wheels \
+      "${dep_list[@]}" "${extra[@]}" "setuptools>=68" wheel
+    "$python" -m tbdkit.cli images build "$stack" --base-image "$framework_base" --tag "$tag" \
+      --build-arg "PIP_OPTIONS=--no-index --find-links=/tmp/wheels" --build-arg REQUIRE_NSIGHT=0 \
+      --build-arg WORKLOAD_REQUIREMENTS=
+    ;;
+  *) echo "build-ci-image: unknown stack '$stack' (pytorch, tensorflow or mxnet)" >&2; exit 2 ;;
+esac

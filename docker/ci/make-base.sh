@@ -8,7 +8,7 @@ set -euo pipefail
 tag="${1:?usage: make-base.sh IMAGE_TAG [CACHE_DIR]}"
 cache="${2:-${TBDKIT_CI_CACHE:-$HOME/.cache/tbdkit-ci}}"
 sources=/etc/apt/sources.list.d/debian.sources
-packages="python3,python3-venv,ca-certificates,tini"
+packages="python3,python3-venv,ca-certificates,tini,libgomp1,libquadmath0"  # libgomp1, libquadmath0: MXNet's libmxnet.so links them (NGC bases have them)
 # The cache key: the package set and the sources the tarball was made from.
 key=$(printf '%s\n' "$packages" | cat - "$sources" | sha256sum | cut -c1-12)
 tarball="$cache/bookworm-base-$key.tar"

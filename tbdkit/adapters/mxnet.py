@@ -49,6 +49,17 @@ class Precision:
         with amp.scale_loss(loss, trainer) as scaled:
             yield scaled
 
+    def clip_global_norm(self, trainer: Any, params: Any, max_norm: float) -> None:
+        """Clips the gradients of `params` (those that take one) to a global norm, after AMP's
+        unscaling (so the norm is the true gradient's); then call trainer.step."""
+        from mxnet import gluon
+
+        if self.amp:
+            from mxnet.contrib import amp
+            amp.unscale(trainer)
+        grads = [p.grad(ctx) for p in params if p.grad_req != "null" for ctx in p.list_ctx()]
+        gluon.utils.clip_global_norm(grads, max_norm)
+
     def describe(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
@@ -156,25 +167,47 @@ def make(**kwargs: Any) -> MXNetAdapter:
 
 def canonical_layers(model: Any, forward: Any) -> list[Any]:
     """The model's layers in forward order, parameters in tbdkit.canonical's layouts, with the output
-    positions each layer's weights were applied at during `forward()` (run imperatively on one sample).
+    positions each layer's weights were applied at during `forward()` (run imperatively on one sample),
+    summed over the layer's calls. A block with a `tied_to` embedding is a dense layer using that
+    embedding's table as its weight (BERT's decoder). Learned scalars the model registers itself come
+    last ("scale").
 
-    A one-direction GRU that serves as half of a bidirectional layer says which half in a
-    `direction` attribute ("forward" / "backward"); a fused bidirectional GRU is split here."""
+    A one-direction GRU or LSTM cell that serves as half of a bidirectional layer says which half
+    in a `direction` attribute ("forward" / "backward"); a fused bidirectional GRU is split here."""
     from mxnet import gluon
 
     from tbdkit.canonical import Layer
 
-    kinds = (gluon.nn.Conv2D, gluon.nn.BatchNorm, gluon.nn.Dense, gluon.rnn.GRU)
+    kinds = (gluon.nn.Conv2D, gluon.nn.BatchNorm, gluon.nn.Dense, gluon.rnn.GRU, gluon.rnn.LSTMCell,
+             gluon.nn.Embedding, gluon.nn.LayerNorm)
     blocks: list[Any] = []
 
     def walk(block: Any) -> None:
-        if isinstance(block, kinds):
+        if isinstance(block, kinds) or hasattr(block, "tied_to"):
             blocks.append(block)
         for child in block._children.values():
             walk(child)
     walk(model)
-    seen: list[tuple[Any, Any]] = []
-    handles = [b.register_forward_hook(lambda blk, args, out: seen.append((blk, out))) for b in blocks]
+    seen: dict[int, tuple[Any, int]] = {}  # insertion order = order of first call
+
+    def positions(block: Any, out: Any) -> int:
+        if hasattr(block, "tied_to"):
+            return int(np.prod(out.shape[:-1]))
+        if isinstance(block, gluon.nn.Conv2D):
+            return int(out.shape[0] * out.shape[2] * out.shape[3])  # every map in the batch (a detector head: one per RoI)
+        if isinstance(block, (gluon.nn.Dense, gluon.nn.Embedding)):
+            return int(np.prod(out.shape[:-1]))
+        if isinstance(block, gluon.rnn.LSTMCell):
+            return int(out[0].shape[0])
+        if isinstance(block, gluon.rnn.GRU):
+            sequence = out[0] if isinstance(out, (list, tuple)) else out
+            return int(sequence.shape[0 if block._layout == "TNC" else 1])
+        return 0
+
+    def record(block: Any, args: Any, out: Any) -> None:
+        seen[id(block)] = (block, seen.get(id(block), (block, 0))[1] + positions(block, out))
+
+    handles = [b.register_forward_hook(record) for b in blocks]
     model.hybridize(active=False)  # hooks fire only in imperative mode
     try:
         forward()
@@ -186,31 +219,46 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
     def setter(targets: dict[str, Any]) -> Any:
         def assign(arrays: dict[str, np.ndarray]) -> None:
             for key, param in targets.items():
-                param.set_data(mx.nd.array(arrays[key], dtype=param.dtype))
+                param.set_data(mx.nd.array(np.reshape(arrays[key], param.shape), dtype=param.dtype))
         return assign
 
-    for block, out in seen:
-        if isinstance(block, gluon.nn.Conv2D):
+    recurrent = (("w_input", "i2h_weight"), ("w_hidden", "h2h_weight"), ("b_input", "i2h_bias"),
+                 ("b_hidden", "h2h_bias"))
+    for block, n in seen.values():
+        tied: dict[str, tuple[int, ...]] = {}
+        if hasattr(block, "tied_to"):
+            # with a bias of its own (BERT's decoder) or none (the Transformer's projection)
+            targets, kind = ({"bias": block.bias} if getattr(block, "bias", None) is not None else {}), "dense"
+            tied = {"weight": tuple(block.tied_to.weight.shape)}
+        elif isinstance(block, (gluon.nn.Conv2D, gluon.nn.Dense)):
             targets = {"weight": block.weight} | ({"bias": block.bias} if block.bias is not None else {})
-            kind, positions = "conv2d", int(out.shape[2] * out.shape[3])
+            kind = "conv2d" if isinstance(block, gluon.nn.Conv2D) else "dense"
         elif isinstance(block, gluon.nn.BatchNorm):
-            targets, kind, positions = {"gamma": block.gamma, "beta": block.beta}, "batchnorm", 0
-        elif isinstance(block, gluon.nn.Dense):
-            targets = {"weight": block.weight} | ({"bias": block.bias} if block.bias is not None else {})
-            kind, positions = "dense", int(np.prod(out.shape[:-1]))
-        else:  # gate blocks already r, z, n (cuDNN's order)
-            sequence = out[0] if isinstance(out, (list, tuple)) else out
-            steps = int(sequence.shape[0 if block._layout == "TNC" else 1])
+            # scale=False / center=False keep gamma / beta as fixed state (grad_req 'null'), not parameters
+            targets = {k: p for k, p in (("gamma", block.gamma), ("beta", block.beta)) if p.grad_req != "null"}
+            kind, n = "batchnorm", 0
+        elif isinstance(block, gluon.nn.LayerNorm):
+            targets, kind, n = {"gamma": block.gamma, "beta": block.beta}, "layernorm", 0
+        elif isinstance(block, gluon.nn.Embedding):
+            targets, kind = {"weight": block.weight}, "embedding"
+        elif isinstance(block, gluon.rnn.LSTMCell):  # gates i, f, c, o: already canonical
+            targets = {key: getattr(block, name) for key, name in recurrent}
+            layers.append(Layer("lstm", {k: p.data().asnumpy() for k, p in targets.items()}, positions=n,
+                                direction=getattr(block, "direction", None), assign=setter(targets)))
+            continue
+        else:  # GRU: gate blocks already r, z, n (cuDNN's order)
             fused = block._dir == 2
             for i in range(block._num_layers):
                 for prefix, direction in ((("l", "forward"), ("r", "backward")) if fused
                                           else (("l", getattr(block, "direction", None)),)):
-                    targets = {key: getattr(block, f"{prefix}{i}_{name}") for key, name in (
-                        ("w_input", "i2h_weight"), ("w_hidden", "h2h_weight"), ("b_input", "i2h_bias"),
-                        ("b_hidden", "h2h_bias"))}
+                    targets = {key: getattr(block, f"{prefix}{i}_{name}") for key, name in recurrent}
                     layers.append(Layer("gru", {k: p.data().asnumpy() for k, p in targets.items()},
-                                        positions=steps, direction=direction, assign=setter(targets)))
+                                        positions=n, direction=direction, assign=setter(targets)))
             continue
-        layers.append(Layer(kind, {k: p.data().asnumpy() for k, p in targets.items()}, positions=positions,
-                            assign=setter(targets)))
+        layers.append(Layer(kind, {k: p.data().asnumpy() for k, p in targets.items()}, positions=n,
+                            tied=tied, assign=setter(targets)))
+    for param in model._reg_params.values():
+        if param.grad_req != "null" and int(np.prod(param.shape)) == 1:
+            layers.append(Layer("scale", {"value": param.data().asnumpy().reshape(())},
+                                assign=setter({"value": param})))
     return layers

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import os
 import random
+import time
 from types import ModuleType
 from typing import Any, Callable, ContextManager
 
@@ -44,14 +47,51 @@ class Precision:
 
 
 def resolve_device(requested: str) -> torch.device:
+    # A worker of a torchrun job uses the GPU of its local rank.
+    local = int(os.environ.get("LOCAL_RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
     if requested == "auto":
-        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+        return torch.device(f"cuda:{local}" if torch.cuda.is_available() else "cpu")
     device = torch.device(requested)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device 'cuda' was asked for but PyTorch sees no CUDA GPU")
     if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda:0")
+        device = torch.device(f"cuda:{local}")
     return device
+
+
+class CommTimer:
+    """A DDP communication hook: the default all-reduce, each bucket's interval from launch to
+    completion recorded. Buckets overlap each other and the backward pass, so the time in
+    communication is the union of those intervals, not their sum."""
+
+    def __init__(self) -> None:
+        self.intervals: list[tuple[float, float]] = []
+
+    @property
+    def seconds(self) -> float:
+        total, end = 0.0, float("-inf")
+        for a, b in sorted(self.intervals):
+            if b > end:
+                total += b - max(a, end)
+                end = b
+        return total
+
+    def reset(self) -> None:
+        self.intervals = []
+
+    def hook(self) -> Callable[..., Any]:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        def timed_allreduce(state, bucket):  # noqa: ANN001  (DDP rejects hooks annotated other than it expects)
+            start = time.perf_counter()
+
+            def done(fut):  # noqa: ANN001
+                self.intervals.append((start, time.perf_counter()))
+                return fut.value()
+
+            return default_hooks.allreduce_hook(state, bucket).then(done)
+
+        return timed_allreduce
 
 
 def seed_everything(seed: int) -> None:
@@ -74,6 +114,8 @@ class PyTorchAdapter:
         self.precision = Precision(precision, self.device)
         self.workload = workload
         self.training = workload.build(hp, self.device)
+        self.comm: CommTimer | None = None
+        self.backend: str | None = None
         self._sync: Callable[[], None] = (
             (lambda: torch.cuda.synchronize(self.device)) if self.cuda_index is not None else (lambda: None)
         )
@@ -92,6 +134,45 @@ class PyTorchAdapter:
     def reset_peaks(self) -> None:
         if self.cuda_index is not None:
             torch.cuda.reset_peak_memory_stats(self.device)
+        if self.comm is not None:
+            self.comm.reset()
+
+    # Data parallelism: one worker of a torchrun job (tbdkit.agent.distributed).
+    def join(self, world_size: int) -> None:
+        """Join the job's process group (NCCL on GPUs, gloo on CPUs) and wrap the model in
+        DistributedDataParallel, its all-reduces timed by a communication hook."""
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        self.backend = "nccl" if self.cuda_index is not None else "gloo"
+        dist.init_process_group(self.backend, timeout=dt.timedelta(seconds=120))
+        ddp = DistributedDataParallel(self.training.model,
+                                      device_ids=[self.cuda_index] if self.cuda_index is not None else None)
+        self.comm = CommTimer()
+        ddp.register_comm_hook(None, self.comm.hook())
+        self.training.model = ddp
+
+    def agree(self, flags: list[bool]) -> list[bool]:
+        """Each flag true on any worker is true on all: every worker stops at the same iteration."""
+        import torch.distributed as dist
+
+        t = torch.tensor([int(f) for f in flags], dtype=torch.int32,
+                         device=self.device if self.backend == "nccl" else "cpu")
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return [bool(v) for v in t.tolist()]
+
+    def gather(self, value: Any) -> list[Any]:
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(out, value)
+        return out
+
+    def leave(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
     def model_info(self) -> dict[str, Any]:
         model = self.training.model
@@ -118,6 +199,32 @@ class PyTorchAdapter:
                 torch.cuda.max_memory_reserved(self.device) / mib, "MiB",
                 "torch.cuda.max_memory_reserved over the sample window"),
         }
+
+    def memory_breakdown(self, step: Callable[[], Any]) -> dict[str, Any]:
+        from tbdkit.adapters.pytorch_analysis import memory_breakdown
+
+        return memory_breakdown(self.training, self.device, step)
+
+    def count_flops(self, step: Callable[[], Any]) -> int:
+        from tbdkit.adapters.pytorch_analysis import count_flops
+
+        return count_flops(self.device, step, self.training.model)
+
+    def kernel_trace(self) -> ContextManager[dict[str, Any]]:
+        from tbdkit.adapters.pytorch_analysis import kernel_trace
+
+        return kernel_trace(self.device)
+
+    @contextlib.contextmanager
+    def profiler_range(self) -> Any:
+        """The CUDA profiler start/stop range (cudaProfilerStart/Stop) that `ncu --profile-from-start off` profiles."""
+        self._sync()
+        torch.cuda.profiler.start()
+        try:
+            yield
+            self._sync()
+        finally:
+            torch.cuda.profiler.stop()
 
     def is_oom(self, exc: BaseException) -> bool:
         if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)):
@@ -158,13 +265,47 @@ def make(**kwargs: Any) -> PyTorchAdapter:
 
 def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list[Any]:
     """The model's layers in forward order, parameters in tbdkit.canonical's layouts, with the output
-    positions each layer's weights were applied at during `forward()` (run on one sample)."""
+    positions each layer's weights were applied at during `forward()` (run on one sample), summed over
+    the layer's calls. A dense layer reusing an earlier layer's weight (BERT's decoder, tied to the word
+    embeddings) lists that weight as tied, not as a parameter of its own. Learned scalars held by the
+    model itself come last, as "scale" layers."""
     from tbdkit.canonical import Layer
 
-    seen: list[tuple[torch.nn.Module, Any]] = []
-    kinds = (torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.GRU, torch.nn.Linear)
-    hooks = [m.register_forward_hook(lambda mod, args, out: seen.append((mod, out)))
-             for m in model.modules() if isinstance(m, kinds)]
+    seen: dict[int, tuple[torch.nn.Module, int]] = {}  # insertion order = order of first call
+    kinds = (torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.GRU, torch.nn.LSTM, torch.nn.LSTMCell,
+             torch.nn.Linear, torch.nn.Embedding, torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.MultiheadAttention)
+    # Attention's key/value projections apply at the key positions, its query and output ones at the
+    # query positions (they differ in a decoder's cross-attention): summed over calls, by module.
+    key_positions: dict[int, int] = {}
+
+    def positions(mod: torch.nn.Module, out: Any) -> int:
+        if isinstance(mod, torch.nn.Conv2d):
+            return int(out.shape[0] * out.shape[2] * out.shape[3])  # every map in the batch (a detector head: one per RoI)
+        if isinstance(mod, (torch.nn.Linear, torch.nn.Embedding)):
+            return int(out.numel() // out.shape[-1])
+        if isinstance(mod, torch.nn.LSTMCell):
+            return int(out[0].shape[0])
+        if isinstance(mod, (torch.nn.GRU, torch.nn.LSTM)):
+            if hasattr(out[0], "batch_sizes"):
+                return int(out[0].data.shape[0])
+            return int(out[0].shape[1 if mod.batch_first else 0])
+        return 0
+
+    def record(mod: torch.nn.Module, args: Any, out: Any) -> None:
+        prev = seen.get(id(mod), (mod, 0))[1]
+        if isinstance(mod, torch.nn.MultiheadAttention):
+            query, key = args[0], args[1]
+            tokens = (lambda x: int(x.shape[0] * x.shape[1]) if x.dim() == 3 else int(x.shape[0]))
+            seen[id(mod)] = (mod, prev + tokens(query))
+            key_positions[id(mod)] = key_positions.get(id(mod), 0) + tokens(key)
+            return
+        seen[id(mod)] = (mod, prev + positions(mod, out))
+
+    # a module holding fusion weights (effdet's FpnCombine.edge_weights) is a "fusion" layer
+    def fusion(mod: torch.nn.Module) -> bool:
+        return isinstance(getattr(mod, "edge_weights", None), torch.nn.Parameter)
+
+    hooks = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, kinds) or fusion(m)]
     try:
         with torch.no_grad():
             forward()
@@ -183,28 +324,55 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
                     tensor.copy_(torch.from_numpy(np.ascontiguousarray(arrays[key])))
         return assign
 
-    for mod, out in seen:
-        if isinstance(mod, torch.nn.Conv2d):
-            targets = {"weight": mod.weight} | ({"bias": mod.bias} if mod.bias is not None else {})
-            layers.append(Layer("conv2d", {k: np_(v) for k, v in targets.items()},
-                                positions=out.shape[2] * out.shape[3], assign=setter(targets)))
-        elif isinstance(mod, torch.nn.BatchNorm2d):
-            targets = {"gamma": mod.weight, "beta": mod.bias}
-            layers.append(Layer("batchnorm", {k: np_(v) for k, v in targets.items()}, assign=setter(targets)))
-        elif isinstance(mod, torch.nn.Linear):
-            targets = {"weight": mod.weight} | ({"bias": mod.bias} if mod.bias is not None else {})
-            layers.append(Layer("dense", {k: np_(v) for k, v in targets.items()},
-                                positions=out.numel() // out.shape[-1], assign=setter(targets)))  # one sample
-        else:  # GRU: one canonical layer per layer and direction, gates already r, z, n
-            data = out[0].data if hasattr(out[0], "batch_sizes") else out[0]
-            steps = data.shape[0] if hasattr(out[0], "batch_sizes") else data.shape[1 if mod.batch_first else 0]
+    def add(kind: str, targets: dict[str, torch.Tensor], n: int, direction: str | None = None,
+            tied: dict[str, tuple[int, ...]] | None = None) -> None:
+        layers.append(Layer(kind, {k: np_(v) for k, v in targets.items()}, positions=n, direction=direction,
+                            tied=tied or {}, assign=setter(targets)))
+
+    def with_bias(mod: torch.nn.Module) -> dict[str, torch.Tensor]:
+        return {"bias": mod.bias} if mod.bias is not None else {}
+
+    recurrent = (("w_input", "weight_ih"), ("w_hidden", "weight_hh"), ("b_input", "bias_ih"), ("b_hidden", "bias_hh"))
+    owned: set[int] = set()  # parameters an earlier layer holds: a later use is a tie, not a parameter
+    for mod, n in seen.values():
+        tied = isinstance(mod, torch.nn.Linear) and id(mod.weight) in owned
+        owned.update(id(t) for t in mod.parameters(recurse=False))
+        if fusion(mod):
+            add("fusion", {"weights": mod.edge_weights}, 0)
+        elif tied:
+            add("dense", with_bias(mod), n, tied={"weight": tuple(mod.weight.shape)})
+        elif isinstance(mod, (torch.nn.Conv2d, torch.nn.Linear)):
+            add("conv2d" if isinstance(mod, torch.nn.Conv2d) else "dense", {"weight": mod.weight} | with_bias(mod), n)
+        elif isinstance(mod, torch.nn.BatchNorm2d):  # without scale/offset where the model has none (MiniGo's heads)
+            add("batchnorm", {k: v for k, v in (("gamma", mod.weight), ("beta", mod.bias)) if v is not None}, n)
+        elif isinstance(mod, torch.nn.LayerNorm):
+            add("layernorm", {"gamma": mod.weight, "beta": mod.bias}, n)
+        elif isinstance(mod, torch.nn.GroupNorm):  # one group over (C, H, W) is a layer norm (WGAN-GP's critic)
+            if mod.num_groups != 1:
+                raise ValueError(f"GroupNorm with {mod.num_groups} groups has no canonical layout (only 1 group: a layer norm)")
+            add("layernorm", {"gamma": mod.weight, "beta": mod.bias}, n)
+        elif isinstance(mod, torch.nn.Embedding):
+            add("embedding", {"weight": mod.weight}, n)
+        elif isinstance(mod, torch.nn.MultiheadAttention):
+            # Four dense layers, as every framework writes attention out: query, key, value (rows of the
+            # packed in_proj, (3d, d)) and the output projection, which MHA applies itself (no hook fires).
+            if mod.in_proj_weight is None:
+                raise ValueError("MultiheadAttention with separate q/k/v weights (kdim/vdim) has no canonical layout here")
+            d = mod.embed_dim
+            for i, at in enumerate((n, key_positions[id(mod)], key_positions[id(mod)])):
+                rows = slice(i * d, (i + 1) * d)
+                bias = {"bias": mod.in_proj_bias[rows]} if mod.in_proj_bias is not None else {}
+                add("dense", {"weight": mod.in_proj_weight[rows]} | bias, at)
+            add("dense", {"weight": mod.out_proj.weight} | with_bias(mod.out_proj), n)
+        elif isinstance(mod, torch.nn.LSTMCell):  # gates already i, f, g, o
+            add("lstm", {key: getattr(mod, name) for key, name in recurrent}, n)
+        else:  # GRU / LSTM: one canonical layer per layer and direction, gates already r, z, n / i, f, g, o
+            kind = "gru" if isinstance(mod, torch.nn.GRU) else "lstm"
             for layer in range(mod.num_layers):
                 directions = (("", "forward"), ("_reverse", "backward")) if mod.bidirectional else (("", None),)
                 for suffix, direction in directions:
-                    targets = {key: getattr(mod, f"{name}_l{layer}{suffix}") for key, name in (
-                        ("w_input", "weight_ih"), ("w_hidden", "weight_hh"), ("b_input", "bias_ih"),
-                        ("b_hidden", "bias_hh"))}
-                    layers.append(Layer("gru", {k: np_(v) for k, v in targets.items()}, positions=int(steps),
-                                        direction=direction, assign=setter(targets)))
+                    add(kind, {key: getattr(mod, f"{name}_l{layer}{suffix}") for key, name in recurrent}, n, direction)
+    for _, p in model.named_parameters(recurse=False):
+        if p.numel() == 1:
+            add("scale", {"value": p.reshape(())}, 0)
     return layers
-

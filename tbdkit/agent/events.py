@@ -5,17 +5,37 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from typing import Any
 
 PREFIX = "@@tbdkit "
+ENABLED = True  # off in the workers of a data-parallel job other than rank 0: one progress stream
 
 
 def emit(event: str, **fields: Any) -> None:
     if event in ("phase", "warmup_done", "done"):
         logging.getLogger("tbdkit.agent").info("%s %s", event, json.dumps(fields, default=str))
-    sys.stdout.write(PREFIX + json.dumps({"event": event, **fields}, default=str) + "\n")
-    sys.stdout.flush()
+    if not ENABLED:
+        return
+    try:
+        sys.stdout.write(PREFIX + json.dumps({"event": event, **fields}, default=str) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The launcher is gone (killed, or its terminal closed): nobody reads the progress any more.
+        # The run goes on to its end or to the stop it was sent, and its results and log still say
+        # what happened; stdout points at /dev/null so no later write (or exit's flush) fails.
+        _stop_emitting()
+
+
+def _stop_emitting() -> None:
+    global ENABLED
+    ENABLED = False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    logging.getLogger("tbdkit.agent").warning("the launcher stopped reading progress (broken pipe): "
+                                              "events go to this log only")
 
 
 def parse(line: str) -> dict[str, Any] | None:

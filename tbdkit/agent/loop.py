@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Mapping
 from tbdkit.agent import events
 from tbdkit.agent.collectors import Collector, Sampler
 from tbdkit.agent.collectors.cpu import CpuCollector
+from tbdkit.agent.collectors.gpm import GpmCollector
 from tbdkit.agent.collectors.nvml import NvmlCollector
 from tbdkit.metric import metric
 from tbdkit.agent.stats import Estimate, RunningRatio, warmup_done
@@ -96,8 +97,13 @@ class LoopResult:
 
 class TrainingLoop:
     def __init__(self, adapter: Any, batches: Iterator[Any], policy: MeasurePolicy,
-                 stop_requested: Callable[[], bool], collectors: list[Collector] | None = None) -> None:
+                 stop_requested: Callable[[], bool], collectors: list[Collector] | None = None,
+                 agree: Callable[[list[bool]], list[bool]] | None = None) -> None:
         self.adapter = adapter
+        # Workers of a data-parallel job must stop at the same iteration: each decision (stop
+        # requested, warm-up stable, window done, a cap reached) is agreed across them after
+        # every iteration (true on any worker -> true on all). None for a single worker.
+        self.agree = agree
         self.batches = batches
         self.policy = policy
         self.stop_requested = stop_requested
@@ -107,8 +113,17 @@ class TrainingLoop:
         self._last_end = self._t0
         self._last_emit = 0.0
 
+    def _decide(self, *flags: bool) -> list[bool]:
+        """The iteration's decisions, agreed across workers; raises StopRequested if any worker was asked to stop."""
+        if self.agree is None:
+            return list(flags)
+        stop, *decided = self.agree([self.stop_requested(), *flags])
+        if stop:
+            raise StopRequested()
+        return decided
+
     def _one(self, phase: str) -> Iteration:
-        if self.stop_requested():
+        if self.agree is None and self.stop_requested():
             raise StopRequested()
         t_fetch = time.perf_counter()
         batch = next(self.batches)
@@ -124,6 +139,10 @@ class TrainingLoop:
         self._last_end = end
         self.result.iterations.append(it)
         return it
+
+    def one_more(self, phase: str) -> Iteration:
+        """One iteration outside warm-up and the window (e.g. phase 'analysis'), recorded as such."""
+        return self._one(phase)
 
     def _progress(self, phase: str, it: Iteration, est: Estimate | None = None, elapsed: float = 0.0) -> None:
         now = time.perf_counter()
@@ -148,10 +167,13 @@ class TrainingLoop:
             costs.append(it.seconds / max(it.work, 1e-12))
             elapsed = time.perf_counter() - start
             self._progress("warmup", it, elapsed=elapsed)
-            if warmup_done(costs, p.warmup_window, p.warmup_tolerance, p.min_warmup_iterations):
+            stable, capped = self._decide(
+                warmup_done(costs, p.warmup_window, p.warmup_tolerance, p.min_warmup_iterations),
+                elapsed >= p.max_warmup_s)
+            if stable:
                 reason = "stable"
                 break
-            if elapsed >= p.max_warmup_s:
+            if capped:
                 reason = "time_cap"
                 break
         self.result.warmup = {
@@ -181,10 +203,12 @@ class TrainingLoop:
                 est = running.estimate()
                 elapsed = time.perf_counter() - start
                 self._progress("measuring", it, est, elapsed)
-                if running.n >= p.min_measure_iterations and est.relative < p.target_ci:
+                converged, capped = self._decide(
+                    running.n >= p.min_measure_iterations and est.relative < p.target_ci, elapsed >= p.max_measure_s)
+                if converged:
                     reason = "converged"
                     break
-                if elapsed >= p.max_measure_s:
+                if capped:
                     reason = "time_cap"
                     break
         except StopRequested:
@@ -207,7 +231,7 @@ class TrainingLoop:
 
 def default_collectors(adapter: Any) -> list[Collector]:
     uuid = (adapter.environment().get("device_properties") or {}).get("uuid") if adapter.cuda_index is not None else None
-    return [CpuCollector(), NvmlCollector(adapter.cuda_index, uuid)]
+    return [CpuCollector(), NvmlCollector(adapter.cuda_index, uuid), GpmCollector(adapter.cuda_index, uuid)]
 
 
 def synthetic_pool(batches: Iterator[Any], size: int) -> Iterator[Any]:

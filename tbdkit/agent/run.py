@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import signal
 import traceback
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 from tbdkit import catalog
 from tbdkit.adapters import load as load_adapter
-from tbdkit.agent import envinfo, events, sink
+from tbdkit.agent import analysis, distributed, envinfo, events, sink
 from tbdkit.agent.loop import StopRequested, TrainingLoop, synthetic_pool, throughput_metrics, Prefetcher
 from tbdkit.spec import RunSpec
 
@@ -51,13 +52,20 @@ def limit_memory(extra_mb: int) -> None:
     log.info("memory limit: %d MiB above the %d MiB of address space held after setup", extra_mb, held // 2**20)
 
 
-def _classify(exc: BaseException, adapter: Any) -> tuple[str, str]:
+# Under --memory-limit-mb (an address-space cap) allocations fail inside native code too, and some
+# of it says so in its own words: a thread whose stack cannot be mapped ("can't start new thread"),
+# oneDNN unable to allocate a kernel's scratch ("could not create a primitive"), C++'s bad_alloc.
+CAPPED_ALLOCATION_FAILURES = ("can't start new thread", "could not create a primitive", "bad_alloc")
+
+
+def _classify(exc: BaseException, adapter: Any, memory_limited: bool = False) -> tuple[str, str]:
     if isinstance(exc, (StopRequested, KeyboardInterrupt)):
         return "interrupted", "the run was interrupted by the user (Ctrl-C / SIGTERM)"
     # Before the adapter exists (building a large model), recognise the frameworks' OOM messages.
     text = str(exc).lower()
     oom = (isinstance(exc, MemoryError) or (adapter is not None and adapter.is_oom(exc))
-           or "out of memory" in text or "can't allocate memory" in text)
+           or "out of memory" in text or "can't allocate memory" in text
+           or (memory_limited and any(m in text for m in CAPPED_ALLOCATION_FAILURES)))
     if oom:
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return "oom", f"out of memory ({detail})"
@@ -66,17 +74,55 @@ def _classify(exc: BaseException, adapter: Any) -> tuple[str, str]:
     return "failed", f"{type(exc).__name__}: {exc}"
 
 
+PROFILE_ENV = "TBDKIT_PROFILE_ITERATIONS"
+
+
+def profile_iterations() -> int:
+    """Under an external profiler (ncu), TBDKIT_PROFILE_ITERATIONS=N replaces the sample window by
+    N iterations inside the profiler's start/stop range, after warm-up."""
+    import os
+
+    value = os.environ.get(PROFILE_ENV, "").strip()
+    return int(value) if value.isdigit() else 0
+
+
+def _profiled_pass(adapter: Any, loop: TrainingLoop, n: int, summary: dict[str, Any]) -> None:
+    if not hasattr(adapter, "profiler_range"):
+        raise RuntimeError(f"{adapter.framework}: tbdkit has no profiler start/stop range for this framework")
+    events.emit("phase", phase="profiled")
+    with adapter.profiler_range():
+        for _ in range(n):
+            loop.one_more("profiled")
+    summary["profiled_iterations"] = n
+    summary["metrics"] = {}
+
+
+def _as_worker(worker: distributed.Worker, run_dir: Path) -> Path:
+    """A worker of a data-parallel job: rank 0 owns the run directory and the progress events;
+    the others write under workers/rank<N>/ with a log of their own, and stay quiet on stdout."""
+    own = worker.run_dir(run_dir)
+    if worker.rank != 0:
+        events.ENABLED = False
+        handler = logging.FileHandler(own / "log.txt")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logging.getLogger().addHandler(handler)
+    return own
+
+
 def execute(spec: RunSpec, run_dir: Path) -> int:
+    worker = distributed.from_env()
+    if worker is not None:
+        run_dir = _as_worker(worker, run_dir)
     stop = StopFlag()
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     started = dt.datetime.now(dt.timezone.utc)
     model = catalog.get(spec.model)
-    hp = model.hp(spec.preset)
+    hp = model.hp(spec.preset, spec.variant)
     summary: dict[str, Any] = {
         "run_id": run_dir.name, "status": "failed", "error": None,
         "model": spec.model, "framework": spec.framework, "batch_size": spec.batch_size,
-        "precision": spec.precision, "preset": spec.preset, "data": spec.data, "seed": spec.seed,
+        "precision": spec.precision, "preset": spec.preset, "variant": spec.variant, "data": spec.data, "seed": spec.seed,
         "started_utc": started.isoformat(timespec="seconds"),
     }
     adapter = None
@@ -89,29 +135,60 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         workload = catalog.load_module(model, spec.framework)
         adapter = load_adapter(spec.framework, workload=workload, hp=hp, device=spec.device,
                                precision=spec.precision, seed=spec.seed)
+        if worker is not None:
+            adapter.join(worker.world_size)
+            summary.update(world_size=worker.world_size, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
+                           link_rate=spec.link_rate, worker=worker.label)
         if spec.memory_limit_mb:
             limit_memory(spec.memory_limit_mb)
         summary["device"] = adapter.device_label
         summary["model_info"] = adapter.model_info()
         env = envinfo.collect(adapter.environment(), spec.seed)
         sink.write_json(run_dir / "env.json", env)
-        batches = data.batches(spec.data, hp, spec.batch_size, spec.seed)
+        # Each worker trains its own batches (its seed offset by its rank), as a distributed sampler would.
+        batches = data.batches(spec.data, hp, spec.batch_size, spec.seed + (worker.rank if worker else 0))
         source = synthetic_pool(batches, spec.measure.synthetic_pool) if spec.data == "synthetic" else Prefetcher(batches)
-        loop = TrainingLoop(adapter, source, spec.measure, stop.requested)
+        loop = TrainingLoop(adapter, source, spec.measure, stop.requested,
+                            agree=adapter.agree if worker is not None else None)
         loop.warm_up()
-        estimate = loop.measure()
-        window = loop.result.iterations[loop.result.window["first_iteration"]:]
-        summary["metrics"] = {
-            **throughput_metrics(window, estimate, model.throughput_unit, model.sample_unit,
-                                 model.info.get("extra_units", {})),
-            **loop.result.metrics,
-            **adapter.memory(),
-        }
+        if worker is not None and os.environ.get("TBDKIT_TEST_KILL_RANK") == str(worker.rank):
+            os._exit(3)  # fault injection for the kit's own tests: this worker dies after warm-up
+        profiled = profile_iterations()
+        if profiled:
+            _profiled_pass(adapter, loop, profiled, summary)
+        else:
+            estimate = loop.measure()
+            window = loop.result.iterations[loop.result.window["first_iteration"]:loop.result.window["last_iteration"] + 1]
+            summary["metrics"] = {
+                **throughput_metrics(window, estimate, model.throughput_unit, model.sample_unit,
+                                     model.info.get("extra_units", {})),
+                **loop.result.metrics,
+                **adapter.memory(),
+            }
+            if worker is not None:
+                window_s = sum(i.seconds for i in window)
+                comm = adapter.comm.seconds / window_s * 100 if adapter.comm is not None and window_s else None
+                gathered = adapter.gather((estimate.throughput, comm))
+                summary["metrics"].update(distributed.job_metrics(
+                    [g[0] for g in gathered], model.throughput_unit, [g[1] for g in gathered], window_s))
+                # The job's throughput is what all workers train together; rank 0's own estimate stays beside it.
+                summary["metrics"]["worker0_throughput"] = summary["metrics"]["throughput"]
+                summary["metrics"]["throughput"] = {**summary["metrics"]["aggregate_throughput"],
+                                                    "ci95_half_width": None, "ci95_relative": None}
+                summary["interconnect"] = {
+                    "gpu_link": None, "gpu_link_reason": ("NVLink/PCIe topology is read only on GPUs"
+                                                          if adapter.cuda_index is None else "not read by this kit version"),
+                    "network": distributed.interface_towards(worker.master_addr), "link_rate": spec.link_rate,
+                    "backend": adapter.backend}
+            if spec.analyses and worker is None:
+                events.emit("phase", phase="analysis")
+                summary["metrics"].update(analysis.run(adapter, loop, env, run_dir, summary["metrics"]["throughput"],
+                                                       spec.precision))
         losses = [i.loss for i in loop.result.iterations if i.loss is not None]
         summary["loss"] = {"first": losses[0] if losses else None, "last": losses[-1] if losses else None}
         summary["status"] = "ok"
     except BaseException as exc:  # the run directory must say what happened, whatever it was
-        status, message = _classify(exc, adapter)
+        status, message = _classify(exc, adapter, bool(spec.memory_limit_mb))
         summary["status"], summary["error"] = status, message
         if status == "failed" and type(exc).__name__ != "DataError":
             log.error("run failed:\n%s", traceback.format_exc())
@@ -123,6 +200,11 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         if loop is not None and loop.result.metrics:
             summary["metrics"] = loop.result.metrics
     finally:
+        if worker is not None and adapter is not None:
+            try:
+                adapter.leave()
+            except Exception:  # a broken process group must not keep the run directory from being finished
+                log.warning("leaving the process group failed:\n%s", traceback.format_exc())
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if loop is not None:

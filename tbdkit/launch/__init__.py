@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,12 +62,17 @@ def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
         from tbdkit.launch import docker
 
         return docker.launch(spec, results, on_event)
-    from tbdkit.launch import native
+    from tbdkit.launch import native, netns
 
     run_dir = new_run_dir(results, spec)
     sink.write_json(run_dir / "spec.json", spec.model_dump())
-    exit_code = native.run(spec, run_dir, on_event)
-    return Outcome(run_dir, *finalize(run_dir, spec, exit_code))
+    exit_code = (netns.run if spec.launcher == "netns" else native.run)(spec, run_dir, on_event)
+    status, summary = finalize(run_dir, spec, exit_code)
+    if spec.world_size > 1:
+        from tbdkit.launch.workers import name_failed_workers
+
+        status, summary = name_failed_workers(run_dir, spec, exit_code, summary)
+    return Outcome(run_dir, status, summary)
 
 
 def finalize(run_dir: Path, spec: RunSpec, exit_code: int) -> tuple[str, dict[str, Any]]:
@@ -75,12 +81,19 @@ def finalize(run_dir: Path, spec: RunSpec, exit_code: int) -> tuple[str, dict[st
     if path.is_file():
         summary = sink.read_json(path)
         return summary["status"], summary
+    status, error = "failed", f"the agent exited with code {exit_code} before writing its results; see log.txt"
+    if spec.memory_limit_mb and exit_code < 0:
+        # Under the address-space cap, native code whose allocation fails (an OpenMP thread's stack,
+        # a kernel's scratch buffer) often dies by a signal instead of raising: the cap ran out.
+        sig = signal.Signals(-exit_code).name if -exit_code in signal.valid_signals() else str(-exit_code)
+        status, error = "oom", (f"out of memory (the agent died by {sig} under --memory-limit-mb "
+                                f"{spec.memory_limit_mb}: native code that cannot allocate crashes rather than "
+                                "raising); see log.txt")
     summary = {
-        "run_id": run_dir.name, "status": "failed",
-        "error": f"the agent exited with code {exit_code} before writing its results; see log.txt",
+        "run_id": run_dir.name, "status": status, "error": error,
         "model": spec.model, "framework": spec.framework, "batch_size": spec.batch_size,
         "precision": spec.precision, "preset": spec.preset, "data": spec.data, "seed": spec.seed,
         "exit_code": exit_code,
     }
     sink.write_json(path, summary)
-    return "failed", summary
+    return status, summary

@@ -82,3 +82,28 @@ def test_amp_step_runs_on_cpu():
 
 def test_workload_file_holds_no_timing_logging_or_profiling():
     assert_no_timing_logging_or_profiling("seq2seq")
+
+
+def test_lstm_canonical_form_matches_the_reference_lstm():
+    """PyTorch's bidirectional LSTM in canonical form (gates i, f, g, o, two biases) against the NumPy LSTM."""
+    import numpy as np
+
+    from tbdkit.adapters.pytorch import canonical_layers
+    from tbdkit.canonical import reference_lstm
+
+    lstm = torch.nn.LSTM(4, 5, bidirectional=True)
+    x = torch.randn(7, 1, 4, generator=torch.Generator().manual_seed(0))
+    out = lstm(x)[0].detach().numpy()
+    fwd, bwd = canonical_layers(lstm, lambda: lstm(x))
+    assert (fwd.kind, fwd.direction, bwd.direction, fwd.positions) == ("lstm", "forward", "backward", 7)
+    np.testing.assert_allclose(out[:, 0, :5], reference_lstm(x.numpy(), fwd.params)[0][:, 0], atol=1e-5)
+    np.testing.assert_allclose(out[:, 0, 5:], reference_lstm(x.numpy()[::-1], bwd.params)[0][::-1, 0], atol=1e-5)
+
+
+def test_forward_gives_log_probabilities_and_target_lengths():
+    hp = MODEL.hp("smoke")
+    training = WORKLOAD.build(hp, CPU)
+    batch = next(DATA.synthetic_batches(hp, 3, seed=0))
+    log_probs, lengths = WORKLOAD.forward(training, WORKLOAD.to_device(batch, CPU))
+    assert log_probs.shape == (*batch.target_in.shape, hp["target_vocab_size"])
+    assert lengths.tolist() == batch.target_lengths.tolist() and training.model.training

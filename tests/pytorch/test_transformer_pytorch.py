@@ -30,7 +30,7 @@ def test_parameter_count_matches_the_hyperparameters(preset):
     model = WORKLOAD.Transformer(hp)
     assert sum(p.numel() for p in model.parameters()) == expected_parameters(hp)
     assert len(model.encoder.layers) == hp["encoder_layers"] and len(model.decoder.layers) == hp["decoder_layers"]
-    assert model.target_embed is model.embed and model.project is None
+    assert model.target_embed is model.embed and model.project.weight is model.embed.weight
 
 
 def test_paper_size_is_transformer_base_with_shared_embeddings():

@@ -114,6 +114,17 @@ def synthetic_batches(hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch
         yield collate(sources, targets)
 
 
+def reference_batch(hp: Hparams) -> Batch:
+    """The one sentence pair FLOPs per sample are quoted for: a source of the mean synthetic length
+    (length_mean tokens) and a target of target_length_ratio x that, Zipf tokens from seed 0."""
+    rng = np.random.default_rng(0)
+    src_len = int(np.clip(round(float(hp["length_mean"])), 1, int(hp["max_length"])))
+    tgt_len = int(np.clip(round(src_len * float(hp["target_length_ratio"])), 1, int(hp["max_length"])))
+    z = float(hp["zipf_exponent"])
+    return collate([synthetic_tokens(rng, src_len, int(hp["source_vocab_size"]), z)],
+                   [synthetic_tokens(rng, tgt_len, int(hp["target_vocab_size"]), z)])
+
+
 # --------------------------------------------------------------------------------------------
 # Tokenized parallel files
 

@@ -67,7 +67,8 @@ def make_env(hp: Hparams) -> Any:
         import ale_py
         import gymnasium as gym
     except ImportError as e:
-        raise DataError(f"A3C needs gymnasium and ale-py ({e}): run `tbdkit setup pytorch` to install them") from e
+        raise DataError(f"A3C needs gymnasium and ale-py ({e}): run `tbdkit setup FRAMEWORK` "
+                        "(every stack installs them)") from e
     gym.register_envs(ale_py)
     return gym.make(hp["env_id"], obs_type="grayscale", frameskip=1, repeat_action_probability=0.0,
                     full_action_space=False)
@@ -146,6 +147,12 @@ class Actors:
             self.pipes.append(parent)
             self.processes.append(p)
         self.observation = self._gather([("reset",)] * count)[0]
+        self.rng = np.random.default_rng([seed, 1])  # the policy's action draws (sample_actions)
+
+    def sample(self, logits: np.ndarray) -> np.ndarray:
+        """Actions for the current observations from the policy's logits (N, actions), drawn here
+        in NumPy so that every framework's learner draws the same actions from the same logits."""
+        return sample_actions(logits, self.rng)
 
     def _gather(self, messages: list[tuple[Any, ...]]) -> tuple[np.ndarray, ...]:
         for pipe, message in zip(self.pipes, messages):
@@ -178,6 +185,45 @@ class Actors:
             if p.is_alive():
                 p.terminate()
         self.pipes, self.processes = [], []
+
+
+def sample_actions(logits: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One action per row of policy logits (N, A) from softmax(logits): the inverse of the
+    cumulative distribution at one uniform draw per row (int64, in [0, A))."""
+    z = np.asarray(logits, np.float64)
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    cdf = np.cumsum(p, axis=-1)
+    u = rng.random((z.shape[0], 1)) * cdf[:, -1:]
+    return np.minimum((cdf <= u).sum(axis=-1), z.shape[1] - 1).astype(np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class Observations:
+    """Stacked observations (N, frame_stack, H, W) uint8 with no environment behind them: the
+    reference sample `tbdkit describe` counts FLOPs on, and the probe it compares outputs on."""
+
+    features: np.ndarray
+    frame_skip: int
+
+    @property
+    def samples(self) -> int:
+        return int(self.features.shape[0])
+
+    @property
+    def work(self) -> float:
+        return float(self.samples * self.frame_skip)
+
+
+def reference_batch(hp: Hparams) -> Observations:
+    """One observation: the sample FLOPs per sample are quoted for (one agent step, frame_skip frames)."""
+    return probe_batch(hp, 1)
+
+
+def probe_batch(hp: Hparams, count: int = 2, seed: int = 0) -> Observations:
+    """`count` observations of seeded noise frames (the network's work does not depend on the pixels)."""
+    shape = (count, int(hp["frame_stack"]), int(hp["frame_height"]), int(hp["frame_width"]))
+    frames = np.random.default_rng(seed).integers(0, 256, shape, dtype=np.uint8)
+    return Observations(frames, int(hp["frame_skip"]))
 
 
 @dataclass(frozen=True, eq=False)

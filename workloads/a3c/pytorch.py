@@ -64,20 +64,32 @@ def build(hp: dict[str, Any], device: torch.device) -> Training:
 
 
 def to_device(batch: Any, device: torch.device) -> dict[str, Any]:
+    """The rollout to play (a handle to the actors), or for observations without an environment
+    (describe's reference sample) the frames on the device."""
+    if not hasattr(batch, "actors"):
+        return {"frames": torch.from_numpy(batch.features).to(device)}
     return {"actors": batch.actors, "steps": batch.steps, "device": device}
 
 
+def forward(training: Training, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The network alone on observations (no rollout, no update): policy logits and values, as NumPy."""
+    with torch.no_grad():
+        logits, values = training.model(inputs["frames"])
+    return {"logits": logits.cpu().numpy(), "values": values.cpu().numpy()}
+
+
 def play(training: Training, actors: Any, steps: int, device: torch.device, precision: Any) -> Rollout:
-    """The n-step rollout: the current policy samples each action, the actors play it."""
+    """The n-step rollout: the current policy gives each action's logits, the actors draw the
+    action (in NumPy, the same draws in every framework) and play it."""
     obs = torch.from_numpy(actors.observation).to(device)
     frames, actions, rewards, dones = [], [], [], []
     with torch.no_grad(), precision.autocast():
         for _ in range(steps):
             logits, _ = training.model(obs)
-            action = torch.distributions.Categorical(logits=logits.float()).sample()
-            nxt, reward, done = actors.step(action.cpu().numpy())
+            action = actors.sample(logits.float().cpu().numpy())
+            nxt, reward, done = actors.step(action)
             frames.append(obs)
-            actions.append(action)
+            actions.append(torch.from_numpy(action).to(device))
             rewards.append(torch.from_numpy(reward))
             dones.append(torch.from_numpy(done))
             obs = torch.from_numpy(nxt).to(device)

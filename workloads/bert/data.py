@@ -44,6 +44,11 @@ class Batch:
         """Sequences in the batch (the throughput unit)."""
         return float(self.samples)
 
+    @property
+    def features(self) -> np.ndarray:
+        """The network's input array (token ids), whose per-sample shape `tbdkit describe` reports."""
+        return self.input_ids
+
 
 @dataclass(frozen=True)
 class Example:
@@ -396,6 +401,21 @@ def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Ba
     examples = _examples(source, hp, np.random.default_rng(seed))
     while True:
         yield collate([next(examples) for _ in range(batch_size)], hp)
+
+
+def reference_batch(hp: Hparams) -> Batch:
+    """One full-length synthetic sequence (no padding): the sample FLOPs per sample are quoted for."""
+    rng = np.random.default_rng(0)
+    make = synthetic_squad if _task(hp) == "squad" else synthetic_pretraining
+    while True:
+        example = make(hp, rng)
+        if example.ids.size == int(hp["seq_len"]):
+            return collate([example], hp)
+
+
+def probe_batch(hp: Hparams) -> Batch:
+    """Two synthetic sequences (seed 0): `tbdkit describe --save` compares the frameworks' outputs on them."""
+    return next(batches(SYNTHETIC, hp, 2, seed=0))
 
 
 def check_source(source: str, hp: Hparams) -> str:

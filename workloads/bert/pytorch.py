@@ -67,6 +67,23 @@ def to_device(batch: Any, device: torch.device) -> dict[str, torch.Tensor]:
     return {k: torch.from_numpy(v).to(device, non_blocking=nb) for k, v in arrays.items()}
 
 
+def forward(training: Training, inputs: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The network alone in inference mode (no loss, no update): its logits, as NumPy."""
+    model = training.model
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = model(input_ids=inputs["input_ids"], token_type_ids=inputs["token_type_ids"],
+                        attention_mask=inputs["attention_mask"])
+    finally:
+        model.train(was_training)
+    if hasattr(out, "prediction_logits"):
+        return {"prediction_logits": out.prediction_logits.numpy(), "seq_relationship_logits":
+                out.seq_relationship_logits.numpy()}
+    return {"start_logits": out.start_logits.numpy(), "end_logits": out.end_logits.numpy()}
+
+
 def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: Any) -> torch.Tensor:
     """One AdamW step on the task's loss (masked LM + next sentence, or start + end cross-entropy)."""
     model, optimizer = training.model, training.optimizer

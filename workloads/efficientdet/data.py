@@ -26,3 +26,10 @@ Batch = _pipeline.Batch
 batches = _pipeline.batches
 check_source = _pipeline.check_source
 scan_coco = _pipeline.scan_coco
+synthetic_batches = _pipeline.synthetic_batches
+
+
+def reference_batch(hp: dict) -> Batch:
+    """The one sample FLOPs per sample are quoted for: a single synthetic image (seed 0), which every
+    framework scales and pads to the network's square input (hp["image_size"])."""
+    return next(synthetic_batches(hp, 1, seed=0))

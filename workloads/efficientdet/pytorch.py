@@ -73,6 +73,25 @@ def resize_pad(training: Training, images: list[torch.Tensor], targets: list[dic
     return batch, {"bbox": boxes, "cls": classes}
 
 
+def forward(training: Training, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The network alone in inference mode: class logits and box outputs, all levels, as
+    (N, anchors, classes) and (N, anchors, 4) NumPy, anchors ordered level, location, anchor."""
+    images, _ = resize_pad(training, inputs["images"], inputs["targets"])
+    network = training.model.model
+    was_training = network.training
+    network.eval()
+    try:
+        with torch.no_grad():
+            class_out, box_out = network(images)
+    finally:
+        network.train(was_training)
+    n, classes = images.shape[0], network.config.num_classes
+
+    def flat(outputs: list[torch.Tensor], width: int) -> Any:
+        return torch.cat([o.permute(0, 2, 3, 1).reshape(n, -1, width) for o in outputs], dim=1).cpu().numpy()
+    return {"class_logits": flat(class_out, classes), "box_outputs": flat(box_out, 4)}
+
+
 def train_step(training: Training, inputs: dict[str, Any], precision: Any) -> torch.Tensor:
     """One SGD step on effdet's focal classification loss plus its weighted box loss."""
     images, target = resize_pad(training, inputs["images"], inputs["targets"])

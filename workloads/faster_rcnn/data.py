@@ -88,6 +88,11 @@ def synthetic_batches(hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch
                     targets=[synthetic_target(rng, h, w, hp) for h, w in sizes])
 
 
+def reference_batch(hp: Hparams) -> Batch:
+    """The one image FLOPs per sample are quoted for: a single synthetic image with its boxes (seed 0)."""
+    return next(synthetic_batches(hp, 1, seed=0))
+
+
 # --------------------------------------------------------------------------------------------
 # Images on disk
 

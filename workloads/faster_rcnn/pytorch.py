@@ -78,6 +78,22 @@ def to_device(batch: Any, device: torch.device) -> dict[str, Any]:
             "targets": [{key: move(value) for key, value in target.items()} for target in batch.targets]}
 
 
+def forward(training: Training, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The training-mode forward pass without a step (its losses, as NumPy): the detector head runs on
+    exactly roi_batch_size RoIs per image, as in training, where inference would run it on however many
+    proposals survive NMS; so FLOPs and layer positions are the training step's on every framework.
+    The RPN head's outputs (objectness logits and deltas, both (N, C, H, W)) come along: they do not
+    depend on the samplers' draws, so the same weights give the same values on every framework."""
+    rpn: dict[str, torch.Tensor] = {}  # the RPN head's raw outputs, which do not depend on sampling
+    handle = training.model.rpn.head.register_forward_hook(
+        lambda module, args, out: rpn.update(rpn_objectness=out[0][0], rpn_deltas=out[1][0]))  # the one level
+    try:
+        losses = training.model(inputs["images"], inputs["targets"])
+    finally:
+        handle.remove()
+    return {key: value.detach().cpu().numpy() for key, value in (losses | rpn).items()}
+
+
 def train_step(training: Training, inputs: dict[str, Any], precision: Any) -> torch.Tensor:
     """One SGD step on the sum of the RPN and detector losses (and the mask loss, for Mask R-CNN)."""
     training.optimizer.zero_grad(set_to_none=True)

@@ -26,5 +26,7 @@ SYNTHETIC = _pipeline.SYNTHETIC
 DataError = _pipeline.DataError
 Batch = _pipeline.Batch
 batches = _pipeline.batches
+synthetic_batches = _pipeline.synthetic_batches
+reference_batch = _pipeline.reference_batch
 check_source = _pipeline.check_source
 scan_folder = _pipeline.scan_folder

@@ -7,12 +7,21 @@ times, logs or profiles.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torchvision
 from torch import nn
+
+if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the classifiers' shared pieces
+    sys.path.append(str(Path(__file__).parents[1]))
+from _vision import torch_classifier as classifier  # noqa: E402
+
+# the batch layout and the inference pass are the shared classifier's (workloads/_vision)
+to_device, forward = classifier.to_device, classifier.forward
 
 
 @dataclass
@@ -26,7 +35,8 @@ class Training:
 def network(hp: dict[str, Any]) -> nn.Module:
     """torchvision's Inception-v3 with random weights (truncated-normal initialisation)."""
     return torchvision.models.inception_v3(
-        weights=None, num_classes=hp["num_classes"], aux_logits=hp["aux_logits"], init_weights=True
+        weights=None, num_classes=hp["num_classes"], aux_logits=hp["aux_logits"], init_weights=True,
+        dropout=hp["dropout"],
     )
 
 
@@ -38,14 +48,6 @@ def build(hp: dict[str, Any], device: torch.device) -> Training:
     )
     loss = nn.CrossEntropyLoss(label_smoothing=hp["label_smoothing"])
     return Training(model, optimizer, loss, hp["aux_loss_weight"] if hp["aux_logits"] else 0.0)
-
-
-def to_device(batch: Any, device: torch.device) -> dict[str, torch.Tensor]:
-    non_blocking = device.type == "cuda"
-    return {
-        "images": torch.from_numpy(batch.images).to(device, non_blocking=non_blocking),
-        "labels": torch.from_numpy(batch.labels).to(device, non_blocking=non_blocking),
-    }
 
 
 def objective(training: Training, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

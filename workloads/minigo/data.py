@@ -269,6 +269,19 @@ def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Ba
     return position_batches(games, hp, batch_size, rng)
 
 
+def reference_batch(hp: Hparams) -> Batch:
+    """One position, the empty board with black to move: the sample FLOPs per sample are quoted for."""
+    position = go.Position(int(hp["board_size"]), float(hp["komi"]))
+    return Batch(features(position, int(hp["history"]))[None], np.array([0], np.int64), np.ones(1, np.float32))
+
+
+def probe_batch(hp: Hparams) -> Batch:
+    """Two positions of one self-play game (seed 0), the 11th and 12th: `tbdkit describe --save`
+    compares the frameworks' outputs on them."""
+    rng = np.random.default_rng(0)
+    return collate(examples(self_play(hp, rng), hp)[10:12], rng)
+
+
 def check_source(source: str, hp: Hparams) -> str:
     """Validate the data source up front (DataError) and describe it in one line."""
     n = hp["board_size"]

@@ -79,6 +79,19 @@ def to_device(batch: Any, device: torch.device) -> dict[str, torch.Tensor]:
             "values": torch.from_numpy(batch.values).to(device, non_blocking=nb)}
 
 
+def forward(training: Training, inputs: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The network alone in inference mode (no loss, no update): logits and values, as NumPy."""
+    model = training.model
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits, values = model(inputs["features"])
+    finally:
+        model.train(was_training)
+    return {"logits": logits.cpu().numpy(), "values": values.cpu().numpy()}
+
+
 def l2_penalty(model: nn.Module) -> torch.Tensor:
     """Sum of squared conv and dense kernels (Keras' l2 regularizer; biases and batch norm excluded)."""
     return sum(m.weight.pow(2).sum() for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear)))

@@ -55,6 +55,11 @@ def synthetic_batches(hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch
         yield Batch(images=images, labels=rng.integers(0, classes, batch_size, dtype=np.int64))
 
 
+def reference_batch(hp: Hparams) -> Batch:
+    """The one sample FLOPs per sample are quoted for: a single synthetic crop (seed 0)."""
+    return next(synthetic_batches(hp, 1, seed=0))
+
+
 # --------------------------------------------------------------------------------------------
 # ImageNet folder layout: <root>/<class>/<image>
 

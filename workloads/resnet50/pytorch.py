@@ -6,12 +6,21 @@ times, logs or profiles.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torchvision
 from torch import nn
+
+if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the classifiers' shared pieces
+    sys.path.append(str(Path(__file__).parents[1]))
+from _vision import torch_classifier as classifier  # noqa: E402
+
+# the batch layout and the inference pass are the shared classifier's (workloads/_vision)
+to_device, forward = classifier.to_device, classifier.forward
 
 
 @dataclass
@@ -32,14 +41,6 @@ def build(hp: dict[str, Any], device: torch.device) -> Training:
         model.parameters(), lr=hp["learning_rate"], momentum=hp["momentum"], weight_decay=hp["weight_decay"]
     )
     return Training(model, optimizer, nn.CrossEntropyLoss(label_smoothing=hp["label_smoothing"]))
-
-
-def to_device(batch: Any, device: torch.device) -> dict[str, torch.Tensor]:
-    non_blocking = device.type == "cuda"
-    return {
-        "images": torch.from_numpy(batch.images).to(device, non_blocking=non_blocking),
-        "labels": torch.from_numpy(batch.labels).to(device, non_blocking=non_blocking),
-    }
 
 
 def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: Any) -> torch.Tensor:

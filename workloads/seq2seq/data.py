@@ -17,3 +17,5 @@ DataError = _text.DataError
 Batch = _text.Batch
 SYNTHETIC = _text.SYNTHETIC
 batches, check_source = _text.entry_points("IWSLT15 en-vi")
+synthetic_batches = _text.synthetic_batches
+reference_batch = _text.reference_batch

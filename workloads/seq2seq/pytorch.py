@@ -127,3 +127,18 @@ def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: A
     precision.scaler.update()
     training.schedule.step()
     return loss.detach()
+
+
+def forward(training: Training, inputs: dict[str, torch.Tensor]) -> tuple[Any, Any]:
+    """The network alone in inference mode (no loss, no update): log-probabilities (N, T, V) and
+    target lengths (N,), as NumPy, to compare across frameworks."""
+    model = training.model
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            logits = model(inputs["source"], inputs["source_lengths"], inputs["target_in"])
+    finally:
+        model.train(was_training)
+    lengths = (inputs["target_out"] >= 0).sum(dim=1)
+    return logits.float().log_softmax(-1).cpu().numpy(), lengths.cpu().numpy()

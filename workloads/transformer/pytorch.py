@@ -42,7 +42,10 @@ class Transformer(nn.Module):
         self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(**layer), hp["encoder_layers"],
                                              enable_nested_tensor=False)
         self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(**layer), hp["decoder_layers"])
-        self.project = None if hp["shared_embeddings"] else nn.Linear(d, hp["target_vocab_size"], bias=False)
+        # The pre-softmax projection: with shared embeddings its weight *is* the embedding table (tied).
+        self.project = nn.Linear(d, hp["target_vocab_size"], bias=False)
+        if hp["shared_embeddings"]:
+            self.project.weight = self.target_embed.weight
 
     def _embed(self, table: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:
         return self.dropout(table(ids) * math.sqrt(self.d_model) + self.pe[: ids.shape[1]])
@@ -54,8 +57,7 @@ class Transformer(nn.Module):
         memory = self.encoder(self._embed(self.embed, source), src_key_padding_mask=source_pad)
         h = self.decoder(self._embed(self.target_embed, target_in), memory, tgt_mask=causal,
                          tgt_key_padding_mask=target_pad, memory_key_padding_mask=source_pad)
-        weight = self.target_embed.weight if self.project is None else self.project.weight
-        return nn.functional.linear(h, weight)
+        return self.project(h)
 
 
 def inverse_sqrt(d_model: int, warmup_steps: int) -> Any:
@@ -95,6 +97,25 @@ def to_device(batch: Any, device: torch.device) -> dict[str, torch.Tensor]:
         "target_pad": _padding(tgt_len, batch.target_in.shape[1]).to(device, non_blocking=nb),
         "target_out": torch.from_numpy(batch.target_out).to(device, non_blocking=nb),
     }
+
+
+def forward(training: Training, inputs: dict[str, torch.Tensor]) -> tuple[Any, Any]:
+    """The network alone in inference mode (no loss, no update, dropout off): log-probabilities
+    (N, T, V) and target lengths (N,), as NumPy, to compare across frameworks. PyTorch's fused
+    inference "fast path" is off, so every layer runs as the module it is (and is counted)."""
+    model = training.model
+    was_training = model.training
+    model.eval()
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad():
+            logits = model(inputs["source"], inputs["source_pad"], inputs["target_in"], inputs["target_pad"])
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+        model.train(was_training)
+    lengths = (inputs["target_out"] >= 0).sum(dim=1)
+    return logits.float().log_softmax(-1).cpu().numpy(), lengths.cpu().numpy()
 
 
 def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: Any) -> torch.Tensor:

@@ -71,6 +71,12 @@ def synthetic_batches(hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch
         yield Batch(images=to_unit_range(pixels))
 
 
+def reference_batch(hp: Hparams) -> Batch:
+    """The one sample FLOPs per sample are quoted for: one synthetic image (seed 0), generated and
+    scored once (the generator's and the critic's forward pass for one image)."""
+    return Batch(images=next(synthetic_batches(hp, 1, seed=0)).images[:1])
+
+
 # --------------------------------------------------------------------------------------------
 # Downsampled ImageNet: a folder of PNGs
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -102,7 +103,7 @@ def build(hp: dict[str, Any], device: torch.device) -> Training:
     betas = tuple(hp["adam_betas"])
 
     def adam(module: nn.Module) -> torch.optim.Optimizer:
-        return torch.optim.Adam(module.parameters(), lr=hp["learning_rate"], betas=betas)
+        return torch.optim.Adam(module.parameters(), lr=hp["learning_rate"], betas=betas, eps=hp["adam_epsilon"])
 
     return Training(model, adam(model.generator), adam(model.critic), hp["noise_dim"], hp["gp_lambda"])
 
@@ -155,6 +156,21 @@ def generator_step(training: Training, n: int, like: torch.Tensor, precision: An
     finally:
         critic.requires_grad_(True)
     return loss.detach()
+
+
+def forward(training: Training, inputs: dict[str, torch.Tensor]) -> Any:
+    """Both networks in inference mode (no loss, no update): the critic's scores (n,) of images the
+    generator makes from fixed NumPy noise, one per real image of the first slice, as NumPy."""
+    model = training.model
+    was_training = model.training
+    model.eval()
+    noise = np.random.default_rng(0).standard_normal((inputs["real"].shape[1], training.noise_dim), dtype=np.float32)
+    try:
+        with torch.no_grad():
+            scores = model.critic(model.generator(torch.from_numpy(noise).to(inputs["real"].device)))
+    finally:
+        model.train(was_training)
+    return scores.cpu().numpy()
 
 
 def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: Any) -> torch.Tensor:

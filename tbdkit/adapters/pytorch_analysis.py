@@ -1,0 +1,138 @@
+"""PyTorch's half of the analyses, taken in extra iterations after the sample window so they
+never slow what is timed: the memory breakdown (parameters, gradients, tensors saved for
+backward, optimizer state, the caching allocator's peak), model FLOPs (torch.utils.flop_counter)
+and the CUDA kernel timeline (torch.profiler)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import torch
+
+from tbdkit.analysis.memory import entry
+
+
+def _storage_key(t: torch.Tensor) -> tuple[int, int] | None:
+    try:
+        storage = t.untyped_storage()
+    except Exception:  # tensors without storage (sparse, functional wrappers)
+        return None
+    return storage.data_ptr(), storage.nbytes()
+
+
+def tensor_bytes(tensors: Iterator[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind `tensors` (views of one storage count once)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        key = _storage_key(t)
+        if key is not None and key[0] != 0:
+            seen[key[0]] = max(seen.get(key[0], 0), key[1])
+    return sum(seen.values())
+
+
+class SavedTensors:
+    """Bytes of the activations autograd keeps for backward (the paper's feature maps): every
+    tensor packed by torch.autograd.graph.saved_tensors_hooks during one step, distinct storages,
+    parameters excluded (they are weights). Their maximum is at the end of the forward pass."""
+
+    def __init__(self, parameters: list[torch.Tensor]) -> None:
+        self.param_ptrs = {p.untyped_storage().data_ptr() for p in parameters}
+        self.live: dict[int, int] = {}
+        self.peak = 0
+
+    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        key = _storage_key(t)
+        if key is not None and key[0] not in self.param_ptrs and key[0] != 0 and key[0] not in self.live:
+            self.live[key[0]] = key[1]
+            self.peak = max(self.peak, sum(self.live.values()))
+        return t
+
+    @contextlib.contextmanager
+    def hooks(self) -> Iterator["SavedTensors"]:
+        self.live.clear()
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+            yield self
+
+
+def optimizer_state_bytes(optimizer: Any) -> int:
+    state = getattr(optimizer, "state", {})
+    return tensor_bytes(v for s in state.values() for v in s.values() if isinstance(v, torch.Tensor))
+
+
+def memory_breakdown(training: Any, device: torch.device, step: Callable[[], Any]) -> dict[str, Any]:
+    """Run `step` (one training iteration) with the probes on; return the categories and peak."""
+    model, optimizer = training.model, getattr(training, "optimizer", None)
+    params = [p for p in model.parameters()]
+    saved = SavedTensors(params)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    with saved.hooks():
+        step()
+    if cuda:
+        torch.cuda.synchronize(device)
+    grads = tensor_bytes(p.grad for p in params if p.grad is not None)
+    where = "CUDA" if cuda else "CPU"
+    cats = {
+        "weights": entry(tensor_bytes(iter(params)), "bytes of the model's parameters (distinct storages)"),
+        "weight_gradients": entry(grads, "bytes of the parameters' .grad tensors after one training step"),
+        "feature_maps": entry(saved.peak, "max bytes of tensors held for backward at once, counted with "
+                              "torch.autograd.graph.saved_tensors_hooks over one step (distinct storages, "
+                              "parameters excluded)"),
+        "dynamic": entry(optimizer_state_bytes(optimizer) if optimizer is not None else None,
+                         "bytes of the optimizer's state tensors (e.g. momentum) after one step",
+                         None if optimizer is not None else "the workload exposes no optimizer"),
+    }
+    if cuda:
+        cats["workspace"] = entry(None, "cuDNN/cuBLAS workspaces",
+                                  "PyTorch does not expose its libraries' workspace allocations separately; "
+                                  "they are counted in 'unattributed'")
+        peak = entry(torch.cuda.max_memory_allocated(device),
+                     "torch.cuda.max_memory_allocated over one training step after the sample window "
+                     "(peak stats reset before it)")
+    else:
+        cats["workspace"] = entry(None, "cuDNN/cuBLAS workspaces", f"the run is on the {where}: no GPU library workspaces")
+        peak = entry(None, "torch.cuda.max_memory_allocated",
+                     "the run is on the CPU: there is no CUDA caching allocator whose peak the categories "
+                     "could be checked against (the process's peak RSS is in summary.json)")
+    return {"categories": cats, "peak": peak}
+
+
+def count_flops(device: torch.device, step: Callable[[], Any], model: torch.nn.Module | None = None) -> int:
+    """FLOPs of one training step (forward, backward) by torch.utils.flop_counter. On CUDA, for a
+    model with recurrent layers, cuDNN is off for this step so they run as counted matmuls instead
+    of one opaque cuDNN RNN call the counter cannot see."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    recurrent = model is None or any(isinstance(m, torch.nn.RNNBase) for m in model.modules())
+    counter = FlopCounterMode(display=False)
+    flags = (torch.backends.cudnn.flags(enabled=False) if device.type == "cuda" and recurrent
+             else contextlib.nullcontext())
+    with flags, counter:
+        step()
+    return int(counter.get_total_flops())
+
+
+@contextlib.contextmanager
+def kernel_trace(device: torch.device) -> Iterator[dict[str, Any]]:
+    """Record CUDA kernels with torch.profiler; on exit the dict holds 'kernels' and 'elapsed_us',
+    read from the profiler's Chrome trace (tbdkit.analysis.timeline.from_chrome_trace)."""
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from tbdkit.analysis.timeline import from_chrome_trace
+
+    out: dict[str, Any] = {}
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        yield out
+        torch.cuda.synchronize(device)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/trace.json"
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            out["kernels"], out["elapsed_us"] = from_chrome_trace(json.load(f))

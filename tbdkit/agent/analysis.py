@@ -1,0 +1,174 @@
+"""The analyses taken after the sample window, in extra iterations of their own (phase
+'analysis' in iterations.csv), so nothing they cost falls inside the timed window:
+
+- memory.json: the paper's memory breakdown (Fig. 8)
+- model FLOPs per sample, the device's peak FLOP/s for the math mode that ran, and MFU
+- on CUDA, a torch.profiler kernel trace over a few iterations: GPU utilization from the
+  kernel timeline (eq. 1) and kernels.csv (time shares per kernel)
+
+Each step that cannot run here, or fails, leaves its metrics null with the reason; the run
+itself still completes.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+from tbdkit.agent import sink
+from tbdkit.analysis import memory as memory_doc
+from tbdkit.analysis.peak import Device, mfu_metric, peak_metric
+from tbdkit.analysis.timeline import KERNEL_COLUMNS, kernel_table, utilization
+from tbdkit.metric import metric, missing
+
+log = logging.getLogger("tbdkit.agent")
+
+TRACE_ITERATIONS = 5
+TRACE_METHOD = ("torch.profiler CUDA trace over {n} iterations after the sample window: union of kernel "
+                "intervals / traced wall time (paper eq. 1)")
+FLOPS_METHOD = "torch.utils.flop_counter.FlopCounterMode over one training step (forward + backward) / samples in its batch"
+
+
+def device_of(env: dict[str, Any], cuda_index: int | None) -> tuple[Device | None, str | None]:
+    """The GPU's SM count and compute capability (from the framework) and max SM clock (NVML)."""
+    if cuda_index is None:
+        return None, "the run is on the CPU: there is no GPU peak to compare against"
+    props = env.get("framework", {}).get("device_properties") or {}
+    if not props.get("sm_count") or not props.get("compute_capability"):
+        return None, "the framework did not report the GPU's SM count and compute capability"
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        uuid = props.get("uuid")
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if str(uuid)[:4] in ("GPU-", "MIG-") else f"GPU-{uuid}")
+        except Exception:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(cuda_index)
+        clock = float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception as exc:
+        return None, f"NVML could not report the maximum SM clock ({type(exc).__name__}: {exc})"
+    name = env.get("framework", {}).get("device_name", "gpu")
+    return Device(name, props["compute_capability"], int(props["sm_count"]), clock,
+                  "NVML nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM)"), None
+
+
+def fallback_memory(adapter: Any) -> dict[str, Any]:
+    """Frameworks without PyTorch's probes: weights (and their gradients, one per trainable
+    variable of the same shape and dtype) from the variables; the rest is not measurable here."""
+    info = adapter.model_info()
+    weights = info.get("parameter_bytes")
+    why = f"{adapter.framework}: tbdkit has no probe for this category on this framework"
+    entry = memory_doc.entry
+    cats = {
+        "weights": entry(weights, "bytes of the trainable variables", None if weights is not None else why),
+        "weight_gradients": entry(weights, "one gradient per trainable variable, same shape and dtype "
+                                  "(derived from the variables, not read from the allocator)",
+                                  None if weights is not None else why),
+        "feature_maps": entry(None, "tensors held for backward", why),
+        "workspace": entry(None, "library workspaces", why),
+        "dynamic": entry(None, "optimizer state", why),
+    }
+    return {"categories": cats, "peak": entry(None, "allocator peak", why)}
+
+
+def run(adapter: Any, loop: Any, env: dict[str, Any], run_dir: Path, throughput: dict[str, Any],
+        math_mode: str) -> dict[str, dict[str, Any]]:
+    """Take the analyses, write memory.json (and kernels.csv on CUDA); return the summary metrics."""
+    metrics: dict[str, dict[str, Any]] = {}
+    last: dict[str, Any] = {}
+
+    def step() -> None:
+        last["it"] = loop.one_more("analysis")
+
+    metrics.update(_memory(adapter, step, run_dir))
+    metrics.update(_flops(adapter, step, last, env, throughput, math_mode))
+    metrics.update(_trace(adapter, step, run_dir))
+    metrics.update(_pipe_utilization(adapter))
+    return metrics
+
+
+def _pipe_utilization(adapter: Any) -> dict[str, dict[str, Any]]:
+    """FP32 and tensor-core utilization (paper eq. 2) come from an Nsight Compute replay of the
+    kernels, which a bench run does not do: every summary holds them as null with the reason;
+    `make reference` (tbdkit.reference) replaces them with its ncu pass's values."""
+    reason = ("the run is on the CPU: FP32 and tensor-core pipe utilization are read by Nsight Compute on NVIDIA GPUs"
+              if adapter.cuda_index is None else
+              "a bench run does not replay its kernels under Nsight Compute: `make reference` adds these from its ncu pass")
+    return {"fp32_utilization": missing("%", "Nsight Compute: FP32 FLOPs / (peak FP32 FLOP/s x kernel time), paper eq. 2", reason),
+            "tensor_utilization": missing("%", "Nsight Compute: tensor pipe active, kernel-time-weighted", reason)}
+
+
+def _guard(name: str, fn: Callable[[], Any], fallback: Callable[[str], Any]) -> Any:
+    try:
+        return fn()
+    except Exception as exc:  # an analysis that fails is a gap in the results, never a failed run
+        if type(exc).__name__ == "StopRequested":
+            raise
+        log.warning("%s analysis failed: %s: %s", name, type(exc).__name__, exc)
+        return fallback(f"the {name} analysis failed ({type(exc).__name__}: {exc})")
+
+
+def _memory(adapter: Any, step: Callable[[], None], run_dir: Path) -> dict[str, dict[str, Any]]:
+    def measure() -> dict[str, Any]:
+        if hasattr(adapter, "memory_breakdown"):
+            return adapter.memory_breakdown(step)
+        return fallback_memory(adapter)
+
+    def failed(reason: str) -> dict[str, Any]:
+        e = memory_doc.entry
+        return {"categories": {c: e(None, "not measured", reason) for c in memory_doc.CATEGORIES},
+                "peak": e(None, "not measured", reason)}
+
+    got = _guard("memory", measure, failed)
+    sink.write_json(run_dir / "memory.json", memory_doc.breakdown(adapter.device_label, got["categories"], got["peak"]))
+    return {}
+
+
+def _flops(adapter: Any, step: Callable[[], None], last: dict[str, Any], env: dict[str, Any],
+           throughput: dict[str, Any], math_mode: str) -> dict[str, dict[str, Any]]:
+    device, why = device_of(env, adapter.cuda_index)
+    peak = peak_metric(device, math_mode, why)
+    out: dict[str, dict[str, Any]] = {}
+    if not hasattr(adapter, "count_flops"):
+        reason = f"{adapter.framework}: tbdkit counts model FLOPs only on PyTorch so far"
+        out["model_flops_per_sample"] = missing("FLOP/sample", FLOPS_METHOD, reason)
+        out["mfu"] = mfu_metric(None, None, peak, reason)
+        return out
+
+    def count() -> tuple[float, float]:
+        flops = adapter.count_flops(step)
+        it = last["it"]
+        return flops / it.samples, flops / it.work
+
+    per_sample, per_work = _guard("FLOP count", count, lambda reason: (None, reason))
+    if per_sample is None:
+        out["model_flops_per_sample"] = missing("FLOP/sample", FLOPS_METHOD, per_work)
+        out["mfu"] = mfu_metric(None, None, peak, per_work)
+        return out
+    out["model_flops_per_sample"] = metric(per_sample, "FLOP/sample", FLOPS_METHOD, flops_per_work=per_work)
+    out["mfu"] = mfu_metric(per_work, throughput.get("value"), peak)
+    return out
+
+
+def _trace(adapter: Any, step: Callable[[], None], run_dir: Path) -> dict[str, dict[str, Any]]:
+    method = TRACE_METHOD.format(n=TRACE_ITERATIONS)
+    if adapter.cuda_index is None or not hasattr(adapter, "kernel_trace"):
+        reason = ("the run is on the CPU: there are no GPU kernels to trace" if adapter.cuda_index is None
+                  else f"{adapter.framework}: tbdkit traces kernels only on PyTorch so far")
+        return {"gpu_utilization_trace": missing("%", method, reason)}
+
+    def trace() -> dict[str, dict[str, Any]]:
+        with adapter.kernel_trace() as got:
+            for _ in range(TRACE_ITERATIONS):
+                step()
+        kernels = got["kernels"]
+        if not kernels:
+            return {"gpu_utilization_trace": missing("%", method, "the trace held no CUDA kernels")}
+        rows = kernel_table(kernels, f"torch.profiler CUDA trace, {TRACE_ITERATIONS} iterations after the window")
+        sink.write_csv(run_dir / "kernels.csv", [{c: r[c] for c in KERNEL_COLUMNS} for r in rows])
+        return {"gpu_utilization_trace": metric(utilization(kernels, got["elapsed_us"]), "%", method,
+                                                kernels=len(kernels), traced_us=round(got["elapsed_us"], 1))}
+
+    return _guard("kernel trace", trace, lambda reason: {"gpu_utilization_trace": missing("%", method, reason)})

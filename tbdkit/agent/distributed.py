@@ -1,0 +1,89 @@
+"""The agent as one worker of a data-parallel job started by torchrun (paper Sec. IV-E).
+
+torchrun gives every worker RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK (its node) and the
+rendezvous address. Rank 0 writes the run directory as a single-worker run does, plus the
+job's aggregate metrics; every other worker writes its own iterations and summary under
+workers/rank<N>/. The framework half (the process group, DistributedDataParallel) is the
+adapter's `join`; what is framework-neutral — where files go, how workers agree to stop,
+the aggregate metrics — is here.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from tbdkit.metric import metric
+
+
+@dataclass(frozen=True)
+class Worker:
+    rank: int
+    local_rank: int
+    world_size: int
+    node_rank: int
+    master_addr: str
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank} (node {self.node_rank}, local rank {self.local_rank})"
+
+    def run_dir(self, job_dir: Path) -> Path:
+        """Where this worker writes: the job's run directory for rank 0, workers/rank<N>/ for the others."""
+        if self.rank == 0:
+            return job_dir
+        path = job_dir / "workers" / f"rank{self.rank}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def from_env(env: dict[str, str] | None = None) -> Worker | None:
+    """This process's place in a torchrun job, or None for a single-worker run."""
+    env = dict(os.environ if env is None else env)
+    if int(env.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    return Worker(rank=int(env["RANK"]), local_rank=int(env.get("LOCAL_RANK", "0")),
+                  world_size=int(env["WORLD_SIZE"]), node_rank=int(env.get("GROUP_RANK", "0")),
+                  master_addr=env.get("MASTER_ADDR", "127.0.0.1"))
+
+
+def interface_towards(address: str) -> dict[str, Any]:
+    """The network interface this worker reaches the rendezvous host through, and its speed."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((address, 9))  # no packet is sent: this only picks the route's source address
+            local = s.getsockname()[0]
+    except OSError as exc:
+        return {"interface": None, "reason": f"no route to {address}: {exc}"}
+    stats = psutil.net_if_stats()
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.address == local for a in addrs):
+            st = stats.get(name)
+            return {"interface": name, "address": local, "speed_mbps": st.speed if st and st.speed else None,
+                    "mtu": st.mtu if st else None,
+                    "method": "psutil.net_if_stats() of the interface holding the route's source address"}
+    return {"interface": None, "address": local, "reason": "no interface holds the route's source address"}
+
+
+def job_metrics(per_worker: list[float], unit: str, comm_share: list[float | None], window_s: float) -> dict[str, Any]:
+    """Rank 0's metrics over the job: each worker's window throughput, gathered from all of them."""
+    n = len(per_worker)
+    shares = [c for c in comm_share if c is not None]
+    return {
+        "aggregate_throughput": metric(sum(per_worker), unit,
+                                       f"sum over the {n} workers of each one's window throughput (each trains its own "
+                                       "batches; DDP keeps them in step)", per_worker=[round(v, 6) for v in per_worker]),
+        "per_worker_throughput": metric(sum(per_worker) / n, unit, f"mean of the {n} workers' window throughputs",
+                                        min=round(min(per_worker), 6), max=round(max(per_worker), 6)),
+        "communication_time": metric(
+            sum(shares) / len(shares) if shares else None, "%",
+            "union of the intervals from each gradient bucket's all-reduce launch to its completion (DDP comm hook) "
+            f"over the window / window wall time ({window_s:.1f} s), mean over workers; it overlaps the backward pass, "
+            "so it is time in communication, not time added by it",
+            **({} if shares else {"reason": "no worker timed its all-reduces"})),
+    }

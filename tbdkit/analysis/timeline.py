@@ -1,0 +1,102 @@
+"""The kernel timeline: GPU utilization as the paper's eq. 1 (time with at least one kernel
+running / elapsed) and the per-kernel table (paper Tables V/VI) from kernel intervals."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+KERNEL_COLUMNS = ("kernel", "calls", "total_time_us", "time_share", "mean_time_us",
+                  "fp32_utilization", "tensor_utilization", "method")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    start_us: float
+    duration_us: float
+
+
+def from_chrome_trace(doc: dict[str, Any] | list[Any]) -> tuple[list[Kernel], float]:
+    """Kernels (complete events of category 'kernel'; memcpy/memset are 'gpu_memcpy'/'gpu_memset')
+    and the traced span in microseconds (first event start to last event end, all categories),
+    from a Chrome/Perfetto trace as torch.profiler's export_chrome_trace writes it."""
+    events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    spans = [e for e in events if e.get("ph") == "X" and "ts" in e and "dur" in e]
+    if not spans:
+        return [], 0.0
+    start = min(float(e["ts"]) for e in spans)
+    end = max(float(e["ts"]) + float(e["dur"]) for e in spans)
+    kernels = [Kernel(str(e.get("name", "")), float(e["ts"]) - start, float(e["dur"]))
+               for e in spans if e.get("cat") == "kernel"]
+    return kernels, end - start
+
+
+def busy_time(kernels: Iterable[Kernel]) -> float:
+    """Length of the union of the kernels' intervals (overlapping streams count once)."""
+    spans = sorted((k.start_us, k.start_us + k.duration_us) for k in kernels if k.duration_us > 0)
+    total, cur_start, cur_end = 0.0, None, None
+    for start, end in spans:
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
+def utilization(kernels: list[Kernel], elapsed_us: float) -> float:
+    """Eq. 1: percentage of the elapsed wall time with at least one kernel running."""
+    if elapsed_us <= 0:
+        raise ValueError("elapsed time must be positive")
+    return 100.0 * busy_time(kernels) / elapsed_us
+
+
+def kernel_table(kernels: list[Kernel], method: str) -> list[dict[str, Any]]:
+    """One row per kernel name, longest total time first; time_share is of the summed kernel time."""
+    calls: dict[str, int] = defaultdict(int)
+    total: dict[str, float] = defaultdict(float)
+    for k in kernels:
+        calls[k.name] += 1
+        total[k.name] += k.duration_us
+    grand = sum(total.values())
+    rows = []
+    for name in sorted(total, key=lambda n: (-total[n], n)):
+        rows.append({"kernel": name, "calls": calls[name], "total_time_us": round(total[name], 3),
+                     "time_share": round(total[name] / grand, 6) if grand > 0 else 0.0,
+                     "mean_time_us": round(total[name] / calls[name], 3),
+                     "fp32_utilization": "", "tensor_utilization": "", "method": method})
+    return rows
+
+
+def loose_name(kernel: str) -> str:
+    """A kernel's name without its parameter list, 'void ' and spaces: profilers demangle alike
+    up to there but differ in spacing ('> >' or '>>') and parameter spelling."""
+    head = kernel.split("(")[0] if not kernel.startswith("(") else kernel
+    return "".join(head.removeprefix("void ").split())
+
+
+def merge_utilization(rows: list[dict[str, Any]], per_kernel: dict[str, dict[str, float | None]],
+                      method: str) -> list[dict[str, Any]]:
+    """Fill fp32/tensor utilization from Nsight Compute into the table rows of the same kernel name
+    (else of the same name up to its parameter list, spaces ignored, where that is unambiguous)."""
+    loose: dict[str, list[str]] = defaultdict(list)
+    for name in per_kernel:
+        loose[loose_name(name)].append(name)
+    out = []
+    for row in rows:
+        got = per_kernel.get(row["kernel"])
+        if got is None and len(loose.get(loose_name(row["kernel"]), [])) == 1:
+            got = per_kernel[loose[loose_name(row["kernel"])][0]]
+        if got is not None:
+            row = dict(row)
+            for col in ("fp32_utilization", "tensor_utilization"):
+                if got.get(col) is not None:
+                    row[col] = round(float(got[col]), 3)
+            row["method"] = f"{row['method']}; {method}"
+        out.append(row)
+    return out

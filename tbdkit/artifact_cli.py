@@ -1,0 +1,91 @@
+"""`tbdkit bundle` and `tbdkit reproduce`: results as one checked artifact, and re-running it here."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.table import Table
+
+from tbdkit import artifact, catalog
+from tbdkit import spec as specs
+from tbdkit.agent import sink
+from tbdkit.console import console, err_console
+from tbdkit.errors import UserError
+from tbdkit.paths import default_results_dir
+
+
+def bundle(
+    results: Annotated[Optional[Path], typer.Argument(help="results folder (default: results)")] = None,
+    out: Annotated[Path, typer.Option("--output", "-o", help="the bundle to write")] = Path("artifact.tar.gz"),
+) -> None:
+    """Bundle RESULTS (specs, env, raw results, sweeps, report, images.lock, kit version) with a sha256 manifest."""
+    results = results or default_results_dir()
+    manifest = artifact.bundle(results, out)
+    report = manifest["report"]
+    console.print(f"wrote {out}: {len(manifest['runs'])} runs, {len(manifest['sweeps'])} sweeps, "
+                  f"{len(manifest['files'])} files (sha256 of each in {artifact.PREFIX}/{artifact.MANIFEST}), "
+                  f"{out.stat().st_size / 1024:,.1f} KiB", highlight=False)
+    console.print(f"report: {report['path'] if report['included'] else 'not included: ' + report['reason']}",
+                  highlight=False)
+
+
+def reproduce(
+    bundle_path: Annotated[Path, typer.Argument(metavar="ARTIFACT", help="a bundle made by `tbdkit bundle`")],
+    results: Annotated[Optional[Path], typer.Option("--results", "-r",
+                       help="where the new runs go (default: results)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the comparison as JSON")] = False,
+) -> None:
+    """Re-run every ok run of ARTIFACT with the same spec here; report new / recorded, point by point."""
+    from tbdkit.cli import run_all
+
+    results = results or default_results_dir()
+    if not bundle_path.is_file():
+        raise UserError(f"No bundle at {bundle_path}: pass the path of a file made by `tbdkit bundle`.")
+    manifest, files = artifact.read(bundle_path)
+    recorded = artifact.recorded_runs(files)
+    if not recorded:
+        raise UserError(f"{bundle_path} holds no run that finished ok: there is nothing to reproduce.")
+    run_specs = [specs.parse(spec) for spec, _ in recorded]  # every spec valid here before any runs
+    points: list[dict[str, Any]] = []
+    for (_, old), run_spec in zip(recorded, run_specs):
+        (new,) = run_all([run_spec], results, catalog.get(run_spec.model).throughput_unit, quiet_stdout=as_json)
+        points.append(artifact.compare(old, new))
+        if new.get("status") == "interrupted":
+            break
+    report = {"bundle": str(bundle_path), "bundle_kit_version": manifest.get("kit_version"),
+              "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "results": str(results), "method": "ratio = new / recorded value of each metric, same spec",
+              "points": points}
+    out = results / f"reproduce-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}.json"
+    sink.write_json(out, report)
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        console.print(ratio_table(points, str(bundle_path)))
+    (err_console if as_json else console).print(f"comparison written to {out}", highlight=False)
+    raise typer.Exit(0 if all(p["new_status"] == "ok" for p in points) and len(points) == len(recorded) else 1)
+
+
+def ratio_table(points: list[dict[str, Any]], title: str) -> Table:
+    table = Table(title=f"reproducing {title}: new / recorded")
+    for col in ("model", "framework", "batch", "precision", "status", "throughput recorded", "new", "ratio",
+                "other metrics (ratio)"):
+        table.add_column(col, justify="right" if col in ("batch", "ratio", "new", "throughput recorded") else "left")
+    for p in points:
+        m = p["metrics"]
+        thr = m.get("throughput") or {}
+        others = ", ".join(f"{k} {v['ratio']:.3f}" if v["ratio"] is not None else f"{k} — ({v['reason']})"
+                           for k, v in m.items() if k != "throughput")
+        table.add_row(p["model"], p["framework"], str(p["batch_size"]), p["precision"], p["new_status"],
+                      _num(thr.get("recorded"), thr.get("unit")), _num(thr.get("new"), thr.get("unit")),
+                      "—" if thr.get("ratio") is None else f"{thr['ratio']:.3f}", others or "—")
+    table.caption = "ratio 1.000: the same figure as recorded; devices and load differ between machines"
+    return table
+
+
+def _num(value: float | None, unit: str | None) -> str:
+    return "—" if value is None else f"{value:,.2f} {unit or ''}".strip()

@@ -1,0 +1,40 @@
+"""`tbdkit data prepare MODEL --from PATH`: say what layout a model's real dataset must have, and
+check a folder against it with the same reader a run uses. Nothing is downloaded: datasets
+come from where the user has them (licences, sizes and mirrors differ; the kit never fetches)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tbdkit import catalog
+from tbdkit.console import console
+from tbdkit.errors import UserError
+
+app = typer.Typer(help="Real datasets: their expected layout, checked before any run.", no_args_is_help=True)
+
+
+@app.command()
+def prepare(
+    model: Annotated[str, typer.Argument(help="model (see `tbdkit list`)")],
+    source: Annotated[Optional[Path], typer.Option("--from", help="the folder holding the dataset")] = None,
+    preset: Annotated[str, typer.Option(help="smoke | paper: the sizes the check uses")] = "paper",
+) -> None:
+    """Explain MODEL's dataset layout; with --from, check that folder as a run would read it."""
+    m = catalog.get(model)
+    hp = m.hp(preset)
+    info = m.info
+    console.print(f"[bold]{info.get('title', model)}[/] trains on {info.get('dataset', 'its dataset')}.", highlight=False)
+    console.print(f"expected layout: {info.get('dataset_layout', 'not stated in workload.toml')}", highlight=False)
+    if source is None:
+        console.print(f"check a copy with `tbdkit data prepare {model} --from PATH`, then run it with "
+                      f"`make bench MODEL={model} DATA=PATH`; synthetic data of the same shapes is the default.")
+        return
+    source = source.expanduser().resolve()
+    if not source.exists():
+        raise UserError(f"No file or folder at {source}: pass --from the folder that holds the dataset.")
+    described = catalog.load_module(m, "data").check_source(str(source), hp)
+    console.print(f"[green]ok[/]: {described}", highlight=False)
+    console.print(f"run it with `make bench MODEL={model} DATA={source}`", highlight=False)

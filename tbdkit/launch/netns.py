@@ -1,0 +1,148 @@
+"""Several "machines" on this one: a network namespace per node, joined through a bridge by veth
+pairs, each node's link optionally shaped with tc; one torchrun per node (static rendezvous on
+node 0). It exists to measure multi-machine scaling (paper Fig. 9, Observation 12) where only
+one machine is at hand; on real machines use the Slurm or Kubernetes renderers.
+
+Needs root (namespaces, links, qdiscs) and iproute2. The namespaces are always removed, also on
+failure or Ctrl-C, and every process of the job is stopped with its process group.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from tbdkit import stacks
+from tbdkit.errors import UserError
+from tbdkit.launch import EventHandler, stream
+from tbdkit.spec import RunSpec
+
+PREFIX = "tbdkit-"  # every namespace this launcher makes starts with it (tests check none is left)
+
+
+def _ip(*args: str, ns: str | None = None) -> None:
+    cmd = ["ip", *(["netns", "exec", ns, "ip"] if ns else []), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UserError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}; the netns launcher needs root and iproute2.")
+
+
+@dataclass
+class Network:
+    tag: str
+    nodes: int
+    subnet: int
+
+    @property
+    def switch(self) -> str:
+        return f"{PREFIX}{self.tag}-sw"
+
+    def ns(self, node: int) -> str:
+        return f"{PREFIX}{self.tag}-n{node}"
+
+    def ifname(self, node: int) -> str:
+        return f"tb{self.tag}n{node}"  # within the 15 characters Linux allows
+
+    def addr(self, node: int) -> str:
+        return f"10.213.{self.subnet}.{node + 1}"
+
+    def namespaces(self) -> list[str]:
+        return [self.switch, *(self.ns(i) for i in range(self.nodes))]
+
+
+def preflight() -> None:
+    if os.geteuid() != 0:
+        raise UserError("The netns launcher makes network namespaces, which needs root: run as root, or use "
+                        "--launcher native for several workers on one machine.")
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        raise UserError("The netns launcher needs iproute2 (`ip`, `tc`): apt-get install iproute2.")
+
+
+@contextmanager
+def network(nodes: int, link_rate: str | None) -> Iterator[Network]:
+    """N namespaces on one bridge, each node's egress shaped to link_rate (tbf) when given."""
+    preflight()
+    net = Network(tag=secrets.token_hex(2), nodes=nodes, subnet=secrets.randbelow(250) + 1)
+    try:
+        _ip("netns", "add", net.switch)
+        _ip("link", "add", "br0", "type", "bridge", ns=net.switch)
+        _ip("link", "set", "br0", "up", ns=net.switch)
+        for i in range(nodes):
+            ns, dev, peer = net.ns(i), net.ifname(i), f"tb{net.tag}p{i}"
+            _ip("netns", "add", ns)
+            _ip("link", "add", dev, "type", "veth", "peer", "name", peer)
+            _ip("link", "set", dev, "netns", ns)
+            _ip("link", "set", peer, "netns", net.switch)
+            _ip("link", "set", peer, "master", "br0", "up", ns=net.switch)
+            _ip("addr", "add", f"{net.addr(i)}/24", "dev", dev, ns=ns)
+            _ip("link", "set", dev, "up", ns=ns)
+            _ip("link", "set", "lo", "up", ns=ns)
+            if link_rate:
+                proc = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
+                                       "rate", link_rate, "burst", "512kbit", "latency", "100ms"],
+                                      capture_output=True, text=True)
+                if proc.returncode != 0:
+                    raise UserError(f"Shaping {dev} to {link_rate} failed: {proc.stderr.strip()}.")
+        yield net
+    finally:
+        for ns in reversed(net.namespaces()):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def node_command(spec: RunSpec, run_dir: Path, net: Network, node: int, port: int) -> list[str]:
+    python = stacks.require(spec.framework)
+    # The "machines" share this one's cores: each worker gets its share of them, not all of them.
+    threads = max(1, (os.cpu_count() or 1) // spec.world_size)
+    return ["ip", "netns", "exec", net.ns(node), "env", f"OMP_NUM_THREADS={threads}", f"GLOO_SOCKET_IFNAME={net.ifname(node)}",
+            f"NCCL_SOCKET_IFNAME={net.ifname(node)}", str(python), "-u", "-m", "torch.distributed.run",
+            f"--nnodes={spec.nodes}", f"--node-rank={node}", f"--nproc-per-node={spec.gpus_per_node}",
+            f"--master-addr={net.addr(0)}", f"--master-port={port}",
+            "-m", "tbdkit.agent", "--spec", str(run_dir / "spec.json"), "--run-dir", str(run_dir)]
+
+
+def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
+    """Node 0's output drives the progress display and goes to log.txt; node N's to workers/node<N>.log."""
+    (run_dir / "workers").mkdir(exist_ok=True)
+    procs: list[subprocess.Popen[str]] = []
+    port = 29500 + secrets.randbelow(2000)
+    with network(spec.nodes, spec.link_rate) as net, (run_dir / "log.txt").open("a", buffering=1) as log:
+        log.write(f"# {spec.nodes} nodes as namespaces {', '.join(net.namespaces())}; "
+                  f"10.213.{net.subnet}.0/24; link {spec.link_rate or 'unshaped'}\n")
+        try:
+            for node in range(spec.nodes - 1, -1, -1):  # node 0 last: its stream is followed here
+                cmd = node_command(spec, run_dir, net, node, port)
+                log.write("$ " + " ".join(cmd) + "\n")
+                if node == 0:
+                    procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
+                                                  start_new_session=True, env=stacks.agent_env()))
+                else:
+                    out = (run_dir / "workers" / f"node{node}.log").open("w")
+                    procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                                  start_new_session=True, env=stacks.agent_env()))
+            head = procs[-1]
+            code = stream(head, log, on_event, lambda: [_signal(p, signal.SIGINT) for p in procs])
+            others = [p.wait(timeout=180) for p in procs[:-1]]
+            return code or next((c for c in others if c), 0)
+        finally:
+            for p in procs:  # nothing of the job outlives it
+                if p.poll() is None:
+                    _signal(p, signal.SIGTERM)
+                    try:
+                        p.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        _signal(p, signal.SIGKILL)
+                        p.wait()
+
+
+def _signal(proc: subprocess.Popen[str], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass

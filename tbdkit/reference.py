@@ -1,0 +1,255 @@
+"""python -m tbdkit.reference: the reference results of issue 4 on one GPU, in one command.
+
+For each model (default: Deep Speech 2 and ResNet-50, PyTorch, paper preset) at two batch sizes
+(the preset's default and the one below it):
+  1. a measured run with every analysis on: throughput, NVML and trace GPU utilization, GPM pipes,
+     memory.json, kernels.csv, model FLOPs and MFU;
+  2. a separate Nsight Compute pass over a few iterations after warm-up (never during the timed
+     run): FP32 utilization (paper eq. 2) and tensor-pipe utilization, per kernel and overall,
+     merged into that run's kernels.csv and summary.json;
+  3. summary.json, env.json, memory.json, kernels.csv (and ncu_raw.csv) copied into
+     workloads/<model>/reference/b<batch>/.
+It refuses on a machine without an NVIDIA GPU. It needs only the Python it runs under to have
+PyTorch (and the kit's agent dependencies): no network, no stack setup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tbdkit import catalog, spec as specs
+from tbdkit.agent import sink
+from tbdkit.analysis import ncu
+from tbdkit.analysis.peak import Device, peak_flops
+from tbdkit.analysis.timeline import KERNEL_COLUMNS, merge_utilization
+from tbdkit.errors import UserError
+from tbdkit.metric import metric, missing
+from tbdkit.paths import KIT_ROOT
+
+MODELS = ("deepspeech2", "resnet50")
+# Sized so one model (two batch sizes, two processes each) fits a 10-minute call on an H100.
+NCU_WARMUP_S = 15.0
+NCU_TIMEOUT_S = 240.0
+COPIED = ("summary.json", "env.json", "memory.json", "kernels.csv", "ncu_raw.csv")
+NCU_METHOD = ("Nsight Compute over {n} training iterations after warm-up in a separate process "
+              "(cudaProfilerStart/Stop range, --clock-control none, first {count} kernels): "
+              "(2 x FFMA + FADD + FMUL thread instructions) / (peak FP32 FLOP/s x kernel time), paper eq. 2")
+TENSOR_METHOD = ("Nsight Compute sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active, "
+                 "kernel-time-weighted mean over the profiled kernels")
+
+
+def gpu_count() -> int:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:
+        return 0
+
+
+AGENT_NEEDS = ("torch", "torchvision", "numpy", "psutil", "pydantic", "pynvml")
+
+
+def missing_modules(python: str) -> list[str]:
+    """Modules the agent imports that `python` lacks."""
+    probe = ("import importlib.util, sys; "
+             f"print(' '.join(m for m in {AGENT_NEEDS!r} if importlib.util.find_spec(m) is None))")
+    out = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    return out.stdout.split() if out.returncode == 0 else list(AGENT_NEEDS)
+
+
+def agent_python() -> str:
+    """This Python when it has PyTorch (a GPU machine's system stack), else the kit's pytorch stack."""
+    try:
+        import torch  # noqa: F401
+
+        return sys.executable
+    except ImportError:
+        from tbdkit import stacks
+
+        return str(stacks.require("pytorch"))
+
+
+def agent_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(KIT_ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(extra or {})
+    return env
+
+
+def two_batches(model: str) -> list[int]:
+    hp = catalog.get(model).hp("paper")
+    sizes = sorted(int(b) for b in hp["batch_sizes"])
+    default = int(hp["default_batch"])
+    below = [b for b in sizes if b < default]
+    return [below[-1], default] if below else [default]
+
+
+def find_ncu() -> str | None:
+    import glob
+
+    found = shutil.which("ncu")
+    if found:
+        return found
+    for pattern in ("/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu"):
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return hits[-1]
+    return None
+
+
+def run_agent(cmd_prefix: list[str], spec: specs.RunSpec, run_dir: Path, env: dict[str, str],
+              timeout_s: float) -> int:
+    sink.write_json(run_dir / "spec.json", spec.model_dump())
+    cmd = [*cmd_prefix, agent_python(), "-u", "-m", "tbdkit.agent", "--spec", str(run_dir / "spec.json"),
+           "--run-dir", str(run_dir)]
+    print("$ " + " ".join(cmd), flush=True)
+    with (run_dir / "log.txt").open("a") as log:
+        log.write("$ " + " ".join(cmd) + "\n")
+        log.flush()
+        try:
+            return subprocess.run(cmd, stdout=log, stderr=log, env=env, timeout=timeout_s).returncode
+        except subprocess.TimeoutExpired:
+            log.write(f"timed out after {timeout_s} s\n")
+            return 124
+
+
+def device_from_env(env_json: dict[str, Any]) -> Device | None:
+    from tbdkit.agent.analysis import device_of
+
+    return device_of(env_json, 0)[0]
+
+
+def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: int) -> dict[str, dict[str, Any]]:
+    """Profile a few iterations of the same spec under ncu; merge per-kernel FP32/tensor
+    utilization into run_dir/kernels.csv and return the summary metrics."""
+    method = NCU_METHOD.format(n=iterations, count=launch_count)
+
+    def gap(reason: str) -> dict[str, dict[str, Any]]:
+        return {"fp32_utilization": missing("%", method, reason),
+                "tensor_utilization": missing("%", TENSOR_METHOD, reason)}
+
+    exe = find_ncu()
+    if exe is None:
+        return gap("Nsight Compute (ncu) is not installed here")
+    try:
+        from tbdkit.doctor import counters_check
+
+        check = counters_check()
+        if check.ok is False:
+            return gap(f"GPU performance counters are not readable (ERR_NVGPUCTRPERM): {check.detail}; fix: {check.fix}")
+    except Exception:
+        pass
+    device = device_from_env(sink.read_json(run_dir / "env.json"))
+    peak = peak_flops(device, "fp32")[0] if device is not None else None
+    if peak is None:
+        return gap("no FP32 peak for this GPU (see the mfu metric's reason)")
+    scratch = run_dir / "ncu"
+    scratch.mkdir(exist_ok=True)
+    report = scratch / "profile"
+    prefix = [exe, "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "all",
+              "--launch-count", str(launch_count),
+              "--metrics", ",".join(ncu.METRICS), "--export", str(report), "--force-overwrite"]
+    quick = spec.model_copy(update={"analyses": False,
+                                    "measure": spec.measure.model_copy(update={"max_warmup_s": NCU_WARMUP_S})})
+    rc = run_agent(prefix, quick, scratch, agent_env({"TBDKIT_PROFILE_ITERATIONS": str(iterations)}),
+                   timeout_s=NCU_TIMEOUT_S)
+    rep = report.with_suffix(".ncu-rep")
+    if rc != 0 or not rep.is_file():
+        tail = (scratch / "log.txt").read_text()[-400:].replace("\n", " | ")
+        if "ERR_NVGPUCTRPERM" in tail:
+            return gap("ERR_NVGPUCTRPERM: this user may not read the GPU performance counters "
+                       "(run as root, or set NVreg_RestrictProfilingToAdminUsers=0; `tbdkit doctor` says how)")
+        return gap(f"the ncu pass failed (exit {rc}): {tail}")
+    # demangled names with their parameter lists, as torch.profiler names the kernels of kernels.csv
+    raw = subprocess.run([exe, "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base",
+                          "--print-kernel-base", "demangled"],
+                         capture_output=True, text=True)
+    sink.write_text(run_dir / "ncu_raw.csv", raw.stdout)
+    try:
+        kernels = ncu.parse_raw_csv(raw.stdout)
+        totals = ncu.overall(kernels, peak)
+    except ValueError as exc:
+        return gap(f"ncu's CSV could not be read: {exc}")
+    table = run_dir / "kernels.csv"
+    if table.is_file():
+        import csv
+
+        rows = list(csv.DictReader(table.open()))
+        merged = merge_utilization(rows, ncu.per_kernel(kernels, peak), "FP32/tensor utilization from Nsight Compute")
+        sink.write_csv(table, [{c: r.get(c, "") for c in KERNEL_COLUMNS} for r in merged])
+    extra = {"kernels_profiled": totals["kernels"], "active_s": round(totals["active_seconds"], 6), "peak_flops": peak}
+    tensor = totals["tensor_utilization"]
+    return {"fp32_utilization": metric(totals["fp32_utilization"], "%", method, **extra),
+            "tensor_utilization": (metric(tensor, "%", TENSOR_METHOD, **extra) if tensor is not None
+                                   else missing("%", TENSOR_METHOD, "ncu reported no tensor-pipe metric"))}
+
+
+def reference(models: list[str], results: Path, precision: str, max_measure_s: float, max_warmup_s: float,
+              profile_iterations: int, launch_count: int, use_ncu: bool) -> list[Path]:
+    if gpu_count() == 0:
+        raise UserError("tbdkit reference measures on an NVIDIA GPU and NVML finds none here: run it on a GPU "
+                        "machine (on a CPU, `tbdkit bench --preset smoke` measures what a CPU can).")
+    python = agent_python()
+    lacking = missing_modules(python)
+    if lacking:
+        raise UserError(f"{python} lacks {', '.join(lacking)}, which the agent needs: install them into it "
+                        "(pip install torch torchvision numpy psutil pydantic nvidia-ml-py) or point TBDKIT_VENVS "
+                        "at a stack that has them.")
+    from tbdkit.launch import finalize, new_run_dir
+
+    copied = []
+    for model in models:
+        for batch in two_batches(model):
+            spec = specs.build(model=model, framework="pytorch", batch_size=batch, precision=precision,
+                               preset="paper", device="cuda", measure={"max_measure_s": max_measure_s,
+                                                                       "max_warmup_s": max_warmup_s})
+            run_dir = new_run_dir(results, spec)
+            rc = run_agent([], spec, run_dir, agent_env(), timeout_s=max_measure_s + max_warmup_s + 600)
+            status, summary = finalize(run_dir, spec, rc)
+            print(f"{model} b{batch}: {status} {summary.get('error') or ''}", flush=True)
+            if status == "ok":
+                extra = (ncu_pass(spec, run_dir, profile_iterations, launch_count) if use_ncu else
+                         {k: missing("%", "Nsight Compute", "the ncu pass was skipped (--no-ncu)")
+                          for k in ("fp32_utilization", "tensor_utilization")})
+                summary["metrics"].update(extra)
+                sink.write_json(run_dir / "summary.json", summary)
+            dest = KIT_ROOT / "workloads" / model / "reference" / f"b{batch}"
+            dest.mkdir(parents=True, exist_ok=True)
+            for name in COPIED:
+                if (run_dir / name).is_file():
+                    shutil.copy2(run_dir / name, dest / name)
+            copied.append(dest)
+            print(f"  -> {dest}", flush=True)
+    return copied
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tbdkit.reference", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", action="append", choices=MODELS, help="repeatable; default: both")
+    parser.add_argument("--results", type=Path, default=Path("results/reference"))
+    parser.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "amp"])
+    parser.add_argument("--max-measure-s", type=float, default=30.0)
+    parser.add_argument("--max-warmup-s", type=float, default=30.0)
+    parser.add_argument("--profile-iterations", type=int, default=1)
+    parser.add_argument("--launch-count", type=int, default=1500, help="cap on kernels ncu profiles")
+    parser.add_argument("--no-ncu", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        reference(args.model or list(MODELS), args.results, args.precision, args.max_measure_s, args.max_warmup_s,
+                  args.profile_iterations, args.launch_count, not args.no_ncu)
+    except UserError as exc:
+        print(f"tbdkit reference: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""`tbdkit render`: the launch files of a data-parallel job, for inspection or submission."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tbdkit import catalog, spec as specs
+from tbdkit.console import console
+from tbdkit.errors import UserError
+from tbdkit.render import TARGETS, write
+
+
+def render(
+    target: Annotated[str, typer.Option(help="torchrun | slurm | k8s | compose")],
+    model: Annotated[str, typer.Option("--model", "-m")] = "resnet50",
+    framework: Annotated[str, typer.Option("--framework", "-f")] = "pytorch",
+    batch: Annotated[Optional[int], typer.Option("--batch", "-b", help="per-worker batch (default: the preset's)")] = None,
+    precision: Annotated[str, typer.Option(help="fp32 | tf32 | amp")] = "fp32",
+    preset: Annotated[str, typer.Option(help="smoke | paper")] = "paper",
+    nodes: Annotated[int, typer.Option(help="machines")] = 2,
+    gpus_per_node: Annotated[int, typer.Option(help="GPUs (workers) per machine")] = 1,
+    image: Annotated[Optional[str], typer.Option(help="container image (default: the kit's image of the stack)")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="folder for the file and the spec.json it reads")] = Path("render"),
+) -> None:
+    """Write TARGET's launch file for MODEL on NODES x GPUS_PER_NODE workers (and the spec.json it runs)."""
+    if target not in TARGETS:
+        raise UserError(f"Unknown render target '{target}': choose one of {', '.join(TARGETS)}.")
+    hp = catalog.get(model).hp(preset)
+    # Validated as a job on real machines; the launcher field is not used by rendered files.
+    run_spec = specs.build(model=model, framework=framework, batch_size=batch or int(hp["default_batch"]),
+                           precision=precision, preset=preset, device="auto",
+                           launcher="netns" if nodes > 1 else "native", nodes=nodes, gpus_per_node=gpus_per_node)
+    path = write(run_spec, target, out, image=image)
+    console.print(f"wrote {path} and {out / 'spec.json'} ({nodes} node(s) x {gpus_per_node} worker(s), "
+                  f"per-worker batch {run_spec.batch_size})", highlight=False)

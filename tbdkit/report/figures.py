@@ -1,0 +1,247 @@
+"""The paper's figures, drawn from runs with matplotlib (the field's plotting standard).
+
+Each figure function takes the runs and returns a Figure with its matplotlib object, or a
+Missing that says why it cannot be drawn from these results: a figure is never drawn from
+values the runs do not hold (GPU utilization of CPU runs, a memory breakdown nobody measured).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+from tbdkit.report.runs import MEMORY_CATEGORIES, Run, by_series, mean_by_batch, throughput  # noqa: E402
+
+MEMORY_COLORS = {"weights": "#4c72b0", "weight_gradients": "#55a868", "feature_maps": "#c44e52",
+                 "workspace": "#8172b2", "dynamic": "#ccb974"}
+
+
+@dataclass
+class Figure:
+    key: str
+    title: str
+    caption: str
+    figure: Any                     # matplotlib.figure.Figure
+    files: dict[str, Path] | None = None
+
+
+@dataclass
+class Missing:
+    key: str
+    title: str
+    reason: str
+
+
+Result = Figure | Missing
+
+
+def _reason_of(runs: list[Run], metric: str) -> str:
+    reasons = sorted({r.metric_entry(metric).get("reason") or "not recorded by this kit version" for r in runs})
+    return "; ".join(reasons[:3])
+
+
+def _panels(n: int) -> tuple[Any, list[Any]]:
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def _label(series: tuple[str, str, str, str], models: int) -> str:
+    _, framework, precision, device = series
+    return f"{framework} {precision}" + (f" · {device}" if models else "")
+
+
+def _lines_vs_batch(runs: list[Run], key: str, title: str, caption: str, metrics: dict[str, str],
+                    ylabel: Callable[[Run], str]) -> Result:
+    """One panel per model, one line per (framework, precision, device[, metric]) over batch size."""
+    series = by_series(runs)
+    lines: dict[str, list[tuple[tuple[str, str, str, str], str, list]]] = {}
+    for s, rs in series.items():
+        for metric, style in metrics.items():
+            points = mean_by_batch(rs, throughput if metric == "throughput" else (lambda r, m=metric: r.metric(m)))
+            if points:
+                lines.setdefault(s[0], []).append((s, metric if len(metrics) > 1 else "", points))
+    if not lines:
+        return Missing(key, title, f"no run holds a value for {', '.join(metrics)}: "
+                                   f"{_reason_of(runs, next(iter(metrics)))}")
+    fig, axes = _panels(len(lines))
+    devices = len({s[3] for s in series}) > 1
+    for ax, (model, model_lines) in zip(axes, sorted(lines.items())):
+        colors: dict[tuple[str, str, str, str], str] = {}  # one color per series; the line style tells the metric
+        for s, metric, points in model_lines:
+            color = colors.setdefault(s, f"C{len(colors) % 10}")
+            xs = [p[0] for p in points]
+            ys = [p[1] for p in points]
+            err = [p[2] for p in points]
+            label = _label(s, devices) + (f" ({metric.replace('_', ' ')})" if metric else "")
+            below = [min(e, y) for e, y in zip(err, ys)]  # a spread never reaches below zero
+            ax.errorbar(xs, ys, yerr=[below, err], marker="o", capsize=3, label=label, color=color,
+                        linestyle=metrics[metric or next(iter(metrics))])
+            unstable = [(x, y) for x, y, p in zip(xs, ys, points) if p[3]]
+            if unstable:
+                ax.scatter(*zip(*unstable), s=140, facecolors="none", edgecolors=color, linewidths=1.5)
+        first = next(r for r in runs if r.model == model)
+        ax.set_title(model)
+        ax.set_xscale("log", base=2)
+        batches = sorted({p[0] for _, _, points in model_lines for p in points})
+        ax.set_xticks(batches, [str(b) for b in batches])  # the batch sizes run, as the paper labels them
+        ax.minorticks_off()
+        ax.set_xlabel("mini-batch size")
+        ax.set_ylabel(ylabel(first))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return Figure(key, title, caption, fig)
+
+
+def throughput_vs_batch(runs: list[Run]) -> Result:
+    return _lines_vs_batch(
+        runs, "fig4_throughput", "Throughput vs mini-batch size (paper Fig. 4)",
+        "Mean over repeats; error bars: standard deviation of repeats, or a single run's 95% CI. "
+        "Circled points: flagged unstable by the sweep.",
+        {"throughput": "-"}, lambda r: f"throughput ({r.unit})")
+
+
+def gpu_utilization_vs_batch(runs: list[Run]) -> Result:
+    return _lines_vs_batch(
+        runs, "fig5_gpu_utilization", "GPU compute utilization vs mini-batch size (paper Fig. 5)",
+        "Solid: NVML utilization.gpu sampled over the window; dashed: kernel-timeline union / elapsed.",
+        {"gpu_utilization": "-", "gpu_utilization_trace": "--"}, lambda r: "GPU utilization (%)")
+
+
+def fp32_utilization_vs_batch(runs: list[Run]) -> Result:
+    return _lines_vs_batch(
+        runs, "fig6_fp32_utilization", "FP32 and tensor-core utilization vs mini-batch size (paper Fig. 6)",
+        "Solid: FP32 utilization (paper eq. 2, Nsight Compute); dashed: tensor-pipe utilization.",
+        {"fp32_utilization": "-", "tensor_utilization": "--"}, lambda r: "utilization (%)")
+
+
+def across_devices(runs: list[Run]) -> Result:
+    key, title = "fig7_devices", "The same model across devices, normalized (paper Fig. 7)"
+    groups: dict[tuple[str, str, int, str], dict[str, float]] = {}
+    for r in runs:
+        if r.world_size == 1 and throughput(r) is not None:
+            groups.setdefault((r.model, r.framework, r.batch_size, r.precision), {}).setdefault(r.device_name, throughput(r))
+    comparable = {k: v for k, v in groups.items() if len(v) > 1}
+    if not comparable:
+        names = sorted({r.device_name for r in runs})
+        return Missing(key, title, "needs the same model, framework, batch and precision run on two or more "
+                                   f"devices; these results hold {len(names)} device(s): {', '.join(names) or 'none'}")
+    devices = sorted({d for v in comparable.values() for d in v})
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.4 * len(comparable)), 3.8))
+    width = 0.8 / len(devices)
+    labels = []
+    for i, ((model, fw, batch, prec), values) in enumerate(sorted(comparable.items())):
+        base = values[devices[0]] if devices[0] in values else next(iter(values.values()))
+        for j, d in enumerate(devices):
+            if d in values:
+                ax.bar(i + j * width, values[d] / base, width, label=d if i == 0 else None,
+                       color=f"C{j}")
+        labels.append(f"{model}\n{fw} b{batch}")
+    ax.set_xticks([i + width * (len(devices) - 1) / 2 for i in range(len(comparable))], labels, fontsize=7)
+    ax.set_ylabel(f"throughput / {devices[0]}")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return Figure(key, title, f"Each group normalized to {devices[0]}.", fig)
+
+
+def memory_breakdown(runs: list[Run]) -> Result:
+    key, title = "fig8_memory", "Memory breakdown per mini-batch size (paper Fig. 8)"
+    measured = [r for r in runs if r.memory and any(r.memory_bytes(c) for c in MEMORY_CATEGORIES)]
+    if not measured:
+        reasons = sorted({"no memory.json" if not r.memory else
+                          "; ".join(sorted({str(((r.memory.get("categories") or {}).get(c) or {}).get("reason"))
+                                            for c in MEMORY_CATEGORIES})) for r in runs})
+        return Missing(key, title, "no run holds a memory breakdown: " + ("; ".join(reasons[:2]) or "no runs"))
+    series = by_series(measured)
+    fig, axes = _panels(len(series))
+    for ax, (s, rs) in zip(axes, series.items()):
+        batches = sorted({r.batch_size for r in rs})
+        bottom = [0.0] * len(batches)
+        for c in MEMORY_CATEGORIES:
+            vals = []
+            for b in batches:
+                r = next(x for x in rs if x.batch_size == b)
+                vals.append((r.memory_bytes(c) or 0) / 2**20)
+            ax.bar([str(b) for b in batches], vals, bottom=bottom, label=c.replace("_", " "), color=MEMORY_COLORS[c])
+            bottom = [x + y for x, y in zip(bottom, vals)]
+        ax.set_title(f"{s[0]} · {s[1]} {s[2]}\n{s[3]}", fontsize=8)
+        ax.set_xlabel("mini-batch size")
+        ax.set_ylabel("MiB")
+        ax.set_ylim(0, max(bottom) * 1.35 or 1.0)  # headroom: the legend sits above the bars, never on them
+        ax.legend(fontsize=6, ncol=3, loc="upper center")
+        # A category no run of this series measured is not a zero: the panel says so.
+        unmeasured = [c.replace("_", " ") for c in MEMORY_CATEGORIES if all(r.memory_bytes(c) is None for r in rs)]
+        if unmeasured:
+            ax.text(0.5, -0.3, "not measured here: " + ", ".join(unmeasured), transform=ax.transAxes,
+                    ha="center", va="top", fontsize=6, color="#a33")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    return Figure(key, title, "Each category's maximum allocated during the run (paper's rule); "
+                              "a category no run of a panel could measure is named under it (drawn as 0) and its reason is in the tables.", fig)
+
+
+def scaling(runs: list[Run]) -> Result:
+    key, title = "fig9_scaling", "Scaling across workers and machines (paper Fig. 9)"
+    multi = [r for r in runs if r.world_size > 1]
+    if not multi:
+        return Missing(key, title, "no multi-worker run in these results (tbdkit bench --nodes/--gpus-per-node)")
+    # One line per (model, framework, per-worker batch, one machine or several, link): the paper's
+    # Fig. 9 separates GPUs in one machine from machines over a network.
+    groups: dict[tuple[str, str, int, bool, str], list[Run]] = {}
+    for r in multi:
+        groups.setdefault((r.model, r.framework, r.batch_size, r.nodes > 1, r.link_rate or ""), []).append(r)
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for (model, fw, batch, several, link), rs in sorted(groups.items()):
+        pts = sorted((r.world_size, r.metric("aggregate_throughput") or throughput(r) or 0.0) for r in rs)
+        single = [r for r in runs if (r.model, r.framework, r.batch_size) == (model, fw, batch) and r.world_size == 1]
+        if single:
+            pts.insert(0, (1, throughput(single[-1]) or 0.0))
+        where = "machines (netns)" if several else "one machine"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                label=f"{model} {fw} b{batch}/worker, {where}" + (f", link {link}" if link else ""))
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("workers")
+    units = sorted({r.unit for r in multi if r.unit})
+    ax.set_ylabel("aggregate throughput" + (f" ({', '.join(units)})" if units else ""))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return Figure(key, title, "Per-worker mini-batch fixed, global batch grows with the workers (the paper's setup).", fig)
+
+
+ALL: tuple[Callable[[list[Run]], Result], ...] = (
+    throughput_vs_batch, gpu_utilization_vs_batch, fp32_utilization_vs_batch, across_devices, memory_breakdown,
+    scaling)
+
+
+def draw(runs: list[Run], out_dir: Path) -> list[Result]:
+    """Every figure, saved as PNG and SVG under out_dir/figures."""
+    out = []
+    (out_dir / "figures").mkdir(parents=True, exist_ok=True)
+    for make in ALL:
+        result = make(runs)
+        if isinstance(result, Figure):
+            result.files = {}
+            for ext in ("png", "svg"):
+                path = out_dir / "figures" / f"{result.key}.{ext}"
+                result.figure.savefig(path, dpi=110)
+                result.files[ext] = path
+            plt.close(result.figure)
+        out.append(result)
+    return out

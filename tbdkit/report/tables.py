@@ -1,0 +1,138 @@
+"""The report's tables: one row per run, the kernel tables (paper Tables V/VI), the environment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tbdkit.report.claims import long_kernels_below_average, reference
+from tbdkit.report.runs import MEMORY_CATEGORIES, Run, throughput
+
+SUMMARY_COLUMNS = ("run_id", "model", "framework", "batch_size", "precision", "device", "throughput",
+                   "throughput_unit", "throughput_ci95_relative", "gpu_utilization_pct",
+                   "gpu_utilization_trace_pct", "fp32_utilization_pct", "tensor_utilization_pct", "mfu_pct",
+                   "cpu_utilization_pct", "peak_memory_mib", "feature_maps_mib", "world_size", "math_mode",
+                   "unstable", "unstable_reason", "started_utc")
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.{digits}g}" if abs(value) < 1e4 else f"{value:,.0f}"
+    return str(value)
+
+
+def summary_row(r: Run) -> dict[str, Any]:
+    peak = ((r.memory or {}).get("peak") or {}).get("bytes")
+    fm = r.memory_bytes("feature_maps")
+    return {
+        "run_id": r.run_id, "model": r.model, "framework": r.framework, "batch_size": r.batch_size,
+        "precision": r.precision, "device": r.device_name, "throughput": throughput(r), "throughput_unit": r.unit,
+        "throughput_ci95_relative": r.metric_entry("throughput").get("ci95_relative"),
+        "gpu_utilization_pct": r.metric("gpu_utilization"), "gpu_utilization_trace_pct": r.metric("gpu_utilization_trace"),
+        "fp32_utilization_pct": r.metric("fp32_utilization"), "tensor_utilization_pct": r.metric("tensor_utilization"),
+        "mfu_pct": r.metric("mfu"), "cpu_utilization_pct": r.metric("cpu_utilization"),
+        "peak_memory_mib": None if peak is None else peak / 2**20, "feature_maps_mib": None if fm is None else fm / 2**20,
+        "world_size": r.world_size, "math_mode": _math_mode(r), "unstable": r.unstable,
+        "unstable_reason": r.unstable_reason, "started_utc": r.summary.get("started_utc"),
+    }
+
+
+def _math_mode(r: Run) -> str:
+    mode = r.summary.get("math_mode") or (r.env.get("framework") or {}).get("math_mode")
+    if isinstance(mode, dict):
+        return str(mode.get("mode") or mode.get("name") or ", ".join(f"{k}={v}" for k, v in mode.items()))
+    return str(mode or r.precision)
+
+
+def summary_rows(runs: list[Run]) -> list[dict[str, Any]]:
+    return [summary_row(r) for r in runs]
+
+
+def display_rows(runs: list[Run]) -> list[list[str]]:
+    """The per-run table as people read it (units in the header)."""
+    rows = []
+    for r in runs:
+        row = summary_row(r)
+        ci = row["throughput_ci95_relative"]
+        rows.append([r.run_id, r.model, r.framework, str(r.batch_size), r.precision, r.device_name,
+                     f"{_fmt(row['throughput'])} {r.unit}" + (f" ±{ci:.1%}" if ci else ""),
+                     _fmt(row["gpu_utilization_pct"]), _fmt(row["fp32_utilization_pct"]),
+                     _fmt(row["cpu_utilization_pct"]), _fmt(row["peak_memory_mib"]),
+                     "unstable: " + (r.unstable_reason or "flagged") if r.unstable else ""])
+    return rows
+
+
+DISPLAY_HEADER = ["run", "model", "framework", "batch", "precision", "device", "throughput (95% CI)",
+                  "GPU util %", "FP32 util %", "CPU util %", "peak mem MiB", "flag"]
+
+
+def kernel_tables(runs: list[Run]) -> list[dict[str, Any]]:
+    """Per run with a kernel table: the five longest kernels below its average FP32 utilization."""
+    out = []
+    for r in runs:
+        rows = long_kernels_below_average(r)
+        if rows:
+            out.append({"title": f"{r.model} / {r.framework}, batch {r.batch_size}, {r.device_name}",
+                        "average_fp32": rows[0]["average_fp32"],
+                        "rows": [[f"{k['time_share']:.2%}", f"{k['fp32_utilization']:.1f}%", k["kernel"]] for k in rows]})
+    return out
+
+
+def paper_kernel_tables() -> list[dict[str, Any]]:
+    titles = ["Paper Table V: ResNet-50, batch 32, TensorFlow (Quadro P4000)",
+              "Paper Table VI: ResNet-50, batch 32, MXNet (Quadro P4000)"]
+    return [{"title": t, "rows": tbl["rows"]} for t, tbl in zip(titles, reference().get("kernel_table", []))]
+
+
+def kernel_table_missing(runs: list[Run]) -> str | None:
+    if any(r.kernels for r in runs):
+        if kernel_tables(runs):
+            return None
+        return "the kernel tables hold no FP32 utilization (kernels.csv without the Nsight Compute pass)"
+    return "no run holds a kernel table (kernels.csv is written by GPU runs with tracing on)"
+
+
+def memory_rows(runs: list[Run]) -> list[list[str]]:
+    rows = []
+    for r in runs:
+        if not r.memory:
+            continue
+        cells = []
+        for c in MEMORY_CATEGORIES:
+            entry = ((r.memory.get("categories") or {}).get(c) or {})
+            b = entry.get("bytes")
+            cells.append(f"{b / 2**20:,.1f}" if isinstance(b, (int, float)) else f"— ({entry.get('reason') or 'not measured'})")
+        peak = (r.memory.get("peak") or {})
+        cells.append(f"{peak['bytes'] / 2**20:,.1f}" if isinstance(peak.get("bytes"), (int, float))
+                     else f"— ({peak.get('reason') or 'not measured'})")
+        rows.append([f"{r.model}/{r.framework} b{r.batch_size}"] + cells)
+    return rows
+
+
+MEMORY_HEADER = ["run", "weights MiB", "weight gradients MiB", "feature maps MiB", "workspace MiB", "dynamic MiB", "peak MiB"]
+
+
+def environment_rows(runs: list[Run]) -> list[list[str]]:
+    """GPU, driver, image and digest, framework version and math mode: once per distinct environment."""
+    seen: dict[tuple, list[str]] = {}
+    for r in runs:
+        gpu = r.env.get("gpu") or {}
+        fw = r.env.get("framework") or {}
+        container = r.env.get("container") or {}
+        host = r.env.get("host") or {}
+        row = (
+            r.device_name,
+            str(gpu.get("driver_version") or gpu.get("driver") or ("—" if not gpu.get("available") else "?")),
+            str(container.get("image") or host.get("image") or "native (no container)"),
+            str(container.get("image_digest") or container.get("image_id") or "—"),
+            f"{fw.get('framework') or r.framework} {fw.get('framework_version') or '?'}",
+            f"CUDA {fw.get('cuda_runtime')}" if fw.get("cuda_runtime") else "—",
+            _math_mode(r),
+            str((r.env.get("kit") or {}).get("version") or "?"),
+        )
+        seen.setdefault(row, []).append(r.run_id)
+    return [list(row) + [str(len(ids))] for row, ids in seen.items()]
+
+
+ENV_HEADER = ["device", "driver", "image", "image digest / id", "framework", "CUDA", "math mode", "kit", "runs"]

@@ -1,0 +1,27 @@
+"""`tbdkit report`: the CLI face of tbdkit.report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tbdkit.console import console
+from tbdkit.paths import default_results_dir
+
+
+def report(
+    results: Annotated[Optional[Path], typer.Argument(help="results folder (default: results)")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="folder for report.html, report.md, summary.csv, figures/")] = Path("report"),
+) -> None:
+    """The paper's figures, tables and claim checks for the runs in RESULTS."""
+    from tbdkit.report import build_report, claims, runs
+
+    results = results or default_results_dir()
+    html = build_report(results, out)
+    verdicts = claims.check_all(runs.load(results))
+    for v in verdicts:
+        color = {"holds": "green", "does not hold": "red"}.get(v.verdict, "yellow")
+        console.print(f"  {v.n:>2}. [{color}]{v.verdict:<16}[/] {v.claim}", highlight=False)
+    console.print(f"report: {html} (also {out / 'report.md'}, {out / 'summary.csv'}, {out / 'figures'}/)", highlight=False)

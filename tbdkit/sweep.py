@@ -1,0 +1,313 @@
+"""Running a sweep: the grid of a SweepSpec through the bench machinery, resumable from disk.
+
+The sweep's state lives in results/sweeps/<sweep-id>/sweep.json (written atomically after every
+change): each point (framework, precision, batch, repeat) with its status and run id, the
+max-batch searches with their probes, and each group's spread across repeats. Running the same
+sweep again skips points that ended `ok` or `oom` (a batch that does not fit is a result) and
+retries the others (failed, interrupted, or `running` when the sweep was killed). Run
+directories already on disk are only read, never written.
+
+Probes of the max-batch search are short runs kept in results/sweeps/<sweep-id>/probes/ so they
+never enter the results index beside the measured points.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import fmean, stdev
+from typing import Any, Callable, Protocol
+
+from tbdkit import __version__
+from tbdkit.agent import sink
+from tbdkit.spec import RunSpec
+from tbdkit.sweep_spec import MAX, Point, SweepSpec, points
+
+STATE = "sweep.json"
+FORMAT = "tbdkit-sweep/1"
+FINAL = {"ok", "oom"}  # statuses a rerun keeps; every other status is retried
+
+
+@dataclass(frozen=True)
+class RunResult:
+    status: str
+    run_id: str
+    run_dir: Path
+    summary: dict[str, Any]
+
+
+# Runs one spec into a results folder; `probe` says it is a max-batch probe (not indexed).
+Runner = Callable[[RunSpec, Path, bool], RunResult]
+
+
+class Observer(Protocol):
+    def point_started(self, point: Point, batch_size: int) -> None: ...
+    def point_finished(self, point: Point, status: str) -> None: ...
+    def probe_started(self, framework: str, precision: str, batch_size: int) -> None: ...
+
+
+class _Quiet:
+    def point_started(self, point: Point, batch_size: int) -> None: ...
+    def point_finished(self, point: Point, status: str) -> None: ...
+    def probe_started(self, framework: str, precision: str, batch_size: int) -> None: ...
+
+
+# ---------------------------------------------------------------- the max-batch search
+
+@dataclass(frozen=True)
+class MaxSearch:
+    batch_size: int | None  # the largest batch that trained; None if none did
+    smallest_oom: int | None
+    status: str  # found | none_fit | limit | failed
+    reason: str
+
+
+def search_max(probe: Callable[[int], str], start: int, limit: int) -> MaxSearch:
+    """The largest batch that fits: double from `start` until a probe runs out of memory (or
+    `limit` is reached), then bisect between the last batch that fit and the first that did not.
+    `probe(batch)` returns a run status; any status but ok/oom ends the search as failed."""
+    largest_ok, smallest_oom = 0, None
+    b = max(1, min(start, limit))
+    while smallest_oom is None:
+        status = probe(b)
+        if status == "ok":
+            largest_ok = b
+            if b >= limit:
+                return MaxSearch(b, None, "limit", f"batch {b} fits and is the search's limit (max_batch_limit)")
+            b = min(2 * b, limit)
+        elif status == "oom":
+            smallest_oom = b
+        else:
+            return MaxSearch(largest_ok or None, None, "failed", f"the probe at batch {b} ended {status}, not ok or oom")
+    while smallest_oom - largest_ok > 1:
+        mid = (largest_ok + smallest_oom) // 2
+        status = probe(mid)
+        if status == "ok":
+            largest_ok = mid
+        elif status == "oom":
+            smallest_oom = mid
+        else:
+            return MaxSearch(largest_ok or None, smallest_oom, "failed",
+                             f"the probe at batch {mid} ended {status}, not ok or oom")
+    if largest_ok == 0:
+        return MaxSearch(None, smallest_oom, "none_fit", "even batch 1 runs out of memory")
+    return MaxSearch(largest_ok, smallest_oom, "found",
+                     f"batch {largest_ok} fits and batch {smallest_oom} runs out of memory")
+
+
+# ---------------------------------------------------------------- stability
+
+def window_cv(run_dir: Path) -> float | None:
+    """Coefficient of variation (sample stdev / mean) of the per-iteration throughput (work /
+    seconds) over a run's sample window, from its iterations.csv; None with fewer than 2."""
+    try:
+        with (run_dir / "iterations.csv").open() as f:
+            rates = [float(r["work"]) / float(r["seconds"]) for r in csv.DictReader(f)
+                     if r.get("phase") == "measure" and float(r["seconds"]) > 0]
+    except (OSError, KeyError, ValueError):
+        return None
+    return _cv(rates)
+
+
+def _cv(values: list[float]) -> float | None:
+    if len(values) < 2 or fmean(values) == 0:
+        return None
+    return stdev(values) / fmean(values)
+
+
+def throughput_of(summary: dict[str, Any]) -> float | None:
+    value = ((summary.get("metrics") or {}).get("throughput") or {}).get("value")
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def group_stats(entries: list[dict[str, Any]], cv_limit: float) -> dict[str, Any]:
+    """Spread of one grid point across its repeats, and whether it is unstable."""
+    ok = [e for e in entries if e["status"] == "ok" and e.get("throughput") is not None]
+    values = [e["throughput"] for e in ok]
+    across = _cv(values)
+    windows = [e["window_cv"] for e in ok if e.get("window_cv") is not None]
+    reasons = []
+    if across is not None and across > cv_limit:
+        reasons.append(f"throughput CV across {len(values)} repeats is {across:.1%} > {cv_limit:.1%}")
+    noisy = [w for w in windows if w > cv_limit]
+    if noisy:
+        reasons.append(f"{len(noisy)} run(s) have a per-iteration throughput CV above {cv_limit:.1%} "
+                       f"(max {max(noisy):.1%})")
+    return {
+        "runs": len(ok),
+        "throughput_mean": fmean(values) if values else None,
+        "throughput_stdev": stdev(values) if len(values) > 1 else None,
+        "throughput_min": min(values) if values else None,
+        "throughput_max": max(values) if values else None,
+        "throughput_cv": across,
+        "max_window_cv": max(windows) if windows else None,
+        "cv_limit": cv_limit,
+        "cv_method": "sample stdev / mean of the throughput across repeats; per run, of work/seconds per "
+                     "iteration over its sample window (iterations.csv)",
+        "unstable": bool(reasons),
+        "unstable_reason": "; ".join(reasons) or None,
+    }
+
+
+# ---------------------------------------------------------------- the state on disk
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class SweepState:
+    def __init__(self, sweep: SweepSpec) -> None:
+        self.sweep = sweep
+        self.dir = sweep.state_dir()
+        self.path = self.dir / STATE
+        if self.path.is_file():
+            self.data = sink.read_json(self.path)
+            self.data["spec"] = sweep.model_dump(mode="json")
+        else:
+            self.data = {"format": FORMAT, "sweep_id": sweep.sweep_id(), "kit_version": __version__,
+                         "created_utc": _now(), "spec": sweep.model_dump(mode="json"),
+                         "points": {}, "max_batch": {}, "groups": {}}
+        for p in points(sweep):
+            self.data["points"].setdefault(p.key, {
+                "framework": p.framework, "precision": p.precision, "batch": p.batch, "repeat": p.repeat,
+                "batch_size": p.batch if p.batch != MAX else None, "status": "pending", "run_id": None,
+                "attempts": [],
+            })
+
+    @property
+    def points(self) -> dict[str, dict[str, Any]]:
+        return self.data["points"]
+
+    def save(self) -> None:
+        self.data["updated_utc"] = _now()
+        sink.write_json(self.path, self.data)
+
+    def counts(self, keys: list[str]) -> dict[str, int]:
+        out = {"done": 0, "failed": 0, "pending": 0}
+        for k in keys:
+            status = self.points[k]["status"]
+            out["done" if status in FINAL else "pending" if status in ("pending", "running") else "failed"] += 1
+        return out
+
+    def regroup(self) -> None:
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for p in points(self.sweep):
+            groups.setdefault(p.group, []).append(self.points[p.key])
+        self.data["groups"] = {}
+        for key, entries in groups.items():
+            first = entries[0]
+            self.data["groups"][key] = {"framework": first["framework"], "precision": first["precision"],
+                                        "batch": first["batch"], "batch_size": first["batch_size"],
+                                        **group_stats(entries, self.sweep.cv_limit)}
+        unstable = {g for g, v in self.data["groups"].items() if v["unstable"]}
+        for p in points(self.sweep):
+            self.points[p.key]["unstable"] = p.group in unstable
+
+
+# ---------------------------------------------------------------- running it
+
+class SweepRun:
+    def __init__(self, sweep: SweepSpec, runner: Runner | None = None, observer: Observer | None = None) -> None:
+        self.sweep = sweep
+        self.runner = runner
+        self.observer = observer or _Quiet()
+        self.state = SweepState(sweep)
+        self.probes_dir = self.state.dir / "probes"
+        self.interrupted = False
+
+    def keys(self) -> list[str]:
+        return [p.key for p in points(self.sweep)]
+
+    def run(self) -> dict[str, Any]:
+        assert self.runner is not None, "SweepRun needs a runner"
+        self.state.regroup()
+        self.state.save()
+        for p in points(self.sweep):
+            entry = self.state.points[p.key]
+            if entry["status"] in FINAL:
+                continue
+            batch = self.max_batch(p.framework, p.precision) if p.batch == MAX else p.batch
+            if self.interrupted:
+                break
+            if batch is None:
+                entry["status"], entry["error"] = "failed", self.state.data["max_batch"][
+                    f"{p.framework}/{p.precision}"]["reason"]
+                self.state.save()
+                self.observer.point_finished(p, "failed")
+                continue
+            self.run_point(p, entry, batch)
+            while p.batch == MAX and entry["status"] == "oom" and not self.interrupted:
+                # The measured run needs more memory than its probe did: the search goes on below it.
+                batch = self.lower_max(p.framework, p.precision, batch, entry["run_id"])
+                if batch is None:
+                    break
+                self.run_point(p, entry, batch)
+            if self.interrupted:
+                break
+        self.state.regroup()
+        self.state.save()
+        return self.state.data
+
+    def run_point(self, p: Point, entry: dict[str, Any], batch: int) -> None:
+        entry.update(status="running", batch_size=batch, started_utc=_now())
+        self.state.save()
+        self.observer.point_started(p, batch)
+        assert self.runner is not None
+        result = self.runner(self.sweep.run_spec(p.framework, p.precision, batch), self.sweep.results, False)
+        entry["attempts"].append({"run_id": result.run_id, "status": result.status})
+        entry.update(status=result.status, run_id=result.run_id, error=result.summary.get("error"),
+                     throughput=throughput_of(result.summary), window_cv=window_cv(result.run_dir))
+        self.interrupted = result.status == "interrupted"
+        self.state.regroup()
+        self.state.save()
+        self.observer.point_finished(p, result.status)
+
+    def max_batch(self, framework: str, precision: str) -> int | None:
+        """The resolved 'max' of one framework and precision, searched once and remembered."""
+        searches = self.state.data["max_batch"]
+        key = f"{framework}/{precision}"
+        search = searches.setdefault(key, {"status": "searching", "probes": {}})
+        if search["status"] in ("found", "limit", "none_fit"):
+            return search["batch_size"]
+
+        def probe(b: int) -> str:
+            known = search["probes"].get(str(b)) or next(
+                (e for e in self.state.points.values() if e["batch"] == b and e["status"] in FINAL
+                 and (e["framework"], e["precision"]) == (framework, precision)), None)
+            if known and known["status"] in FINAL:
+                return str(known["status"])
+            self.observer.probe_started(framework, precision, b)
+            assert self.runner is not None
+            result = self.runner(self.sweep.run_spec(framework, precision, b, probe=True), self.probes_dir, True)
+            search["probes"][str(b)] = {"status": result.status, "run_id": result.run_id,
+                                        "error": result.summary.get("error")}
+            self.state.save()
+            if result.status == "interrupted":
+                self.interrupted = True
+            return result.status
+
+        start = max(self.sweep.int_batches, default=0) or self.default_batch()
+        found = search_max(probe, start, self.sweep.max_batch_limit)
+        search.update(status=found.status if not self.interrupted else "interrupted", batch_size=found.batch_size,
+                      smallest_oom=found.smallest_oom, reason=found.reason, start=start,
+                      limit=self.sweep.max_batch_limit,
+                      method="double from the start batch until out of memory, then bisect (short probe runs in "
+                             "probes/: one pass over the synthetic pool and 2 measured iterations)")
+        self.state.save()
+        return found.batch_size if found.status in ("found", "limit") else None
+
+    def lower_max(self, framework: str, precision: str, batch: int, run_id: str) -> int | None:
+        search = self.state.data["max_batch"][f"{framework}/{precision}"]
+        search["probes"][str(batch)] = {"status": "oom", "run_id": run_id, "error": "the measured run at this "
+                                        "batch ran out of memory (its probe had not)", "superseded": search[
+                                            "probes"].get(str(batch))}
+        search["status"] = "searching"
+        return self.max_batch(framework, precision)
+
+    def default_batch(self) -> int:
+        from tbdkit import catalog
+
+        return int(catalog.get(self.sweep.model).hp(self.sweep.preset)["default_batch"])

@@ -1,0 +1,195 @@
+"""`tbdkit sweep MODEL`: a grid of runs with live progress, resumable, with the spread of repeats."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from tbdkit import catalog
+from tbdkit.console import RunProgress, console, err_console
+from tbdkit.paths import default_results_dir
+from tbdkit.spec import RunSpec
+from tbdkit.store import Index
+from tbdkit.sweep import FINAL, Runner, RunResult, SweepRun
+from tbdkit.sweep_spec import MAX, Point, SweepSpec, parse, parse_batch_list
+
+
+def _split(values: list[str] | None) -> list[str]:
+    return [v.strip() for raw in values or [] for v in raw.split(",") if v.strip()]
+
+
+class SweepProgress:
+    """The grid's bar (points done / failed / pending, ETA) above one bar per run."""
+
+    def __init__(self, progress: Progress, run: SweepRun, unit: str) -> None:
+        self.progress = progress
+        self.run = run
+        self.unit = unit
+        counts = run.state.counts(run.keys())
+        self.task = progress.add_task(f"sweep of {len(run.keys())} points", total=len(run.keys()),
+                                      completed=counts["done"], phase=self._phase(), rate="")
+
+    def _phase(self) -> str:
+        c = self.run.state.counts(self.run.keys())
+        return f"done {c['done']} · failed {c['failed']} · pending {c['pending']}"
+
+    def handler(self, label: str) -> RunProgress:
+        return RunProgress(self.progress, label, self.unit)
+
+    def point_started(self, point: Point, batch_size: int) -> None:
+        self.progress.update(self.task, phase=self._phase(), rate=f"now {point.key} (batch {batch_size})")
+
+    def point_finished(self, point: Point, status: str) -> None:
+        self.progress.update(self.task, advance=1, phase=self._phase(), rate="")
+        if status not in FINAL:
+            self.progress.console.print(f"[red]{point.key}: {status}[/] (retried when the sweep is run again)")
+
+    def probe_started(self, framework: str, precision: str, batch_size: int) -> None:
+        self.progress.update(self.task, rate=f"max-batch search {framework}/{precision}: probing batch {batch_size}")
+
+
+def bench_runner(results: Path, progress: SweepProgress) -> Runner:
+    """Each point through the bench machinery: the spec's launcher, then the results index."""
+    from tbdkit.launch import launch
+
+    def run(spec: RunSpec, where: Path, probe: bool) -> RunResult:
+        label = f"{'probe ' if probe else ''}{spec.framework}/{spec.precision}/b{spec.batch_size}"
+        outcome = launch(spec, where, progress.handler(label))
+        if not probe:
+            Index(results).add(outcome.run_dir)
+        return RunResult(outcome.status, outcome.run_id, outcome.run_dir, outcome.summary)
+
+    return run
+
+
+def grid_table(state: dict[str, Any], unit: str) -> Table:
+    """Rows: framework/precision; columns: batch entries; a cell: status, mean throughput, spread."""
+    spec = state["spec"]
+    table = Table(title=f"sweep {state['sweep_id']} ({spec['model']}, {spec['preset']} preset, "
+                        f"{spec['repeat']} repeat(s), CV limit {spec['cv_limit']:.0%}) — throughput in {unit}")
+    table.add_column("framework / precision")
+    for b in spec["batches"]:
+        table.add_column(f"batch {b}", justify="right")
+    groups = state.get("groups") or {}
+    for fw in spec["frameworks"]:
+        for precision in spec["precisions"]:
+            cells = []
+            for b in spec["batches"]:
+                g = groups.get(f"{fw}/{precision}/b{b}") or {}
+                statuses = [p["status"] for p in state["points"].values()
+                            if (p["framework"], p["precision"], p["batch"]) == (fw, precision, b)]
+                cells.append(_cell(g, statuses))
+            table.add_row(f"{fw} / {precision}", *cells)
+    table.caption = ("mean over ok repeats [± sample stdev, CV]; 'max' shows the batch found; "
+                     "unstable: CV above the limit (sweep.json groups.*.unstable)")
+    return table
+
+
+def _cell(group: dict[str, Any], statuses: list[str]) -> str:
+    mean = group.get("throughput_mean")
+    head = f"b={group['batch_size']}: " if group.get("batch") == MAX and group.get("batch_size") else ""
+    if mean is None:
+        shown = ", ".join(sorted(set(statuses))) or "—"
+        style = "yellow" if set(statuses) <= {"oom", "pending"} else "red"
+        return f"{head}[{style}]{shown}[/]"
+    text = f"{head}{mean:,.2f}"
+    if group.get("throughput_stdev") is not None:
+        text += f" ±{group['throughput_stdev']:,.2f} (CV {group['throughput_cv']:.1%})"
+    bad = [s for s in statuses if s != "ok"]
+    if bad:
+        text += f" [red]{len(bad)} not ok[/]"
+    if group.get("unstable"):
+        text += " [yellow]unstable[/]"
+    return text
+
+
+def sweep(
+    model: Annotated[str, typer.Argument(help="model to sweep (see `tbdkit list`)")],
+    frameworks: Annotated[Optional[list[str]], typer.Option("--frameworks", "--framework", "-f",
+                          help="comma list or 'all'; default: every installed one the model has")] = None,
+    batch: Annotated[Optional[list[str]], typer.Option("--batch", "-b",
+                     help="batch sizes, e.g. 8,16,32,max (max: the largest that fits); default: the preset's list")] = None,
+    precision: Annotated[Optional[list[str]], typer.Option("--precision", help="comma list of fp32 | tf32 | amp")] = None,
+    repeat: Annotated[int, typer.Option(help="runs per grid point (their spread is reported)")] = 1,
+    preset: Annotated[str, typer.Option(help="smoke | paper | auto (paper with a GPU, else smoke)")] = "auto",
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    launcher: Annotated[str, typer.Option(help="native | docker (auto: native)")] = "native",
+    data: Annotated[str, typer.Option(help="'synthetic' or the path of the real dataset")] = "synthetic",
+    seed: Annotated[int, typer.Option(help="random seed")] = 0,
+    cv_limit: Annotated[float, typer.Option(help="flag a point unstable above this coefficient of variation")] = 0.05,
+    max_batch_limit: Annotated[int, typer.Option(help="the max-batch search doubles no further than this")] = 4096,
+    max_measure_s: Annotated[Optional[float], typer.Option(help="cap on each sample window, seconds")] = None,
+    max_warmup_s: Annotated[Optional[float], typer.Option(help="cap on each warm-up, seconds")] = None,
+    memory_limit_mb: Annotated[Optional[int], typer.Option(
+        help="fail as out-of-memory past this many MiB of growth (CPU runs)")] = None,
+    results: Annotated[Path, typer.Option("--results", "-r", help="results folder")] = default_results_dir(),
+    setup: Annotated[bool, typer.Option("--setup/--no-setup", help="install missing framework stacks first")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the sweep's state as JSON")] = False,
+) -> None:
+    """Run MODEL over a grid of frameworks x precisions x batch sizes (x repeats); rerun to resume."""
+    from tbdkit.cli import choose_frameworks, gpu_count
+
+    m = catalog.get(model)
+    if preset == "auto":
+        preset = "paper" if device != "cpu" and gpu_count() > 0 else "smoke"
+    requested = _split(frameworks)
+    launcher = "native" if launcher == "auto" else launcher  # a sweep's points run on one machine
+    measure = {k: v for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s}.items()
+               if v is not None}
+    if data != "synthetic":
+        data = str(Path(data).expanduser().resolve())
+    fields: dict[str, Any] = {
+        "model": model, "frameworks": requested if requested and requested != ["all"] else list(m.frameworks),
+        "batches": parse_batch_list(_split(batch)) or list(m.hp(preset).get("batch_sizes") or [m.default_batch(preset)]),
+        "precisions": _split(precision) or ["fp32"], "preset": preset, "repeat": repeat, "launcher": launcher,
+        "results": str(results), "device": device, "data": data, "seed": seed, "cv_limit": cv_limit,
+        "max_batch_limit": max_batch_limit, "memory_limit_mb": memory_limit_mb, "measure": measure,
+    }
+    parse(fields)  # the whole grid is valid before anything installs or runs
+    if data != "synthetic":
+        catalog.load_module(m, "data").check_source(data, m.hp(preset))
+    if launcher == "docker":
+        from tbdkit.launch import docker as docker_launch
+
+        chosen = docker_launch.frameworks(m, requested)
+        for fw in chosen:
+            docker_launch.preflight(fw, device)
+    else:
+        chosen = choose_frameworks(m, requested, setup)
+    spec = parse({**fields, "frameworks": chosen})
+    state = run_sweep(spec, m.throughput_unit, quiet_stdout=as_json)
+    if as_json:
+        print(json.dumps(state, indent=2))
+    else:
+        console.print(grid_table(state, m.throughput_unit))
+        console.print(f"sweep state: {spec.state_dir() / 'sweep.json'}", highlight=False)
+    statuses = {p["status"] for p in state["points"].values()}
+    raise typer.Exit(0 if statuses == {"ok"} else 130 if "interrupted" in statuses else 1)
+
+
+def run_sweep(spec: SweepSpec, unit: str, quiet_stdout: bool = False) -> dict[str, Any]:
+    """Run (or resume) the sweep with live progress; returns its state. Progress goes to stderr
+    when stdout carries JSON."""
+    progress = Progress(
+        TextColumn("[bold]{task.description}"), TextColumn("[cyan]{task.fields[phase]}"), BarColumn(),
+        TimeElapsedColumn(), TextColumn("ETA"),
+        TimeRemainingColumn(), TextColumn("{task.fields[rate]}"),
+        console=err_console if quiet_stdout else console, transient=False,
+    )
+    run = SweepRun(spec)
+    observer = SweepProgress(progress, run, unit)
+    run.runner, run.observer = bench_runner(spec.results, observer), observer
+    counts = run.state.counts(run.keys())
+    if counts["done"] or counts["failed"]:
+        progress.console.print(f"resuming sweep {spec.sweep_id()}: {counts['done']} point(s) done are kept, "
+                               f"{counts['failed']} failed and {counts['pending']} pending will run", highlight=False)
+    try:
+        with progress:
+            return run.run()
+    finally:
+        Index(spec.results).add_sweep(run.state.data)

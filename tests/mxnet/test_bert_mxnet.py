@@ -1,0 +1,57 @@
+"""BERT on MXNet (by hand, transformers' layout): sizes, the SQuAD head, the schedule, decoupled
+weight decay off for LayerNorm and biases, training on synthetic pre-training and SQuAD batches
+(the loss falls). Runs in the MXNet stack (`make test-mxnet`)."""
+
+import math
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from tbdkit import catalog
+from tbdkit.adapters.mxnet import MXNetAdapter
+
+MODEL = catalog.get("bert")
+WORKLOAD = catalog.load_module(MODEL, "mxnet")
+DATA = catalog.load_module(MODEL, "data")
+
+
+def adapter(hp):
+    return MXNetAdapter(WORKLOAD, hp, device="cpu", precision="fp32", seed=0)
+
+
+@pytest.mark.parametrize("variant, expected", [(None, 242_898), ("squad", 232_450)])  # as tests/pytorch's formula
+def test_parameter_count(variant, expected):
+    training = adapter(MODEL.hp("smoke", variant)).training
+    params = training.model.collect_params().values()
+    assert sum(int(np.prod(p.shape)) for p in params if p.grad_req != "null") == expected
+    if variant is None:  # the decoder's weight is the word-embedding table itself
+        assert training.model.decoder.weight is training.model.word.weight
+
+
+def test_schedule_warms_up_then_decays_linearly():
+    hp = {"learning_rate": 1.0, "warmup_steps": 10_000, "num_train_steps": 1_000_000}
+    got = [WORKLOAD.learning_rate(hp, s) for s in (0, 4_999, 9_999, 499_999, 2_000_000)]
+    assert got == pytest.approx([1e-4, 0.5, 0.99, 0.5, 0.0])
+
+
+def test_weight_decay_skips_layernorm_and_biases():
+    training = adapter(MODEL.hp("smoke")).training
+    names = {p.name for p in training.decay}
+    assert names and all(n.endswith("_weight") for n in names)
+    assert not any("norm" in n or n.endswith(("bias", "gamma", "beta")) for n in names)
+    assert training.trainer._optimizer.wd == 0.0  # decoupled: applied by train_step, not Adam's L2
+
+
+@pytest.mark.parametrize("variant", [None, "squad"])
+def test_smoke_training_reduces_the_loss(variant):
+    hp = MODEL.hp("smoke", variant)
+    a = adapter(hp)
+    inputs = a.prepare(next(DATA.batches("synthetic", hp, 8, seed=1)))
+    losses = [a.loss_value(a.step(inputs)) for _ in range(6)]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0] * 0.95, losses
+    assert a.training.steps == 6
+
+
+def test_workload_file_holds_no_timing_logging_or_profiling(plain_workload):
+    plain_workload(MODEL, "mxnet")

@@ -1,0 +1,122 @@
+"""PyTorch's analysis probes on a network small enough to count by hand (CPU)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import torch
+
+from tbdkit.adapters.pytorch_analysis import SavedTensors, count_flops, memory_breakdown, tensor_bytes
+from tbdkit.analysis.memory import breakdown
+
+
+def tiny() -> SimpleNamespace:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return SimpleNamespace(model=model, optimizer=optimizer)
+
+
+def step_of(training: SimpleNamespace, batch: int = 2):
+    def step() -> None:
+        training.optimizer.zero_grad(set_to_none=True)
+        loss = training.model(torch.randn(batch, 4)).square().sum()
+        loss.backward()
+        training.optimizer.step()
+    return step
+
+
+def test_tensor_bytes_counts_a_storage_once() -> None:
+    t = torch.zeros(10)
+    assert tensor_bytes(iter([t, t[2:5], t.view(2, 5)])) == 40
+    assert tensor_bytes(iter([t, torch.zeros(3, dtype=torch.float64)])) == 64
+
+
+def test_breakdown_of_a_two_layer_network_by_hand() -> None:
+    training = tiny()
+    got = memory_breakdown(training, torch.device("cpu"), step_of(training))
+    cats = got["categories"]
+    params = (4 * 3 + 3 + 3 * 2 + 2) * 4
+    assert cats["weights"]["bytes"] == params
+    assert cats["weight_gradients"]["bytes"] == params
+    assert cats["dynamic"]["bytes"] == params      # one momentum buffer per parameter
+    # saved for backward: input of layer 1 (2x4), ReLU output (2x3, reused as layer 2's input),
+    # layer 2's output for square (2x2); weights excluded: 32 + 24 + 16 bytes
+    assert cats["feature_maps"]["bytes"] == 72
+    assert cats["workspace"]["bytes"] is None and "CPU" in cats["workspace"]["reason"]
+    assert got["peak"]["bytes"] is None
+    doc = breakdown("cpu", cats, got["peak"])
+    assert doc["unattributed"]["bytes"] is None
+
+
+def test_feature_maps_grow_with_the_batch() -> None:
+    training = tiny()
+    small = memory_breakdown(training, torch.device("cpu"), step_of(training, 2))["categories"]["feature_maps"]["bytes"]
+    large = memory_breakdown(training, torch.device("cpu"), step_of(training, 8))["categories"]["feature_maps"]["bytes"]
+    assert large == 4 * small
+
+
+def test_saved_tensor_hooks_leave_autograd_results_unchanged() -> None:
+    torch.manual_seed(1)
+    x = torch.randn(3, 4, requires_grad=True)
+    (x.sin() * x).sum().backward()
+    plain = x.grad.clone()
+    x.grad = None
+    with SavedTensors([]).hooks() as saved:
+        (x.sin() * x).sum().backward()
+    assert torch.equal(plain, x.grad) and saved.peak > 0
+
+
+def test_flops_of_one_training_step() -> None:
+    training = tiny()
+    # forward 2*B*(4*3 + 3*2); backward: weight grads of both layers, input grad of layer 2 only
+    b = 2
+    forward = 2 * b * (4 * 3 + 3 * 2)
+    backward = 2 * b * (4 * 3 + 3 * 2) + 2 * b * 3 * 2
+    assert count_flops(torch.device("cpu"), step_of(training, b)) == forward + backward
+
+
+def test_resnet50_training_flops_match_the_published_count() -> None:
+    """ResNet-50 is 4.089 GMACs per 224x224 image forward (fc 2.048 M of them); at 64x64 every
+    conv map shrinks by exactly (2/7)^2. A training step is about 3x the forward pass (backward:
+    input and weight gradients), less conv1's input gradient, which autograd skips."""
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet50(weights=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    batch = 2
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(torch.randn(batch, 3, 64, 64)), torch.zeros(batch, dtype=torch.long)).backward()
+        optimizer.step()
+
+    forward_macs = (4.089e9 - 2.048e6) * (2 / 7) ** 2 + 2.048e6
+    conv1_macs = 64 * 3 * 7 * 7 * 32 * 32
+    expected = 2 * batch * (3 * forward_macs - conv1_macs)
+    assert count_flops(torch.device("cpu"), step) == pytest.approx(expected, rel=0.01)
+
+
+def test_this_torch_profilers_chrome_trace_has_the_layout_the_timeline_reads(tmp_path) -> None:
+    """A CPU-only trace from this PyTorch: complete events with ts/dur in microseconds (what
+    from_chrome_trace reads); no 'kernel' events without a GPU."""
+    import json
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from tbdkit.analysis.timeline import from_chrome_trace
+
+    x = torch.randn(64, 64)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            x = (x @ x).tanh()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    doc = json.loads(path.read_text())
+    ops = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    assert any(e["name"] == "aten::mm" for e in ops)
+    kernels, elapsed = from_chrome_trace(doc)
+    assert kernels == [] and 0 < elapsed < 60e6

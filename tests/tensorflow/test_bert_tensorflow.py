@@ -1,0 +1,68 @@
+"""BERT on TensorFlow (by hand, transformers' layout): BERT-large's size, the SQuAD head, the
+schedule, weight decay off for LayerNorm and biases, training on synthetic pre-training and SQuAD
+batches (the loss falls), AMP. Runs in the TensorFlow stack (`make test-tensorflow`)."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tbdkit import catalog
+from tbdkit.adapters.tensorflow import Precision, TensorFlowAdapter
+
+MODEL = catalog.get("bert")
+WORKLOAD = catalog.load_module(MODEL, "tensorflow")
+DATA = catalog.load_module(MODEL, "data")
+
+
+def count(model):
+    return sum(int(np.prod(w.shape)) for w in model.trainable_weights)
+
+
+@pytest.mark.parametrize("preset, variant, expected", [("smoke", None, 242_898), ("smoke", "squad", 232_450)])
+# as tests/pytorch's formula (BERT-large itself, 336.2 M, is built and counted there: too slow to build twice more)
+def test_parameter_count(preset, variant, expected):
+    assert count(WORKLOAD.Bert(MODEL.hp(preset, variant))) == expected
+
+
+def test_sequence_longer_than_the_positions_is_refused():
+    with pytest.raises(ValueError, match="seq_len 512 exceeds max_position_embeddings 64"):
+        WORKLOAD.Bert({**MODEL.hp("smoke"), "seq_len": 512})
+
+
+def test_schedule_warms_up_then_decays_linearly():
+    f = WORKLOAD.WarmupLinearDecay(1.0, 10_000, 1_000_000)
+    assert [float(f(s)) for s in (0, 4_999, 9_999, 499_999, 2_000_000)] == pytest.approx([1e-4, 0.5, 0.99, 0.5, 0.0])
+
+
+def adapter(hp, precision="fp32"):
+    return TensorFlowAdapter(WORKLOAD, hp, device="cpu", precision=precision, seed=0)
+
+
+def test_weight_decay_skips_layernorm_and_biases():
+    opt = adapter(MODEL.hp("smoke")).training.optimizer
+    decayed = {v.path for v in adapter(MODEL.hp("smoke")).training.model.trainable_variables
+               if not opt._use_weight_decay(v)}
+    assert decayed and all(p.endswith(("bias", "gamma", "beta")) for p in decayed)
+    assert (opt.weight_decay, opt.global_clipnorm) == (MODEL.hp("smoke")["weight_decay"], 1.0)
+
+
+@pytest.mark.parametrize("variant", [None, "squad"])
+def test_smoke_training_reduces_the_loss(variant):
+    hp = MODEL.hp("smoke", variant)
+    a = adapter(hp)
+    inputs = a.prepare(next(DATA.batches("synthetic", hp, 8, seed=1)))
+    losses = [a.loss_value(a.step(inputs)) for _ in range(6)]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0] * 0.95, losses
+
+
+def test_amp_step_runs_on_cpu():
+    a = adapter(MODEL.hp("smoke"), "amp")
+    assert a.training.model.pooler.compute_dtype == "bfloat16"
+    assert math.isfinite(a.loss_value(a.step(a.prepare(next(DATA.batches("synthetic", MODEL.hp("smoke"), 4, 0))))))
+    Precision("fp32", on_gpu=False)
+
+
+def test_workload_file_holds_no_timing_logging_or_profiling(plain_workload):
+    plain_workload(MODEL, "tensorflow")

@@ -1,0 +1,54 @@
+"""Inception-v3 on TensorFlow: torchvision's network with its auxiliary head, RMSProp and label
+smoothing from workload.toml, a smoke step that learns. Runs in the TensorFlow stack; parity with
+the other frameworks is tests/test_vision_frameworks.py."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tbdkit import catalog
+from stack_checks import adapter as stack_adapter, assert_learns, assert_workload_file_is_clean
+
+
+def adapter(name, hp=None):
+    """The tensorflow adapter of a model on the CPU (smoke preset unless `hp` is given)."""
+    return stack_adapter(name, "tensorflow", hp)
+
+
+MODEL = catalog.get("inception_v3")
+WORKLOAD = catalog.load_module(MODEL, "tensorflow")
+DATA = catalog.load_module(MODEL, "data")
+
+
+def test_parameter_counts_are_torchvisions():
+    assert adapter("inception_v3").model_info()["parameters"] == 23_834_568  # smoke: no auxiliary head
+    paper = adapter("inception_v3", MODEL.hp("paper"))
+    assert paper.model_info()["parameters"] == 27_161_264
+    images = tf.zeros((2, 299, 299, 3))
+    logits, aux = paper.training.model(images, training=True)
+    assert logits.shape == aux.shape == (2, 1000)
+    assert paper.training.model(images, training=False).shape == (2, 1000)  # inference: no auxiliary head
+
+
+def test_label_smoothed_cross_entropy_is_pytorchs():
+    logits = np.array([[2.0, 0.5, -1.0], [0.0, 1.0, 3.0]], np.float32)
+    labels = np.array([0, 1])
+    log_p = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+    target = np.full((2, 3), 0.1 / 3) + 0.9 * np.eye(3)[labels]
+    want = -(target * log_p).sum(1).mean()
+    got = WORKLOAD.classifier.cross_entropy(tf.constant(logits), tf.constant(labels, tf.int64), 0.1)
+    assert float(got) == pytest.approx(want, rel=1e-5)
+
+
+def test_rmsprop_comes_from_the_hyperparameters():
+    hp, opt = MODEL.hp("smoke"), adapter("inception_v3").training.optimizer
+    assert float(opt.learning_rate) == pytest.approx(hp["learning_rate"], rel=1e-6)
+    assert (opt.rho, opt.epsilon) == (hp["rmsprop_decay"], hp["rmsprop_epsilon"])
+
+
+def test_smoke_training_reduces_the_loss():
+    assert_learns(adapter("inception_v3"), DATA, MODEL.hp("smoke"), batch_size=2, steps=4, factor=0.8)
+
+
+def test_workload_file_is_clean():
+    assert_workload_file_is_clean("inception_v3", "tensorflow")

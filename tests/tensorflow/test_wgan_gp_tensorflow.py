@@ -1,0 +1,58 @@
+"""WGAN-GP on TensorFlow: gan_64x64.py's ResNet pair as pytorch.py builds it, the gradient penalty,
+the critic schedule, a smoke iteration whose critic learns. Runs in the TensorFlow stack; parity
+with PyTorch is tests/test_vision_frameworks.py."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tbdkit import catalog
+from stack_checks import adapter as stack_adapter, assert_learns, assert_workload_file_is_clean
+
+
+def adapter(name, hp=None):
+    """The tensorflow adapter of a model on the CPU (smoke preset unless `hp` is given)."""
+    return stack_adapter(name, "tensorflow", hp)
+
+
+MODEL = catalog.get("wgan_gp")
+WORKLOAD = catalog.load_module(MODEL, "tensorflow")
+DATA = catalog.load_module(MODEL, "data")
+
+
+def parameters(layer):
+    return sum(int(np.prod(w.shape)) for w in layer.trainable_weights)
+
+
+def test_paper_network_size_is_pytorchs():
+    pair = WORKLOAD.Pair(MODEL.hp("paper"))
+    assert (parameters(pair.generator), parameters(pair.critic)) == (8_540_483, 7_491_841)
+
+
+def test_shapes():
+    hp = MODEL.hp("smoke")
+    pair = adapter("wgan_gp").training.model
+    images = pair.generator(tf.random.normal((3, hp["noise_dim"])))
+    assert images.shape == (3, 64, 64, 3) and float(tf.reduce_max(tf.abs(images))) <= 1
+    assert pair.critic(images).shape == (3,)
+
+
+def test_gradient_penalty_of_a_linear_critic():
+    # D(x) = <w, x> has gradient w everywhere: the penalty is (||w|| - 1)^2.
+    w = tf.fill((8, 8, 3), 0.1)
+    critic = lambda x, training: tf.reduce_sum(tf.reshape(x * w, (tf.shape(x)[0], -1)), axis=1)  # noqa: E731
+    gp = WORKLOAD.gradient_penalty(critic, tf.random.normal((4, 8, 8, 3)), tf.random.normal((4, 8, 8, 3)))
+    assert float(gp) == pytest.approx((float(tf.norm(w)) - 1) ** 2, rel=1e-5)
+
+
+def test_smoke_iterations_train_the_critic_per_slice_and_the_generator_once():
+    hp = MODEL.hp("smoke")
+    a = adapter("wgan_gp")
+    assert_learns(a, DATA, hp, batch_size=2, steps=2, factor=0.8)
+    t = a.training
+    assert (int(t.c_optimizer.iterations), int(t.g_optimizer.iterations)) == (2 * hp["critic_iters"], 2)
+    assert (t.c_optimizer.beta_1, t.c_optimizer.beta_2, t.c_optimizer.epsilon) == (*hp["adam_betas"], hp["adam_epsilon"])
+
+
+def test_workload_file_is_clean():
+    assert_workload_file_is_clean("wgan_gp", "tensorflow")

@@ -1,0 +1,140 @@
+"""The analyses' arithmetic on fixtures: peak FLOP/s from device properties, MFU, the memory
+breakdown's attribution, and the kernel timeline (eq. 1 and the per-kernel table)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tbdkit.analysis import memory
+from tbdkit.analysis.peak import Device, mfu_metric, peak_flops, peak_metric
+from tbdkit.analysis.timeline import Kernel, busy_time, kernel_table, merge_utilization, utilization
+
+H100_SXM = Device("NVIDIA H100 80GB HBM3", "9.0", 132, 1980.0, "fixture")
+A100_SXM = Device("NVIDIA A100-SXM4-40GB", "8.0", 108, 1410.0, "fixture")
+
+
+def test_h100_fp32_peak_is_the_datasheet_67_tflops() -> None:
+    value, method, reason = peak_flops(H100_SXM, "fp32")
+    assert reason is None
+    assert value == pytest.approx(66.9e12, rel=0.002)
+    assert "132 SMs" in method and "128 FP32" in method
+
+
+def test_a100_peaks_match_the_datasheet() -> None:
+    assert peak_flops(A100_SXM, "fp32")[0] == pytest.approx(19.5e12, rel=0.002)
+    assert peak_flops(A100_SXM, "tf32")[0] == pytest.approx(156e12, rel=0.002)
+    assert peak_flops(A100_SXM, "amp")[0] == pytest.approx(312e12, rel=0.002)
+
+
+def test_h100_tensor_peaks_scale_with_the_clock() -> None:
+    # NVIDIA quotes 989.4 TFLOP/s dense FP16 at the 1830 MHz tensor boost clock
+    at_1830 = Device("H100", "9.0", 132, 1830.0, "fixture")
+    assert peak_flops(at_1830, "amp")[0] == pytest.approx(989.4e12, rel=0.002)
+    assert peak_flops(at_1830, "tf32")[0] == pytest.approx(494.7e12, rel=0.002)
+
+
+def test_unknown_architecture_is_null_with_reason() -> None:
+    volta = Device("V100", "7.0", 80, 1530.0, "fixture")
+    m = peak_metric(volta, "tf32")
+    assert m["value"] is None and "tf32" in m["reason"]
+    assert peak_metric(None, "fp32", "the run is on the CPU")["reason"] == "the run is on the CPU"
+
+
+def test_mfu_is_model_flops_times_throughput_over_peak() -> None:
+    peak = peak_metric(H100_SXM, "fp32")
+    m = mfu_metric(3 * 4.1e9 * 2, 1000.0, peak)   # ResNet-50: ~24.6 GFLOP per image trained, 1000 img/s
+    assert m["unit"] == "%"
+    assert m["value"] == pytest.approx(100 * 24.6e12 / 66.9e12, rel=0.003)
+    assert mfu_metric(None, 1000.0, peak, "not counted")["reason"] == "not counted"
+    assert "peak" in mfu_metric(1.0, 1.0, peak_metric(None, "fp32", "cpu"))["reason"]
+
+
+def _cats(**bytes_: int | None) -> dict:
+    return {c: memory.entry(bytes_.get(c), "fixture", None if bytes_.get(c) is not None else "unmeasured")
+            for c in memory.CATEGORIES}
+
+
+def test_memory_breakdown_sums_to_the_peak() -> None:
+    doc = memory.breakdown("cuda:0", _cats(weights=100, weight_gradients=100, feature_maps=600, dynamic=100),
+                           memory.entry(1000, "fixture"))
+    assert doc["unattributed"]["bytes"] == 100
+    total = sum(c["bytes"] or 0 for c in doc["categories"].values()) + doc["unattributed"]["bytes"]
+    assert total == doc["peak"]["bytes"]
+    assert memory.shares(doc)["feature_maps"] == pytest.approx(0.6)
+    assert doc["categories"]["workspace"]["reason"] == "unmeasured"
+
+
+def test_memory_breakdown_without_peak_leaves_unattributed_null() -> None:
+    doc = memory.breakdown("cpu", _cats(weights=1), memory.entry(None, "fixture", "no allocator"))
+    assert doc["unattributed"]["bytes"] is None and "no allocator" in doc["unattributed"]["reason"]
+    assert memory.shares(doc)["weights"] is None
+
+
+def test_memory_breakdown_requires_every_category() -> None:
+    cats = _cats(weights=1)
+    del cats["dynamic"]
+    with pytest.raises(ValueError, match="dynamic"):
+        memory.breakdown("cpu", cats, memory.entry(1, "fixture"))
+    with pytest.raises(ValueError):
+        memory.entry(None, "fixture")
+
+
+# Two streams: a [0,10) and b [5,15) overlap; c [20,25) alone; d has zero length. Elapsed 40 us.
+TRACE = [Kernel("a", 0, 10), Kernel("b", 5, 10), Kernel("c", 20, 5), Kernel("d", 30, 0), Kernel("a", 12, 2)]
+
+
+def test_busy_time_is_the_union_of_kernel_intervals() -> None:
+    assert busy_time(TRACE) == pytest.approx(20.0)  # [0,15) + [20,25)
+    assert busy_time([]) == 0.0
+    assert utilization(TRACE, 40.0) == pytest.approx(50.0)
+    with pytest.raises(ValueError):
+        utilization(TRACE, 0.0)
+
+
+def test_kernel_table_orders_by_total_time_with_shares() -> None:
+    rows = kernel_table(TRACE, "fixture")
+    assert [r["kernel"] for r in rows] == ["a", "b", "c", "d"]
+    a = rows[0]
+    assert (a["calls"], a["total_time_us"], a["mean_time_us"]) == (2, 12.0, 6.0)
+    assert a["time_share"] == pytest.approx(12 / 27, abs=1e-6)
+    assert sum(r["time_share"] for r in rows) == pytest.approx(1.0, abs=1e-5)
+    assert a["fp32_utilization"] == "" and a["tensor_utilization"] == ""
+
+
+def test_merge_fills_ncu_utilization_by_kernel_name() -> None:
+    rows = merge_utilization(kernel_table(TRACE, "trace"), {"b": {"fp32_utilization": 42.0, "tensor_utilization": None}},
+                             "ncu")
+    b = next(r for r in rows if r["kernel"] == "b")
+    assert b["fp32_utilization"] == 42.0 and b["tensor_utilization"] == "" and b["method"] == "trace; ncu"
+    assert next(r for r in rows if r["kernel"] == "a")["fp32_utilization"] == ""
+
+
+def test_kernels_from_a_torch_profiler_chrome_trace() -> None:
+    """Fixture in the layout of torch.profiler's export_chrome_trace (hand-written, see its events):
+    CPU span 1000-1030, kernels 1010-1050 and 1040-1060 on two streams and 1080-1100, a memcpy
+    1070-1080 that is not a kernel; the trace spans 1000-1100."""
+    import json
+    from pathlib import Path
+
+    from tbdkit.analysis.timeline import from_chrome_trace
+
+    doc = json.loads((Path(__file__).parent / "fixtures" / "trace" / "torch_profiler_trace.json").read_text())
+    kernels, elapsed = from_chrome_trace(doc)
+    assert elapsed == pytest.approx(100.0)
+    assert [k.name for k in kernels] == ["ampere_sgemm_128x64_nn", "void at::native::vectorized_elementwise_kernel<4>",
+                                         "ampere_sgemm_128x64_nn"]
+    assert kernels[0].start_us == pytest.approx(10.0)
+    assert utilization(kernels, elapsed) == pytest.approx(70.0)   # [10,60) + [80,100)
+    assert from_chrome_trace({"traceEvents": []}) == ([], 0.0)
+
+
+def test_merge_matches_names_that_differ_only_in_parameters_and_spacing() -> None:
+    trace_name = "void at::native::elementwise_kernel<128, 4, at::native::Fill<float> >(int, at::native::Fill<float>)"
+    ncu_name = "void at::native::elementwise_kernel<128,4,at::native::Fill<float>>(int, Fill<float>)"
+    rows = kernel_table([Kernel(trace_name, 0, 5), Kernel("other", 5, 5)], "trace")
+    merged = merge_utilization(rows, {ncu_name: {"fp32_utilization": 12.5, "tensor_utilization": 0.0}}, "ncu")
+    got = {r["kernel"]: r for r in merged}
+    assert got[trace_name]["fp32_utilization"] == 12.5 and got["other"]["fp32_utilization"] == ""
+    # two ncu kernels with the same loose name: ambiguous, left unfilled
+    twins = {ncu_name: {"fp32_utilization": 1.0}, ncu_name + " ": {"fp32_utilization": 2.0}}
+    assert next(r for r in merge_utilization(rows, twins, "ncu") if r["kernel"] == trace_name)["fp32_utilization"] == ""

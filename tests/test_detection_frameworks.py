@@ -1,0 +1,127 @@
+"""Faster R-CNN on every framework it has: the same network (parity of `tbdkit describe`: parameter
+count, canonical per-layer shapes, FLOPs per sample), the listed state difference, and PyTorch's
+weights read back unchanged in the others (and, in MXNet, the same RPN outputs). Parametrized as
+tests/test_vision_frameworks.py. Needs every stack installed (`make test` sets them up)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import tomllib
+
+import numpy as np
+import pytest
+
+from tbdkit import catalog
+
+# Mask R-CNN has no TensorFlow or MXNet network yet (README, support matrix); EfficientDet's TensorFlow
+# pair is tests/test_efficientdet_frameworks.py.
+FRAMEWORKS = {"faster_rcnn": ("pytorch", "tensorflow", "mxnet")}
+MODELS = list(FRAMEWORKS)
+PAIRS = [(m, a, b) for m in MODELS for a, b in itertools.combinations(FRAMEWORKS[m], 2)]
+# Forward FLOPs of the smoke reference image (500x375, resized to 341x256, padded to 352x256) as both
+# frameworks' training-mode forward passes run it: 2 per multiply-accumulate of every convolution and
+# dense layer at the positions the pass produced. The detector head runs on exactly roi_batch_size
+# (16) sampled RoIs, as in training, so the count does not depend on how many proposals survive NMS;
+# a convolution's positions are every output map of the batch (conv5 runs once per RoI: 16 x 7x7),
+# a dense layer's every row. ResNet-18's conv5 is 411 M multiply-accumulates per 7x7 RoI map, so the
+# head alone is 16 x 822 M = 13.15 GFLOPs of the 18.6.
+SMOKE_FORWARD_FLOPS = {"faster_rcnn": 18_616_025_088}
+
+
+@pytest.fixture(scope="module")
+def described(tmp_path_factory) -> dict[tuple[str, str], dict]:
+    """`python -m tbdkit.describe` (the JSON `tbdkit describe --json` prints) of each framework; PyTorch's
+    canonical weights are saved and loaded into the others (one run per framework, to keep CI short)."""
+    from tbdkit import stacks
+
+    out = {}
+    for model in MODELS:
+        folder = tmp_path_factory.mktemp(model)
+        for fw in FRAMEWORKS[model]:
+            args = ["--save", str(folder / f"{fw}.npz")]
+            if fw != "pytorch":
+                args += ["--weights-from", str(folder / "pytorch.npz")]
+            proc = subprocess.run([str(stacks.python_of(fw)), "-m", "tbdkit.describe", "--model", model,
+                                   "--framework", fw, "--preset", "smoke", *args],
+                                  capture_output=True, text=True, env=stacks.agent_env())
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            out[model, fw] = json.loads(proc.stdout) | {"npz": folder / f"{fw}.npz"}
+    return out
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_the_frameworks_are_there(model):
+    assert catalog.get(model).frameworks == FRAMEWORKS[model]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, a, b", PAIRS)
+def test_the_same_network_on_each_pair(described, model, a, b):
+    da, db = described[model, a], described[model, b]
+    assert da["parameters"] == db["parameters"]
+    assert [(x["name"], x["params"]) for x in da["layers"]] == [(x["name"], x["params"]) for x in db["layers"]]
+    fa, fb = da["flops_per_sample"]["forward"], db["flops_per_sample"]["forward"]
+    assert abs(fa - fb) <= 0.01 * max(fa, fb), (fa, fb)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, framework", [(m, fw) for m in MODELS for fw in FRAMEWORKS[m]])
+def test_flops_are_the_networks(described, model, framework):
+    flops = described[model, framework]["flops_per_sample"]
+    assert flops["forward"] == pytest.approx(SMOKE_FORWARD_FLOPS[model], rel=0.01)
+    assert flops["training"] == 3 * flops["forward"]
+
+
+@pytest.mark.slow
+def test_faster_rcnn_layers_in_canonical_order(described):
+    """conv1-conv4 (ResNet-18: conv1, 4 convolutions in conv2, 5 in conv3 and conv4, the last two with
+    their projection shortcut; each with its batch norm), the RPN head's three convolutions, conv5
+    (5 convolutions) and the predictor's two dense layers, in PyTorch's forward order."""
+    kinds = [x["kind"] for x in described["faster_rcnn", "pytorch"]["layers"]]
+    assert kinds.count("conv2d") == 15 + 3 + 5 and kinds.count("batchnorm") == 15 + 5
+    assert kinds[-2:] == ["dense", "dense"] and kinds[30:33] == ["conv2d"] * 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", MODELS)
+def test_state_differences_are_the_listed_ones(described, model):
+    listed = tomllib.loads((catalog.get(model).folder / "workload.toml").read_text())["framework_difference"]
+    (entry,) = [d for d in listed if "smoke_state_values" in d]
+    for fw in FRAMEWORKS[model]:
+        assert described[model, fw]["framework_state"]["non_trainable_state"] == entry["smoke_state_values"][fw]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", MODELS)
+def test_same_weights_same_rpn_outputs(described, model):
+    """PyTorch's weights, moved through the canonical layout into MXNet, read back unchanged and give the
+    same RPN outputs on the same two images (resize, normalization, trunk and RPN head agree
+    numerically). The losses are not compared: each framework's samplers draw different anchors and
+    RoIs, so the same weights give different losses."""
+    theirs, ours = np.load(described[model, "pytorch"]["npz"]), np.load(described[model, "mxnet"]["npz"])
+    keys = [k for k in theirs.files if "/" in k]
+    # 23 convolutions (the RPN head's 3 with biases), 20 batch norms (gamma, beta), 2 dense layers (weight, bias)
+    assert len(keys) == 23 + 3 + 2 * 20 + 2 * 2
+    for key in keys:
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+    assert all(np.isfinite(ours[k]).all() for k in ours.files if k.startswith("loss_"))
+    # the deterministic half of the network: resize and normalization, conv1-conv4, the RPN head
+    for key in ("rpn_objectness", "rpn_deltas"):
+        assert ours[key].shape == theirs[key].shape, key
+        scale = float(np.abs(theirs[key]).max())
+        np.testing.assert_allclose(ours[key], theirs[key], atol=1e-4 * max(scale, 1.0), err_msg=key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", MODELS)
+def test_tensorflow_reads_back_pytorchs_weights(described, model):
+    """PyTorch's weights, moved through the canonical layout into TensorFlow, read back unchanged and
+    train to finite losses (TensorFlow's forward returns only the losses: its outputs are not compared)."""
+    theirs, ours = np.load(described[model, "pytorch"]["npz"]), np.load(described[model, "tensorflow"]["npz"])
+    keys = [k for k in theirs.files if "/" in k]
+    assert keys and keys == [k for k in ours.files if "/" in k]
+    for key in keys:
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+    assert all(np.isfinite(ours[k]).all() for k in ours.files if "/" not in k)

@@ -1,0 +1,159 @@
+"""A3C, MiniGo and BERT on every framework, side by side: the same network
+(parity of `tbdkit describe`: parameter count, per-layer shapes in canonical order, FLOPs per
+sample), the same outputs for the same weights, the listed state differences, and one
+`tbdkit bench --framework all` run. Needs every stack installed (`make test` sets them up)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tomllib
+
+import numpy as np
+import pytest
+
+from tbdkit import catalog, stacks
+
+MODELS = ["a3c", "minigo", "bert"]
+FRAMEWORKS = ["pytorch", "tensorflow", "mxnet"]
+PAIRS = [(m, a, b) for m in MODELS for a, b in itertools.combinations(FRAMEWORKS, 2)]
+
+
+def tbdkit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ))
+
+
+@pytest.fixture(scope="module")
+def described() -> dict[tuple[str, str], dict]:
+    out = {}
+    for model in MODELS:
+        for fw in FRAMEWORKS:
+            proc = tbdkit("describe", model, "--framework", fw, "--preset", "smoke", "--json")
+            assert proc.returncode == 0, proc.stderr
+            out[model, fw] = json.loads(proc.stdout)
+    return out
+
+
+def expected_forward_flops(model: str, hp: dict) -> int:
+    """Forward FLOPs of one reference sample from the hyperparameters alone (2 per multiply-accumulate)."""
+    if model == "a3c":
+        def out(n, k, s):
+            return (n - k) // s + 1
+        h1, w1 = out(hp["frame_height"], hp["conv1_kernel"], hp["conv1_stride"]), out(
+            hp["frame_width"], hp["conv1_kernel"], hp["conv1_stride"])
+        h2, w2 = out(h1, hp["conv2_kernel"], hp["conv2_stride"]), out(w1, hp["conv2_kernel"], hp["conv2_stride"])
+        macs = hp["conv1_channels"] * hp["frame_stack"] * hp["conv1_kernel"] ** 2 * h1 * w1
+        macs += hp["conv2_channels"] * hp["conv1_channels"] * hp["conv2_kernel"] ** 2 * h2 * w2
+        macs += hp["conv2_channels"] * h2 * w2 * hp["hidden"] + hp["hidden"] * (hp["actions"] + 1)
+        return 2 * macs
+    if model == "minigo":
+        n, w, planes = hp["board_size"], hp["conv_width"], 2 * hp["history"] + 1
+        pw, vw, fc = hp["policy_conv_width"], hp["value_conv_width"], hp["fc_width"]
+        macs = n * n * (planes * w * 9 + hp["trunk_layers"] * 2 * w * w * 9 + w * (pw + vw))
+        macs += pw * n * n * (n * n + 1) + vw * n * n * fc + fc
+        return 2 * macs
+    if model == "bert":  # every dense layer at every position; pooler and next sentence once per sequence
+        h, i, v, s = hp["hidden_size"], hp["intermediate_size"], hp["vocab_size"], hp["seq_len"]
+        macs = s * hp["num_hidden_layers"] * (4 * h * h + 2 * h * i) + h * h + s * (h * h + h * v) + 2 * h
+        return 2 * macs
+    raise AssertionError(f"no FLOP formula for {model}")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_framework_is_there(model):
+    assert list(catalog.get(model).frameworks) == FRAMEWORKS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, a, b", PAIRS)
+def test_the_same_network_on_each_pair(described, model, a, b):
+    da, db = described[model, a], described[model, b]
+    assert da["parameters"] == db["parameters"]
+    assert [(x["name"], x["params"]) for x in da["layers"]] == [(x["name"], x["params"]) for x in db["layers"]]
+    fa, fb = da["flops_per_sample"]["forward"], db["flops_per_sample"]["forward"]
+    assert abs(fa - fb) <= 0.01 * max(fa, fb), (fa, fb)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, framework", [(m, f) for m in MODELS for f in FRAMEWORKS])
+def test_flops_match_the_hyperparameters(described, model, framework):
+    forward = described[model, framework]["flops_per_sample"]["forward"]
+    assert forward == pytest.approx(expected_forward_flops(model, catalog.get(model).hp("smoke")), rel=0.01)
+    assert described[model, framework]["flops_per_sample"]["training"] == 3 * forward
+
+
+@pytest.mark.slow
+def test_a3c_layer_order_is_canonical(described):
+    for fw in FRAMEWORKS:
+        assert [x["name"] for x in described["a3c", fw]["layers"]] == ["conv1", "conv2", "dense1", "dense2", "dense3"]
+    assert described["a3c", "pytorch"]["parameters"] == 677_943
+
+
+@pytest.mark.slow
+def test_minigo_layer_order_is_canonical(described):
+    names = ["conv1", "bn1"] + [f"{k}{i}" for i in range(2, 20) for k in ("conv", "bn")]
+    names += ["conv20", "bn20", "dense1", "conv21", "bn21", "dense2", "dense3"]
+    for fw in FRAMEWORKS:
+        layers = described["minigo", fw]["layers"]
+        assert [x["name"] for x in layers] == names
+        assert layers[-6]["params"] == {} and layers[-3]["params"] == {}  # the heads' batch norms: no scale/offset
+
+
+@pytest.mark.slow
+def test_bert_decoder_is_tied_to_the_word_embeddings(described):
+    for fw in FRAMEWORKS:
+        layers = described["bert", fw]["layers"]
+        assert [x["kind"] for x in layers[:4]] == ["embedding"] * 3 + ["layernorm"]
+        assert layers[-2]["params"] == {"bias": [2000]} and layers[-2]["tied"] == {"weight": [2000, 64]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", MODELS)
+def test_state_differences_are_the_listed_ones(described, model):
+    """Non-trainable state per framework is what workload.toml says (`smoke_state_values`), or none."""
+    listed = tomllib.loads((catalog.get(model).folder / "workload.toml").read_text()).get("framework_difference", [])
+    entries = [d["smoke_state_values"] for d in listed if "smoke_state_values" in d]
+    expected = entries[0] if entries else dict.fromkeys(FRAMEWORKS, 0)
+    assert {fw: described[model, fw]["framework_state"]["non_trainable_state"] for fw in FRAMEWORKS} == expected
+
+
+def run_describe(framework: str, model: str, *args: str) -> None:
+    subprocess.run([str(stacks.python_of(framework)), "-m", "tbdkit.describe", "--model", model,
+                    "--framework", framework, *args], check=True, capture_output=True, env=stacks.agent_env())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, framework", [(m, f) for m in MODELS for f in FRAMEWORKS[1:]])
+def test_same_weights_same_outputs(tmp_path, model, framework):
+    """PyTorch's weights, moved through the canonical layout into the other framework, give the same
+    outputs on the same probe batch: the same network, numerically."""
+    theirs_path, ours_path = tmp_path / "pytorch.npz", tmp_path / f"{framework}.npz"
+    run_describe("pytorch", model, "--save", str(theirs_path))
+    run_describe(framework, model, "--weights-from", str(theirs_path), "--save", str(ours_path))
+    theirs, ours = np.load(theirs_path), np.load(ours_path)
+    assert ours.files == theirs.files
+    for key in theirs.files:
+        if "/" in key:  # canonical weights, read back from the framework after loading
+            np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+        else:           # the network's outputs on the probe batch
+            np.testing.assert_allclose(ours[key], theirs[key], atol=1e-4, rtol=1e-4, err_msg=key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", MODELS)
+def test_bench_all_frameworks(tmp_path, model):
+    results = tmp_path / "r"
+    proc = tbdkit("bench", "--model", model, "--framework", "all", "--preset", "smoke", "--device", "cpu",
+                  "--max-warmup-s", "3", "--max-measure-s", "4", "--results", str(results))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    summaries = [json.loads((d / "summary.json").read_text()) for d in sorted(results.iterdir()) if d.is_dir()]
+    assert sorted(s["framework"] for s in summaries) == sorted(FRAMEWORKS)
+    unit = catalog.get(model).throughput_unit
+    for s in summaries:
+        assert s["status"] == "ok" and s["metrics"]["throughput"]["unit"] == unit, s
+        assert s["metrics"]["throughput"]["value"] > 0 and s["loss"]["last"] is not None, s
+        assert s["model_info"]["parameters"] == summaries[0]["model_info"]["parameters"]

@@ -1,0 +1,225 @@
+"""`tbdkit report`: claim checks that hold, fail and lack data; figures drawn or refused with a
+reason; the HTML, Markdown and CSV it writes; and report.html rendered in headless Chromium."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tbdkit.report import build_report, claims, figures, runs as runs_mod
+from report_fixtures import make_run
+
+MiB = 2**20
+
+
+def load(results: Path) -> list[runs_mod.Run]:
+    return runs_mod.load(results)
+
+
+def verdict(results: Path, check) -> claims.Verdict:
+    return check(load(results))
+
+
+def test_obs1_holds_fails_and_lacks_data(tmp_path):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for batch, thr in ((2, 10.0), (4, 18.0), (8, 30.0)):
+        make_run(a, "resnet50", "pytorch", batch, thr)
+    for batch, thr in ((2, 10.0), (4, 18.0), (8, 12.0)):  # a drop far beyond the 1% CI
+        make_run(b, "resnet50", "pytorch", batch, thr)
+    make_run(c, "resnet50", "pytorch", 2, 10.0)
+    assert verdict(a, claims.obs1_throughput_rises).verdict == claims.HOLDS
+    v = verdict(b, claims.obs1_throughput_rises)
+    assert v.verdict == claims.FAILS and "drop after b4" in v.evidence[0]
+    assert verdict(c, claims.obs1_throughput_rises).verdict == claims.NO_DATA
+
+
+def test_obs2_ds2_near_linear_scaling(tmp_path):
+    good, flat = tmp_path / "g", tmp_path / "f"
+    for batch in (2, 4, 8):
+        make_run(good, "deepspeech2", "pytorch", batch, 5.0 * batch)
+        make_run(flat, "deepspeech2", "pytorch", batch, 10.0 + batch * 0.1)
+    v = verdict(good, claims.obs2_rnn_no_saturation)
+    assert v.verdict == claims.HOLDS and "k = 1.00" in v.evidence[0]
+    assert verdict(flat, claims.obs2_rnn_no_saturation).verdict == claims.FAILS
+
+
+def test_obs3_ranking_differs_between_models(tmp_path):
+    differs, same = tmp_path / "d", tmp_path / "s"
+    for results, nmt_winner in ((differs, "tensorflow"), (same, "mxnet")):
+        make_run(results, "resnet50", "mxnet", 32, 200.0)
+        make_run(results, "resnet50", "tensorflow", 32, 150.0)
+        make_run(results, "seq2seq", "mxnet", 64, 300.0 if nmt_winner == "mxnet" else 200.0)
+        make_run(results, "seq2seq", "tensorflow", 64, 250.0)
+    assert verdict(differs, claims.obs3_ranking_differs).verdict == claims.HOLDS
+    assert verdict(same, claims.obs3_ranking_differs).verdict == claims.FAILS
+    lone = tmp_path / "l"
+    make_run(lone, "resnet50", "mxnet", 32, 200.0)
+    make_run(lone, "resnet50", "tensorflow", 32, 150.0)
+    assert verdict(lone, claims.obs3_ranking_differs).verdict == claims.NO_DATA
+
+
+def test_gpu_claims_lack_data_on_cpu_runs_and_say_why(tmp_path):
+    for batch in (2, 4):
+        make_run(tmp_path, "seq2seq", "pytorch", batch, 10.0 * batch)
+        make_run(tmp_path, "transformer", "pytorch", batch, 10.0 * batch)
+    runs = load(tmp_path)
+    for check in (claims.obs4_gpu_util_rises, claims.obs5_lstm_low_util, claims.obs6_fp32_util_rises,
+                  claims.obs7_rnn_low_fp32, claims.obs8_long_low_kernels, claims.obs9_faster_gpu_lower_util):
+        v = check(runs)
+        assert v.verdict == claims.NO_DATA, (check.__name__, v)
+    assert "no GPU" in " ".join(claims.obs5_lstm_low_util(runs).evidence)
+
+
+def test_gpu_claims_decide_on_gpu_runs(tmp_path):
+    h100 = dict(device="cuda:0", device_name="NVIDIA H100")
+    for batch, util, fp32 in ((16, 60.0, 30.0), (32, 80.0, 45.0)):
+        make_run(tmp_path, "seq2seq", "pytorch", batch, 10.0 * batch, metrics={"gpu_utilization": util - 30, "fp32_utilization": fp32 / 3}, **h100)
+        make_run(tmp_path, "transformer", "pytorch", batch, 10.0 * batch, metrics={"gpu_utilization": util, "fp32_utilization": fp32}, **h100)
+        make_run(tmp_path, "transformer", "pytorch", batch, 5.0 * batch, device="cuda:0", device_name="Tesla V100",
+                 metrics={"gpu_utilization": util + 10, "fp32_utilization": fp32 + 5})
+    runs = load(tmp_path)
+    assert claims.obs4_gpu_util_rises(runs).verdict == claims.HOLDS
+    assert claims.obs5_lstm_low_util(runs).verdict == claims.HOLDS
+    assert claims.obs6_fp32_util_rises(runs).verdict == claims.HOLDS
+    assert claims.obs7_rnn_low_fp32(runs).verdict == claims.HOLDS
+    v9 = claims.obs9_faster_gpu_lower_util(runs)
+    assert v9.verdict == claims.HOLDS and "NVIDIA H100" in v9.evidence[0]
+
+
+def test_obs8_kernel_table_below_average(tmp_path):
+    kernels = [{"kernel": "sgemm_big", "time_share": 0.50, "fp32_utilization": 80.0},
+               {"kernel": "bn_fw_kernel", "time_share": 0.10, "fp32_utilization": 20.0},
+               {"kernel": "relu_kernel", "time_share": 0.01, "fp32_utilization": 5.0}]
+    run = make_run(tmp_path, "resnet50", "pytorch", 32, 100.0, device="cuda:0", device_name="NVIDIA H100", kernels=kernels)
+    (r,) = load(tmp_path)
+    rows = claims.long_kernels_below_average(r)
+    assert [k["kernel"] for k in rows] == ["bn_fw_kernel", "relu_kernel"]
+    assert rows[0]["average_fp32"] == pytest.approx((0.5 * 80 + 0.1 * 20 + 0.01 * 5) / 0.61)
+    assert claims.obs8_long_low_kernels([r]).verdict == claims.HOLDS
+    assert run.is_dir()
+
+
+def test_memory_claims(tmp_path):
+    dominated, not_dominated = tmp_path / "d", tmp_path / "n"
+    for batch in (8, 16, 32):
+        make_run(dominated, "resnet50", "pytorch", batch, 10.0 * batch,
+                 memory={"weights": 100 * MiB, "weight_gradients": 100 * MiB, "feature_maps": 50 * MiB * batch,
+                         "workspace": None, "dynamic": 100 * MiB})
+        make_run(not_dominated, "resnet50", "pytorch", batch, 10.0 * batch,
+                 memory={"weights": 900 * MiB, "weight_gradients": 900 * MiB, "feature_maps": 10 * MiB * batch ** 2,
+                         "workspace": None, "dynamic": 0})
+    assert verdict(dominated, claims.obs10_feature_maps_dominate).verdict == claims.HOLDS
+    assert verdict(dominated, claims.obs11_feature_maps_linear).verdict == claims.HOLDS
+    assert verdict(not_dominated, claims.obs10_feature_maps_dominate).verdict == claims.FAILS
+    assert verdict(not_dominated, claims.obs11_feature_maps_linear).verdict == claims.FAILS
+
+
+def test_obs12_slower_link_lowers_per_worker_throughput(tmp_path):
+    make_run(tmp_path, "resnet50", "pytorch", 8, 10.0)
+    make_run(tmp_path, "resnet50", "pytorch", 8, 19.0, world_size=2, nodes=2)
+    make_run(tmp_path, "resnet50", "pytorch", 8, 12.0, world_size=2, nodes=2, link_rate="1gbit")
+    runs = load(tmp_path)
+    v = claims.obs12_bandwidth(runs)
+    assert v.verdict == claims.HOLDS and "1gbit" in v.evidence[0]
+    assert isinstance(figures.scaling(runs), figures.Figure)
+
+
+def test_figures_drawn_or_refused_with_reasons(tmp_path):
+    for batch in (2, 4):
+        make_run(tmp_path, "deepspeech2", "pytorch", batch, 5.0 * batch)
+        make_run(tmp_path, "deepspeech2", "tensorflow", batch, 4.0 * batch)
+    runs = load(tmp_path)
+    assert isinstance(figures.throughput_vs_batch(runs), figures.Figure)
+    gpu = figures.gpu_utilization_vs_batch(runs)
+    assert isinstance(gpu, figures.Missing) and "no GPU" in gpu.reason
+    assert isinstance(figures.fp32_utilization_vs_batch(runs), figures.Missing)
+    assert "1 device" in figures.across_devices(runs).reason
+    assert "no memory.json" in figures.memory_breakdown(runs).reason
+    assert "no multi-worker run" in figures.scaling(runs).reason
+    make_run(tmp_path, "deepspeech2", "pytorch", 2, 50.0, device="cuda:0", device_name="NVIDIA H100")
+    assert isinstance(figures.across_devices(load(tmp_path)), figures.Figure)
+
+
+def full_fixture(results: Path) -> None:
+    h100 = dict(device="cuda:0", device_name="NVIDIA H100")
+    for batch in (8, 16, 32):
+        mem = {"weights": 98 * MiB, "weight_gradients": 98 * MiB, "feature_maps": 60 * MiB * batch, "workspace": 20 * MiB,
+               "dynamic": 98 * MiB}
+        for fw, scale in (("pytorch", 1.0), ("tensorflow", 0.8)):
+            make_run(results, "resnet50", fw, batch, 40.0 * batch * scale, memory=mem, **h100,
+                     metrics={"gpu_utilization": 70 + batch / 2, "gpu_utilization_trace": 60 + batch / 2,
+                              "fp32_utilization": 30 + batch / 4, "tensor_utilization": 0.0},
+                     kernels=[{"kernel": "sgemm", "time_share": 0.6, "fp32_utilization": 70.0},
+                              {"kernel": "bn_fw", "time_share": 0.2, "fp32_utilization": 15.0}])
+            make_run(results, "deepspeech2", fw, batch, 3.0 * batch * scale, started="2026-11-22T11:00:00")
+    make_run(results, "resnet50", "pytorch", 8, 100.0, device="cuda:0", device_name="Tesla V100",
+             metrics={"gpu_utilization": 90.0, "fp32_utilization": 50.0})
+    make_run(results, "resnet50", "pytorch", 8, 600.0, world_size=2, nodes=2, **h100)
+
+
+def test_build_report_writes_html_md_csv_and_figures(tmp_path):
+    results, out = tmp_path / "results", tmp_path / "report"
+    full_fixture(results)
+    html = build_report(results, out)
+    assert html == out / "report.html"
+    text = html.read_text()
+    assert text.count('src="data:image/png;base64,') == 6  # every figure has data here
+    assert "http://" not in text and "https://" not in text  # self-contained
+    for n in range(1, 13):
+        assert f'id="obs{n}"' in text
+    assert "magma_lds128_sgemm_kernel" in text and "bn_fw" in text  # paper's Table V and ours
+    for key in ("fig4_throughput", "fig5_gpu_utilization", "fig6_fp32_utilization", "fig7_devices", "fig8_memory",
+                "fig9_scaling"):
+        assert (out / "figures" / f"{key}.png").stat().st_size > 5000
+        assert (out / "figures" / f"{key}.svg").read_text().lstrip().startswith("<?xml")
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert len(rows) == len(list(p for p in results.iterdir() if p.is_dir()))
+    assert {r["model"] for r in rows} == {"resnet50", "deepspeech2"}
+    md = (out / "report.md").read_text()
+    assert md.index("observations") < md.index("## Figures") and "![Throughput" in md
+    assert "NVIDIA H100" in md and "580.1" in md  # environment section
+
+
+def test_report_cli_errors_are_one_sentence(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "tbdkit.cli", "report", str(tmp_path / "nowhere"), "-o", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stdout + proc.stderr
+    assert "No results folder" in proc.stdout + proc.stderr
+
+
+def chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_report_html_renders_in_headless_chromium(tmp_path):
+    browser = chromium()
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs Debian's chromium for this test")
+        pytest.skip("no chromium on this machine (apt-get install chromium)")
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    results, out = tmp_path / "results", tmp_path / "report"
+    full_fixture(results)
+    html = build_report(results, out)
+    problems: list[str] = []
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=browser, args=["--no-sandbox"])
+        page = b.new_page()
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
+        page.goto(html.as_uri())
+        page.wait_for_load_state("load")
+        widths = page.eval_on_selector_all("img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
+        claims_rows = page.eval_on_selector_all("#claims + p + table tr", "rows => rows.length")
+        title = page.title()
+        b.close()
+    assert problems == []
+    assert len(widths) == 6 and all(w > 300 for w in widths), widths
+    assert claims_rows == 13 and title.startswith("tbdkit report")

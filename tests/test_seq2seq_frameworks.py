@@ -1,0 +1,125 @@
+"""Seq2Seq on every framework, side by side: the same network (parity of `tbdkit describe`: the
+same parameters in the same canonical layers, the same FLOPs per sentence) and, with PyTorch's
+weights moved through the canonical layout, the same outputs. Needs every stack (`make test`)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from tbdkit import catalog
+from test_frameworks import assert_same_sequence_outputs, save_pytorch_weights
+
+MODEL = catalog.get("seq2seq")
+FRAMEWORKS = list(MODEL.frameworks)
+
+
+def tbdkit(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ))
+
+
+@pytest.fixture(scope="module")
+def described() -> dict[str, dict]:
+    out = {}
+    for fw in FRAMEWORKS:
+        proc = tbdkit("describe", "seq2seq", "--framework", fw, "--preset", "smoke", "--json")
+        assert proc.returncode == 0, proc.stderr
+        out[fw] = json.loads(proc.stdout)
+    return out
+
+
+def test_seq2seq_has_all_three_frameworks():
+    assert FRAMEWORKS == ["pytorch", "tensorflow", "mxnet"]
+
+
+def expected_forward_flops(hp) -> int:
+    """Forward FLOPs of the reference sentence pair from the hyperparameters alone (2 per multiply-
+    accumulate of the weight products; attention scores and contexts hold no weights, not counted)."""
+    u, s = hp["num_units"], round(hp["length_mean"])
+    t = round(s * hp["target_length_ratio"]) + 1  # decoder steps: <s> y (labels y </s>)
+    encoder = 2 * s * (4 * u * u + 4 * u * u)                      # two directions, input u
+    keys = s * 2 * u * u                                            # memory layer
+    decoder = t * ((4 * u * 2 * u + 4 * u * u) + (4 * u * u + 4 * u * u) + 3 * u * u + u * hp["target_vocab_size"])
+    return 2 * (encoder + keys + decoder)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("a, b", list(itertools.combinations(FRAMEWORKS, 2)))
+def test_the_same_network_on_each_pair(described, a, b):
+    da, db = described[a], described[b]
+    assert da["parameters"] == db["parameters"]
+    assert [(x["name"], x["params"]) for x in da["layers"]] == [(x["name"], x["params"]) for x in db["layers"]]
+    fa, fb = da["flops_per_sample"]["forward"], db["flops_per_sample"]["forward"]
+    assert abs(fa - fb) <= 0.01 * max(fa, fb), (fa, fb)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_flops_match_the_hyperparameters(described, framework):
+    forward = described[framework]["flops_per_sample"]["forward"]
+    assert forward == pytest.approx(expected_forward_flops(MODEL.hp("smoke")), rel=0.01)
+    assert described[framework]["flops_per_sample"]["training"] == 3 * forward
+
+
+@pytest.mark.slow
+def test_layer_order_is_canonical(described):
+    assert [x["name"] for x in described["pytorch"]["layers"]] == [
+        "embedding1", "lstm1.forward", "lstm1.backward", "dense1", "embedding2", "lstm2", "lstm3", "dense2",
+        "dense3", "scale1"]
+
+
+def test_framework_differences_are_listed():
+    listed = tomllib.loads((MODEL.folder / "workload.toml").read_text())["framework_difference"]
+    assert all("what" in d and set(d) & {"all", "pytorch", "tensorflow", "mxnet"} for d in listed)
+    assert any("LSTM" in d["what"] for d in listed)
+
+
+@pytest.fixture(scope="module")
+def pytorch_weights(tmp_path_factory):
+    path = tmp_path_factory.mktemp("weights") / "pytorch.npz"
+    save_pytorch_weights("seq2seq", path)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
+def test_same_weights_same_outputs(pytorch_weights, tmp_path, framework):
+    """PyTorch's weights, moved through the canonical layout into the other framework, give the same
+    log-probabilities on the same two sentence pairs: the same network, numerically."""
+    assert_same_sequence_outputs("seq2seq", framework, pytorch_weights, tmp_path / f"{framework}.npz")
+
+
+DIGEST = """
+import hashlib, sys
+from tbdkit import catalog
+model = catalog.get("seq2seq")
+data = catalog.load_module(model, "data")
+it = data.batches("synthetic", model.hp("smoke"), 4, 7)
+h = hashlib.sha256()
+for _ in range(3):
+    b = next(it)
+    for a in (b.source, b.source_lengths, b.target_in, b.target_out, b.target_lengths):
+        h.update(a.tobytes())
+print(h.hexdigest())
+"""
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
+def test_the_same_batches_in_every_stack(framework):
+    """The synthetic generator gives identical token streams and lengths for the same seed in every
+    stack's Python and NumPy (MXNet's stack pins NumPy below 1.24)."""
+    from tbdkit import stacks
+
+    def digest(fw: str) -> str:
+        proc = subprocess.run([str(stacks.python_of(fw)), "-c", DIGEST], capture_output=True, text=True,
+                              env=stacks.agent_env(), check=True)
+        return proc.stdout.strip()
+
+    assert digest(framework) == digest("pytorch") != ""

@@ -1,0 +1,177 @@
+"""`tbdkit sweep`, `bundle` and `reproduce` for real on this machine's CPU: a small sweep, a
+sweep killed mid-grid and resumed, the max-batch search under a memory limit, and a bundle's
+round trip through reproduce."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tbdkit import artifact
+from tbdkit.store import Index
+
+FAST = ["--framework", "pytorch", "--preset", "smoke", "--device", "cpu", "--max-warmup-s", "2", "--max-measure-s", "3"]
+
+
+def tbdkit_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tbdkit.cli", *args]
+
+
+def tbdkit(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+    return subprocess.run(tbdkit_cmd(*args), capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+
+
+def state_of(results: Path) -> dict:
+    (path,) = results.glob("sweeps/*/sweep.json")
+    return json.loads(path.read_text())
+
+
+def fingerprint(run_dir: Path) -> dict[str, tuple[int, str]]:
+    return {p.name: (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(run_dir.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def small_sweep(tmp_path_factory):
+    results = tmp_path_factory.mktemp("sweep") / "results"
+    proc = tbdkit("sweep", "deepspeech2", *FAST, "--batch", "1,2", "--cv-limit", "0.5", "--results", str(results))
+    return results, proc
+
+
+@pytest.mark.slow
+def test_small_sweep_runs_the_grid(small_sweep):
+    results, proc = small_sweep
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    state = state_of(results)
+    assert list(state["points"]) == ["pytorch/fp32/b1/r0", "pytorch/fp32/b2/r0"]
+    runs = {r["run_id"]: r for r in Index(results).runs()}
+    for key, point in state["points"].items():
+        assert point["status"] == "ok" and runs[point["run_id"]]["status"] == "ok"
+        assert runs[point["run_id"]]["batch_size"] == point["batch_size"] and point["throughput"] > 0
+        assert point["window_cv"] is not None and point["window_cv"] >= 0
+    rows = Index(results).sweep_points(state["sweep_id"])
+    assert [(r["batch_size"], r["status"]) for r in rows] == [(1, "ok"), (2, "ok")]
+    assert "done 2 · failed 0 · pending 0" in proc.stdout and "ETA" in proc.stdout
+    assert "batch 1" in proc.stdout and "sweep.json" in proc.stdout
+    again = tbdkit("sweep", "deepspeech2", *FAST, "--batch", "1,2", "--cv-limit", "0.5", "--results", str(results))
+    assert again.returncode == 0 and state_of(results)["points"] == state["points"]  # nothing re-ran
+    assert len([d for d in results.iterdir() if (d / "spec.json").exists()]) == 2
+
+
+@pytest.mark.slow
+def test_bundle_and_reproduce_round_trip(small_sweep, tmp_path):
+    results, proc = small_sweep
+    assert proc.returncode == 0
+    bundle = tmp_path / "artifact.tar.gz"
+    made = tbdkit("bundle", str(results), "-o", str(bundle))
+    assert made.returncode == 0, made.stdout + made.stderr
+    manifest, files = artifact.read(bundle)
+    runs = sorted(p["run_id"] for p in state_of(results)["points"].values())
+    assert manifest["runs"] == runs and len(manifest["sweeps"]) == 1
+    for run in runs:
+        for name in ("spec.json", "env.json", "summary.json", "iterations.csv", "log.txt"):
+            assert files[f"results/{run}/{name}"] == (results / run / name).read_bytes()
+    assert "images.lock" in files and manifest["kit_version"] == "0.1.0"
+    assert all(len(f["sha256"]) == 64 for f in manifest["files"].values())
+    new_results = tmp_path / "again"
+    rep = tbdkit("reproduce", str(bundle), "--results", str(new_results))
+    assert rep.returncode == 0, rep.stdout + rep.stderr
+    (report_file,) = new_results.glob("reproduce-*.json")
+    report = json.loads(report_file.read_text())
+    assert [p["recorded_run"] for p in report["points"]] == runs
+    for point in report["points"]:
+        new_run = json.loads((new_results / point["new_run"] / "summary.json").read_text())
+        thr = point["metrics"]["throughput"]
+        assert thr["new"] == new_run["metrics"]["throughput"]["value"]
+        assert thr["ratio"] == pytest.approx(thr["new"] / thr["recorded"]) and 0.2 < thr["ratio"] < 5
+        assert json.loads((new_results / point["new_run"] / "spec.json").read_text()) == \
+            json.loads(files[f"results/{point['recorded_run']}/spec.json"])
+    assert "new / recorded" in rep.stdout
+    (tmp_path / "bad.tar.gz").write_bytes(bundle.read_bytes()[:-300])
+    bad = tbdkit("reproduce", str(tmp_path / "bad.tar.gz"), "--results", str(tmp_path / "x"))
+    assert bad.returncode == 2 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumes(tmp_path):
+    results = tmp_path / "results"
+    args = ["sweep", "deepspeech2", *FAST, "--batch", "1,2,3", "--results", str(results)]
+    proc = subprocess.Popen(tbdkit_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    victim = None
+    while time.time() < deadline and victim is None:
+        time.sleep(0.3)
+        try:
+            points = state_of(results)["points"]
+        except (ValueError, OSError):
+            continue
+        if points["pytorch/fp32/b2/r0"]["status"] == "running":
+            for log in results.glob("*-b2-*/log.txt"):
+                if '"measuring"' in log.read_text():
+                    victim = log.parent
+    if victim is None:
+        proc.kill()
+        pytest.fail("the sweep never reached its second point's sample window")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    before = state_of(results)
+    done = before["points"]["pytorch/fp32/b1/r0"]
+    assert done["status"] == "ok" and before["points"]["pytorch/fp32/b2/r0"]["status"] == "running"
+    kept = fingerprint(results / done["run_id"])
+    # The killed sweep's agent stops too (it is told when its launcher dies) and says so.
+    for _ in range(60):
+        if (victim / "summary.json").exists():
+            break
+        time.sleep(0.5)
+    assert json.loads((victim / "summary.json").read_text())["status"] == "interrupted"
+    rerun = subprocess.run(tbdkit_cmd(*args), capture_output=True, text=True, timeout=400)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "resuming sweep" in rerun.stdout and "1 point(s) done are kept" in rerun.stdout
+    after = state_of(results)["points"]
+    assert after["pytorch/fp32/b1/r0"] == done  # skipped, same run
+    assert fingerprint(results / done["run_id"]) == kept  # not touched
+    retried = after["pytorch/fp32/b2/r0"]
+    assert retried["status"] == "ok" and retried["run_id"] != victim.name
+    assert after["pytorch/fp32/b3/r0"]["status"] == "ok"
+    assert {r["run_id"]: r["status"] for r in Index(results).runs()}[done["run_id"]] == "ok"
+
+
+@pytest.mark.slow
+def test_max_batch_under_a_memory_limit(tmp_path):
+    """On the CPU a 400 MiB limit on the agent's growth stops deepspeech2 (smoke) at a batch
+    between 4 and 8; the search must land on a batch that fits next to one that does not."""
+    results = tmp_path / "results"
+    proc = tbdkit("sweep", "deepspeech2", *FAST, "--batch", "2,max", "--memory-limit-mb", "400",
+                  "--results", str(results))
+    state = state_of(results)
+    search = state["max_batch"]["pytorch/fp32"]
+    assert search["status"] == "found", (search, proc.stdout + proc.stderr)
+    best = search["batch_size"]
+    probes = search["probes"]
+    assert probes[str(best)]["status"] == "ok" and probes[str(best + 1)]["status"] == "oom"
+    assert 2 <= best < 64
+    ooms = [p for p in probes.values() if p["status"] == "oom"]
+    assert ooms and all("out of memory" in p["error"] for p in ooms)
+    point = state["points"]["pytorch/fp32/bmax/r0"]
+    assert point["batch_size"] == best and point["status"] == "ok", proc.stdout + proc.stderr
+    assert proc.returncode == 0
+    # Probes stay out of the results index: it holds the two measured points, and the measured runs
+    # at 'max' that ran out of memory after their probe fit (under load, a longer run can grow past
+    # the limit; the search then went on below them), each one of the point's recorded attempts.
+    indexed = Index(results).runs()
+    assert sorted(r["batch_size"] for r in indexed if r["status"] == "ok") == sorted([2, best])
+    attempts = {a["run_id"] for e in state["points"].values() for a in e["attempts"]}
+    assert {r["run_id"] for r in indexed} <= attempts
+    assert all(r["status"] == "oom" and r["batch_size"] > best for r in indexed if r["status"] != "ok")
+    assert not {p["run_id"] for p in probes.values() if not p.get("superseded")} & {r["run_id"] for r in indexed}
+    for probe in probes.values():
+        summary = results / "sweeps" / state["sweep_id"] / "probes" / probe["run_id"] / "summary.json"
+        assert summary.exists() or probe.get("superseded")

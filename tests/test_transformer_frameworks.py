@@ -1,0 +1,96 @@
+"""The Transformer on every framework it has, side by side: the same network (parity of `tbdkit
+describe`: the same parameters in the same canonical layers, the same FLOPs per sentence pair) and,
+with PyTorch's weights moved through the canonical layout, the same outputs. Needs every stack
+(`make test` sets them up)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tomllib
+
+import pytest
+
+from tbdkit import catalog
+from test_frameworks import assert_same_sequence_outputs, save_pytorch_weights, tbdkit
+
+MODEL = catalog.get("transformer")
+FRAMEWORKS = list(MODEL.frameworks)
+
+
+@pytest.fixture(scope="module")
+def described() -> dict[str, dict]:
+    out = {}
+    for fw in FRAMEWORKS:
+        proc = tbdkit("describe", "transformer", "--framework", fw, "--preset", "smoke", "--json")
+        assert proc.returncode == 0, proc.stderr
+        out[fw] = json.loads(proc.stdout)
+    return out
+
+
+def test_transformer_has_all_three_frameworks():
+    assert FRAMEWORKS == ["pytorch", "tensorflow", "mxnet"]
+
+
+def expected_forward_flops(hp) -> int:
+    """Forward FLOPs of the reference sentence pair from the hyperparameters alone: 2 per multiply-
+    accumulate of every weight product (q, k, v, output and feed-forward dense layers; the tied
+    pre-softmax projection); attention's scores and contexts hold no weights and are not counted."""
+    d, f, v = hp["d_model"], hp["ffn_hidden"], hp["target_vocab_size"]
+    s = round(hp["length_mean"])
+    t = round(s * hp["target_length_ratio"]) + 1  # decoder positions: <s> y
+    encoder = hp["encoder_layers"] * s * (4 * d * d + 2 * d * f)
+    decoder = hp["decoder_layers"] * (t * 4 * d * d + t * 2 * d * d + s * 2 * d * d + t * 2 * d * f)
+    return 2 * (encoder + decoder + t * d * v)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("a, b", list(itertools.combinations(FRAMEWORKS, 2)))
+def test_the_same_network_on_each_pair(described, a, b):
+    da, db = described[a], described[b]
+    assert da["parameters"] == db["parameters"]
+    assert [(x["name"], x["params"], x.get("tied")) for x in da["layers"]] == \
+        [(x["name"], x["params"], x.get("tied")) for x in db["layers"]]
+    fa, fb = da["flops_per_sample"]["forward"], db["flops_per_sample"]["forward"]
+    assert abs(fa - fb) <= 0.01 * max(fa, fb), (fa, fb)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_flops_match_the_hyperparameters(described, framework):
+    forward = described[framework]["flops_per_sample"]["forward"]
+    assert forward == expected_forward_flops(MODEL.hp("smoke"))
+    assert described[framework]["flops_per_sample"]["training"] == 3 * forward
+
+
+@pytest.mark.slow
+def test_layer_order_is_canonical(described):
+    """Per encoder layer: q, k, v, out, norm1, ffn 1 and 2, norm2; per decoder layer self-attention,
+    norm1, cross-attention, norm2, ffn, norm3; the projection tied to the one embedding table last."""
+    hp = MODEL.hp("smoke")
+    kinds = [x["kind"] for x in described["pytorch"]["layers"]]
+    encoder = ["dense"] * 4 + ["layernorm"] + ["dense"] * 2 + ["layernorm"]
+    decoder = ["dense"] * 4 + ["layernorm"] + ["dense"] * 4 + ["layernorm"] + ["dense"] * 2 + ["layernorm"]
+    assert kinds == ["embedding"] + encoder * hp["encoder_layers"] + decoder * hp["decoder_layers"] + ["dense"]
+    assert described["pytorch"]["layers"][-1]["tied"] == {"weight": [hp["target_vocab_size"], hp["d_model"]]}
+
+
+def test_framework_differences_are_listed():
+    listed = tomllib.loads((MODEL.folder / "workload.toml").read_text())["framework_difference"]
+    assert all("what" in d and set(d) & {"all", "pytorch", "tensorflow", "mxnet"} for d in listed)
+    assert any("attention" in d["what"] for d in listed)
+
+
+@pytest.fixture(scope="module")
+def pytorch_weights(tmp_path_factory):
+    path = tmp_path_factory.mktemp("weights") / "pytorch.npz"
+    save_pytorch_weights("transformer", path)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f != "pytorch"])
+def test_same_weights_same_outputs(pytorch_weights, tmp_path, framework):
+    """PyTorch's weights, moved through the canonical layout (q, k and v cut from its packed in_proj),
+    give the same log-probabilities on the same two sentence pairs: the same network, numerically."""
+    assert_same_sequence_outputs("transformer", framework, pytorch_weights, tmp_path / f"{framework}.npz")

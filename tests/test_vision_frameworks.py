@@ -1,0 +1,125 @@
+"""The vision models on every framework they have: the same network (parity of `tbdkit describe`),
+the same weights giving the same outputs, the listed state differences, and one
+`tbdkit bench --framework all` table for ResNet-50. Needs every stack installed (`make test` sets them up)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import tomllib
+
+import numpy as np
+import pytest
+
+from tbdkit import catalog
+from test_frameworks import tbdkit
+
+# MXNet has no WGAN-GP: its gradient penalty needs the second derivative of a convolution, which
+# MXNet 1.9 does not have (README, support matrix).
+EXPECTED = {"resnet50": ("pytorch", "tensorflow", "mxnet"), "inception_v3": ("pytorch", "tensorflow", "mxnet"),
+            "wgan_gp": ("pytorch", "tensorflow")}
+MODELS = list(EXPECTED)
+PAIRS = [(m, a, b) for m in MODELS for a, b in itertools.combinations(catalog.get(m).frameworks, 2)]
+# Forward FLOPs of one smoke sample as torchvision's networks define them (2 per multiply-accumulate
+# of every convolution and dense layer; torch.utils.flop_counter gives exactly these): ResNet-50 on
+# 64x64 is about 8.2 GFLOPs x (64 / 224)^2, Inception-v3 on 160x160 about 11.4 GFLOPs x (160 / 299)^2,
+# up to the rounding of feature-map sizes; WGAN-GP's sample is one image generated and scored at DIM 16.
+SMOKE_FORWARD_FLOPS = {"resnet50": 671_383_552, "inception_v3": 2_558_945_984, "wgan_gp": 441_192_448}
+
+
+@pytest.fixture(scope="module")
+def described() -> dict[tuple[str, str], dict]:
+    out = {}
+    for model in MODELS:
+        for fw in catalog.get(model).frameworks:
+            proc = tbdkit("describe", model, "--framework", fw, "--preset", "smoke", "--json")
+            assert proc.returncode == 0, proc.stderr
+            out[model, fw] = json.loads(proc.stdout)
+    return out
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_every_framework_is_there(model):
+    assert catalog.get(model).frameworks == EXPECTED[model]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, a, b", PAIRS)
+def test_the_same_network_on_each_pair(described, model, a, b):
+    da, db = described[model, a], described[model, b]
+    assert da["parameters"] == db["parameters"]
+    assert [(x["name"], x["params"]) for x in da["layers"]] == [(x["name"], x["params"]) for x in db["layers"]]
+    fa, fb = da["flops_per_sample"]["forward"], db["flops_per_sample"]["forward"]
+    assert abs(fa - fb) <= 0.01 * max(fa, fb), (fa, fb)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model, framework", [(m, fw) for m in MODELS for fw in catalog.get(m).frameworks])
+def test_flops_are_the_networks(described, model, framework):
+    flops = described[model, framework]["flops_per_sample"]
+    assert flops["forward"] == pytest.approx(SMOKE_FORWARD_FLOPS[model], rel=0.01)
+    assert flops["training"] == 3 * flops["forward"]
+
+
+@pytest.mark.slow
+def test_wgan_gp_layers_in_canonical_order(described):
+    """Generator then critic, each block's shortcut before its residual path (PyTorch's forward order);
+    batch norm in the generator, one-group layer norm in the critic."""
+    kinds = [x["kind"] for x in described["wgan_gp", "pytorch"]["layers"]]
+    block_g, block_c = ["conv2d", "batchnorm", "conv2d", "batchnorm", "conv2d"], ["conv2d", "layernorm", "conv2d",
+                                                                                   "layernorm", "conv2d"]
+    assert kinds == ["dense", *block_g * 4, "batchnorm", "conv2d", "conv2d", *block_c * 4, "dense"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", MODELS)
+def test_state_differences_are_the_listed_ones(described, model):
+    listed = tomllib.loads((catalog.get(model).folder / "workload.toml").read_text())["framework_difference"]
+    (entry,) = [d for d in listed if "smoke_state_values" in d]
+    assert {fw: described[model, fw]["framework_state"]["non_trainable_state"]
+            for fw in catalog.get(model).frameworks} == entry["smoke_state_values"]
+
+
+def describe_in_stack(model: str, framework: str, *args: str) -> None:
+    from tbdkit import stacks
+
+    subprocess.run([str(stacks.python_of(framework)), "-m", "tbdkit.describe", "--model", model,
+                    "--framework", framework, *args], check=True, capture_output=True, env=stacks.agent_env())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", MODELS)
+def test_same_weights_same_outputs(model, tmp_path):
+    """PyTorch's weights, moved through the canonical layout into TensorFlow and MXNet, give the same
+    inference-mode outputs (logits of two synthetic images; WGAN-GP: the critic's scores of two
+    images generated from fixed noise): the same network, numerically."""
+    reference = tmp_path / "pytorch.npz"
+    describe_in_stack(model, "pytorch", "--save", str(reference))
+    theirs = np.load(reference)
+    for framework in EXPECTED[model][1:]:
+        out = tmp_path / f"{framework}.npz"
+        describe_in_stack(model, framework, "--weights-from", str(reference), "--save", str(out))
+        ours = np.load(out)
+        for key in (k for k in theirs.files if "/" in k):  # read back from the framework after loading
+            np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+        scale = float(np.abs(theirs["output"]).max())
+        np.testing.assert_allclose(ours["output"], theirs["output"], atol=1e-5 * max(scale, 1.0),
+                                   err_msg=framework)
+
+
+@pytest.mark.slow
+def test_resnet50_bench_all_prints_one_table_of_three_frameworks(tmp_path):
+    results = tmp_path / "r"
+    proc = tbdkit("bench", "--model", "resnet50", "--framework", "all", "--preset", "smoke", "--device", "cpu",
+                  "--batch", "2", "--max-warmup-s", "3", "--max-measure-s", "4", "--results", str(results))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    table = proc.stdout[proc.stdout.index("ResNet-50 v1.5 (smoke preset)"):]
+    assert proc.stdout.count("ResNet-50 v1.5 (smoke preset)") == 1
+    for fw in ("pytorch", "tensorflow", "mxnet"):
+        assert fw in table
+    summaries = [json.loads(p.read_text()) for p in sorted(results.glob("*/summary.json"))]
+    assert sorted(s["framework"] for s in summaries) == ["mxnet", "pytorch", "tensorflow"]
+    for s in summaries:
+        assert s["status"] == "ok" and s["metrics"]["throughput"]["value"] > 0, s
+        assert s["model_info"]["parameters"] == 25_557_032 and s["loss"]["last"] is not None

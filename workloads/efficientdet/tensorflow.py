@@ -1,0 +1,363 @@
+"""EfficientDet-D0 on TensorFlow 2 / Keras 3: effdet's network written out in Keras, its anchor
+labelling and losses, SGD, one training step.
+
+The same network as pytorch.py (effdet 0.4.1's EfficientDet on timm's tf_efficientnet_b0): the
+EfficientNet-B0 backbone (TF "same" padding, swish, squeeze-excite, stochastic depth 0.2 over its 16
+blocks; batch norm eps 1e-3, PyTorch momentum 0.1), the three BiFPN cells of 64 channels over P3-P7
+with fast normalized fusion (relu(w) / (sum + 1e-4)), and the class and box heads (three separable
+convolutions with a batch norm per level, then a separable prediction); FPN and head batch norms have
+eps 1e-3 and PyTorch momentum 0.01. Layers are called in the order effdet calls its modules, so the
+adapters' canonical layers line up. Anchors (3 octaves x 3 aspects, scale 4) and effdet's target
+assignment (IoU 0.5 argmax matching, each box forced to its best anchor, Faster R-CNN box encoding)
+run in NumPy on the host; the focal loss (alpha, gamma from effdet's D0 config) and the Huber box
+loss (delta 0.1, weight 50) run in the compiled step. Every size and rate comes from the
+hyperparameters handed in (workload.toml); nothing here times, logs or profiles.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+# effdet's tf_efficientdet_d0 config (effdet/config/model_config.py), the network's structure
+BLOCKS = (  # timm's efficientnet_b0: (kind, repeats, kernel, stride, expansion, channels)
+    ("ds", 1, 3, 1, 1, 16), ("ir", 2, 3, 2, 6, 24), ("ir", 2, 5, 2, 6, 40), ("ir", 3, 3, 2, 6, 80),
+    ("ir", 3, 5, 1, 6, 112), ("ir", 4, 5, 2, 6, 192), ("ir", 1, 3, 1, 6, 320))
+FEATURE_STAGES = (2, 4, 6)  # the stages whose last block feeds the FPN: strides 8, 16, 32
+STEM, SE_RATIO, DROP_PATH = 32, 0.25, 0.2
+MIN_LEVEL, MAX_LEVEL, FPN_CHANNELS, FPN_CELLS, HEAD_REPEATS = 3, 7, 64, 3, 3
+NUM_SCALES, ASPECTS, ANCHOR_SCALE = 3, ((1.0, 1.0), (1.4, 0.7), (0.7, 1.4)), 4.0
+ALPHA, GAMMA, DELTA, BOX_LOSS_WEIGHT, MATCH_THRESHOLD = 0.25, 1.5, 0.1, 50.0, 0.5
+FUSION_EPS, PRIOR = 1e-4, 0.01
+ANCHORS = NUM_SCALES * len(ASPECTS)
+# BiFPN (effdet's bifpn_config): per node, its level and inputs (0-4 are P3-P7, 5+ earlier nodes)
+NODES = ((6, (3, 4)), (5, (2, 5)), (4, (1, 6)), (3, (0, 7)),
+         (4, (1, 7, 8)), (5, (2, 6, 9)), (6, (3, 5, 10)), (7, (4, 11)))
+
+
+def backbone_norm() -> keras.layers.BatchNormalization:
+    """timm's tf_ EfficientNet batch norm: eps 1e-3, PyTorch momentum 0.1 (0.9 in Keras' terms)."""
+    return keras.layers.BatchNormalization(momentum=0.9, epsilon=1e-3)
+
+
+def fpn_norm() -> keras.layers.BatchNormalization:
+    """effdet's FPN and head batch norm: eps 1e-3, PyTorch momentum 0.01 (0.99 in Keras' terms)."""
+    return keras.layers.BatchNormalization(momentum=0.99, epsilon=1e-3)
+
+
+def conv(filters: int, kernel: int = 1, stride: int = 1, bias: bool = False) -> keras.layers.Conv2D:
+    return keras.layers.Conv2D(filters, kernel, stride, padding="same", use_bias=bias)
+
+
+def depthwise(kernel: int, stride: int = 1) -> keras.layers.DepthwiseConv2D:
+    return keras.layers.DepthwiseConv2D(kernel, stride, padding="same", use_bias=False)
+
+
+def run(layers: list[Any], x: tf.Tensor, training: bool) -> tf.Tensor:
+    for layer in layers:
+        x = layer(x, training=training) if isinstance(layer, keras.layers.Layer) else layer(x)
+    return x
+
+
+class SqueezeExcite(keras.layers.Layer):
+    def __init__(self, channels: int, reduced: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.reduce, self.expand = conv(reduced, bias=True), conv(channels, bias=True)
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        s = tf.reduce_mean(x, axis=(1, 2), keepdims=True)
+        return x * tf.sigmoid(self.expand(tf.nn.silu(self.reduce(s))))
+
+
+class Block(keras.layers.Layer):
+    """timm's DepthwiseSeparable ("ds": dw, bn, swish, SE, pw, bn) or InvertedResidual ("ir": pw, bn,
+    swish, dw, bn, swish, SE, pw, bn); the identity shortcut with stochastic depth where shapes match."""
+
+    def __init__(self, kind: str, cin: int, cout: int, kernel: int, stride: int, expansion: int,
+                 drop: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        mid = cin * expansion
+        expand = [conv(mid), backbone_norm(), tf.nn.silu] if kind == "ir" else []
+        self.layers_ = [*expand, depthwise(kernel, stride), backbone_norm(), tf.nn.silu,
+                        SqueezeExcite(mid, max(1, int(cin * SE_RATIO))), conv(cout), backbone_norm()]
+        self.skip, self.drop = stride == 1 and cin == cout, drop
+
+    def call(self, x: tf.Tensor, training: bool = False) -> tf.Tensor:
+        out = run(self.layers_, x, training)
+        if not self.skip:
+            return out
+        if training and self.drop > 0:  # timm's drop_path: per sample, kept ones scaled by 1 / keep
+            keep = 1.0 - self.drop
+            mask = tf.floor(keep + tf.random.uniform((tf.shape(x)[0], 1, 1, 1), dtype=out.dtype))
+            out = out / keep * mask
+        return out + x
+
+
+class Fuse(keras.layers.Layer):
+    """effdet's FpnCombine "fastattn": sum of inputs x relu(w) / (sum relu(w) + 1e-4), w initialised to ones."""
+
+    def __init__(self, count: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.edge_weights = self.add_weight(shape=(count,), initializer="ones", name="edge_weights")
+
+    def call(self, inputs: list[tf.Tensor]) -> tf.Tensor:
+        w = tf.nn.relu(tf.cast(self.edge_weights, inputs[0].dtype))
+        w = w / (tf.reduce_sum(w) + FUSION_EPS)
+        return tf.add_n([x * w[i] for i, x in enumerate(inputs)])
+
+
+class Node(keras.layers.Layer):
+    """One BiFPN node: each input through a 1x1 conv + bn where its channels differ, resized to the
+    node's level (nearest upsampling, 3x3 stride-2 "same" max pooling), fused, then swish, a separable
+    3x3 convolution (pointwise with bias) and batch norm."""
+
+    def __init__(self, level: int, sources: list[tuple[int, int, int]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.level, self.offsets = level, [offset for offset, _, _ in sources]
+        self.resample = []
+        for _, channels, source_level in sources:
+            layers: list[Any] = [conv(FPN_CHANNELS, bias=True), fpn_norm()] if channels != FPN_CHANNELS else []
+            if source_level < level:
+                layers += [keras.layers.MaxPooling2D(3, 2 ** (level - source_level), padding="same")]
+            elif source_level > level:
+                layers += [keras.layers.UpSampling2D(2 ** (source_level - level))]
+            self.resample.append(layers)
+        self.fuse = Fuse(len(sources))
+        self.after = [depthwise(3), conv(FPN_CHANNELS, bias=True), fpn_norm()]
+
+    def call(self, nodes: list[tf.Tensor], training: bool = False) -> tf.Tensor:
+        x = self.fuse([run(layers, nodes[i], training) for i, layers in zip(self.offsets, self.resample)])
+        return run(self.after, tf.nn.silu(x), training)
+
+
+class Head(keras.layers.Layer):
+    """effdet's HeadNet: per level, three separable convolutions each with that level's own batch norm
+    and swish, then a separable prediction of outputs x 9 anchors (bias `bias_init`)."""
+
+    def __init__(self, outputs: int, bias_init: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.convs = [[depthwise(3), conv(FPN_CHANNELS, bias=True)] for _ in range(HEAD_REPEATS)]
+        self.norms = [[fpn_norm() for _ in range(MIN_LEVEL, MAX_LEVEL + 1)] for _ in range(HEAD_REPEATS)]
+        self.predict = [depthwise(3), keras.layers.Conv2D(
+            outputs * ANCHORS, 1, bias_initializer=keras.initializers.Constant(bias_init))]
+
+    def call(self, features: list[tf.Tensor], training: bool = False) -> list[tf.Tensor]:
+        out = []
+        for level, x in enumerate(features):
+            for convs, norms in zip(self.convs, self.norms):
+                x = tf.nn.silu(norms[level](run(convs, x, training), training=training))
+            out.append(run(self.predict, x, training))
+        return out
+
+
+class EfficientDet(keras.Model):
+    def __init__(self, hp: dict[str, Any]) -> None:
+        super().__init__(name="efficientdet")
+        self.stem = [conv(STEM, 3, 2), backbone_norm()]
+        total = sum(repeats for _, repeats, *_ in BLOCKS)
+        self.stages, cin, index, channels = [], STEM, 0, []
+        for kind, repeats, kernel, stride, expansion, cout in BLOCKS:
+            stage = []
+            for i in range(repeats):
+                stage.append(Block(kind, cin, cout, kernel, stride if i == 0 else 1, expansion,
+                                   DROP_PATH * index / total))
+                cin, index = cout, index + 1
+            self.stages.append(stage)
+            channels.append(cout)
+        # P6 from C5 (1x1 conv + bn, then max pooling), P7 from P6 (max pooling)
+        self.p6 = [conv(FPN_CHANNELS, bias=True), fpn_norm(), keras.layers.MaxPooling2D(3, 2, padding="same")]
+        self.p7 = keras.layers.MaxPooling2D(3, 2, padding="same")
+        self.cells = []
+        for cell in range(FPN_CELLS):
+            inputs = ([(channels[s], MIN_LEVEL + i) for i, s in enumerate(FEATURE_STAGES)]
+                      + [(FPN_CHANNELS, 6), (FPN_CHANNELS, 7)]) if cell == 0 else \
+                [(FPN_CHANNELS, level) for level in range(MIN_LEVEL, MAX_LEVEL + 1)]
+            known = list(inputs)
+            nodes = []
+            for level, offsets in NODES:
+                nodes.append(Node(level, [(o, *known[o]) for o in offsets]))
+                known.append((FPN_CHANNELS, level))
+            self.cells.append(nodes)
+        self.class_net = Head(hp["num_classes"], -math.log((1 - PRIOR) / PRIOR))
+        self.box_net = Head(4, 0.0)
+
+    def call(self, x: tf.Tensor, training: bool = False) -> tuple[list[tf.Tensor], list[tf.Tensor]]:
+        x = tf.nn.silu(run(self.stem, x, training))
+        features = []
+        for i, stage in enumerate(self.stages):
+            x = run(stage, x, training)
+            if i in FEATURE_STAGES:
+                features.append(x)
+        p6 = run(self.p6, features[-1], training)
+        features += [p6, self.p7(p6)]
+        for cell in self.cells:
+            nodes = list(features)
+            for node in cell:
+                nodes.append(node(nodes, training=training))
+            features = nodes[-len(features):]
+        return self.class_net(features, training=training), self.box_net(features, training=training)
+
+
+# ---------------------------------------------------------------------------------------------
+# Anchors and target assignment (effdet/anchors.py with its object_detection matcher), in NumPy
+
+
+def anchor_boxes(image_size: int) -> np.ndarray:
+    """(A, 4) anchors as (y1, x1, y2, x2): per level, location-major, then octave, then aspect."""
+    levels = []
+    for level in range(MIN_LEVEL, MAX_LEVEL + 1):
+        stride = 2 ** level
+        centers = np.arange(stride / 2, image_size, stride)
+        yc, xc = np.meshgrid(centers, centers, indexing="ij")
+        boxes = []
+        for octave in range(NUM_SCALES):
+            for ax, ay in ASPECTS:
+                base = ANCHOR_SCALE * stride * 2 ** (octave / NUM_SCALES)
+                hx, hy = base * ax / 2.0, base * ay / 2.0
+                boxes.append(np.stack([yc - hy, xc - hx, yc + hy, xc + hx], axis=-1).reshape(-1, 1, 4))
+        levels.append(np.concatenate(boxes, axis=1).reshape(-1, 4))
+    return np.concatenate(levels).astype(np.float32)
+
+
+def iou(boxes: np.ndarray, anchors: np.ndarray) -> np.ndarray:
+    """(N, A) intersection over union of (y1, x1, y2, x2) boxes."""
+    y1, x1 = np.maximum(boxes[:, None, 0], anchors[None, :, 0]), np.maximum(boxes[:, None, 1], anchors[None, :, 1])
+    y2, x2 = np.minimum(boxes[:, None, 2], anchors[None, :, 2]), np.minimum(boxes[:, None, 3], anchors[None, :, 3])
+    inter = np.clip(y2 - y1, 0, None) * np.clip(x2 - x1, 0, None)
+    area = lambda b: (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])  # noqa: E731
+    union = area(boxes)[:, None] + area(anchors)[None, :] - inter
+    return np.where(inter > 0, inter / np.maximum(union, 1e-12), 0.0)
+
+
+def label_anchors(anchors: np.ndarray, boxes: np.ndarray, classes: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """effdet's AnchorLabeler for one image: class targets (A,) 0-based, -1 for background; box targets
+    (A, 4) Faster R-CNN encoded (ty, tx, th, tw), zero where unmatched; and the count of matched anchors.
+    Each anchor takes the box of highest IoU at >= 0.5; each box also takes its best anchor."""
+    valid = classes > -1
+    boxes, classes = boxes[valid], classes[valid]
+    count = len(anchors)
+    if len(boxes) == 0:
+        return np.full(count, -1, np.int64), np.zeros((count, 4), np.float32), 0
+    overlaps = iou(boxes.astype(np.float64), anchors.astype(np.float64))
+    match = overlaps.argmax(axis=0)
+    match = np.where(overlaps.max(axis=0) >= MATCH_THRESHOLD, match, -1)
+    match[overlaps.argmax(axis=1)] = np.arange(len(boxes))  # later boxes win, as the scatter does
+    matched = match > -1
+    cls = np.where(matched, classes[np.maximum(match, 0)] - 1, -1).astype(np.int64)
+    eps = 1e-8
+    gt = boxes[np.maximum(match, 0)].astype(np.float64)
+    a = anchors.astype(np.float64)
+    ha, wa = a[:, 2] - a[:, 0] + eps, a[:, 3] - a[:, 1] + eps
+    h, w = gt[:, 2] - gt[:, 0] + eps, gt[:, 3] - gt[:, 1] + eps
+    encoded = np.stack([((gt[:, 0] + gt[:, 2]) / 2 - (a[:, 0] + a[:, 2]) / 2) / ha,
+                        ((gt[:, 1] + gt[:, 3]) / 2 - (a[:, 1] + a[:, 3]) / 2) / wa,
+                        np.log(h / ha), np.log(w / wa)], axis=-1)
+    return cls, np.where(matched[:, None], encoded, 0.0).astype(np.float32), int(matched.sum())
+
+
+# ---------------------------------------------------------------------------------------------
+# Training
+
+
+def detection_loss(class_out: list[tf.Tensor], box_out: list[tf.Tensor], cls_targets: tf.Tensor,
+                   box_targets: tf.Tensor, positives: tf.Tensor, num_classes: int) -> tf.Tensor:
+    """effdet's loss_fn: the focal loss summed over anchors not ignored, plus 50 x the Huber box loss
+    over nonzero targets, both over (positives + 1) (the box loss also over 4)."""
+    batch = tf.shape(cls_targets)[0]
+    logits = tf.concat([tf.reshape(tf.cast(c, tf.float32), (batch, -1, num_classes)) for c in class_out], axis=1)
+    boxes = tf.concat([tf.reshape(tf.cast(b, tf.float32), (batch, -1, 4)) for b in box_out], axis=1)
+    normalizer = tf.cast(positives, tf.float32) + 1.0
+    targets = tf.one_hot(cls_targets, num_classes)  # -1 (background) is all zeros
+    p = tf.sigmoid(logits)
+    p_t = targets * p + (1.0 - targets) * (1.0 - p)
+    alpha = targets * ALPHA + (1.0 - targets) * (1.0 - ALPHA)
+    ce = tf.nn.sigmoid_cross_entropy_with_logits(labels=targets, logits=logits)
+    focal = alpha * tf.pow(1.0 - p_t, GAMMA) * ce * tf.cast(cls_targets != -2, tf.float32)[..., None]
+    err = tf.abs(boxes - box_targets)
+    quadratic = tf.minimum(err, DELTA)
+    huber = (0.5 * quadratic ** 2 + DELTA * (err - quadratic)) * tf.cast(box_targets != 0.0, tf.float32)
+    return tf.reduce_sum(focal) / normalizer + BOX_LOSS_WEIGHT * tf.reduce_sum(huber) / (normalizer * 4.0)
+
+
+def l2_penalty(variables: list[tf.Variable], decay: float) -> tf.Tensor:
+    """decay / 2 x the sum of squared weights: its gradient is PyTorch's coupled weight decay."""
+    return 0.5 * decay * tf.add_n([tf.reduce_sum(tf.square(tf.cast(v, tf.float32))) for v in variables])
+
+
+@dataclass
+class Training:
+    model: EfficientDet
+    optimizer: keras.optimizers.Optimizer
+    step: Any  # the compiled step
+    anchors: np.ndarray
+    hp: dict[str, Any]
+
+
+def build(hp: dict[str, Any], precision: Any) -> Training:
+    size, classes, decay = hp["image_size"], hp["num_classes"], hp["weight_decay"]
+    model = EfficientDet(hp)
+    model(tf.zeros((1, size, size, 3)))
+    optimizer = precision.wrap_optimizer(keras.optimizers.SGD(hp["learning_rate"], momentum=hp["momentum"]))
+    anchors = anchor_boxes(size)
+
+    @tf.function(input_signature=[tf.TensorSpec((None, size, size, 3), tf.float32),
+                                  tf.TensorSpec((None, len(anchors)), tf.int64),
+                                  tf.TensorSpec((None, len(anchors), 4), tf.float32), tf.TensorSpec((), tf.float32)])
+    def step(images: tf.Tensor, cls_targets: tf.Tensor, box_targets: tf.Tensor, positives: tf.Tensor) -> tf.Tensor:
+        with tf.GradientTape() as tape:
+            class_out, box_out = model(images, training=True)
+            loss = detection_loss(class_out, box_out, cls_targets, box_targets, positives, classes)
+            scaled = optimizer.scale_loss(loss + l2_penalty(model.trainable_variables, decay))
+        grads = tape.gradient(scaled, model.trainable_variables)
+        optimizer.apply(grads, model.trainable_variables)
+        return loss
+
+    return Training(model, optimizer, step, anchors, hp)
+
+
+def to_device(batch: Any, device: str) -> dict[str, Any]:
+    """The images (each at its own size, channels last) on `device`; the targets stay NumPy (labelled on the host)."""
+    with tf.device(device):
+        images = [tf.constant(np.ascontiguousarray(image.transpose(1, 2, 0))) for image in batch.images]
+    return {"images": images, "targets": batch.targets}
+
+
+def resize_pad(training: Training, images: list[tf.Tensor], targets: list[dict[str, np.ndarray]]) -> tuple[tf.Tensor, np.ndarray, np.ndarray, float]:
+    """effdet's input, as pytorch.py makes it: the long side scaled to the square input (bilinear, half-pixel
+    centres), padded at the bottom and right, normalized; the boxes scaled to match and labelled."""
+    hp, size = training.hp, training.hp["image_size"]
+    mean, std = np.asarray(hp["pixel_mean"], np.float32), np.asarray(hp["pixel_std"], np.float32)
+    padded, cls_all, box_all, positives = [], [], [], 0
+    for image, target in zip(images, targets):
+        h, w = int(image.shape[0]), int(image.shape[1])
+        scale = size / max(h, w)
+        nh, nw = min(size, round(h * scale)), min(size, round(w * scale))
+        resized = (tf.image.resize(image, (nh, nw), method="bilinear") - mean) / std
+        padded.append(tf.pad(resized, ((0, size - nh), (0, size - nw), (0, 0))))
+        boxes = np.asarray(target["boxes"], np.float32)[:, [1, 0, 3, 2]] * scale
+        cls, box, count = label_anchors(training.anchors, boxes, np.asarray(target["labels"]).astype(np.int64))
+        cls_all.append(cls)
+        box_all.append(box)
+        positives += count
+    return tf.stack(padded), np.stack(cls_all), np.stack(box_all), float(positives)
+
+
+def forward(training: Training, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The network alone in inference mode, run eagerly: class logits and box outputs, all levels, as
+    (N, anchors, classes) and (N, anchors, 4) NumPy."""
+    images, _, _, _ = resize_pad(training, inputs["images"], inputs["targets"])
+    class_out, box_out = training.model(images, training=False)
+    n, classes = int(images.shape[0]), training.hp["num_classes"]
+    return {"class_logits": np.concatenate([c.numpy().reshape(n, -1, classes) for c in class_out], axis=1),
+            "box_outputs": np.concatenate([b.numpy().reshape(n, -1, 4) for b in box_out], axis=1)}
+
+
+def train_step(training: Training, inputs: dict[str, Any], precision: Any) -> tf.Tensor:
+    """One SGD step on effdet's focal classification loss plus its weighted box loss."""
+    images, cls_targets, box_targets, positives = resize_pad(training, inputs["images"], inputs["targets"])
+    return training.step(images, tf.constant(cls_targets), tf.constant(box_targets), tf.constant(positives))
