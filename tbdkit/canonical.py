@@ -30,6 +30,9 @@ import numpy as np
 # The canonical layout of each layer kind's trainable parameters.
 LAYOUTS: dict[str, dict[str, str]] = {
     "conv2d": {"weight": "(out_channels, in_channels, kernel_h, kernel_w)", "bias": "(out_channels,)"},
+    # a transposed convolution (PyTorch's ConvTranspose2d, Keras' Conv2DTranspose), positions counted at
+    # its input: each input position multiplies every weight once (torch.utils.flop_counter's rule)
+    "conv_transpose2d": {"weight": "(in_channels, out_channels, kernel_h, kernel_w)", "bias": "(out_channels,)"},
     "batchnorm": {"gamma": "(channels,)", "beta": "(channels,)"},
     # normalizes each sample over all of (C, H, W), then scales and shifts per channel (PyTorch's
     # GroupNorm(1, C), Keras' GroupNormalization(groups=1))
@@ -75,7 +78,7 @@ class Layer:
     def flops(self) -> int:
         """Forward FLOPs for one sample (2 per multiply-accumulate)."""
         p = self.params
-        if self.kind in ("conv2d", "dense"):
+        if self.kind in ("conv2d", "conv_transpose2d", "dense"):
             weight = int(p["weight"].size) if "weight" in p else int(np.prod(self.tied["weight"]))
             return 2 * weight * self.positions
         if self.kind in ("gru", "lstm"):
@@ -101,7 +104,7 @@ def gates_from_canonical(a: np.ndarray, order: str, axis: int = 0) -> np.ndarray
 def name_layers(layers: Sequence[Layer]) -> list[Layer]:
     """Canonical names: kind + 1-based ordinal in forward order (conv1, bn1, gru1.forward, dense1, ...)."""
     counts: dict[str, int] = {}
-    short = {"conv2d": "conv", "batchnorm": "bn", "dense": "dense", "gru": "gru", "lstm": "lstm",
+    short = {"conv2d": "conv", "conv_transpose2d": "deconv", "batchnorm": "bn", "dense": "dense", "gru": "gru", "lstm": "lstm",
              "embedding": "embedding", "scale": "scale", "layernorm": "ln"}
     for layer in layers:
         if layer.direction == "backward":

@@ -1,4 +1,4 @@
-"""Faster R-CNN on every framework it has: the same network (parity of `tbdkit describe`: parameter
+"""Faster R-CNN and Mask R-CNN on every framework they have: the same network (parity of `tbdkit describe`: parameter
 count, canonical per-layer shapes, FLOPs per sample), the listed state difference, and PyTorch's
 weights read back unchanged in the others (and, in MXNet, the same RPN outputs). Parametrized as
 tests/test_vision_frameworks.py. Needs every stack installed (`make test` sets them up)."""
@@ -15,9 +15,9 @@ import pytest
 
 from tbdkit import catalog
 
-# Mask R-CNN has no TensorFlow or MXNet network yet (README, support matrix); EfficientDet's TensorFlow
-# pair is tests/test_efficientdet_frameworks.py.
-FRAMEWORKS = {"faster_rcnn": ("pytorch", "tensorflow", "mxnet")}
+# Mask R-CNN has no MXNet network yet (README, support matrix); EfficientDet's TensorFlow pair is
+# tests/test_efficientdet_frameworks.py.
+FRAMEWORKS = {"faster_rcnn": ("pytorch", "tensorflow", "mxnet"), "mask_rcnn": ("pytorch", "tensorflow")}
 MODELS = list(FRAMEWORKS)
 PAIRS = [(m, a, b) for m in MODELS for a, b in itertools.combinations(FRAMEWORKS[m], 2)]
 # Forward FLOPs of the smoke reference image (500x375, resized to 341x256, padded to 352x256) as both
@@ -27,7 +27,13 @@ PAIRS = [(m, a, b) for m in MODELS for a, b in itertools.combinations(FRAMEWORKS
 # a convolution's positions are every output map of the batch (conv5 runs once per RoI: 16 x 7x7),
 # a dense layer's every row. ResNet-18's conv5 is 411 M multiply-accumulates per 7x7 RoI map, so the
 # head alone is 16 x 822 M = 13.15 GFLOPs of the 18.6.
-SMOKE_FORWARD_FLOPS = {"faster_rcnn": 18_616_025_088}
+# Mask R-CNN's smoke reference image (640x480, resized to 256x192, no padding): ResNet-50 and the FPN
+# on the whole image, the RPN head on P2-P6, the box head (TwoMLPHead and predictor) on the 32 sampled
+# RoIs, the mask head and predictor on the positives among them. Unlike the box head's, the mask
+# head's count depends on how many positives the RoI sampler finds (6 here, under the quota of 8): it
+# is the same in both frameworks because with the same weights both compute the same proposals, and
+# so the same positives (each 14x14 map: 1.06 GFLOPs in the mask head).
+SMOKE_FORWARD_FLOPS = {"faster_rcnn": 18_616_025_088, "mask_rcnn": 25_737_742_336}
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +91,23 @@ def test_faster_rcnn_layers_in_canonical_order(described):
 
 
 @pytest.mark.slow
+def test_mask_rcnn_layers_in_canonical_order(described):
+    """ResNet-50 (53 convolutions, each with its batch norm), the FPN's 8 (lateral and output, the
+    coarsest level first), the RPN head's 3, the box head's 4 dense layers, then the mask head's four
+    3x3 convolutions, its transposed convolution and the per-class 1x1, in PyTorch's forward order;
+    torchvision's 44,401,393 parameters plus the batch norms' scales and offsets."""
+    layers = described["mask_rcnn", "pytorch"]["layers"]
+    kinds = [x["kind"] for x in layers]
+    assert kinds.count("conv2d") == 53 + 8 + 3 + 5 and kinds.count("batchnorm") == 53
+    assert kinds[-10:] == ["dense"] * 4 + ["conv2d"] * 4 + ["conv_transpose2d", "conv2d"]
+    norms = sum(sum(np.prod(shape) for shape in x["params"].values()) for x in layers if x["kind"] == "batchnorm")
+    assert described["mask_rcnn", "pytorch"]["parameters"] - norms == 44_401_393
+    # the mask head runs on whole 14x14 maps, one per positive RoI (the transposed convolution at its input)
+    positives = layers[-1]["positions_per_sample"] // 28**2
+    assert positives >= 1 and [x["positions_per_sample"] for x in layers[-6:-1]] == [positives * 14**2] * 5
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_state_differences_are_the_listed_ones(described, model):
     listed = tomllib.loads((catalog.get(model).folder / "workload.toml").read_text())["framework_difference"]
@@ -94,7 +117,7 @@ def test_state_differences_are_the_listed_ones(described, model):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("model", [m for m in MODELS if "mxnet" in FRAMEWORKS[m]])
 def test_same_weights_same_rpn_outputs(described, model):
     """PyTorch's weights, moved through the canonical layout into MXNet, read back unchanged and give the
     same RPN outputs on the same two images (resize, normalization, trunk and RPN head agree
@@ -125,3 +148,20 @@ def test_tensorflow_reads_back_pytorchs_weights(described, model):
     for key in keys:
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
     assert all(np.isfinite(ours[k]).all() for k in ours.files if "/" not in k)
+
+
+@pytest.mark.slow
+def test_mask_rcnn_same_weights_same_outputs_in_tensorflow(described):
+    """PyTorch's weights in TensorFlow give the same RPN outputs on P2 (resize, normalization,
+    ResNet-50 with batch statistics, the FPN's top-down path, the RPN head), and the same box-regression,
+    RPN box and mask losses: on this probe every positive anchor and RoI is sampled (fewer than the
+    quotas), so these losses do not depend on the samplers' draws and agree only if the proposals,
+    RoI matching, multi-level RoI align, both heads and the mask targets do. The classifier and
+    objectness losses average over randomly drawn negatives and are not compared."""
+    theirs, ours = np.load(described["mask_rcnn", "pytorch"]["npz"]), np.load(described["mask_rcnn", "tensorflow"]["npz"])
+    for key in ("rpn_objectness", "rpn_deltas"):
+        assert ours[key].shape == theirs[key].shape, key
+        scale = float(np.abs(theirs[key]).max())
+        np.testing.assert_allclose(ours[key], theirs[key], atol=1e-4 * max(scale, 1.0), err_msg=key)
+    for key in ("loss_box_reg", "loss_rpn_box_reg", "loss_mask"):
+        np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-3, err_msg=key)

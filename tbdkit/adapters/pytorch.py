@@ -272,7 +272,7 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
     from tbdkit.canonical import Layer
 
     seen: dict[int, tuple[torch.nn.Module, int]] = {}  # insertion order = order of first call
-    kinds = (torch.nn.Conv2d, torch.nn.BatchNorm2d, torch.nn.GRU, torch.nn.LSTM, torch.nn.LSTMCell,
+    kinds = (torch.nn.Conv2d, torch.nn.ConvTranspose2d, torch.nn.BatchNorm2d, torch.nn.GRU, torch.nn.LSTM, torch.nn.LSTMCell,
              torch.nn.Linear, torch.nn.Embedding, torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.MultiheadAttention)
     # Attention's key/value projections apply at the key positions, its query and output ones at the
     # query positions (they differ in a decoder's cross-attention): summed over calls, by module.
@@ -298,6 +298,9 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
             tokens = (lambda x: int(x.shape[0] * x.shape[1]) if x.dim() == 3 else int(x.shape[0]))
             seen[id(mod)] = (mod, prev + tokens(query))
             key_positions[id(mod)] = key_positions.get(id(mod), 0) + tokens(key)
+            return
+        if isinstance(mod, torch.nn.ConvTranspose2d):  # counted at its input (canonical.LAYOUTS)
+            seen[id(mod)] = (mod, prev + int(args[0].shape[0] * args[0].shape[2] * args[0].shape[3]))
             return
         seen[id(mod)] = (mod, prev + positions(mod, out))
 
@@ -343,6 +346,10 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
             add("dense", with_bias(mod), n, tied={"weight": tuple(mod.weight.shape)})
         elif isinstance(mod, (torch.nn.Conv2d, torch.nn.Linear)):
             add("conv2d" if isinstance(mod, torch.nn.Conv2d) else "dense", {"weight": mod.weight} | with_bias(mod), n)
+        elif isinstance(mod, torch.nn.ConvTranspose2d):
+            if mod.groups != 1 or mod.dilation != (1, 1):
+                raise ValueError("a grouped or dilated ConvTranspose2d has no canonical layout")
+            add("conv_transpose2d", {"weight": mod.weight} | with_bias(mod), n)
         elif isinstance(mod, torch.nn.BatchNorm2d):  # without scale/offset where the model has none (MiniGo's heads)
             add("batchnorm", {k: v for k, v in (("gamma", mod.weight), ("beta", mod.bias)) if v is not None}, n)
         elif isinstance(mod, torch.nn.LayerNorm):

@@ -177,7 +177,7 @@ def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
     last ("scale")."""
     from tbdkit.canonical import Layer, gates_from_canonical, reorder_gates
 
-    kinds = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D, keras.layers.BatchNormalization, keras.layers.GRU, keras.layers.Dense,
+    kinds = (keras.layers.Conv2D, keras.layers.Conv2DTranspose, keras.layers.DepthwiseConv2D, keras.layers.BatchNormalization, keras.layers.GRU, keras.layers.Dense,
              keras.layers.Embedding, keras.layers.LayerNormalization,
              keras.layers.GroupNormalization)
     everything = list(model._flatten_layers(include_self=True, recursive=True))
@@ -197,7 +197,10 @@ def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
 
         def call(*args: Any, **kwargs: Any) -> Any:
             out = original(*args, **kwargs)
-            n = int(np.prod(out.shape[:-1])) if hasattr(layer, "tied_to") else _positions(layer, out)
+            if isinstance(layer, keras.layers.Conv2DTranspose):  # counted at its input (canonical.LAYOUTS)
+                n = int(np.prod(args[0].shape[:3]))
+            else:
+                n = int(np.prod(out.shape[:-1])) if hasattr(layer, "tied_to") else _positions(layer, out)
             seen[id(layer)] = (layer, seen.get(id(layer), (layer, 0))[1] + n)
             return out
         object.__setattr__(layer, "call", call)
@@ -226,6 +229,10 @@ def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
             canon = {"weight": (layer.kernel, lambda a: np.transpose(a, (3, 2, 0, 1)),
                                 lambda a: np.transpose(a, (2, 3, 1, 0)))}
             kind = "conv2d"
+        elif isinstance(layer, keras.layers.Conv2DTranspose):  # (kh, kw, out, in) -> PyTorch's (in, out, kh, kw)
+            canon = {"weight": (layer.kernel, lambda a: np.transpose(a, (3, 2, 0, 1)),
+                                lambda a: np.transpose(a, (2, 3, 1, 0)))}
+            kind = "conv_transpose2d"
         elif isinstance(layer, keras.layers.DepthwiseConv2D):  # PyTorch's grouped conv: (C x M, 1, kh, kw)
             canon = {"weight": (layer.kernel, _depthwise_to_canonical,
                                 lambda a, shape=tuple(layer.kernel.shape): _depthwise_from_canonical(a, shape))}
@@ -255,7 +262,7 @@ def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
             layers.append(_canonical_gru(layer, positions, id(layer) in in_bidirectional, Layer, reorder_gates,
                                          gates_from_canonical))
             continue
-        if kind in ("conv2d", "dense") and layer.use_bias:
+        if kind in ("conv2d", "conv_transpose2d", "dense") and layer.use_bias:
             canon["bias"] = (layer.bias, None, None)
         layers.append(Layer(kind, {k: (to(v.numpy()) if to else v.numpy()) for k, (v, to, _) in canon.items()},
                             positions=positions, assign=_setter(canon)))

@@ -68,6 +68,11 @@ def synthetic_batches(hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch
         yield Batch(images=images, targets=targets)
 
 
+def reference_batch(hp: Hparams) -> Batch:
+    """The one image FLOPs per sample are quoted for: a single synthetic image with its boxes and masks (seed 0)."""
+    return next(synthetic_batches(hp, 1, seed=0))
+
+
 # --------------------------------------------------------------------------------------------
 # COCO-format JSON
 
