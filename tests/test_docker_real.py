@@ -181,14 +181,22 @@ def test_a_crashing_container_leaves_its_log_and_a_failed_summary(ci_image, user
 
 # The other stacks' own Dockerfiles, built on a CPU stand-in for their NGC bases
 # (docker/ci/framework-base.Dockerfile: the framework wheel from pyproject's extra in the system
-# Python, as NGC holds it), then the same Deep Speech 2 bench in a container. MXNet only: the
-# TensorFlow image, built the same way (`docker/ci/build-ci-image.sh TAG tensorflow`), fills a
-# 35 GB disk under CI's vfs storage driver, which copies the whole 2.7 GB file system per layer.
-FRAMEWORK_VERSIONS = {"mxnet": "1.9.1"}
+# Python, as NGC holds it), then the same Deep Speech 2 bench in a container. The TensorFlow image
+# (2.7 GB) is built only on overlay2: under the vfs storage driver, which copies the whole file
+# system for every layer, it filled a 35 GB disk.
+FRAMEWORK_VERSIONS = {"mxnet": "1.9.1", "tensorflow": "2.21.0"}
+TOO_BIG_FOR_VFS = {"tensorflow"}
+
+
+def storage_driver() -> str:
+    return images.docker("info", "--format", "{{.Driver}}").stdout.strip()
 
 
 @pytest.mark.parametrize("stack", sorted(FRAMEWORK_VERSIONS))
 def test_the_other_stacks_images_build_and_bench(stack, ci_image, user_kit, results):
+    if stack in TOO_BIG_FOR_VFS and storage_driver() == "vfs":
+        print(f"skipping the {stack} image: dockerd runs on vfs, which copies its 2.7 GB file system per layer")
+        pytest.skip(f"the {stack} image is not built under the vfs storage driver (disk)")
     tag = f"tbdkit-ci/{stack}:cpu"
     t0 = time.monotonic()
     proc = subprocess.run(["bash", str(ROOT / "docker/ci/build-ci-image.sh"), tag, stack], capture_output=True,
