@@ -2,6 +2,9 @@
 against NumPy references, a smoke step that learns. Runs in the TensorFlow stack; parity with the
 other frameworks is tests/test_detection_frameworks.py."""
 
+import math
+
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -118,3 +121,13 @@ def test_smoke_training_reduces_the_loss(smoke):
 
 def test_workload_file_is_clean():
     assert_workload_file_is_clean("faster_rcnn", "tensorflow")
+
+
+def test_a_mixed_precision_step_runs():
+    """amp on the CPU (mixed_bfloat16): RoI align reads float32 features, the heads hand float32 to the losses."""
+    a = stack_adapter("faster_rcnn", "tensorflow", None, precision="amp")
+    try:
+        loss = a.loss_value(a.step(a.prepare(next(DATA.synthetic_batches(MODEL.hp("smoke"), 1, seed=2)))))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert math.isfinite(loss) and loss > 0

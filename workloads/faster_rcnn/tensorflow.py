@@ -99,6 +99,8 @@ def sample(labels: tf.Tensor, size: int, positive_fraction: float) -> tuple[tf.T
 def roi_align(features: tf.Tensor, rois: tf.Tensor, size: int, scale: float) -> tf.Tensor:
     """torchvision's roi_align (aligned=False, sampling_ratio=2) on one image's (1, H, W, C) features:
     crop_and_resize samples the 2size x 2size grid of bin sub-points, a 2x2 average pools them."""
+    if features.dtype == tf.bfloat16:  # mixed_bfloat16: crop_and_resize reads float16 and float32 only
+        features = tf.cast(features, tf.float32)
     h, w = tf.cast(tf.shape(features)[1], tf.float32), tf.cast(tf.shape(features)[2], tf.float32)
     x1, y1, x2, y2 = tf.unstack(rois * scale, axis=1)
     step_w, step_h = tf.maximum(x2 - x1, 1.0) / (2 * size), tf.maximum(y2 - y1, 1.0) / (2 * size)
@@ -175,12 +177,12 @@ class FasterRCNN(keras.Model):
 
     def rpn(self, feats: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """RPNHead: a 3x3 convolution with ReLU, then objectness logits and box deltas per anchor."""
-        t = self.rpn_conv(feats)
-        return self.rpn_cls(t), self.rpn_box(t)
+        t = self.rpn_conv(feats)  # the losses and box coding run in float32 under mixed precision
+        return tf.cast(self.rpn_cls(t), tf.float32), tf.cast(self.rpn_box(t), tf.float32)
 
     def roi_head(self, pooled: tf.Tensor, training: bool) -> tuple[tf.Tensor, tf.Tensor]:
         x = tf.reduce_mean(run(self.head, pooled, training), axis=[1, 2])
-        return self.cls_score(x), self.bbox_pred(x)
+        return tf.cast(self.cls_score(x), tf.float32), tf.cast(self.bbox_pred(x), tf.float32)
 
     def call(self, images: tf.Tensor, training: bool = False) -> tf.Tensor:  # keras needs one; losses() is the model
         return self.features(images, training)
