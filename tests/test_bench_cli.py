@@ -157,7 +157,10 @@ def test_ctrl_c_marks_the_run_interrupted(tmp_path):
     results = tmp_path / "r"
     proc = subprocess.Popen([sys.executable, "-m", "tbdkit.cli", "bench", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu",
                              "--batch", "2,4", "--max-measure-s", "120", "--results", str(results)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # as from a terminal: a shell's background job (a CI runner's, say) hands
+                            # SIGINT on ignored, and Python then never raises KeyboardInterrupt
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while time.time() < deadline:
         logs = [d / "log.txt" for d in run_dirs(results) if (d / "log.txt").exists()]

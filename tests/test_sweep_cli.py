@@ -91,7 +91,9 @@ def test_bundle_and_reproduce_round_trip(small_sweep, tmp_path):
         new_run = json.loads((new_results / point["new_run"] / "summary.json").read_text())
         thr = point["metrics"]["throughput"]
         assert thr["new"] == new_run["metrics"]["throughput"]["value"]
-        assert thr["ratio"] == pytest.approx(thr["new"] / thr["recorded"]) and 0.2 < thr["ratio"] < 5
+        # the same quantity in the same unit (a mix-up reads 1e-3 or 1e3); not a speed check: PyTorch's
+        # OpenMP threads on a shared 2-core machine can run 20x slower in one run than in the other
+        assert thr["ratio"] == pytest.approx(thr["new"] / thr["recorded"]) and 0.01 < thr["ratio"] < 100
         assert json.loads((new_results / point["new_run"] / "spec.json").read_text()) == \
             json.loads(files[f"results/{point['recorded_run']}/spec.json"])
     assert "new / recorded" in rep.stdout
