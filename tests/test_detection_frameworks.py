@@ -15,9 +15,8 @@ import pytest
 
 from tbdkit import catalog
 
-# Mask R-CNN has no MXNet network yet (README, support matrix); EfficientDet's TensorFlow pair is
-# tests/test_efficientdet_frameworks.py.
-FRAMEWORKS = {"faster_rcnn": ("pytorch", "tensorflow", "mxnet"), "mask_rcnn": ("pytorch", "tensorflow")}
+# EfficientDet's TensorFlow pair is tests/test_efficientdet_frameworks.py.
+FRAMEWORKS = {"faster_rcnn": ("pytorch", "tensorflow", "mxnet"), "mask_rcnn": ("pytorch", "tensorflow", "mxnet")}
 MODELS = list(FRAMEWORKS)
 PAIRS = [(m, a, b) for m in MODELS for a, b in itertools.combinations(FRAMEWORKS[m], 2)]
 # Forward FLOPs of the smoke reference image (500x375, resized to 341x256, padded to 352x256) as both
@@ -31,7 +30,7 @@ PAIRS = [(m, a, b) for m in MODELS for a, b in itertools.combinations(FRAMEWORKS
 # on the whole image, the RPN head on P2-P6, the box head (TwoMLPHead and predictor) on the 32 sampled
 # RoIs, the mask head and predictor on the positives among them. Unlike the box head's, the mask
 # head's count depends on how many positives the RoI sampler finds (6 here, under the quota of 8): it
-# is the same in both frameworks because with the same weights both compute the same proposals, and
+# is the same in every framework because with the same weights all compute the same proposals, and
 # so the same positives (each 14x14 map: 1.06 GFLOPs in the mask head).
 SMOKE_FORWARD_FLOPS = {"faster_rcnn": 18_616_025_088, "mask_rcnn": 25_737_742_336}
 
@@ -125,8 +124,14 @@ def test_same_weights_same_rpn_outputs(described, model):
     RoIs, so the same weights give different losses."""
     theirs, ours = np.load(described[model, "pytorch"]["npz"]), np.load(described[model, "mxnet"]["npz"])
     keys = [k for k in theirs.files if "/" in k]
-    # 23 convolutions (the RPN head's 3 with biases), 20 batch norms (gamma, beta), 2 dense layers (weight, bias)
-    assert len(keys) == 23 + 3 + 2 * 20 + 2 * 2
+    assert keys == [k for k in ours.files if "/" in k]
+    assert len(keys) == {
+        # 23 convolutions (the RPN head's 3 with biases), 20 batch norms (gamma, beta), 2 dense layers (weight, bias)
+        "faster_rcnn": 23 + 3 + 2 * 20 + 2 * 2,
+        # ResNet-50's 53 bias-free convolutions and their batch norms (gamma, beta); with biases the FPN's 8
+        # convolutions, the RPN head's 3, the mask head's 4, its transposed convolution and 1x1; 4 dense layers
+        "mask_rcnn": 53 + 2 * 53 + 2 * (8 + 3 + 4 + 1 + 1) + 2 * 4,
+    }[model]
     for key in keys:
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
     assert all(np.isfinite(ours[k]).all() for k in ours.files if k.startswith("loss_"))
@@ -151,14 +156,15 @@ def test_tensorflow_reads_back_pytorchs_weights(described, model):
 
 
 @pytest.mark.slow
-def test_mask_rcnn_same_weights_same_outputs_in_tensorflow(described):
-    """PyTorch's weights in TensorFlow give the same RPN outputs on P2 (resize, normalization,
+@pytest.mark.parametrize("framework", [fw for fw in FRAMEWORKS["mask_rcnn"] if fw != "pytorch"])
+def test_mask_rcnn_same_weights_same_outputs(described, framework):
+    """PyTorch's weights in TensorFlow and MXNet give the same RPN outputs on P2 (resize, normalization,
     ResNet-50 with batch statistics, the FPN's top-down path, the RPN head), and the same box-regression,
     RPN box and mask losses: on this probe every positive anchor and RoI is sampled (fewer than the
     quotas), so these losses do not depend on the samplers' draws and agree only if the proposals,
     RoI matching, multi-level RoI align, both heads and the mask targets do. The classifier and
     objectness losses average over randomly drawn negatives and are not compared."""
-    theirs, ours = np.load(described["mask_rcnn", "pytorch"]["npz"]), np.load(described["mask_rcnn", "tensorflow"]["npz"])
+    theirs, ours = np.load(described["mask_rcnn", "pytorch"]["npz"]), np.load(described["mask_rcnn", framework]["npz"])
     for key in ("rpn_objectness", "rpn_deltas"):
         assert ours[key].shape == theirs[key].shape, key
         scale = float(np.abs(theirs[key]).max())

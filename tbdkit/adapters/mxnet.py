@@ -178,7 +178,7 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
 
     from tbdkit.canonical import Layer
 
-    kinds = (gluon.nn.Conv2D, gluon.nn.BatchNorm, gluon.nn.Dense, gluon.rnn.GRU, gluon.rnn.LSTMCell,
+    kinds = (gluon.nn.Conv2D, gluon.nn.Conv2DTranspose, gluon.nn.BatchNorm, gluon.nn.Dense, gluon.rnn.GRU, gluon.rnn.LSTMCell,
              gluon.nn.Embedding, gluon.nn.LayerNorm)
     blocks: list[Any] = []
 
@@ -190,9 +190,11 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
     walk(model)
     seen: dict[int, tuple[Any, int]] = {}  # insertion order = order of first call
 
-    def positions(block: Any, out: Any) -> int:
+    def positions(block: Any, args: Any, out: Any) -> int:
         if hasattr(block, "tied_to"):
             return int(np.prod(out.shape[:-1]))
+        if isinstance(block, gluon.nn.Conv2DTranspose):  # counted at its input (canonical.LAYOUTS)
+            return int(args[0].shape[0] * args[0].shape[2] * args[0].shape[3])
         if isinstance(block, gluon.nn.Conv2D):
             return int(out.shape[0] * out.shape[2] * out.shape[3])  # every map in the batch (a detector head: one per RoI)
         if isinstance(block, (gluon.nn.Dense, gluon.nn.Embedding)):
@@ -205,7 +207,7 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
         return 0
 
     def record(block: Any, args: Any, out: Any) -> None:
-        seen[id(block)] = (block, seen.get(id(block), (block, 0))[1] + positions(block, out))
+        seen[id(block)] = (block, seen.get(id(block), (block, 0))[1] + positions(block, args, out))
 
     handles = [b.register_forward_hook(record) for b in blocks]
     model.hybridize(active=False)  # hooks fire only in imperative mode
@@ -230,9 +232,14 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
             # with a bias of its own (BERT's decoder) or none (the Transformer's projection)
             targets, kind = ({"bias": block.bias} if getattr(block, "bias", None) is not None else {}), "dense"
             tied = {"weight": tuple(block.tied_to.weight.shape)}
-        elif isinstance(block, (gluon.nn.Conv2D, gluon.nn.Dense)):
+        elif isinstance(block, (gluon.nn.Conv2D, gluon.nn.Conv2DTranspose, gluon.nn.Dense)):
+            # Conv2DTranspose's weight is (in, out, kh, kw): already canonical
+            if isinstance(block, gluon.nn.Conv2DTranspose) and (block._kwargs["num_group"] != 1
+                                                                or any(d != 1 for d in block._kwargs["dilate"])):
+                raise ValueError("a grouped or dilated Conv2DTranspose has no canonical layout")
             targets = {"weight": block.weight} | ({"bias": block.bias} if block.bias is not None else {})
-            kind = "conv2d" if isinstance(block, gluon.nn.Conv2D) else "dense"
+            kind = ("conv_transpose2d" if isinstance(block, gluon.nn.Conv2DTranspose)
+                    else "conv2d" if isinstance(block, gluon.nn.Conv2D) else "dense")
         elif isinstance(block, gluon.nn.BatchNorm):
             # scale=False / center=False keep gamma / beta as fixed state (grad_req 'null'), not parameters
             targets = {k: p for k, p in (("gamma", block.gamma), ("beta", block.beta)) if p.grad_req != "null"}
