@@ -15,7 +15,7 @@ import pytest
 
 from tbdkit import catalog
 
-# Mask R-CNN has no MXNet network yet (README, support matrix); EfficientDet's TensorFlow pair is
+# Mask R-CNN has no MXNet network yet (README, support matrix); EfficientDet's TensorFlow and MXNet pairs are
 # tests/test_efficientdet_frameworks.py.
 FRAMEWORKS = {"faster_rcnn": ("pytorch", "tensorflow", "mxnet"), "mask_rcnn": ("pytorch", "tensorflow")}
 MODELS = list(FRAMEWORKS)
