@@ -15,7 +15,7 @@ import pytest
 
 from tbdkit import catalog
 
-# EfficientDet's TensorFlow pair is tests/test_efficientdet_frameworks.py.
+# EfficientDet's TensorFlow and MXNet pairs are tests/test_efficientdet_frameworks.py.
 FRAMEWORKS = {"faster_rcnn": ("pytorch", "tensorflow", "mxnet"), "mask_rcnn": ("pytorch", "tensorflow", "mxnet")}
 MODELS = list(FRAMEWORKS)
 PAIRS = [(m, a, b) for m in MODELS for a, b in itertools.combinations(FRAMEWORKS[m], 2)]

@@ -15,7 +15,7 @@ from test_frameworks import tbdkit
 from test_vision_frameworks import describe_in_stack
 
 MODEL = "efficientdet"
-FRAMEWORKS = ("pytorch", "tensorflow")
+FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
 PAIRS = list(itertools.combinations(catalog.get(MODEL).frameworks, 2))
 
 
@@ -64,7 +64,7 @@ def test_state_differences_are_the_listed_ones(described):
 
 @pytest.mark.slow
 def test_same_weights_same_outputs(tmp_path):
-    """PyTorch's weights, moved through the canonical layout into TensorFlow, give the same inference-mode
+    """PyTorch's weights, moved through the canonical layout into TensorFlow and MXNet, give the same inference-mode
     class logits and box outputs on two synthetic images (scaled, padded and normalized by each framework)."""
     reference = tmp_path / "pytorch.npz"
     describe_in_stack(MODEL, "pytorch", "--save", str(reference))
@@ -99,7 +99,7 @@ np.savez(sys.argv[1], anchors=anchors.boxes.numpy(), boxes=boxes, classes=classe
 OUR_LABELS = """
 import sys, numpy as np
 from tbdkit import catalog
-workload = catalog.load_module(catalog.get("efficientdet"), "tensorflow")
+workload = catalog.load_module(catalog.get("efficientdet"), sys.argv[3])
 given = np.load(sys.argv[1])
 anchors = workload.anchor_boxes(256)
 cls, box, n = workload.label_anchors(anchors, given["boxes"], given["classes"])
@@ -108,16 +108,17 @@ np.savez(sys.argv[2], anchors=anchors, cls=cls, box=box, n=n)
 
 
 @pytest.mark.slow
-def test_anchors_and_targets_are_effdets(tmp_path):
-    """tensorflow.py's NumPy anchors and target assignment give effdet's own AnchorLabeler's output exactly
+@pytest.mark.parametrize("framework", FRAMEWORKS[1:])
+def test_anchors_and_targets_are_effdets(tmp_path, framework):
+    """tensorflow.py's and mxnet.py's NumPy anchors and target assignment give effdet's own AnchorLabeler's output exactly
     (class targets, matched count; box targets to float32 rounding) on six random boxes at 256 px."""
     import subprocess
 
     from tbdkit import stacks
 
     theirs, ours = tmp_path / "effdet.npz", tmp_path / "ours.npz"
-    for framework, script, args in (("pytorch", EFFDET_LABELS, [theirs]), ("tensorflow", OUR_LABELS, [theirs, ours])):
-        subprocess.run([str(stacks.python_of(framework)), "-c", script, *map(str, args)], check=True,
+    for stack, script, args in (("pytorch", EFFDET_LABELS, [theirs]), (framework, OUR_LABELS, [theirs, ours, framework])):
+        subprocess.run([str(stacks.python_of(stack)), "-c", script, *map(str, args)], check=True,
                        capture_output=True, env=stacks.agent_env())
     a, b = np.load(theirs), np.load(ours)
     np.testing.assert_array_equal(b["anchors"], a["anchors"])

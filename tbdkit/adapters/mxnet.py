@@ -170,7 +170,8 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
     positions each layer's weights were applied at during `forward()` (run imperatively on one sample),
     summed over the layer's calls. A block with a `tied_to` embedding is a dense layer using that
     embedding's table as its weight (BERT's decoder). Learned scalars the model registers itself come
-    last ("scale").
+    last ("scale"). A block holding `edge_weights` (BiFPN's fast normalized fusion) is a "fusion" layer.
+    Grouped and depthwise Conv2D weights are already PyTorch's grouped layout (out, in / groups, kh, kw).
 
     A one-direction GRU or LSTM cell that serves as half of a bidirectional layer says which half
     in a `direction` attribute ("forward" / "backward"); a fused bidirectional GRU is split here."""
@@ -182,8 +183,11 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
              gluon.nn.Embedding, gluon.nn.LayerNorm)
     blocks: list[Any] = []
 
+    def fusion(block: Any) -> bool:
+        return isinstance(getattr(block, "edge_weights", None), gluon.Parameter)
+
     def walk(block: Any) -> None:
-        if isinstance(block, kinds) or hasattr(block, "tied_to"):
+        if isinstance(block, kinds) or hasattr(block, "tied_to") or fusion(block):
             blocks.append(block)
         for child in block._children.values():
             walk(child)
@@ -228,7 +232,9 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
                  ("b_hidden", "h2h_bias"))
     for block, n in seen.values():
         tied: dict[str, tuple[int, ...]] = {}
-        if hasattr(block, "tied_to"):
+        if fusion(block):  # one weight per input, element-wise work
+            targets, kind, n = {"weights": block.edge_weights}, "fusion", 0
+        elif hasattr(block, "tied_to"):
             # with a bias of its own (BERT's decoder) or none (the Transformer's projection)
             targets, kind = ({"bias": block.bias} if getattr(block, "bias", None) is not None else {}), "dense"
             tied = {"weight": tuple(block.tied_to.weight.shape)}
