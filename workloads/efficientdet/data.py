@@ -4,22 +4,14 @@ This module re-exports the Mask R-CNN workload's pipeline (synthetic COCO-sized 
 boxes, and the COCO-format JSON reader); the network's fixed square input is made in pytorch.py.
 """
 
-import importlib.util
 import sys
 from pathlib import Path
 
+if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: Mask R-CNN's COCO pipeline
+    sys.path.append(str(Path(__file__).parents[1]))
+from _common.sibling import load  # noqa: E402
 
-def _coco_pipeline():
-    name = "tbdkit_workloads.mask_rcnn.data"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "mask_rcnn" / "data.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-_pipeline = _coco_pipeline()
+_pipeline = load("mask_rcnn", "data")
 SYNTHETIC = _pipeline.SYNTHETIC
 DataError = _pipeline.DataError
 Batch = _pipeline.Batch

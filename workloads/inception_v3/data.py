@@ -4,24 +4,14 @@ This module re-exports the ResNet-50 workload's ImageNet pipeline (synthetic cro
 class-folder reader) so that both models read the same data the same way.
 """
 
-import importlib.util
 import sys
 from pathlib import Path
 
+if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: ResNet-50's ImageNet pipeline
+    sys.path.append(str(Path(__file__).parents[1]))
+from _common.sibling import load  # noqa: E402
 
-def _imagenet_pipeline():
-    name = "tbdkit_workloads.resnet50.data"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "resnet50" / "data.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-_pipeline = _imagenet_pipeline()
+_pipeline = load("resnet50", "data")
 SYNTHETIC = _pipeline.SYNTHETIC
 DataError = _pipeline.DataError
 Batch = _pipeline.Batch

@@ -7,7 +7,6 @@ Faster R-CNN's (that workload's data module is loaded here), each target also ho
 Labels are COCO category ids (1..90), as torchvision's detectors and effdet use.
 """
 
-import importlib.util
 import json
 import sys
 from collections.abc import Iterator, Mapping
@@ -17,18 +16,11 @@ from typing import Any
 
 import numpy as np
 
+if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: Faster R-CNN's detection pipeline
+    sys.path.append(str(Path(__file__).parents[1]))
+from _common.sibling import load  # noqa: E402
 
-def _detection_pipeline() -> Any:
-    name = "tbdkit_workloads.faster_rcnn.data"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "faster_rcnn" / "data.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-_detection = _detection_pipeline()
+_detection = load("faster_rcnn", "data")
 Batch = _detection.Batch
 DataError = _detection.DataError
 Hparams = Mapping[str, Any]

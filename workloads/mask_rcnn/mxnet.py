@@ -22,7 +22,6 @@ torchvision's fixed constants below; nothing here times, logs or profiles.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from dataclasses import dataclass
@@ -36,20 +35,9 @@ from mxnet import autograd, gluon
 if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the shared Gluon ResNet
     sys.path.append(str(Path(__file__).parents[1]))
 from _vision import gluon_resnet as resnet  # noqa: E402
+from _common.sibling import load  # noqa: E402
 
-
-def _faster_rcnn() -> Any:
-    """faster_rcnn/mxnet.py: box IoU and coding, anchors, the matcher, the sampler."""
-    name = "faster_rcnn_mxnet_for_mask_rcnn"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "faster_rcnn" / "mxnet.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-_det = _faster_rcnn()
+_det = load("faster_rcnn", "mxnet")  # box IoU and coding, anchors, the matcher, the sampler
 box_iou, encode, decode, match, sample = _det.box_iou, _det.encode, _det.decode, _det.match, _det.sample
 RPN_WEIGHTS, ROI_WEIGHTS, SMOOTH_L1_SIGMA = _det.RPN_WEIGHTS, _det.ROI_WEIGHTS, _det.SMOOTH_L1_SIGMA
 

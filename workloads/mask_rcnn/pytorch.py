@@ -7,7 +7,6 @@ hyperparameters handed in (workload.toml); nothing here times, logs or profiles.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,18 +16,11 @@ from torch import nn
 from torchvision.models.detection import maskrcnn_resnet50_fpn
 from torchvision.models.detection.rpn import AnchorGenerator
 
+if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: Faster R-CNN's training step
+    sys.path.append(str(Path(__file__).parents[1]))
+from _common.sibling import load  # noqa: E402
 
-def _detection_steps() -> Any:
-    name = "faster_rcnn_pytorch_for_mask_rcnn"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "faster_rcnn" / "pytorch.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-_steps = _detection_steps()
+_steps = load("faster_rcnn", "pytorch")
 Training = _steps.Training
 to_device = _steps.to_device
 train_step = _steps.train_step

@@ -22,7 +22,6 @@ profiles.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from dataclasses import dataclass
@@ -37,20 +36,9 @@ if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the shared Res
     sys.path.append(str(Path(__file__).parents[1]))
 from _vision.keras_classifier import l2_penalty  # noqa: E402
 from _vision.keras_resnet import CONV_INIT, run, stages, stem  # noqa: E402
+from _common.sibling import load  # noqa: E402
 
-
-def _faster_rcnn() -> Any:
-    """faster_rcnn/tensorflow.py: box IoU and coding, the matcher, the sampler, smooth L1, anchors."""
-    name = "faster_rcnn_tensorflow_for_mask_rcnn"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[1] / "faster_rcnn" / "tensorflow.py")
-        assert spec is not None and spec.loader is not None
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-_det = _faster_rcnn()
+_det = load("faster_rcnn", "tensorflow")  # box IoU and coding, the matcher, the sampler, smooth L1, anchors
 box_iou, encode, decode, match, sample = _det.box_iou, _det.encode, _det.decode, _det.match, _det.sample
 smooth_l1_sum, RPN_WEIGHTS, ROI_WEIGHTS = _det.smooth_l1_sum, _det.RPN_WEIGHTS, _det.ROI_WEIGHTS
 
