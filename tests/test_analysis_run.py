@@ -135,3 +135,12 @@ def test_the_profiled_pass_runs_n_iterations_inside_the_profiler_range(monkeypat
     assert summary == {"profiled_iterations": 2, "metrics": {}}
     with pytest.raises(RuntimeError, match="no profiler"):
         run._profiled_pass(Adapter(), Loop(), 1, {})
+
+
+def test_an_optimizer_state_probe_fills_dynamic(tmp_path) -> None:
+    adapter = SimpleNamespace(framework="mxnet", cuda_index=None, device_label="cpu",
+                              model_info=lambda: {"parameter_bytes": 4096}, optimizer_state_bytes=lambda: 4096)
+    analysis.run(adapter, Loop(), {"framework": {}}, tmp_path, {"value": 2.0}, "fp32")
+    dynamic = json.loads((tmp_path / "memory.json").read_text())["categories"]["dynamic"]
+    assert dynamic["bytes"] == 4096 and dynamic["reason"] is None and "optimizer" in dynamic["method"]
+    assert "not counted" in dynamic["method"]

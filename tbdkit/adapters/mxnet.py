@@ -124,6 +124,23 @@ class MXNetAdapter:
             "parameter_bytes": sum(int(np.prod(p.shape)) * np.dtype(p.dtype).itemsize for p in trainable),
         }
 
+    def optimizer_state_bytes(self) -> int | None:
+        """Bytes of the Gluon trainers' optimizer states (momentum buffers, moments), which the trainer's
+        updaters create at the first step; None if the workload's training state holds no trainer."""
+        trainers = [t for t in vars(self.training).values() if isinstance(t, mx.gluon.Trainer)]
+        if not trainers:
+            return None
+
+        def nbytes(state: Any) -> int:
+            if isinstance(state, mx.nd.NDArray):
+                return int(state.size) * np.dtype(state.dtype).itemsize
+            if isinstance(state, (list, tuple)):
+                return sum(nbytes(s) for s in state)
+            return 0  # None: the optimizer keeps no state for this parameter (SGD without momentum)
+
+        # Trainer._updaters is private but fixed: MXNet 1.9.1 is the last release
+        return sum(nbytes(state) for t in trainers for updater in t._updaters for state in updater.states.values())
+
     def memory(self) -> dict[str, Any]:
         reason = ("MXNet 1.9 has no peak-allocation counter; NVML's memory used covers the GPU"
                   if self.cuda_index is not None else

@@ -93,6 +93,19 @@ class TensorFlowAdapter:
             "parameter_bytes": sum(int(w.numpy().nbytes) for w in weights if w.trainable),
         }
 
+    def optimizer_state_bytes(self) -> int | None:
+        """Bytes of every optimizer's variables (slots such as momentum buffers, and its counters);
+        None if the workload's training state holds no Keras optimizer."""
+        optimizers = [o for o in _attributes(self.training) if isinstance(o, keras.optimizers.Optimizer)]
+        if not optimizers:
+            return None
+        seen: dict[int, Any] = {}
+        for opt in optimizers:
+            for inner in (opt, getattr(opt, "inner_optimizer", None)):  # a LossScaleOptimizer's own too
+                for v in getattr(inner, "variables", None) or ():
+                    seen[id(v)] = v
+        return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in seen.values())
+
     def memory(self) -> dict[str, Any]:
         method = "tf.config.experimental.get_memory_info(...)['peak'] over the sample window (reset at its start)"
         if self.cuda_index is None:
@@ -312,3 +325,15 @@ def _canonical_gru(layer: Any, steps: int, in_bidirectional: bool, Layer: Any, r
         cell.recurrent_kernel.assign(unorder(arrays["w_hidden"], "zrn").T)
         cell.bias.assign(np.stack([unorder(arrays["b_input"], "zrn"), unorder(arrays["b_hidden"], "zrn")]))
     return Layer("gru", params, positions=steps, direction=direction, assign=assign)
+
+
+def _attributes(training: Any) -> list[Any]:
+    """A workload's training state's attributes, and the items of those that are lists, tuples or dicts."""
+    out: list[Any] = []
+    for value in vars(training).values() if hasattr(training, "__dict__") else ():
+        out.append(value)
+        if isinstance(value, (list, tuple)):
+            out.extend(value)
+        elif isinstance(value, dict):
+            out.extend(value.values())
+    return out

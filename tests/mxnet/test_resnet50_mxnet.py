@@ -51,3 +51,10 @@ def test_smoke_training_reduces_the_loss():
 
 def test_workload_file_is_clean():
     assert_workload_file_is_clean("resnet50", "mxnet")
+
+
+def test_optimizer_state_is_one_momentum_buffer_per_weight():
+    """memory.json's `dynamic` on MXNet: SGD with momentum keeps a buffer the size of each trainable parameter."""
+    a = adapter("resnet50")
+    a.step(a.prepare(next(DATA.synthetic_batches(MODEL.hp("smoke"), 2, seed=0))))
+    assert a.optimizer_state_bytes() == a.model_info()["parameter_bytes"]

@@ -58,3 +58,12 @@ def test_smoke_training_reduces_the_loss():
 
 def test_workload_file_is_clean():
     assert_workload_file_is_clean("resnet50", "tensorflow")
+
+
+def test_optimizer_state_is_one_momentum_buffer_per_weight():
+    """memory.json's `dynamic` on TensorFlow: SGD with momentum keeps a buffer the size of each trainable
+    variable, plus its scalar counters (iterations, learning rate)."""
+    a = adapter("resnet50")
+    a.step(a.prepare(next(DATA.synthetic_batches(MODEL.hp("smoke"), 2, seed=0))))
+    weights = a.model_info()["parameter_bytes"]
+    assert weights <= a.optimizer_state_bytes() <= weights + 64
