@@ -58,11 +58,11 @@ test: test-host $(addprefix test-,$(FRAMEWORK_TESTS))
 
 test-host: $(KIT_STAMP)
 	$(TBDKIT) setup $(FRAMEWORK_TESTS)
-	$(VENV)/bin/python -m pytest tests $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS))
+	$(VENV)/bin/python -m pytest tests $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS)) --durations=15
 
 test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(TBDKIT) setup $*
-	.venvs/$*/bin/python -m pytest tests/$*
+	.venvs/$*/bin/python -m pytest tests/$* --durations=5
 
 # Collectors' cost: throughput with every collector on / a bare loop, measured in one run.
 bench-overhead: $(KIT_STAMP)
