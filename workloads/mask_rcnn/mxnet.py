@@ -38,6 +38,9 @@ from _vision import gluon_resnet as resnet  # noqa: E402
 from _common.sibling import load  # noqa: E402
 
 _det = load("faster_rcnn", "mxnet")  # box IoU and coding, anchors, the matcher, the sampler
+# Faster R-CNN's inputs (targets, masks included, stay NumPy on the host) and its step: one SGD step
+# on the sum of the losses the model returns (here five)
+to_device, train_step = _det.to_device, _det.train_step
 box_iou, encode, decode, match, sample = _det.box_iou, _det.encode, _det.decode, _det.match, _det.sample
 RPN_WEIGHTS, ROI_WEIGHTS, SMOOTH_L1_SIGMA = _det.RPN_WEIGHTS, _det.ROI_WEIGHTS, _det.SMOOTH_L1_SIGMA
 
@@ -350,12 +353,6 @@ def build(hp: dict[str, Any], ctx: mx.Context) -> Training:
     return Training(model, trainer)
 
 
-def to_device(batch: Any, ctx: mx.Context) -> dict[str, Any]:
-    """Images as a list of (3, H, W) arrays on the device; targets (boxes, labels, (K, H, W) uint8 masks)
-    stay NumPy: matching, sampling and the masks' resize run on the host."""
-    return {"images": [mx.nd.array(image, ctx=ctx) for image in batch.images], "targets": batch.targets}
-
-
 def forward(training: Training, inputs: dict[str, Any]) -> dict[str, np.ndarray]:
     """The training-mode forward (batch norm on batch statistics; the box head on roi_batch_size sampled
     RoIs per image, the mask head on their positives) without a step: the five losses and, as pytorch.py's,
@@ -374,14 +371,3 @@ def forward(training: Training, inputs: dict[str, Any]) -> dict[str, np.ndarray]
         for handle in handles:
             handle.detach()
     return {k: v.asnumpy() for k, v in (losses | rpn).items()}
-
-
-def train_step(training: Training, inputs: dict[str, Any], precision: Any) -> Any:
-    """One SGD step on the sum of the five losses."""
-    with autograd.record():
-        losses = training.model(inputs["images"], inputs["targets"])
-        loss = mx.nd.add_n(*[value.astype("float32") for value in losses.values()])
-        with precision.scale_loss(loss, training.trainer) as scaled:
-            autograd.backward(scaled)
-    training.trainer.step(1)  # the losses are already means
-    return loss
