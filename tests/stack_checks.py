@@ -1,11 +1,14 @@
 """Checks the TensorFlow and MXNet workload tests share (imported by tests/<stack>/, run in that
-stack): an adapter on the CPU, a smoke run that learns, a workload file free of timing and logging."""
+stack): an adapter on the CPU, a smoke run that learns, a workload file free of timing and logging,
+and NumPy references of the algorithms several frameworks rebuild (torchvision's RoI align)."""
 
 from __future__ import annotations
 
 import math
 import re
 from typing import Any
+
+import numpy as np
 
 from tbdkit import catalog
 from tbdkit.adapters import load
@@ -32,3 +35,37 @@ def assert_workload_file_is_clean(name: str, framework: str) -> None:
     source = (catalog.get(name).folder / f"{framework}.py").read_text()
     for forbidden in FORBIDDEN:
         assert not re.search(forbidden, source), forbidden
+
+
+def torchvision_roi_align(feats, roi, size, scale, grid):
+    """torchvision's roi_align kernel (aligned=False) for one RoI on (C, H, W) features, in NumPy."""
+    height, width = feats.shape[1:]
+
+    def bilinear(y, x):
+        if y < -1.0 or y > height or x < -1.0 or x > width:
+            return np.zeros(feats.shape[0])
+        y, x = max(y, 0.0), max(x, 0.0)
+        y0, x0 = int(y), int(x)
+        if y0 >= height - 1:
+            y0 = y1 = height - 1
+            y = float(y0)
+        else:
+            y1 = y0 + 1
+        if x0 >= width - 1:
+            x0 = x1 = width - 1
+            x = float(x0)
+        else:
+            x1 = x0 + 1
+        ly, lx = y - y0, x - x0
+        return ((1 - ly) * (1 - lx) * feats[:, y0, x0] + (1 - ly) * lx * feats[:, y0, x1]
+                + ly * (1 - lx) * feats[:, y1, x0] + ly * lx * feats[:, y1, x1])
+
+    x1, y1, x2, y2 = roi * scale
+    bw, bh = max(x2 - x1, 1.0) / size, max(y2 - y1, 1.0) / size
+    gh, gw = grid if grid else (math.ceil(max(y2 - y1, 1.0) / size), math.ceil(max(x2 - x1, 1.0) / size))
+    out = np.zeros((feats.shape[0], size, size))
+    for py in range(size):
+        for px in range(size):
+            out[:, py, px] = np.mean([bilinear(y1 + py * bh + (iy + 0.5) * bh / gh, x1 + px * bw + (ix + 0.5) * bw / gw)
+                                      for iy in range(gh) for ix in range(gw)], axis=0)
+    return out

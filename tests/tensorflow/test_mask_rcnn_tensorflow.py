@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from tbdkit import catalog
-from stack_checks import adapter as stack_adapter, assert_learns, assert_workload_file_is_clean
+from stack_checks import adapter as stack_adapter, assert_learns, assert_workload_file_is_clean, torchvision_roi_align
 
 MODEL = catalog.get("mask_rcnn")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
@@ -33,40 +33,6 @@ def test_parameter_count_is_torchvisions(smoke):
     assert info["non_trainable_state"] == 53_120  # moving mean and variance
 
 
-def torchvision_roi_align(feats, roi, size, scale, grid):
-    """torchvision's roi_align kernel (aligned=False) for one RoI on (H, W, C) features, in NumPy."""
-    height, width = feats.shape[:2]
-
-    def bilinear(y, x):
-        if y < -1.0 or y > height or x < -1.0 or x > width:
-            return np.zeros(feats.shape[2])
-        y, x = max(y, 0.0), max(x, 0.0)
-        y0, x0 = int(y), int(x)
-        if y0 >= height - 1:
-            y0 = y1 = height - 1
-            y = float(y0)
-        else:
-            y1 = y0 + 1
-        if x0 >= width - 1:
-            x0 = x1 = width - 1
-            x = float(x0)
-        else:
-            x1 = x0 + 1
-        ly, lx = y - y0, x - x0
-        return ((1 - ly) * (1 - lx) * feats[y0, x0] + (1 - ly) * lx * feats[y0, x1]
-                + ly * (1 - lx) * feats[y1, x0] + ly * lx * feats[y1, x1])
-
-    x1, y1, x2, y2 = roi * scale
-    bw, bh = max(x2 - x1, 1.0) / size, max(y2 - y1, 1.0) / size
-    gh, gw = grid if grid else (math.ceil(max(y2 - y1, 1.0) / size), math.ceil(max(x2 - x1, 1.0) / size))
-    out = np.zeros((size, size, feats.shape[2]))
-    for py in range(size):
-        for px in range(size):
-            out[py, px] = np.mean([bilinear(y1 + py * bh + (iy + 0.5) * bh / gh, x1 + px * bw + (ix + 0.5) * bw / gw)
-                                   for iy in range(gh) for ix in range(gw)], axis=0)
-    return out
-
-
 def test_roi_align_is_torchvisions_border_included():
     """Sampling ratio 2 on a map at 1/8 scale, for RoIs inside, across and beyond the map's border."""
     feats = RNG.normal(size=(2, 10, 13, 3)).astype(np.float32)
@@ -75,7 +41,8 @@ def test_roi_align_is_torchvisions_border_included():
     owner = np.array([0, 1, 1, 0], np.int32)
     out = WORKLOAD.roi_align(tf.constant(feats), tf.constant(rois), tf.constant(owner), 3, 1 / 8, (2, 2)).numpy()
     for k in range(len(rois)):
-        np.testing.assert_allclose(out[k], torchvision_roi_align(feats[owner[k]], rois[k], 3, 1 / 8, (2, 2)),
+        channels_first = torchvision_roi_align(np.moveaxis(feats[owner[k]], -1, 0), rois[k], 3, 1 / 8, (2, 2))
+        np.testing.assert_allclose(out[k], np.moveaxis(channels_first, 0, -1),
                                    rtol=1e-4, atol=1e-5, err_msg=str(rois[k]))
 
 
@@ -87,7 +54,7 @@ def test_mask_targets_use_torchvisions_adaptive_grid():
     targets = WORKLOAD.MaskRCNN.mask_targets(tf.constant(masks), tf.constant(rois), tf.constant(index)).numpy()
     assert targets.shape == (3, 28, 28)
     for k in range(3):
-        expected = torchvision_roi_align(masks[index[k], :, :, None], rois[k], 28, 1.0, None)[..., 0]
+        expected = torchvision_roi_align(masks[index[k]][None], rois[k], 28, 1.0, None)[0]
         np.testing.assert_allclose(targets[k], expected, rtol=1e-4, atol=1e-5)
 
 
