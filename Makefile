@@ -19,7 +19,7 @@ TBDKIT := $(VENV)/bin/tbdkit
 # The kit's own environment (host side: CLI, index, reports); frameworks live in .venvs/<stack>.
 KIT_STAMP := $(VENV)/.tbdkit-installed
 
-.PHONY: setup bench sweep report bundle images test test-host test-pytorch test-tensorflow test-mxnet bench-overhead reference clean
+.PHONY: setup bench sweep report bundle images test test-host test-pytorch test-tensorflow test-mxnet bench-overhead reference reference-suite reference-table clean
 
 $(KIT_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -76,3 +76,12 @@ clean:
 # Runs under $(PYTHON) itself (it must have PyTorch); refuses without a GPU.
 reference:
 	$(PYTHON) -m tbdkit.reference $(foreach m,$(if $(filter command line,$(origin MODEL)),$(MODEL),deepspeech2 resnet50),--model $(m))
+
+# Issue 5's reference results: every model's paper preset at two batch sizes (no ncu pass), then the README's table.
+reference-suite:
+	$(PYTHON) -m tbdkit.reference --suite --no-ncu
+	$(PYTHON) -m tbdkit.reference --table --readme
+
+# The committed reference results (workloads/*/reference/) as the README's Markdown table.
+reference-table:
+	$(PYTHON) -m tbdkit.reference --table --readme

@@ -1,14 +1,17 @@
-"""python -m tbdkit.reference: the reference results of issue 4 on one GPU, in one command.
+"""python -m tbdkit.reference: reference results on one GPU, in one command.
 
-For each model (default: Deep Speech 2 and ResNet-50, PyTorch, paper preset) at two batch sizes
-(the preset's default and the one below it):
+For each model (default: Deep Speech 2 and ResNet-50; --suite: every model of the suite; PyTorch,
+paper preset) at two batch sizes (the preset's default and the one below it, or above it where
+none is below):
   1. a measured run with every analysis on: throughput, NVML and trace GPU utilization, GPM pipes,
      memory.json, kernels.csv, model FLOPs and MFU;
   2. a separate Nsight Compute pass over a few iterations after warm-up (never during the timed
      run): FP32 utilization (paper eq. 2) and tensor-pipe utilization, per kernel and overall,
      merged into that run's kernels.csv and summary.json;
   3. summary.json, env.json, memory.json, kernels.csv (and ncu_raw.csv) copied into
-     workloads/<model>/reference/b<batch>/.
+     workloads/<model>/reference/b<batch>/ (b<batch>-<precision> for tf32 and amp).
+`--table` prints the committed reference results as the README's Markdown table (`--readme`
+writes it between the README's reference-table markers).
 It refuses on a machine without an NVIDIA GPU. It needs only the Python it runs under to have
 PyTorch (and the kit's agent dependencies): no network, no stack setup.
 """
@@ -32,7 +35,7 @@ from tbdkit.errors import UserError
 from tbdkit.metric import metric, missing
 from tbdkit.paths import KIT_ROOT
 
-MODELS = ("deepspeech2", "resnet50")
+MODELS = ("deepspeech2", "resnet50")  # issue 4's pair: the default
 # Sized so one model (two batch sizes, two processes each) fits a 10-minute call on an H100.
 NCU_WARMUP_S = 15.0
 NCU_TIMEOUT_S = 240.0
@@ -55,14 +58,23 @@ def gpu_count() -> int:
 
 
 AGENT_NEEDS = ("torch", "torchvision", "numpy", "psutil", "pydantic", "pynvml")
+# Modules a model's PyTorch workload imports beyond the agent's (pyproject's pytorch extra installs them).
+MODEL_NEEDS = {"a3c": ("gymnasium", "ale_py"), "bert": ("transformers",), "efficientdet": ("effdet",)}
+PIP_NAMES = {"pynvml": "nvidia-ml-py", "ale_py": "ale-py"}
 
 
-def missing_modules(python: str) -> list[str]:
-    """Modules the agent imports that `python` lacks."""
+def needs(models: list[str]) -> tuple[str, ...]:
+    """The modules the agent and these models' workloads import."""
+    extra = [m for model in models for m in MODEL_NEEDS.get(model, ())]
+    return AGENT_NEEDS + tuple(dict.fromkeys(extra))
+
+
+def missing_modules(python: str, modules: tuple[str, ...] = AGENT_NEEDS) -> list[str]:
+    """Those of `modules` that `python` lacks."""
     probe = ("import importlib.util, sys; "
-             f"print(' '.join(m for m in {AGENT_NEEDS!r} if importlib.util.find_spec(m) is None))")
+             f"print(' '.join(m for m in {modules!r} if importlib.util.find_spec(m) is None))")
     out = subprocess.run([python, "-c", probe], capture_output=True, text=True)
-    return out.stdout.split() if out.returncode == 0 else list(AGENT_NEEDS)
+    return out.stdout.split() if out.returncode == 0 else list(modules)
 
 
 def agent_python() -> str:
@@ -84,12 +96,25 @@ def agent_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def suite() -> list[str]:
+    """Every model of the catalog that has a PyTorch file, in catalog order."""
+    return [name for name, m in catalog.models().items() if "pytorch" in m.frameworks]
+
+
 def two_batches(model: str) -> list[int]:
+    """The paper preset's default batch size and the listed one below it (above it where none is below)."""
     hp = catalog.get(model).hp("paper")
     sizes = sorted(int(b) for b in hp["batch_sizes"])
     default = int(hp["default_batch"])
     below = [b for b in sizes if b < default]
-    return [below[-1], default] if below else [default]
+    above = [b for b in sizes if b > default]
+    return [below[-1], default] if below else [default, above[0]] if above else [default]
+
+
+def destination(model: str, batch: int, precision: str) -> Path:
+    """Where a reference run's files are committed."""
+    name = f"b{batch}" if precision == "fp32" else f"b{batch}-{precision}"
+    return KIT_ROOT / "workloads" / model / "reference" / name
 
 
 def find_ncu() -> str | None:
@@ -198,11 +223,11 @@ def reference(models: list[str], results: Path, precision: str, max_measure_s: f
         raise UserError("tbdkit reference measures on an NVIDIA GPU and NVML finds none here: run it on a GPU "
                         "machine (on a CPU, `tbdkit bench --preset smoke` measures what a CPU can).")
     python = agent_python()
-    lacking = missing_modules(python)
+    lacking = missing_modules(python, needs(models))
     if lacking:
-        raise UserError(f"{python} lacks {', '.join(lacking)}, which the agent needs: install them into it "
-                        "(pip install torch torchvision numpy psutil pydantic nvidia-ml-py) or point TBDKIT_VENVS "
-                        "at a stack that has them.")
+        raise UserError(f"{python} lacks {', '.join(lacking)}, which the agent or these models need: install them "
+                        f"into it (pip install {' '.join(PIP_NAMES.get(m, m) for m in lacking)}), drop those models, "
+                        "or point TBDKIT_VENVS at a stack that has them.")
     from tbdkit.launch import finalize, new_run_dir
 
     copied = []
@@ -221,7 +246,7 @@ def reference(models: list[str], results: Path, precision: str, max_measure_s: f
                           for k in ("fp32_utilization", "tensor_utilization")})
                 summary["metrics"].update(extra)
                 sink.write_json(run_dir / "summary.json", summary)
-            dest = KIT_ROOT / "workloads" / model / "reference" / f"b{batch}"
+            dest = destination(model, batch, precision)
             dest.mkdir(parents=True, exist_ok=True)
             for name in COPIED:
                 if (run_dir / name).is_file():
@@ -231,9 +256,23 @@ def reference(models: list[str], results: Path, precision: str, max_measure_s: f
     return copied
 
 
+def table(readme: bool) -> None:
+    """Print the committed reference results as Markdown; with readme, also write them into README.md."""
+    from tbdkit.report import reference_table
+
+    text = reference_table.markdown(KIT_ROOT / "workloads")
+    print(text)
+    if readme:
+        try:
+            reference_table.write_readme(KIT_ROOT / "README.md", text)
+        except ValueError as exc:
+            raise UserError(f"{exc}: put the two marker lines back where the table belongs.") from exc
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tbdkit.reference", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", choices=MODELS, help="repeatable; default: both")
+    parser.add_argument("--model", action="append", choices=suite(), help=f"repeatable; default: {', '.join(MODELS)}")
+    parser.add_argument("--suite", action="store_true", help="every model of the suite (PyTorch)")
     parser.add_argument("--results", type=Path, default=Path("results/reference"))
     parser.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "amp"])
     parser.add_argument("--max-measure-s", type=float, default=30.0)
@@ -241,9 +280,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-iterations", type=int, default=1)
     parser.add_argument("--launch-count", type=int, default=1500, help="cap on kernels ncu profiles")
     parser.add_argument("--no-ncu", action="store_true")
+    parser.add_argument("--table", action="store_true",
+                        help="print the committed reference results as a Markdown table; run nothing")
+    parser.add_argument("--readme", action="store_true", help="with --table: also write it into README.md")
     args = parser.parse_args(argv)
     try:
-        reference(args.model or list(MODELS), args.results, args.precision, args.max_measure_s, args.max_warmup_s,
+        if args.table:
+            table(args.readme)
+            return 0
+        models = suite() if args.suite else args.model or list(MODELS)
+        reference(models, args.results, args.precision, args.max_measure_s, args.max_warmup_s,
                   args.profile_iterations, args.launch_count, not args.no_ncu)
     except UserError as exc:
         print(f"tbdkit reference: {exc}", file=sys.stderr)

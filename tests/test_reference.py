@@ -3,17 +3,24 @@ pass parses and merges a profile (a stand-in ncu script replays the fixture CSV)
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import os
+import shutil
 import stat
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from report_fixtures import make_run
 from tbdkit import reference, spec as specs
 from tbdkit.analysis.peak import Device
 from tbdkit.errors import UserError
+from tbdkit.paths import KIT_ROOT
+from tbdkit.report import reference_table
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ncu" / "raw_page.csv"
 
@@ -29,6 +36,90 @@ def test_refuses_without_a_gpu(monkeypatch, tmp_path) -> None:
 def test_two_batch_sizes_are_the_default_and_the_one_below() -> None:
     assert reference.two_batches("deepspeech2") == [16, 32]
     assert reference.two_batches("resnet50") == [32, 64]
+    # Faster R-CNN's paper default is 1 image per GPU: the second size is the one above.
+    assert reference.two_batches("faster_rcnn") == [1, 2]
+    assert all(len(reference.two_batches(m)) == 2 for m in reference.suite())
+
+
+def test_the_suite_is_every_pytorch_model() -> None:
+    assert len(reference.suite()) == 12
+    assert set(reference.MODELS) <= set(reference.suite())
+
+
+def _third_party_imports(path: Path) -> set[str]:
+    """Root modules a workload file imports when loaded (module level; a reader's lazy imports, such
+    as soundfile or PIL for real data, are not needed by the synthetic reference runs), less the
+    standard library and the workloads' own modules (_common, _vision, go_rules, ...)."""
+    roots = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    local = {p.stem for p in path.parent.parent.glob("*")} | {p.stem for p in path.parent.glob("*.py")}
+    return {r for r in roots if r not in sys.stdlib_module_names and r not in local and r != "__future__"}
+
+
+@pytest.mark.parametrize("model", reference.suite())
+def test_the_reference_python_is_checked_for_every_module_a_workload_imports(model: str) -> None:
+    """A GPU machine's Python is probed for these before anything runs; a workload importing a module
+    the probe does not know would fail minutes into the suite instead."""
+    folder = KIT_ROOT / "workloads" / model
+    imported = set().union(*(_third_party_imports(folder / f) for f in ("pytorch.py", "data.py")))
+    assert imported <= set(reference.needs([model])), sorted(imported - set(reference.needs([model])))
+
+
+def test_missing_modules_are_named_with_their_pip_names(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(reference, "gpu_count", lambda: 1)
+    monkeypatch.setattr(reference, "agent_python", lambda: sys.executable)  # the kit's venv: no torch, no ale-py
+    with pytest.raises(UserError) as err:
+        reference.reference(["a3c"], tmp_path, "fp32", 1, 1, 1, 1, False)
+    text = str(err.value)
+    assert "torch" in text and "ale_py" in text and "pip install" in text and " ale-py" in text
+    assert not any(tmp_path.iterdir())
+
+
+def _reference_run(workloads: Path, model: str, batch: int, thr: float, **kw: Any) -> Path:
+    run = make_run(workloads.parent / "scratch", model, "pytorch", batch, thr, device="cuda:0",
+                   device_name="NVIDIA H100 80GB HBM3", **kw)
+    dest = workloads / model / "reference" / f"b{batch}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.move(run, dest))
+
+
+def test_reference_table_lists_the_committed_runs(tmp_path) -> None:
+    workloads = tmp_path / "workloads"
+    assert reference_table.markdown(workloads) == reference_table.NONE_YET
+    _reference_run(workloads, "resnet50", 64, 2875.5, metrics={"gpu_utilization": 97.0, "fp32_utilization": 41.25},
+                   memory={"weights": 2**30, "weight_gradients": 2**30, "feature_maps": 2**31})
+    _reference_run(workloads, "resnet50", 32, 2500.0)
+    _reference_run(workloads, "deepspeech2", 32, 410.0, metrics={"gpu_utilization": 91.0})
+    lines = reference_table.markdown(workloads).splitlines()
+    assert lines[0].startswith("| model | batch |") and len(lines) == 2 + 3
+    assert [line.split(" | ")[:2] for line in lines[2:]] == [["| deepspeech2", "32"], ["| resnet50", "32"],
+                                                               ["| resnet50", "64"]]
+    big = lines[4].split(" | ")
+    assert big[3] == "NVIDIA H100 80GB HBM3" and big[4] == "2,876 samples/s ±1.0%"
+    assert big[5] == "97" and big[8] == "41.2" and big[11] == "4"   # NVML util, ncu FP32, peak GiB
+    assert lines[3].split(" | ")[5] == "—"                         # not measured: a dash, never a number
+
+
+def test_readme_table_is_written_between_the_markers(tmp_path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# kit\n\n{reference_table.BEGIN}\nold table\n{reference_table.END}\n\nafter\n")
+    reference_table.write_readme(readme, "| new |")
+    assert readme.read_text() == f"# kit\n\n{reference_table.BEGIN}\n| new |\n{reference_table.END}\n\nafter\n"
+    readme.write_text("no markers\n")
+    with pytest.raises(ValueError, match="markers"):
+        reference_table.write_readme(readme, "| new |")
+
+
+def test_the_readme_shows_the_committed_reference_results() -> None:
+    """README's table is generated from workloads/*/reference/: after committing a reference run,
+    `make reference-table` must be run (this fails until it is)."""
+    text = (KIT_ROOT / "README.md").read_text()
+    between = text.split(reference_table.BEGIN, 1)[1].split(reference_table.END, 1)[0]
+    assert between.strip() == reference_table.markdown(KIT_ROOT / "workloads")
 
 
 def fake_ncu(tmp_path: Path) -> Path:

@@ -1,114 +1,18 @@
 """`tbdkit report`: the paper's figures, tables and claim checks, from the results on disk.
 
-build_report(results, out) reads the index and run directories (never a framework) and writes
-out/report.html (self-contained: figures embedded), out/report.md, out/summary.csv and
-out/figures/*.png|svg. It returns the path of report.html.
+The package's modules read only results: runs.py (the runs), figures.py (matplotlib), tables.py,
+claims.py, reference_table.py (the committed reference results) and build.py (report.html,
+report.md, summary.csv). Importing the package loads none of them, so a GPU machine's bare Python
+can print the reference table without matplotlib or jinja2.
 """
 
 from __future__ import annotations
 
-import base64
-import csv
-import datetime as dt
-import os
 from pathlib import Path
-
-from jinja2 import Environment, FileSystemLoader, select_autoescape
-
-from tbdkit import __version__
-from tbdkit.errors import UserError
-from tbdkit.report import claims, figures, runs as runs_mod, tables
-
-TEMPLATES = Path(__file__).with_name("templates")
-
-
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def build_report(results_dir: Path, out_dir: Path) -> Path:
-    results_dir, out_dir = Path(results_dir), Path(out_dir)
-    if not results_dir.is_dir():
-        raise UserError(f"No results folder at {results_dir}: pass the folder `tbdkit bench --results` wrote to.")
-    runs = runs_mod.load(results_dir)
-    if not runs:
-        raise UserError(f"{results_dir} holds no run that finished ok: run `tbdkit bench` or `tbdkit sweep` first.")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    drawn = figures.draw(runs, out_dir)
-    verdicts = claims.check_all(runs)
-    generated = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    context = {
-        "results": str(results_dir), "generated": generated, "kit_version": __version__, "runs": runs,
-        "verdicts": verdicts,
-        "counts": {"holds": sum(v.verdict == claims.HOLDS for v in verdicts),
-                   "fails": sum(v.verdict == claims.FAILS for v in verdicts),
-                   "nodata": sum(v.verdict == claims.NO_DATA for v in verdicts)},
-        "figures": [_figure_context(f) for f in drawn],
-        "run_header": tables.DISPLAY_HEADER, "run_rows": tables.display_rows(runs),
-        "kernel_tables": tables.kernel_tables(runs), "kernel_missing": tables.kernel_table_missing(runs),
-        "paper_tables": tables.paper_kernel_tables(),
-        "memory_header": tables.MEMORY_HEADER, "memory_rows": tables.memory_rows(runs),
-        "env_header": tables.ENV_HEADER, "env_rows": tables.environment_rows(runs),
-    }
-    jinja = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]))
-    html = out_dir / "report.html"
-    _write(html, jinja.get_template("report.html.j2").render(**context))
-    _write(out_dir / "report.md", _markdown(context, drawn))
-    _write_csv(out_dir / "summary.csv", tables.summary_rows(runs))
-    return html
+    """Write out_dir/report.html, report.md, summary.csv and figures/; return report.html's path."""
+    from tbdkit.report.build import build_report as build
 
-
-def _figure_context(f: figures.Result) -> dict:
-    if isinstance(f, figures.Figure):
-        png = (f.files or {})["png"].read_bytes()
-        return {"key": f.key, "title": f.title, "caption": f.caption, "png": base64.b64encode(png).decode()}
-    return {"key": f.key, "title": f.title, "reason": f.reason, "png": None}
-
-
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(tables.SUMMARY_COLUMNS))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    os.replace(tmp, path)
-
-
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    def cell(c: object) -> str:
-        return str(c).replace("|", "\\|")
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def _markdown(ctx: dict, drawn: list[figures.Result]) -> str:
-    parts = [f"# tbdkit report\n\n{len(ctx['runs'])} run(s) from `{ctx['results']}`, {ctx['generated']}, "
-             f"tbdkit {ctx['kit_version']}.\n",
-             "## The paper's observations, checked on these results\n",
-             f"{ctx['counts']['holds']} hold · {ctx['counts']['fails']} do not hold · "
-             f"{ctx['counts']['nodata']} lack the data to decide.\n"]
-    for v in ctx["verdicts"]:
-        parts.append(f"**{v.n}. {v.claim}** — *{v.verdict}*  \nRule: {v.rule}\n")
-        parts += [f"- {e}" for e in v.evidence]
-        parts.append("")
-    parts.append("## Figures\n")
-    for f in drawn:
-        if isinstance(f, figures.Figure):
-            parts.append(f"![{f.title}](figures/{f.key}.png)\n\n*{f.title}.* {f.caption}\n")
-        else:
-            parts.append(f"*{f.title}:* not drawn — {f.reason}.\n")
-    parts += ["## Runs\n", _md_table(ctx["run_header"], ctx["run_rows"]), ""]
-    parts.append("## Kernels: the longest below average FP32 utilization (paper Tables V/VI)\n")
-    if ctx["kernel_missing"]:
-        parts.append(f"Not measured here: {ctx['kernel_missing']}.\n")
-    for t in ctx["kernel_tables"] + ctx["paper_tables"]:
-        parts += [f"### {t['title']}\n", _md_table(["share of GPU time", "FP32 utilization", "kernel"], t["rows"]), ""]
-    parts.append("## Memory breakdown\n")
-    parts.append(_md_table(ctx["memory_header"], ctx["memory_rows"]) if ctx["memory_rows"]
-                 else "No run holds a memory breakdown (memory.json).")
-    parts += ["", "## Environment\n", _md_table(ctx["env_header"], ctx["env_rows"]), ""]
-    return "\n".join(parts)
+    return build(results_dir, out_dir)

@@ -112,6 +112,27 @@ def device_name(summary: dict[str, Any], env: dict[str, Any]) -> str:
     return f"CPU: {cpu.get('model') or 'unknown'} ({cpu.get('logical_cores', '?')} cores)"
 
 
+def from_dir(path: Path, run_id: str | None = None, flag: dict[str, Any] | None = None) -> Run | None:
+    """One run directory as a Run, or None where it holds no summary.json."""
+    summary = _json(path / "summary.json")
+    if not summary:
+        return None
+    env = _json(path / "env.json")
+    return Run(
+        run_id=run_id or str(summary.get("run_id") or path.name), path=path, model=str(summary.get("model")),
+        framework=str(summary.get("framework")), batch_size=int(summary.get("batch_size") or 0),
+        precision=str(summary.get("precision")), device=str(summary.get("device")),
+        device_name=device_name(summary, env), summary=summary, env=env, spec=_json(path / "spec.json"),
+        memory=_json(path / "memory.json") or None, kernels=_kernels(path / "kernels.csv"),
+        unstable=bool(flag) or bool(summary.get("unstable")),
+        unstable_reason=(flag or {}).get("unstable_reason") or summary.get("instability_reason"),
+    )
+
+
+def _oldest_first(runs: list[Run]) -> list[Run]:
+    return sorted(runs, key=lambda r: (r.summary.get("started_utc") or "", r.run_id))
+
+
 def load(results: Path) -> list[Run]:
     """Every run of the index that finished ok, oldest first."""
     index = Index(results)
@@ -121,22 +142,16 @@ def load(results: Path) -> list[Run]:
         path = Path(row.get("path") or results / row["run_id"])
         if not path.is_absolute():
             path = results / path
-        summary = _json(path / "summary.json")
-        if not summary:
-            continue
-        env = _json(path / "env.json")
-        memory = _json(path / "memory.json") or None
-        flag = unstable.get(row["run_id"])
-        runs.append(Run(
-            run_id=row["run_id"], path=path, model=str(summary.get("model")), framework=str(summary.get("framework")),
-            batch_size=int(summary.get("batch_size") or 0), precision=str(summary.get("precision")),
-            device=str(summary.get("device")), device_name=device_name(summary, env), summary=summary, env=env,
-            spec=_json(path / "spec.json"), memory=memory, kernels=_kernels(path / "kernels.csv"),
-            unstable=bool(flag) or bool(summary.get("unstable")),
-            unstable_reason=(flag or {}).get("unstable_reason") or summary.get("instability_reason"),
-        ))
-    runs.sort(key=lambda r: (r.summary.get("started_utc") or "", r.run_id))
-    return runs
+        run = from_dir(path, row["run_id"], unstable.get(row["run_id"]))
+        if run is not None:
+            runs.append(run)
+    return _oldest_first(runs)
+
+
+def load_dirs(dirs: list[Path]) -> list[Run]:
+    """Runs straight from their directories (no index): the committed reference results."""
+    runs = [r for r in (from_dir(d) for d in dirs) if r is not None and r.summary.get("status") == "ok"]
+    return _oldest_first(runs)
 
 
 def by_series(runs: list[Run]) -> dict[tuple[str, str, str, str], list[Run]]:

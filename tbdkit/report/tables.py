@@ -14,12 +14,23 @@ SUMMARY_COLUMNS = ("run_id", "model", "framework", "batch_size", "precision", "d
                    "unstable", "unstable_reason", "started_utc")
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
+def fmt(value: Any, digits: int = 3) -> str:
+    """`digits` significant digits, whole numbers with thousands separators from 10**digits up
+    (2,876, never 2.88e+03); None (not measured) is a dash."""
     if value is None:
         return "—"
     if isinstance(value, float):
-        return f"{value:,.{digits}g}" if abs(value) < 1e4 else f"{value:,.0f}"
+        return f"{value:,.{digits}g}" if abs(value) < 10**digits else f"{value:,.0f}"
     return str(value)
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> str:
+    """A GitHub-flavoured Markdown table; pipes inside cells are escaped."""
+    def cell(c: object) -> str:
+        return str(c).replace("|", "\\|")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 def summary_row(r: Run) -> dict[str, Any]:
@@ -56,9 +67,9 @@ def display_rows(runs: list[Run]) -> list[list[str]]:
         row = summary_row(r)
         ci = row["throughput_ci95_relative"]
         rows.append([r.run_id, r.model, r.framework, str(r.batch_size), r.precision, r.device_name,
-                     f"{_fmt(row['throughput'])} {r.unit}" + (f" ±{ci:.1%}" if ci else ""),
-                     _fmt(row["gpu_utilization_pct"]), _fmt(row["fp32_utilization_pct"]),
-                     _fmt(row["cpu_utilization_pct"]), _fmt(row["peak_memory_mib"]),
+                     f"{fmt(row['throughput'])} {r.unit}" + (f" ±{ci:.1%}" if ci else ""),
+                     fmt(row["gpu_utilization_pct"]), fmt(row["fp32_utilization_pct"]),
+                     fmt(row["cpu_utilization_pct"]), fmt(row["peak_memory_mib"]),
                      "unstable: " + (r.unstable_reason or "flagged") if r.unstable else ""])
     return rows
 

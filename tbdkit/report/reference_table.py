@@ -1,0 +1,62 @@
+"""The committed reference results (workloads/<model>/reference/<b…>/) as one Markdown table.
+
+`python -m tbdkit.reference --table` prints it; `--readme` writes it into README.md between the
+two markers below, so the README's throughput table is always the committed runs, never typed in.
+It reads only the run files (summary.json, env.json, memory.json), as the rest of the report does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tbdkit.report.runs import Run, load_dirs, throughput
+from tbdkit.report.tables import fmt, md_table
+
+BEGIN = "<!-- reference-table:begin (python -m tbdkit.reference --table --readme) -->"
+END = "<!-- reference-table:end -->"
+HEADER = ["model", "batch", "precision", "device", "throughput (95% CI)", "GPU util % (NVML)",
+          "GPU util % (trace)", "SM active % (GPM)", "FP32 util % (ncu)", "MFU %", "CPU util %",
+          "peak memory GiB", "measured"]
+NONE_YET = ("No reference result is committed yet: no GPU has been lent where the kit is developed. "
+            "`make reference-suite` on a GPU machine writes them (see above).")
+
+
+def reference_dirs(workloads: Path) -> list[Path]:
+    """Each committed reference run's directory: workloads/<model>/reference/<run>/summary.json."""
+    return sorted(p.parent for p in workloads.glob("*/reference/*/summary.json"))
+
+
+def _pct(r: Run, name: str) -> str:
+    return fmt(r.metric(name))
+
+
+def row(r: Run) -> list[str]:
+    entry = r.metric_entry("throughput")
+    ci = entry.get("ci95_relative")
+    peak = ((r.memory or {}).get("peak") or {}).get("bytes")
+    return [r.model, str(r.batch_size), r.precision, r.device_name,
+            f"{fmt(throughput(r))} {r.unit}" + (f" ±{ci:.1%}" if isinstance(ci, (int, float)) else ""),
+            _pct(r, "gpu_utilization"), _pct(r, "gpu_utilization_trace"), _pct(r, "gpm_sm_activity"),
+            _pct(r, "fp32_utilization"), _pct(r, "mfu"), _pct(r, "cpu_utilization"),
+            fmt(None if peak is None else peak / 2**30), str(r.summary.get("started_utc") or "")[:10]]
+
+
+def markdown(workloads: Path) -> str:
+    """The table of every committed reference run, by model and batch size; a sentence when there are none."""
+    runs = load_dirs(reference_dirs(workloads))
+    if not runs:
+        return NONE_YET
+    runs.sort(key=lambda r: (r.model, r.precision, r.batch_size))
+    return md_table(HEADER, [row(r) for r in runs])
+
+
+def write_readme(readme: Path, table: str) -> None:
+    """Replace what stands between the README's markers with `table`."""
+    text = readme.read_text()
+    if BEGIN not in text or END not in text or text.index(BEGIN) > text.index(END):
+        raise ValueError(f"{readme} lacks the reference-table markers ({BEGIN} … {END})")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    tmp = readme.with_name(readme.name + ".tmp")
+    tmp.write_text(f"{head}{BEGIN}\n{table}\n{END}{tail}")
+    tmp.replace(readme)
