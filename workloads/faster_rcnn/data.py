@@ -7,7 +7,7 @@ int64 in 1..num_classes-1 (0 is the background). Mask R-CNN's pipeline builds on
 """
 
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,9 +199,10 @@ def scan_voc(root: Path) -> list[VocImage]:
     return found
 
 
-def voc_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
-    """Endless batches over a VOC folder, reshuffled every epoch and flipped at random by `seed`."""
-    items = scan_voc(Path(root))
+def annotated_batches(items: Sequence[Any], hp: Hparams, batch_size: int, seed: int,
+                      masks: Callable[[Any, np.ndarray], np.ndarray] | None = None) -> Iterator[Batch]:
+    """Endless batches over annotated images (each with a path, boxes and labels), reshuffled every epoch
+    and flipped at random by `seed`; `masks(item, image)`, when given, adds each target's masks."""
     rng = np.random.default_rng(seed)
     indices = epoch_indices(len(items), rng)
     while True:
@@ -209,11 +210,18 @@ def voc_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterator
         for _ in range(batch_size):
             item = items[next(indices)]
             image, target = read_image(item.path), {"boxes": item.boxes.copy(), "labels": item.labels.copy()}
+            if masks is not None:
+                target["masks"] = masks(item, image)
             if hp["horizontal_flip"] and rng.random() < 0.5:
                 image, target = flip(image, target)
             images.append(image)
             targets.append(target)
         yield Batch(images=images, targets=targets)
+
+
+def voc_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
+    """Endless batches over a VOC folder, reshuffled every epoch and flipped at random by `seed`."""
+    yield from annotated_batches(scan_voc(Path(root)), hp, batch_size, seed)
 
 
 # --------------------------------------------------------------------------------------------

@@ -110,6 +110,15 @@ def sample(labels: np.ndarray, batch: int, fraction: float) -> tuple[np.ndarray,
     return np.random.permutation(positive)[:n_pos], np.random.permutation(negative)[:n_neg]
 
 
+def rpn_sample(boxes: np.ndarray, grid: np.ndarray, hp: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One image's RPN sample: anchors matched at rpn_fg_iou / rpn_bg_iou (low-quality matches kept),
+    rpn_batch_size drawn; the positive and negative anchor indices and the positives' box targets."""
+    matched = match(box_iou(boxes, grid), hp["rpn_fg_iou"], hp["rpn_bg_iou"], low_quality=True)
+    labels = np.where(matched >= 0, 1, np.where(matched == -1, 0, -1))
+    pos, neg = sample(labels, hp["rpn_batch_size"], hp["rpn_positive_fraction"])
+    return pos, neg, encode(boxes[matched[pos]], grid[pos], RPN_WEIGHTS)
+
+
 def proposals(hp: dict[str, Any], logits: np.ndarray, deltas: np.ndarray, grid: np.ndarray,
               size: tuple[int, int]) -> np.ndarray:
     """RegionProposalNetwork.filter_proposals for one image: top pre_nms_top_n by objectness, decoded,
@@ -122,6 +131,42 @@ def proposals(hp: dict[str, Any], logits: np.ndarray, deltas: np.ndarray, grid: 
     keep = np.flatnonzero((boxes[:, 2] - boxes[:, 0] >= MIN_BOX) & (boxes[:, 3] - boxes[:, 1] >= MIN_BOX))
     kept = keep[nms(boxes[keep], scores[keep], float(hp["rpn_nms_threshold"]))]
     return boxes[kept[:int(hp["rpn_post_nms_top_n"])]]
+
+
+# --------------------------------------------------------------------------------------------
+# The losses
+
+
+def bce_with_logits(x: Any, y: Any) -> Any:
+    """Binary cross-entropy of logits `x` against targets `y`, element-wise, in its stable form."""
+    return mx.nd.relu(x) - x * y + mx.nd.log1p(mx.nd.exp(-mx.nd.abs(x)))
+
+
+def rpn_losses(logits: Any, deltas: Any, positives: list[np.ndarray], negatives: list[np.ndarray],
+               targets: list[np.ndarray], ctx: mx.Context) -> tuple[Any, Any]:
+    """The RPN's losses over the images' sampled anchors (indices into logits (N, K) and deltas (N, K, 4)
+    flattened): objectness binary cross-entropy, and the positives' smooth L1 over the sampled count."""
+    pos, sampled = np.concatenate(positives), np.concatenate([*positives, *negatives])
+    x = logits.reshape((-1,)).take(mx.nd.array(sampled, ctx=ctx))
+    y = mx.nd.array((np.arange(len(sampled)) < len(pos)).astype(np.float32), ctx=ctx)
+    loss_objectness = bce_with_logits(x, y).mean()
+    picked = deltas.reshape((-1, 4)).take(mx.nd.array(pos, ctx=ctx))
+    loss_rpn_box = mx.nd.smooth_l1(picked - mx.nd.array(np.concatenate(targets), ctx=ctx),
+                                   scalar=SMOOTH_L1_SIGMA).sum() / len(sampled)
+    return loss_objectness, loss_rpn_box
+
+
+def detector_losses(class_logits: Any, box_regression: Any, roi_labels: list[np.ndarray],
+                    roi_targets: list[np.ndarray], num_classes: int, ctx: mx.Context) -> tuple[Any, Any]:
+    """The detector's losses over the sampled RoIs: cross-entropy of the class logits, and the smooth L1
+    of each positive's own class's box deltas over the RoI count."""
+    labels = np.concatenate(roi_labels)
+    loss_classifier = -mx.nd.pick(mx.nd.log_softmax(class_logits), mx.nd.array(labels, ctx=ctx)).mean()
+    fg = np.flatnonzero(labels > 0)
+    rows = box_regression.reshape((-1, 4)).take(mx.nd.array(fg * num_classes + labels[fg], ctx=ctx))
+    loss_box_reg = mx.nd.smooth_l1(rows - mx.nd.array(np.concatenate(roi_targets), ctx=ctx),
+                                   scalar=SMOOTH_L1_SIGMA).sum() / len(labels)
+    return loss_classifier, loss_box_reg
 
 
 # --------------------------------------------------------------------------------------------
@@ -204,12 +249,10 @@ class FasterRCNN(gluon.Block):
         rpn_pos, rpn_neg, rpn_targets = [], [], []
         rois, roi_labels, roi_targets = [], [], []
         for i, (boxes, target) in enumerate(zip(gt_boxes, targets)):
-            matched = match(box_iou(boxes, grid), hp["rpn_fg_iou"], hp["rpn_bg_iou"], low_quality=True)
-            labels = np.where(matched >= 0, 1, np.where(matched == -1, 0, -1))
-            pos, neg = sample(labels, hp["rpn_batch_size"], hp["rpn_positive_fraction"])
+            pos, neg, rpn_target = rpn_sample(boxes, grid, hp)
             rpn_pos.append(pos + i * len(grid))
             rpn_neg.append(neg + i * len(grid))
-            rpn_targets.append(encode(boxes[matched[pos]], grid[pos], RPN_WEIGHTS))
+            rpn_targets.append(rpn_target)
 
             # detector targets: proposals plus the ground truth, matched at roi_fg_iou / roi_bg_iou
             found = np.concatenate([proposals(hp, np_logits[i], np_deltas[i], grid, sizes[i]), boxes])
@@ -222,26 +265,14 @@ class FasterRCNN(gluon.Block):
             fg = labels[chosen] > 0
             roi_targets.append(encode(boxes[matched[chosen][fg]], found[chosen][fg], ROI_WEIGHTS))
 
-        pos, sampled = np.concatenate(rpn_pos), np.concatenate([*rpn_pos, *rpn_neg])
-        flat = logits.reshape((-1,))
-        x = flat.take(mx.nd.array(sampled, ctx=ctx))
-        y = mx.nd.array((np.arange(len(sampled)) < len(pos)).astype(np.float32), ctx=ctx)
-        loss_objectness = (mx.nd.relu(x) - x * y + mx.nd.log1p(mx.nd.exp(-mx.nd.abs(x)))).mean()
-        picked = deltas.reshape((-1, 4)).take(mx.nd.array(pos, ctx=ctx))
-        loss_rpn_box = mx.nd.smooth_l1(picked - mx.nd.array(np.concatenate(rpn_targets), ctx=ctx),
-                                       scalar=SMOOTH_L1_SIGMA).sum() / len(sampled)
+        loss_objectness, loss_rpn_box = rpn_losses(logits, deltas, rpn_pos, rpn_neg, rpn_targets, ctx)
 
         pooled = mx.nd.contrib.ROIAlign(features, mx.nd.array(np.concatenate(rois), ctx=ctx),
                                         pooled_size=(hp["roi_output_size"],) * 2,
                                         spatial_scale=fh / batch.shape[2], sample_ratio=2)
         hidden = self.head(pooled)
-        class_logits, box_regression = self.cls_score(hidden), self.bbox_pred(hidden)
-        labels = np.concatenate(roi_labels)
-        loss_classifier = -mx.nd.pick(mx.nd.log_softmax(class_logits), mx.nd.array(labels, ctx=ctx)).mean()
-        fg = np.flatnonzero(labels > 0)
-        rows = box_regression.reshape((-1, 4)).take(mx.nd.array(fg * hp["num_classes"] + labels[fg], ctx=ctx))
-        loss_box_reg = mx.nd.smooth_l1(rows - mx.nd.array(np.concatenate(roi_targets), ctx=ctx),
-                                       scalar=SMOOTH_L1_SIGMA).sum() / len(labels)
+        loss_classifier, loss_box_reg = detector_losses(self.cls_score(hidden), self.bbox_pred(hidden), roi_labels,
+                                                        roi_targets, hp["num_classes"], ctx)
         return {"loss_classifier": loss_classifier, "loss_box_reg": loss_box_reg,
                 "loss_objectness": loss_objectness, "loss_rpn_box_reg": loss_rpn_box}
 

@@ -96,6 +96,50 @@ def sample(labels: tf.Tensor, size: int, positive_fraction: float) -> tuple[tf.T
     return pos[:n_pos], neg[:n_neg]
 
 
+def rpn_sample(boxes: tf.Tensor, anchors: tf.Tensor, logits: tf.Tensor, deltas: tf.Tensor, hp: dict[str, Any]
+               ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """One image's RPN targets: anchors matched at rpn_fg_iou / rpn_bg_iou (low-quality matches kept),
+    rpn_batch_size drawn; the positives' summed box smooth L1, the drawn objectness logits and their labels."""
+    matched = match(box_iou(boxes, anchors), hp["rpn_fg_iou"], hp["rpn_bg_iou"], True)
+    lab = tf.where(matched >= 0, 1, tf.where(matched == -1, 0, -1))
+    pos, neg = sample(lab, hp["rpn_batch_size"], hp["rpn_positive_fraction"])
+    gt = tf.gather(boxes, tf.maximum(matched, 0))
+    box_loss = smooth_l1_sum(tf.gather(deltas, pos), encode(tf.gather(gt, pos), tf.gather(anchors, pos), RPN_WEIGHTS))
+    both = tf.concat([pos, neg], 0)
+    return box_loss, tf.gather(logits, both), tf.cast(tf.gather(lab, both), tf.float32)
+
+
+def roi_sample(boxes: tf.Tensor, labels: tf.Tensor, props: tf.Tensor, hp: dict[str, Any]
+               ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """One image's RoI sampling: proposals matched at roi_fg_iou / roi_bg_iou, roi_batch_size drawn; each
+    proposal's class (0 background, -1 in between) and ground-truth index, the positives and negatives drawn."""
+    matched = match(box_iou(boxes, props), hp["roi_fg_iou"], hp["roi_bg_iou"], False)
+    gt_index = tf.maximum(matched, 0)
+    cls = tf.where(matched == -1, tf.zeros_like(matched, tf.int64),
+                   tf.where(matched == -2, -tf.ones_like(matched, tf.int64), tf.gather(labels, gt_index)))
+    pos, neg = sample(cls, hp["roi_batch_size"], hp["roi_positive_fraction"])
+    return cls, gt_index, pos, neg
+
+
+def detection_losses(rpn_box: list[tf.Tensor], obj_logits: list[tf.Tensor], obj_labels: list[tf.Tensor],
+                     roi_logits: tf.Tensor, box_regression: tf.Tensor, roi_labels: list[tf.Tensor],
+                     roi_targets: list[tf.Tensor], num_classes: int) -> dict[str, tf.Tensor]:
+    """The RPN's and the detector's losses over every image's draws: objectness cross-entropy, the RPN's
+    box smooth L1 over the anchors drawn, classification cross-entropy, and the positive RoIs' smooth L1
+    (their own class's deltas) over the RoIs drawn."""
+    roi_labels, roi_targets = tf.concat(roi_labels, 0), tf.concat(roi_targets, 0)
+    fg = tf.where(roi_labels > 0)[:, 0]
+    per_class = tf.reshape(box_regression, (-1, num_classes, 4))
+    picked = tf.gather_nd(per_class, tf.stack([fg, tf.gather(roi_labels, fg)], axis=1))
+    obj_logits, obj_labels = tf.concat(obj_logits, 0), tf.concat(obj_labels, 0)
+    return {
+        "loss_objectness": tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(obj_labels, obj_logits)),
+        "loss_rpn_box_reg": tf.add_n(rpn_box) / tf.cast(tf.size(obj_labels), tf.float32),
+        "loss_classifier": tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(roi_labels, roi_logits)),
+        "loss_box_reg": smooth_l1_sum(picked, tf.gather(roi_targets, fg)) / tf.cast(tf.size(roi_labels), tf.float32),
+    }
+
+
 def roi_align(features: tf.Tensor, rois: tf.Tensor, size: int, scale: float) -> tf.Tensor:
     """torchvision's roi_align (aligned=False, sampling_ratio=2) on one image's (1, H, W, C) features:
     crop_and_resize samples the 2size x 2size grid of bin sub-points, a 2x2 average pools them."""
@@ -203,15 +247,10 @@ class FasterRCNN(keras.Model):
         pooled, roi_labels, roi_targets = [], [], []
         for i in range(len(images)):
             # RPN targets and losses
-            iou = box_iou(boxes[i], anchors)
-            matched = match(iou, hp["rpn_fg_iou"], hp["rpn_bg_iou"], True)
-            lab = tf.where(matched >= 0, 1, tf.where(matched == -1, 0, -1))
-            pos, neg = sample(lab, hp["rpn_batch_size"], hp["rpn_positive_fraction"])
-            gt = tf.gather(boxes[i], tf.maximum(matched, 0))
-            rpn_box.append(smooth_l1_sum(tf.gather(deltas[i], pos), encode(tf.gather(gt, pos), tf.gather(anchors, pos), RPN_WEIGHTS)))
-            both = tf.concat([pos, neg], 0)
-            obj_logits.append(tf.gather(logits[i], both))
-            obj_labels.append(tf.cast(tf.gather(lab, both), tf.float32))
+            box_loss, obj_logit, obj_label = rpn_sample(boxes[i], anchors, logits[i], deltas[i], hp)
+            rpn_box.append(box_loss)
+            obj_logits.append(obj_logit)
+            obj_labels.append(obj_label)
             # proposals: top pre-NMS objectness, decoded, clipped, small ones out, NMS, top post-NMS
             k = tf.minimum(hp["rpn_pre_nms_top_n"], tf.shape(logits[i])[0])
             top_scores, top = tf.math.top_k(tf.stop_gradient(logits[i]), k)
@@ -225,32 +264,17 @@ class FasterRCNN(keras.Model):
                                                 hp["rpn_nms_threshold"])
             props = tf.concat([tf.gather(props, keep), boxes[i]], 0)  # the ground truth joins the proposals
             # RoI sampling and targets
-            matched = match(box_iou(boxes[i], props), hp["roi_fg_iou"], hp["roi_bg_iou"], False)
-            cls = tf.where(matched == -1, tf.zeros_like(matched, tf.int64),
-                           tf.where(matched == -2, -tf.ones_like(matched, tf.int64),
-                                    tf.gather(labels[i], tf.maximum(matched, 0))))
-            pos, neg = sample(cls, hp["roi_batch_size"], hp["roi_positive_fraction"])
+            cls, gt_index, pos, neg = roi_sample(boxes[i], labels[i], props, hp)
             chosen = tf.concat([pos, neg], 0)
             rois, cls = tf.gather(props, chosen), tf.gather(cls, chosen)
-            targets = encode(tf.gather(boxes[i], tf.gather(tf.maximum(matched, 0), chosen)), rois, ROI_WEIGHTS)
+            targets = encode(tf.gather(boxes[i], tf.gather(gt_index, chosen)), rois, ROI_WEIGHTS)
             pooled.append(roi_align(feats[i:i + 1], rois, hp["roi_output_size"], scale))
             roi_targets.append(targets)
             roi_labels.append(cls)
         # the head runs once on every image's RoIs, as torchvision's (one batch for conv5's batch norm)
         roi_logits, box_regression = self.roi_head(tf.concat(pooled, 0), training)
-        roi_labels, roi_targets = tf.concat(roi_labels, 0), tf.concat(roi_targets, 0)
-        fg = tf.where(roi_labels > 0)[:, 0]
-        per_class = tf.reshape(box_regression, (-1, hp["num_classes"], 4))
-        picked = tf.gather_nd(per_class, tf.stack([fg, tf.gather(roi_labels, fg)], axis=1))
-        obj_logits, obj_labels = tf.concat(obj_logits, 0), tf.concat(obj_labels, 0)
-        sampled = tf.cast(tf.size(obj_labels), tf.float32)
-        rois = tf.cast(tf.size(roi_labels), tf.float32)
-        return {
-            "loss_objectness": tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(obj_labels, obj_logits)),
-            "loss_rpn_box_reg": tf.add_n(rpn_box) / sampled,
-            "loss_classifier": tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(roi_labels, roi_logits)),
-            "loss_box_reg": smooth_l1_sum(picked, tf.gather(roi_targets, fg)) / rois,
-        }
+        return detection_losses(rpn_box, obj_logits, obj_labels, roi_logits, box_regression, roi_labels, roi_targets,
+                                hp["num_classes"])
 
 
 @dataclass

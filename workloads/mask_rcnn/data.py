@@ -46,18 +46,13 @@ def ellipse_masks(boxes: np.ndarray, height: int, width: int) -> np.ndarray:
 
 
 def synthetic_batches(hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
-    """Endless batches of COCO-sized images with random boxes and their masks, deterministic for `seed`."""
-    rng = np.random.default_rng(seed)
-    while True:
-        sizes = [_detection.synthetic_size(rng, hp) for _ in range(batch_size)]
-        images = [_detection.synthetic_image(rng, h, w) for h, w in sizes]
-        targets = []
-        for h, w in sizes:
-            target = _detection.synthetic_target(rng, h, w, hp)
-            if hp["instance_masks"]:
-                target["masks"] = ellipse_masks(target["boxes"], h, w)
-            targets.append(target)
-        yield Batch(images=images, targets=targets)
+    """Endless batches of COCO-sized images with random boxes and their masks, deterministic for `seed`:
+    Faster R-CNN's synthetic batches (the same draws) with an ellipse mask per box."""
+    for batch in _detection.synthetic_batches(hp, batch_size, seed):
+        if hp["instance_masks"]:
+            for image, target in zip(batch.images, batch.targets):
+                target["masks"] = ellipse_masks(target["boxes"], image.shape[1], image.shape[2])
+        yield batch
 
 
 def reference_batch(hp: Hparams) -> Batch:
@@ -156,22 +151,11 @@ def polygon_masks(polygons: list[list[list[float]]], height: int, width: int) ->
 
 def coco_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
     """Endless batches over a COCO-format dataset, reshuffled every epoch and flipped at random by `seed`."""
-    items = scan_coco(Path(root), hp)
-    rng = np.random.default_rng(seed)
-    indices = _detection.epoch_indices(len(items), rng)
-    while True:
-        images, targets = [], []
-        for _ in range(batch_size):
-            item = items[next(indices)]
-            image = _detection.read_image(item.path)
-            target = {"boxes": item.boxes.copy(), "labels": item.labels.copy()}
-            if hp["instance_masks"]:
-                target["masks"] = polygon_masks(item.polygons, image.shape[1], image.shape[2])
-            if hp["horizontal_flip"] and rng.random() < 0.5:
-                image, target = _detection.flip(image, target)
-            images.append(image)
-            targets.append(target)
-        yield Batch(images=images, targets=targets)
+    def masks(item: CocoImage, image: np.ndarray) -> np.ndarray:
+        return polygon_masks(item.polygons, image.shape[1], image.shape[2])
+
+    yield from _detection.annotated_batches(scan_coco(Path(root), hp), hp, batch_size, seed,
+                                            masks if hp["instance_masks"] else None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -10,14 +10,14 @@ post_nms_top_n overall: batched_nms), the detector's RoI sampling with the groun
 MultiScaleRoIAlign over P2-P5 (LevelMapper k0 = 4, canonical size 224; 7x7 for boxes, 14x14 for masks,
 sampling ratio 2, aligned False), TwoMLPHead (1024, 1024) and FastRCNNPredictor, MaskRCNNHeads (four 3x3
 convolutions of 256) and MaskRCNNPredictor (2x2 transposed convolution, stride 2, then 1x1 per class), and the
-five losses: the RPN's and the detector's as faster_rcnn/mxnet.py (whose box coding, anchors, matcher and
-sampler this file uses), the mask loss as maskrcnn_loss (28x28 targets: each positive's ground-truth mask,
-resized with the image by nearest neighbour, RoI-aligned on its box with torchvision's adaptive sampling grid;
-binary cross-entropy of the logits of the box's class). MXNet's contrib.ROIAlign (aligned=False) is
-torchvision's roi_align kernel (both from Detectron's), its sample_ratio -1 the adaptive grid; contrib.box_nms
-with the level as class id is batched_nms. Matching and sampling are NumPy on the host, as in
-faster_rcnn/mxnet.py. Every size and rate comes from the hyperparameters handed in (workload.toml) or is one of
-torchvision's fixed constants below; nothing here times, logs or profiles.
+five losses: the RPN's and the detector's as faster_rcnn/mxnet.py (whose box coding, anchors, matcher,
+sampler, RPN sampling and those four losses this file uses), the mask loss as maskrcnn_loss (28x28 targets:
+each positive's ground-truth mask, resized with the image by nearest neighbour, RoI-aligned on its box with
+torchvision's adaptive sampling grid; binary cross-entropy of the logits of the box's class). MXNet's
+contrib.ROIAlign (aligned=False) is torchvision's roi_align kernel (both from Detectron's), its sample_ratio -1
+the adaptive grid; contrib.box_nms with the level as class id is batched_nms. Matching and sampling are NumPy
+on the host, as in faster_rcnn/mxnet.py. Every size and rate comes from the hyperparameters handed in
+(workload.toml) or is one of torchvision's fixed constants below; nothing here times, logs or profiles.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the shared Glu
 from _vision import gluon_resnet as resnet  # noqa: E402
 from _common.sibling import load  # noqa: E402
 
-_det = load("faster_rcnn", "mxnet")  # box IoU and coding, anchors, the matcher, the sampler
+_det = load("faster_rcnn", "mxnet")  # box IoU and coding, anchors, the matcher, the sampler, the losses
 # Faster R-CNN's inputs (targets, masks included, stay NumPy on the host) and its step: one SGD step
 # on the sum of the losses the model returns (here five)
 to_device, train_step = _det.to_device, _det.train_step
 box_iou, encode, decode, match, sample = _det.box_iou, _det.encode, _det.decode, _det.match, _det.sample
-RPN_WEIGHTS, ROI_WEIGHTS, SMOOTH_L1_SIGMA = _det.RPN_WEIGHTS, _det.ROI_WEIGHTS, _det.SMOOTH_L1_SIGMA
+RPN_WEIGHTS, ROI_WEIGHTS, bce_with_logits = _det.RPN_WEIGHTS, _det.ROI_WEIGHTS, _det.bce_with_logits
 
 # torchvision's constants (maskrcnn_resnet50_fpn, FeaturePyramidNetwork, TwoMLPHead, MaskRCNNHeads,
 # MultiScaleRoIAlign, LevelMapper, RegionProposalNetwork, GeneralizedRCNNTransform)
@@ -84,11 +84,6 @@ def roi_levels(boxes: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
         level = np.floor(CANONICAL_LEVEL + np.log2(np.sqrt(area) / np.float32(CANONICAL_SIZE)) + np.float32(LEVEL_EPS))
     return (np.clip(level, *LEVELS) - LEVELS[0]).astype(np.int64)
-
-
-def bce_with_logits(x: Any, y: Any) -> Any:
-    """Binary cross-entropy of logits `x` against targets `y`, element-wise, in its stable form."""
-    return mx.nd.relu(x) - x * y + mx.nd.log1p(mx.nd.exp(-mx.nd.abs(x)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -276,12 +271,10 @@ class MaskRCNN(gluon.Block):
         rois, roi_labels, roi_targets, positives, positive_labels, mask_targets = [], [], [], [], [], []
         for i, (boxes, target) in enumerate(zip(gt_boxes, targets)):
             # RPN targets over the anchors of every level
-            matched = match(box_iou(boxes, grid), hp["rpn_fg_iou"], hp["rpn_bg_iou"], low_quality=True)
-            labels = np.where(matched >= 0, 1, np.where(matched == -1, 0, -1))
-            pos, neg = sample(labels, hp["rpn_batch_size"], hp["rpn_positive_fraction"])
+            pos, neg, rpn_target = _det.rpn_sample(boxes, grid, hp)
             rpn_pos.append(pos + i * len(grid))
             rpn_neg.append(neg + i * len(grid))
-            rpn_targets.append(encode(boxes[matched[pos]], grid[pos], RPN_WEIGHTS))
+            rpn_targets.append(rpn_target)
             # proposals, with the ground truth added; RoI sampling and targets
             found = np.concatenate([self.proposals([x[i] for x in np_logits], [x[i] for x in np_deltas],
                                                    level_anchors, sizes[i]), boxes])
@@ -299,23 +292,12 @@ class MaskRCNN(gluon.Block):
             if len(fg):
                 mask_targets.append(self.mask_targets(gt_masks[i], found[fg], matched[fg], ctx))
 
-        pos, sampled = np.concatenate(rpn_pos), np.concatenate([*rpn_pos, *rpn_neg])
-        x = logits.reshape((-1,)).take(mx.nd.array(sampled, ctx=ctx))
-        y = mx.nd.array((np.arange(len(sampled)) < len(pos)).astype(np.float32), ctx=ctx)
-        loss_objectness = bce_with_logits(x, y).mean()
-        picked = deltas.reshape((-1, 4)).take(mx.nd.array(pos, ctx=ctx))
-        loss_rpn_box = mx.nd.smooth_l1(picked - mx.nd.array(np.concatenate(rpn_targets), ctx=ctx),
-                                       scalar=SMOOTH_L1_SIGMA).sum() / len(sampled)
+        loss_objectness, loss_rpn_box = _det.rpn_losses(logits, deltas, rpn_pos, rpn_neg, rpn_targets, ctx)
 
         # the heads run once on every image's RoIs, as torchvision's
         hidden = self.box_head(self.pool(feats, rois, sizes, BOX_POOL))
-        class_logits, box_regression = self.cls_score(hidden), self.bbox_pred(hidden)
-        labels = np.concatenate(roi_labels)
-        loss_classifier = -mx.nd.pick(mx.nd.log_softmax(class_logits), mx.nd.array(labels, ctx=ctx)).mean()
-        fg = np.flatnonzero(labels > 0)
-        rows = box_regression.reshape((-1, 4)).take(mx.nd.array(fg * hp["num_classes"] + labels[fg], ctx=ctx))
-        loss_box_reg = mx.nd.smooth_l1(rows - mx.nd.array(np.concatenate(roi_targets), ctx=ctx),
-                                       scalar=SMOOTH_L1_SIGMA).sum() / len(labels)
+        loss_classifier, loss_box_reg = _det.detector_losses(self.cls_score(hidden), self.bbox_pred(hidden), roi_labels,
+                                                             roi_targets, hp["num_classes"], ctx)
         if mask_targets:
             mask_logits = self.mask_head(self.pool(feats, positives, sizes, MASK_POOL))
             classes = np.concatenate(positive_labels)  # each positive's map of its own class

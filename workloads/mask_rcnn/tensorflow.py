@@ -10,14 +10,14 @@ top post_nms_top_n overall: batched_nms), the detector's RoI sampling with the g
 MultiScaleRoIAlign over P2-P5 (LevelMapper k0 = 4, canonical size 224; 7x7 for boxes, 14x14 for masks,
 sampling ratio 2, aligned False), TwoMLPHead (1024, 1024) and FastRCNNPredictor, MaskRCNNHeads (four 3x3
 convolutions of 256) and MaskRCNNPredictor (2x2 transposed convolution, stride 2, then 1x1 per class), and
-the five losses: the RPN's and the detector's as faster_rcnn/tensorflow.py (whose box coding, matcher and
-sampler this file uses), the mask loss as maskrcnn_loss (28x28 targets: each positive's ground-truth mask,
-resized with the image by nearest neighbour, RoI-aligned on its box with torchvision's adaptive sampling
-grid; binary cross-entropy of the logits of the box's class). RoI align here reproduces torchvision's
-bilinear sampling exactly, border included: tf.image.crop_and_resize on the map padded by one edge row and
-column, on the grid of sample points, averaged per bin. Every size and rate comes from the hyperparameters
-handed in (workload.toml) or is one of torchvision's fixed constants below; nothing here times, logs or
-profiles.
+the five losses: the RPN's and the detector's as faster_rcnn/tensorflow.py (whose box coding, anchors, RPN
+and RoI sampling and those four losses this file uses), the mask loss as maskrcnn_loss (28x28 targets:
+each positive's ground-truth mask, resized with the image by nearest neighbour, RoI-aligned on its box with
+torchvision's adaptive sampling grid; binary cross-entropy of the logits of the box's class). RoI align here
+reproduces torchvision's bilinear sampling exactly, border included: tf.image.crop_and_resize on the map padded
+by one edge row and column, on the grid of sample points, averaged per bin. Every size and rate comes from the
+hyperparameters handed in (workload.toml) or is one of torchvision's fixed constants below; nothing here
+times, logs or profiles.
 """
 
 from __future__ import annotations
@@ -38,9 +38,8 @@ from _vision.keras_classifier import l2_penalty  # noqa: E402
 from _vision.keras_resnet import CONV_INIT, run, stages, stem  # noqa: E402
 from _common.sibling import load  # noqa: E402
 
-_det = load("faster_rcnn", "tensorflow")  # box IoU and coding, the matcher, the sampler, smooth L1, anchors
-box_iou, encode, decode, match, sample = _det.box_iou, _det.encode, _det.decode, _det.match, _det.sample
-smooth_l1_sum, RPN_WEIGHTS, ROI_WEIGHTS = _det.smooth_l1_sum, _det.RPN_WEIGHTS, _det.ROI_WEIGHTS
+_det = load("faster_rcnn", "tensorflow")  # box coding, anchors, the RPN's and RoI sampling, the four losses
+encode, decode, RPN_WEIGHTS, ROI_WEIGHTS = _det.encode, _det.decode, _det.RPN_WEIGHTS, _det.ROI_WEIGHTS
 
 # torchvision's constants (maskrcnn_resnet50_fpn, FeaturePyramidNetwork, TwoMLPHead, MaskRCNNHeads,
 # MultiScaleRoIAlign, LevelMapper, RegionProposalNetwork, GeneralizedRCNNTransform)
@@ -257,22 +256,14 @@ class MaskRCNN(keras.Model):
         rois, roi_labels, roi_targets, positives, positive_labels, mask_targets = [], [], [], [], [], []
         for i in range(n):
             # RPN targets and losses, over the anchors of every level
-            matched = match(box_iou(boxes[i], anchors), hp["rpn_fg_iou"], hp["rpn_bg_iou"], True)
-            lab = tf.where(matched >= 0, 1, tf.where(matched == -1, 0, -1))
-            pos, neg = sample(lab, hp["rpn_batch_size"], hp["rpn_positive_fraction"])
-            gt = tf.gather(boxes[i], tf.maximum(matched, 0))
-            rpn_box.append(smooth_l1_sum(tf.gather(deltas[i], pos), encode(tf.gather(gt, pos), tf.gather(anchors, pos), RPN_WEIGHTS)))
-            both = tf.concat([pos, neg], 0)
-            obj_logits.append(tf.gather(logits[i], both))
-            obj_labels.append(tf.cast(tf.gather(lab, both), tf.float32))
+            box_loss, obj_logit, obj_label = _det.rpn_sample(boxes[i], anchors, logits[i], deltas[i], hp)
+            rpn_box.append(box_loss)
+            obj_logits.append(obj_logit)
+            obj_labels.append(obj_label)
             # proposals, with the ground truth added; RoI sampling and targets
             props = tf.concat([self.proposals([x[i] for x in level_logits], [x[i] for x in level_deltas],
                                               level_anchors, sizes[i]), boxes[i]], 0)
-            matched = match(box_iou(boxes[i], props), hp["roi_fg_iou"], hp["roi_bg_iou"], False)
-            gt_index = tf.maximum(matched, 0)
-            cls = tf.where(matched == -1, tf.zeros_like(matched, tf.int64),
-                           tf.where(matched == -2, -tf.ones_like(matched, tf.int64), tf.gather(labels[i], gt_index)))
-            pos, neg = sample(cls, hp["roi_batch_size"], hp["roi_positive_fraction"])
+            cls, gt_index, pos, neg = _det.roi_sample(boxes[i], labels[i], props, hp)
             chosen = tf.concat([pos, neg], 0)
             rois.append(tf.gather(props, chosen))
             roi_labels.append(tf.gather(cls, chosen))
@@ -283,22 +274,13 @@ class MaskRCNN(keras.Model):
             mask_targets.append(self.mask_targets(masks[i], positives[-1], tf.gather(gt_index, pos)))
         # the heads run once on every image's RoIs, as torchvision's
         roi_logits, box_regression = self.box_head(self.pool(feats, rois, sizes, BOX_POOL))
-        roi_labels, roi_targets = tf.concat(roi_labels, 0), tf.concat(roi_targets, 0)
-        fg = tf.where(roi_labels > 0)[:, 0]
-        per_class = tf.reshape(box_regression, (-1, hp["num_classes"], 4))
-        picked = tf.gather_nd(per_class, tf.stack([fg, tf.gather(roi_labels, fg)], axis=1))
         mask_logits = self.mask_head(self.pool(feats, positives, sizes, MASK_POOL))
         positive_labels, mask_target = tf.concat(positive_labels, 0), tf.concat(mask_targets, 0)
         chosen_logits = tf.gather(tf.transpose(mask_logits, (0, 3, 1, 2)), positive_labels, axis=1, batch_dims=1)
-        obj_logits, obj_labels = tf.concat(obj_logits, 0), tf.concat(obj_labels, 0)
-        return {
-            "loss_objectness": tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(obj_labels, obj_logits)),
-            "loss_rpn_box_reg": tf.add_n(rpn_box) / tf.cast(tf.size(obj_labels), tf.float32),
-            "loss_classifier": tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(roi_labels, roi_logits)),
-            "loss_box_reg": smooth_l1_sum(picked, tf.gather(roi_targets, fg)) / tf.cast(tf.size(roi_labels), tf.float32),
+        return _det.detection_losses(rpn_box, obj_logits, obj_labels, roi_logits, box_regression, roi_labels,
+                                     roi_targets, hp["num_classes"]) | {
             "loss_mask": (tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(mask_target, chosen_logits))
-                          if mask_target.shape[0] else tf.reduce_sum(mask_logits) * 0.0),
-        }
+                          if mask_target.shape[0] else tf.reduce_sum(mask_logits) * 0.0)}
 
     @staticmethod
     def mask_targets(masks: tf.Tensor, rois: tf.Tensor, gt_index: tf.Tensor) -> tf.Tensor:
@@ -325,12 +307,9 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
 
 
 def to_device(batch: Any, device: str) -> dict[str, Any]:
-    """Images as a list of (H, W, 3) tensors; boxes, labels and (K, H, W) uint8 masks as lists of tensors."""
+    """Faster R-CNN's inputs (images, boxes, labels) and the (K, H, W) uint8 masks as a list of tensors."""
     with tf.device(device):
-        return {"images": [tf.constant(np.ascontiguousarray(x.transpose(1, 2, 0))) for x in batch.images],
-                "boxes": [tf.constant(t["boxes"]) for t in batch.targets],
-                "labels": [tf.constant(t["labels"]) for t in batch.targets],
-                "masks": [tf.constant(t["masks"]) for t in batch.targets]}
+        return _det.to_device(batch, device) | {"masks": [tf.constant(t["masks"]) for t in batch.targets]}
 
 
 def _losses(training: Training, inputs: dict[str, Any], rpn_out: dict[str, Any] | None = None) -> dict[str, tf.Tensor]:
