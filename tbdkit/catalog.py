@@ -15,7 +15,7 @@ from tbdkit.errors import UserError
 from tbdkit.paths import workloads_dir
 from tbdkit.stacks import KNOWN_FRAMEWORKS
 
-PRESETS = ("smoke", "paper")
+PRESETS = ("smoke", "paper", "converge")
 
 
 @dataclass(frozen=True)

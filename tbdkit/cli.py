@@ -12,7 +12,7 @@ from rich.table import Table
 
 from tbdkit import catalog, stacks
 from tbdkit import spec as specs
-from tbdkit.console import console, err_console, make_progress, results_table, RunProgress
+from tbdkit.console import console, convergence_table, err_console, make_progress, results_table, RunProgress
 from tbdkit.errors import UserError
 from tbdkit.paths import default_results_dir
 from tbdkit.store import Index
@@ -100,7 +100,8 @@ def bench(
                          help="framework(s), comma list or 'all'; default: every installed one the model has")] = None,
     batch: Annotated[Optional[list[str]], typer.Option("--batch", "-b", help="batch size(s), e.g. 8,16,32")] = None,
     precision: Annotated[str, typer.Option(help="fp32 (TF32 off) | tf32 | amp")] = "fp32",
-    preset: Annotated[str, typer.Option(help="smoke | paper | auto (paper with a GPU, else smoke)")] = "auto",
+    preset: Annotated[str, typer.Option(help="smoke | paper | auto (paper with a GPU, else smoke) | converge "
+                                        "(train to the model's quality target and record the curve; PyTorch)")] = "auto",
     variant: Annotated[Optional[str], typer.Option(help="another setting of the model ([setting.<name>] in its "
                                                    "workload.toml, e.g. bert's pretrain512 or squad)")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
@@ -139,7 +140,7 @@ def bench(
                            link_rate=link_rate)
 
     # Validate every spec of the grid before anything installs or runs.
-    requested = _split(framework)
+    requested = _split(framework) or (["pytorch"] if preset == "converge" else [])
     for fw in (list(m.frameworks) if requested == ["all"] else requested or list(m.frameworks[:1])):
         for b in batches:
             make(fw, b)
@@ -158,7 +159,8 @@ def bench(
     if as_json:
         print(json.dumps(summaries, indent=2))
     else:
-        console.print(results_table(summaries, title=f"{m.info.get('title', model)} ({preset} preset) — results in {results}"))
+        table = convergence_table if preset == "converge" else results_table
+        console.print(table(summaries, title=f"{m.info.get('title', model)} ({preset} preset) — results in {results}"))
     statuses = {s["status"] for s in summaries}
     raise typer.Exit(0 if statuses == {"ok"} else 130 if "interrupted" in statuses else 1)
 
@@ -225,7 +227,8 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
     if as_json:
         print(json.dumps(summary, indent=2))
         return
-    console.print(results_table([summary], title=str(path)))
+    table = convergence_table if summary.get("preset") == "converge" else results_table
+    console.print(table([summary], title=str(path)))
     table = Table(title="Metrics")
     for col in ("metric", "value", "unit", "method / reason"):
         table.add_column(col)

@@ -37,6 +37,8 @@ class RunProgress:
             text = f"{rate:,.2f} {self.unit}" if rate is not None else ""
             if ci is not None:
                 text += f" ±{ci:.1%}"
+            if event.get("quality") is not None:  # the converge preset's held-out evaluations
+                text += f"  held-out quality {event['quality']:.4f}"
             self.progress.update(self.task, completed=event.get("elapsed_s", 0), rate=text)
         elif kind == "warmup_done":
             self.progress.console.print(
@@ -90,4 +92,25 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
             s.get("run_id", "?").rsplit("-", 1)[-1],
         )
     table.caption = "run: the id's last part; `tbdkit show <run>` shows one run, `tbdkit runs` lists full ids"
+    return table
+
+
+def convergence_table(summaries: list[dict[str, Any]], title: str = "Convergence") -> Table:
+    """The converge preset's runs: the target, whether and when it was reached, the curve's file."""
+    table = Table(title=title)
+    for col in ("framework", "batch", "device", "status", "quality metric", "target", "first → best",
+                "time to target", "evaluations", "run"):
+        table.add_column(col, justify="right" if col in ("batch", "target", "evaluations") else "left")
+    for s in summaries:
+        c = s.get("convergence") or {}
+        ttt = (s.get("metrics") or {}).get("time_to_target") or {}
+        status = s.get("status", "?")
+        style = {"ok": "green", "interrupted": "yellow"}.get(status, "red")
+        when = (f"{ttt['value']:,.0f} s ({ttt.get('steps')} steps)" if ttt.get("value") is not None
+                else ttt.get("reason") or s.get("error") or "—")
+        table.add_row(s.get("framework", "?"), str(s.get("batch_size", "?")), s.get("device") or "—",
+                      f"[{style}]{status}[/]", c.get("quality_metric", "—"), _fmt(c.get("target"), 3),
+                      f"{_fmt(c.get('first_quality'), 3)} → {_fmt(c.get('best_quality'), 3)}" if c else "—",
+                      when, str(c.get("evaluations", "—")), s.get("run_id", "?").rsplit("-", 1)[-1])
+    table.caption = "training seconds exclude evaluations; the curve is each run's convergence.csv"
     return table

@@ -19,7 +19,7 @@ from tbdkit.stacks import KNOWN_FRAMEWORKS
 
 Precision = Literal["fp32", "tf32", "amp"]
 _RATE = re.compile(r"^[1-9][0-9]*(kbit|mbit|gbit)$")
-Preset = Literal["smoke", "paper"]
+Preset = Literal["smoke", "paper", "converge"]  # converge: train to a quality target (tbdkit/agent/converge.py)
 Launcher = Literal["native", "docker", "netns"]  # netns: several "machines" as network namespaces here
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
@@ -52,6 +52,7 @@ class MeasurePolicy(BaseModel):
 PRESET_POLICY: dict[str, dict[str, Any]] = {
     "smoke": {"max_warmup_s": 30.0, "max_measure_s": 45.0},
     "paper": {},
+    "converge": {},  # no sample window: the preset's own target and max_train_s end the run
 }
 
 
@@ -143,6 +144,12 @@ class RunSpec(BaseModel):
                 f"framework: model {self.model} has no '{self.framework}' implementation; "
                 f"it has {', '.join(model.frameworks) or 'none'}"
             )
+        if self.preset not in model.presets:
+            raise ValueError(f"preset: model {self.model} has no '{self.preset}' preset; "
+                             f"it has {', '.join(model.presets)}")
+        if self.preset == "converge" and (self.framework != "pytorch" or self.world_size > 1):
+            raise ValueError("preset: converge (train to a quality target) runs on pytorch with one worker; "
+                             "use --framework pytorch --nodes 1 --gpus-per-node 1")
         if self.variant is not None and self.variant not in model.variants:
             raise ValueError(f"variant: model {self.model} has no variant '{self.variant}'; "
                              f"it has {', '.join(model.variants) or 'none'}")

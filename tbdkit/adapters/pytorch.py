@@ -131,6 +131,10 @@ class PyTorchAdapter:
     def loss_value(self, loss: Any) -> float:
         return float(loss.item())
 
+    def infer(self, inputs: Any) -> Any:
+        """The workload's inference pass (its `forward`: no loss, no update), outputs as NumPy."""
+        return self.workload.forward(self.training, inputs)
+
     def reset_peaks(self) -> None:
         if self.cuda_index is not None:
             torch.cuda.reset_peak_memory_stats(self.device)

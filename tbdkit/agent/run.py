@@ -16,7 +16,7 @@ from typing import Any
 
 from tbdkit import catalog
 from tbdkit.adapters import load as load_adapter
-from tbdkit.agent import analysis, distributed, envinfo, events, sink
+from tbdkit.agent import analysis, converge, distributed, envinfo, events, sink
 from tbdkit.agent.loop import StopRequested, TrainingLoop, synthetic_pool, throughput_metrics, Prefetcher
 from tbdkit.spec import RunSpec
 
@@ -145,6 +145,14 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         summary["model_info"] = adapter.model_info()
         env = envinfo.collect(adapter.environment(), spec.seed)
         sink.write_json(run_dir / "env.json", env)
+        if spec.preset == "converge":
+            summary.update(converge.train(adapter, data, hp, spec.data, spec.batch_size, spec.seed, run_dir,
+                                          stop.requested))
+            if stop.requested():  # the curve so far is kept; the run says it was cut short
+                summary["status"], summary["error"] = "interrupted", "the run was interrupted by the user (Ctrl-C / SIGTERM)"
+            else:
+                summary["status"] = "ok"
+            return _exit_code(summary["status"])
         # Each worker trains its own batches (its seed offset by its rank), as a distributed sampler would.
         batches = data.batches(spec.data, hp, spec.batch_size, spec.seed + (worker.rank if worker else 0))
         source = synthetic_pool(batches, spec.measure.synthetic_pool) if spec.data == "synthetic" else Prefetcher(batches)
@@ -218,4 +226,8 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         summary["wall_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 3)
         sink.write_json(run_dir / "summary.json", summary)
         events.emit("done", status=summary["status"], error=summary["error"])
-    return {"ok": 0, "interrupted": 130, "oom": 3}.get(summary["status"], 1)
+    return _exit_code(summary["status"])
+
+
+def _exit_code(status: str) -> int:
+    return {"ok": 0, "interrupted": 130, "oom": 3}.get(status, 1)

@@ -2,6 +2,8 @@
 
 import math
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -44,3 +46,35 @@ def test_every_math_mode_steps():
 
 def test_workload_file_is_clean():
     assert_workload_file_is_clean("resnet50")
+
+
+def test_converge_task_is_the_digits_with_a_fixed_held_out_share():
+    hp = MODEL.hp("converge")
+    task = DATA.convergence_task("synthetic", hp, 64, seed=0)
+    other = DATA.convergence_task("synthetic", hp, 64, seed=1)
+    held = np.concatenate([b.images for b in task.held_out])
+    assert held.shape == (359, 3, 32, 32) and sum(b.samples for b in task.held_out) == 359  # 20% of 1,797
+    assert np.array_equal(held, np.concatenate([b.images for b in other.held_out]))  # the same for every seed
+    batch = next(task.train)
+    assert batch.images.shape == (64, 3, 32, 32) and batch.labels.dtype == np.int64
+    train_rows = {r.tobytes() for r in next(DATA.convergence_task("synthetic", hp, 1438, 0).train).images}
+    assert not train_rows & {r.tobytes() for r in held}  # no held-out scan is trained on
+    assert sorted({int(x) for b in task.held_out for x in b.labels}) == list(range(10))
+    perfect = [np.eye(10)[b.labels] for b in task.held_out]
+    assert DATA.quality(perfect, task.held_out) == 1.0
+    with pytest.raises(DATA.DataError, match="leave DATA unset"):
+        DATA.convergence_task("/some/folder", hp, 64, 0)
+
+
+def test_converge_trains_resnet50_on_the_digits_and_records_the_curve(tmp_path):
+    from tbdkit.adapters import load
+    from tbdkit.agent import converge
+
+    hp = {**MODEL.hp("converge"), "eval_every_s": 2.0, "max_train_s": 6.0, "target": 1.01}
+    adapter = load("pytorch", workload=WORKLOAD, hp=hp, device="cpu", precision="fp32", seed=0)
+    out = converge.train(adapter, DATA, hp, "synthetic", 32, 0, tmp_path, lambda: False)
+    rows = (tmp_path / "convergence.csv").read_text().splitlines()
+    assert rows[0] == "wall_s,train_s,step,samples,loss,quality" and len(rows) >= 3
+    c = out["convergence"]
+    assert not c["reached"] and 0.0 <= c["first_quality"] <= 1.0 and c["held_out_samples"] == 359
+    assert out["metrics"]["training_throughput"]["value"] > 0

@@ -161,6 +161,69 @@ def folder_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Itera
 
 
 # --------------------------------------------------------------------------------------------
+# The converge preset's small real task: handwritten digits
+
+
+@dataclass(frozen=True, eq=False)
+class ConvergenceTask:
+    """Endless shuffled training batches, a fixed held-out set, and what they are."""
+
+    train: Iterator[Batch]
+    held_out: list[Batch]
+    description: str
+
+
+def _digits(hp: Hparams) -> tuple[np.ndarray, np.ndarray]:
+    """The UCI handwritten digits (1,797 scans of 8x8 pixels in 17 grey levels, 10 classes; Alpaydin
+    and Kaynak 1998) that scikit-learn bundles, upscaled by pixel repetition to image_size, the grey
+    level in all three channels, normalized with hp's pixel mean and std: (N, 3, S, S), (N,)."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as e:
+        raise DataError(f"the converge task reads the handwritten digits bundled with scikit-learn ({e}): "
+                        "pip install scikit-learn into the PyTorch stack (`tbdkit setup pytorch --force`)") from e
+    digits = load_digits()
+    size = int(hp["image_size"])
+    if size % 8:
+        raise DataError(f"image_size {size} is not a multiple of the digits' 8 pixels: set a multiple of 8 in the converge preset")
+    grey = (digits.images / 16.0).astype(np.float32).repeat(size // 8, axis=1).repeat(size // 8, axis=2)
+    mean = np.asarray(hp["pixel_mean"], dtype=np.float32)[None, :, None, None]
+    std = np.asarray(hp["pixel_std"], dtype=np.float32)[None, :, None, None]
+    return (np.repeat(grey[:, None], 3, axis=1) - mean) / std, digits.target.astype(np.int64)
+
+
+def convergence_task(source: str, hp: Hparams, batch_size: int, seed: int) -> ConvergenceTask:
+    """The digits, a fixed held-out share (hp's held_out_fraction, the same for every seed) and the
+    rest in training batches reshuffled every epoch by `seed`."""
+    if source != SYNTHETIC:
+        raise DataError("the converge preset trains on its bundled digits task, not on a dataset path: leave DATA unset")
+    images, labels = _digits(hp)
+    order = np.random.default_rng(0).permutation(len(labels))
+    n_held = int(round(len(labels) * float(hp["held_out_fraction"])))
+    held, train = order[:n_held], order[n_held:]
+    held_out = [Batch(images=images[held[i:i + batch_size]], labels=labels[held[i:i + batch_size]])
+                for i in range(0, n_held, batch_size)]
+
+    def batches() -> Iterator[Batch]:
+        rng = np.random.default_rng(seed)
+        indices = _epoch_indices(len(train), rng)
+        while True:
+            picked = train[[next(indices) for _ in range(batch_size)]]
+            yield Batch(images=images[picked], labels=labels[picked])
+
+    size = hp["image_size"]
+    return ConvergenceTask(batches(), held_out,
+                           f"UCI handwritten digits (scikit-learn's copy): {len(train)} training and {n_held} held-out "
+                           f"scans, 8x8 upscaled to {size}x{size}, 10 classes")
+
+
+def quality(outputs: list[np.ndarray], held_out: list[Batch]) -> float:
+    """Top-1 accuracy of the logits (one (N, classes) array per held-out batch)."""
+    correct = sum(int((np.argmax(o, axis=1) == b.labels).sum()) for o, b in zip(outputs, held_out))
+    return correct / sum(b.samples for b in held_out)
+
+
+# --------------------------------------------------------------------------------------------
 # Entry points
 
 

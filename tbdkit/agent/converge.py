@@ -1,0 +1,116 @@
+"""The `converge` preset: train to a stated quality target on a small real task and record the
+curve (the paper's Fig. 2 showed such curves), instead of measuring throughput in a window.
+
+The workload's data.py supplies the task: `convergence_task(source, hp, batch_size, seed)` gives
+endless training batches (`.train`), a fixed held-out set (`.held_out`) and what they are
+(`.description`), and `quality(outputs, held_out)` scores the
+network's inference outputs (the workload's `forward`) on it. The preset in workload.toml states
+the metric (`quality_metric`), the `target`, how often to evaluate (`eval_every_s` of training
+time) and the cap (`max_train_s`). Evaluation time is not training time: the curve's x axis is
+training seconds (wall time of the training steps alone), with wall time beside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from tbdkit.agent import events, sink
+from tbdkit.metric import metric, missing
+
+log = logging.getLogger("tbdkit.agent")
+
+
+@dataclass
+class Curve:
+    target: float
+    metric_name: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    reached_at: dict[str, Any] | None = None
+
+    def add(self, row: dict[str, Any]) -> bool:
+        """Record one evaluation; True once the target is reached."""
+        self.rows.append(row)
+        if self.reached_at is None and row["quality"] >= self.target:
+            self.reached_at = row
+        return self.reached_at is not None
+
+
+def evaluate(adapter: Any, data: Any, held_out: list[Any]) -> float:
+    outputs = [adapter.infer(adapter.prepare(batch)) for batch in held_out]
+    return float(data.quality(outputs, held_out))
+
+
+def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: int, seed: int, run_dir: Path,
+          stop_requested: Callable[[], bool]) -> dict[str, Any]:
+    """Train until the held-out quality reaches hp['target'] or hp['max_train_s'] of training time
+    has passed; write convergence.csv and return the summary's `convergence` and `metrics`."""
+    task = data.convergence_task(source, hp, batch_size, seed)
+    train_batches, held_out = task.train, task.held_out
+    curve = Curve(float(hp["target"]), str(hp["quality_metric"]))
+    every, cap = float(hp["eval_every_s"]), float(hp["max_train_s"])
+    started = time.perf_counter()
+    train_s, steps, samples, losses = 0.0, 0, 0, []
+
+    def checkpoint() -> bool:
+        quality = evaluate(adapter, data, held_out)
+        row = {"wall_s": round(time.perf_counter() - started, 3), "train_s": round(train_s, 3), "step": steps,
+               "samples": samples, "loss": round(sum(losses) / len(losses), 6) if losses else "",
+               "quality": round(quality, 6)}
+        losses.clear()
+        log.info("evaluation: %s", row)
+        done = curve.add(row)
+        sink.write_csv(run_dir / "convergence.csv", curve.rows)  # after every point: a cut-short run keeps its curve
+        events.emit("progress", elapsed_s=train_s, throughput=samples / train_s if train_s else None,
+                    quality=quality)
+        return done
+
+    events.emit("phase", phase="converging", cap_s=cap)
+    reached = checkpoint()  # the untrained network's quality: the curve's first point
+    next_eval = every
+    while not reached and train_s < cap and not stop_requested():
+        batch = next(train_batches)
+        inputs = adapter.prepare(batch)
+        t0 = time.perf_counter()
+        loss = adapter.step(inputs)
+        train_s += time.perf_counter() - t0
+        steps += 1
+        samples += batch.samples
+        losses.append(adapter.loss_value(loss))
+        if train_s >= next_eval:
+            reached = checkpoint()
+            next_eval = train_s + every
+    if not reached and curve.rows[-1]["step"] != steps:
+        reached = checkpoint()  # the last steps' quality, so the curve ends where training did
+    return {"data_source": task.description,
+            **result(curve, hp, held_out_size=sum(b.samples for b in held_out), train_s=train_s, samples=samples,
+                     stopped=stop_requested())}
+
+
+def result(curve: Curve, hp: dict[str, Any], held_out_size: int, train_s: float, samples: int,
+           stopped: bool) -> dict[str, Any]:
+    method = (f"training seconds (the steps' wall time, evaluations excluded) until {curve.metric_name} on "
+              f"{held_out_size} held-out samples, evaluated every {hp['eval_every_s']} s of training, "
+              f"first reached {curve.target}")
+    best = max(r["quality"] for r in curve.rows)
+    if curve.reached_at is not None:
+        at = curve.reached_at
+        time_to_target = metric(at["train_s"], "s", method, steps=at["step"], samples=at["samples"],
+                                wall_s=at["wall_s"])
+    else:
+        why = ("the run was interrupted" if stopped else
+               f"not reached within max_train_s = {hp['max_train_s']} s of training (best {best:.4f})")
+        time_to_target = missing("s", method, why)
+    convergence = {"quality_metric": curve.metric_name, "target": curve.target, "reached": curve.reached_at is not None,
+                   "first_quality": curve.rows[0]["quality"], "best_quality": best,
+                   "final_quality": curve.rows[-1]["quality"], "evaluations": len(curve.rows),
+                   "curve": "convergence.csv", "held_out_samples": held_out_size}
+    metrics = {"time_to_target": time_to_target,
+               "training_throughput": metric(samples / train_s if train_s else None, "samples/s",
+                                             "samples trained / training seconds over the whole convergence run "
+                                             "(no warm-up removed: not comparable with the bench's window)",
+                                             reason=None if train_s else "no training step ran")}
+    return {"convergence": convergence, "metrics": metrics}
