@@ -2,14 +2,13 @@
 weight decay off for LayerNorm and biases, training on synthetic pre-training and SQuAD batches
 (the loss falls). Runs in the MXNet stack (`make test-mxnet`)."""
 
-import math
-
 import mxnet as mx
 import numpy as np
 import pytest
 
 from tbdkit import catalog
 from tbdkit.adapters.mxnet import MXNetAdapter
+from stack_checks import assert_learns
 
 MODEL = catalog.get("bert")
 WORKLOAD = catalog.load_module(MODEL, "mxnet")
@@ -47,9 +46,7 @@ def test_weight_decay_skips_layernorm_and_biases():
 def test_smoke_training_reduces_the_loss(variant):
     hp = MODEL.hp("smoke", variant)
     a = adapter(hp)
-    inputs = a.prepare(next(DATA.batches("synthetic", hp, 8, seed=1)))
-    losses = [a.loss_value(a.step(inputs)) for _ in range(6)]
-    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0] * 0.95, losses
+    assert_learns(a, DATA, hp, batch_size=8, steps=6, factor=0.95)
     assert a.training.steps == 6
 
 

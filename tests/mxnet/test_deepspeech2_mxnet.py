@@ -2,7 +2,6 @@
 (MXNet's GRU gate order checked against the reference GRU). Runs in the MXNet stack (`make test-mxnet`)."""
 
 import math
-import re
 
 import mxnet as mx
 import numpy as np
@@ -12,6 +11,7 @@ from mxnet import gluon
 from tbdkit import catalog
 from tbdkit.adapters.mxnet import MXNetAdapter, Precision, canonical_layers
 from tbdkit.canonical import reference_gru
+from stack_checks import assert_padding_does_not_change_an_utterance, assert_workload_file_is_clean
 
 MODEL = catalog.get("deepspeech2")
 WORKLOAD = catalog.load_module(MODEL, "mxnet")
@@ -39,12 +39,7 @@ def test_output_shapes_and_lengths():
 def test_padding_does_not_change_an_utterance(padded_utterance):
     """The backward GRU starts at each utterance's own end (SequenceReverse by length), as PyTorch's
     packed sequences do; MXNet's fused bidirectional GRU would start at the padded end on the CPU."""
-    a = adapter()
-    batch = next(DATA.synthetic_batches(MODEL.hp("smoke"), 1, seed=3))
-    frames = int(batch.feature_lengths[0]) // 2
-    quiet, noisy = (WORKLOAD.forward(a.training, a.prepare(padded_utterance(DATA, batch, n)))[0]
-                    for n in (False, True))
-    np.testing.assert_allclose(quiet[0, :frames], noisy[0, :frames], atol=1e-5)
+    assert_padding_does_not_change_an_utterance(adapter(), WORKLOAD, DATA, MODEL.hp("smoke"), padded_utterance)
 
 
 def test_smoke_training_reduces_the_loss(losses_fall):
@@ -89,6 +84,4 @@ def test_oom_and_memory():
 
 
 def test_workload_file_holds_no_timing_logging_or_profiling():
-    source = (MODEL.folder / "mxnet.py").read_text()
-    for forbidden in (r"\bimport time\b", r"\blogging\b", r"\bprint\(", r"profiler", r"perf_counter", r"tbdkit"):
-        assert not re.search(forbidden, source), forbidden
+    assert_workload_file_is_clean("deepspeech2", "mxnet")

@@ -6,21 +6,15 @@ import mxnet as mx
 from mxnet import autograd
 
 from tbdkit import catalog
-from stack_checks import adapter as stack_adapter, assert_learns, assert_workload_file_is_clean
-
-
-def adapter(name, hp=None):
-    """The mxnet adapter of a model on the CPU (smoke preset unless `hp` is given)."""
-    return stack_adapter(name, "mxnet", hp)
-
+from stack_checks import adapter, assert_learns, assert_workload_file_is_clean
 
 MODEL = catalog.get("inception_v3")
 DATA = catalog.load_module(MODEL, "data")
 
 
 def test_parameter_counts_are_torchvisions():
-    assert adapter("inception_v3").model_info()["parameters"] == 23_834_568  # smoke: no auxiliary head
-    paper = adapter("inception_v3", MODEL.hp("paper"))
+    assert adapter("inception_v3", "mxnet").model_info()["parameters"] == 23_834_568  # smoke: no auxiliary head
+    paper = adapter("inception_v3", "mxnet", MODEL.hp("paper"))
     assert paper.model_info()["parameters"] == 27_161_264
     images = mx.nd.zeros((2, 3, 299, 299))
     with autograd.record():
@@ -31,7 +25,7 @@ def test_parameter_counts_are_torchvisions():
 
 def test_rmsprop_and_the_auxiliary_weight_come_from_the_hyperparameters():
     hp = MODEL.hp("paper")
-    training = adapter("inception_v3", hp).training
+    training = adapter("inception_v3", "mxnet", hp).training
     opt = training.trainer._optimizer
     assert (opt.learning_rate, opt.gamma1, opt.epsilon, opt.wd) == (
         hp["learning_rate"], hp["rmsprop_decay"], hp["rmsprop_epsilon"], hp["weight_decay"])
@@ -39,7 +33,7 @@ def test_rmsprop_and_the_auxiliary_weight_come_from_the_hyperparameters():
 
 
 def test_smoke_training_reduces_the_loss():
-    assert_learns(adapter("inception_v3"), DATA, MODEL.hp("smoke"), batch_size=2, steps=4, factor=0.8)
+    assert_learns(adapter("inception_v3", "mxnet"), DATA, MODEL.hp("smoke"), batch_size=2, steps=4, factor=0.8)
 
 
 def test_workload_file_is_clean():

@@ -1,14 +1,13 @@
 """MiniGo on MXNet: dual_net's residual tower at both sizes, its heads (batch norm without scale or
 offset), the schedule, L2, training on self-play positions (the loss falls). Runs in the MXNet stack."""
 
-import math
-
 import mxnet as mx
 import numpy as np
 import pytest
 
 from tbdkit import catalog
 from tbdkit.adapters.mxnet import MXNetAdapter
+from stack_checks import assert_learns
 
 MODEL = catalog.get("minigo")
 WORKLOAD = catalog.load_module(MODEL, "mxnet")
@@ -47,9 +46,7 @@ def test_sgd_and_l2_come_from_the_hyperparameters():
 
 def test_smoke_training_reduces_the_loss():
     a = adapter()
-    inputs = a.prepare(next(DATA.batches("synthetic", MODEL.hp("smoke"), 16, seed=1)))
-    losses = [a.loss_value(a.step(inputs)) for _ in range(6)]
-    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0] * 0.9, losses
+    assert_learns(a, DATA, MODEL.hp("smoke"), batch_size=16, steps=6, factor=0.9)
     assert a.training.steps == 6
 
 

@@ -8,13 +8,7 @@ import pytest
 from mxnet import gluon
 
 from tbdkit import catalog
-from stack_checks import adapter as stack_adapter, assert_learns, assert_workload_file_is_clean
-
-
-def adapter(name, hp=None):
-    """The mxnet adapter of a model on the CPU (smoke preset unless `hp` is given)."""
-    return stack_adapter(name, "mxnet", hp)
-
+from stack_checks import adapter, assert_learns, assert_workload_file_is_clean
 
 MODEL = catalog.get("resnet50")
 WORKLOAD = catalog.load_module(MODEL, "mxnet")
@@ -22,20 +16,21 @@ DATA = catalog.load_module(MODEL, "data")
 
 
 def test_parameter_count_is_torchvisions():
-    info = adapter("resnet50").model_info()
+    info = adapter("resnet50", "mxnet").model_info()
     assert info["parameters"] == 25_557_032
     assert info["non_trainable_state"] == 53_120  # running mean and variance of 53 batch-norm layers
 
 
 def test_v1_5_strides_in_the_3x3_convolution():
-    block = adapter("resnet50").training.model.features[7]  # conv, bn, relu, pool, stage 1 (3 blocks), then stage 2
+    # conv, bn, relu, pool, stage 1 (3 blocks), then stage 2
+    block = adapter("resnet50", "mxnet").training.model.features[7]
     convs = [b for b in block.residual if isinstance(b, gluon.nn.Conv2D)]
     assert [c._kwargs["kernel"] for c in convs] == [(1, 1), (3, 3), (1, 1)]
     assert [c._kwargs["stride"] for c in convs] == [(1, 1), (2, 2), (1, 1)]
 
 
 def test_sgd_settings_come_from_the_hyperparameters():
-    hp, opt = MODEL.hp("smoke"), adapter("resnet50").training.trainer._optimizer
+    hp, opt = MODEL.hp("smoke"), adapter("resnet50", "mxnet").training.trainer._optimizer
     assert (opt.learning_rate, opt.momentum, opt.wd) == (hp["learning_rate"], hp["momentum"], hp["weight_decay"])
 
 
@@ -46,7 +41,7 @@ def test_label_smoothing_targets_are_pytorchs():
 
 
 def test_smoke_training_reduces_the_loss():
-    assert_learns(adapter("resnet50"), DATA, MODEL.hp("smoke"), batch_size=4, steps=5, factor=0.8)
+    assert_learns(adapter("resnet50", "mxnet"), DATA, MODEL.hp("smoke"), batch_size=4, steps=5, factor=0.8)
 
 
 def test_workload_file_is_clean():
@@ -55,6 +50,6 @@ def test_workload_file_is_clean():
 
 def test_optimizer_state_is_one_momentum_buffer_per_weight():
     """memory.json's `dynamic` on MXNet: SGD with momentum keeps a buffer the size of each trainable parameter."""
-    a = adapter("resnet50")
+    a = adapter("resnet50", "mxnet")
     a.step(a.prepare(next(DATA.synthetic_batches(MODEL.hp("smoke"), 2, seed=0))))
     assert a.optimizer_state_bytes() == a.model_info()["parameter_bytes"]

@@ -2,8 +2,6 @@
 hyperparameters, and Gluon's LSTM cell is canonical (checked against the NumPy reference LSTM).
 Runs in the MXNet stack (`make test-mxnet`)."""
 
-import re
-
 import mxnet as mx
 import numpy as np
 import pytest
@@ -12,6 +10,8 @@ from mxnet import gluon
 from tbdkit import catalog
 from tbdkit.adapters.mxnet import MXNetAdapter, canonical_layers
 from tbdkit.canonical import reference_lstm
+from stack_checks import (assert_padding_does_not_change_a_sentence, assert_translation_outputs,
+                          assert_workload_file_is_clean)
 
 MODEL = catalog.get("seq2seq")
 WORKLOAD = catalog.load_module(MODEL, "mxnet")
@@ -24,23 +24,13 @@ def adapter():
 
 
 def test_output_shapes():
-    a = adapter()
-    batch = next(DATA.synthetic_batches(HP, 3, seed=0))
-    log_probs, lengths = WORKLOAD.forward(a.training, a.prepare(batch))
-    assert log_probs.shape == (*batch.target_in.shape, HP["target_vocab_size"])
-    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, atol=1e-4)
-    assert lengths.tolist() == batch.target_lengths.tolist()
+    assert_translation_outputs(adapter(), WORKLOAD, DATA, HP)
 
 
 def test_padding_does_not_change_a_sentence():
     """Junk tokens beyond a sentence's length change nothing: the encoder cells unroll to each
     sentence's length (MXNet's fused LSTM would read the padding on the CPU) and attention is masked."""
-    a = adapter()
-    batch = next(DATA.synthetic_batches(HP, 1, seed=3))
-    junk = np.concatenate([batch.source, np.full((1, 7), 5, np.int64)], axis=1)
-    padded = DATA.Batch(junk, batch.source_lengths, batch.target_in, batch.target_out, batch.target_lengths)
-    quiet, noisy = (WORKLOAD.forward(a.training, a.prepare(b))[0] for b in (batch, padded))
-    np.testing.assert_allclose(quiet, noisy, atol=1e-5)
+    assert_padding_does_not_change_a_sentence(adapter(), WORKLOAD, DATA, HP)
 
 
 def test_smoke_training_reduces_the_loss(losses_fall):
@@ -104,6 +94,4 @@ def test_parameters_match_the_hyperparameters():
 
 
 def test_workload_file_holds_no_timing_logging_or_profiling():
-    source = (MODEL.folder / "mxnet.py").read_text()
-    for forbidden in (r"\bimport time\b", r"\blogging\b", r"\bprint\(", r"profiler", r"perf_counter", r"tbdkit"):
-        assert not re.search(forbidden, source), forbidden
+    assert_workload_file_is_clean("seq2seq", "mxnet")

@@ -8,7 +8,8 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from stack_checks import adapter, assert_learns, assert_workload_file_is_clean
+from stack_checks import (adapter, assert_learns, assert_workload_file_is_clean, smoothed_cross_entropy_case,
+                          transformer_parameters)
 from tbdkit import catalog
 
 MODEL = catalog.get("transformer")
@@ -17,20 +18,12 @@ DATA = catalog.load_module(MODEL, "data")
 CPU = mx.cpu()
 
 
-def expected_parameters(hp):
-    """Attention 4 (d x d + d); FFN d x f + f + f x d + d; LayerNorm 2d; one shared d x V table."""
-    d, f = hp["d_model"], hp["ffn_hidden"]
-    attention, ffn, norm = 4 * (d * d + d), d * f + f + f * d + d, 2 * d
-    return (hp["encoder_layers"] * (attention + ffn + 2 * norm) + hp["decoder_layers"] * (2 * attention + ffn + 3 * norm)
-            + hp["source_vocab_size"] * d)
-
-
 @pytest.mark.parametrize("preset", ["smoke", "paper"])
 def test_parameter_count_matches_the_hyperparameters(preset):
     hp = MODEL.hp(preset)
     training = WORKLOAD.build(hp, CPU)
     params = training.model.collect_params().values()
-    assert sum(int(np.prod(p.shape)) for p in params if p.grad_req != "null") == expected_parameters(hp)
+    assert sum(int(np.prod(p.shape)) for p in params if p.grad_req != "null") == transformer_parameters(hp)
     assert training.model.project.weight is training.model.embed.weight
 
 
@@ -55,14 +48,9 @@ def test_decoder_is_causal_and_padding_is_ignored():
 
 
 def test_loss_is_pytorchs_label_smoothed_cross_entropy():
-    rng = np.random.default_rng(0)
-    logits = rng.normal(size=(2, 3, 5)).astype(np.float32)
-    labels = np.array([[1, 4, -100], [0, -100, -100]])
-    e = 0.1
-    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-    per = [(1 - e) * -logp[i, j, labels[i, j]] - e * logp[i, j].mean() for i, j in zip(*np.nonzero(labels >= 0))]
+    logits, labels, e, expected = smoothed_cross_entropy_case()
     got = WORKLOAD.smoothed_cross_entropy(mx.nd.array(logits), mx.nd.array(labels), e)
-    assert float(got.asscalar()) == pytest.approx(np.mean(per), rel=1e-5)
+    assert float(got.asscalar()) == pytest.approx(expected, rel=1e-5)
 
 
 def test_learning_rate_follows_the_inverse_square_root_schedule():

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tbdkit import catalog
 from tbdkit.adapters.tensorflow import Precision, TensorFlowAdapter
+from stack_checks import assert_learns
 
 MODEL = catalog.get("bert")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
@@ -51,10 +52,7 @@ def test_weight_decay_skips_layernorm_and_biases():
 @pytest.mark.parametrize("variant", [None, "squad"])
 def test_smoke_training_reduces_the_loss(variant):
     hp = MODEL.hp("smoke", variant)
-    a = adapter(hp)
-    inputs = a.prepare(next(DATA.batches("synthetic", hp, 8, seed=1)))
-    losses = [a.loss_value(a.step(inputs)) for _ in range(6)]
-    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0] * 0.95, losses
+    assert_learns(adapter(hp), DATA, hp, batch_size=8, steps=6, factor=0.95)
 
 
 def test_amp_step_runs_on_cpu():

@@ -2,7 +2,6 @@
 right (Keras' gate order z, r, h converted to r, z, n). Runs in the TensorFlow stack (`make test-tensorflow`)."""
 
 import math
-import re
 
 import keras
 import numpy as np
@@ -12,6 +11,7 @@ import tensorflow as tf
 from tbdkit import catalog
 from tbdkit.adapters.tensorflow import Precision, TensorFlowAdapter, canonical_layers
 from tbdkit.canonical import reference_gru
+from stack_checks import assert_padding_does_not_change_an_utterance, assert_workload_file_is_clean
 
 MODEL = catalog.get("deepspeech2")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
@@ -35,12 +35,7 @@ def test_output_shapes_and_lengths():
 
 def test_padding_does_not_change_an_utterance(padded_utterance):
     """The backward GRU starts at each utterance's own end (masking), as PyTorch's packed sequences do."""
-    a = adapter()
-    batch = next(DATA.synthetic_batches(MODEL.hp("smoke"), 1, seed=3))
-    frames = int(batch.feature_lengths[0]) // 2
-    quiet, noisy = (WORKLOAD.forward(a.training, a.prepare(padded_utterance(DATA, batch, n)))[0]
-                    for n in (False, True))
-    np.testing.assert_allclose(quiet[0, :frames], noisy[0, :frames], atol=1e-5)
+    assert_padding_does_not_change_an_utterance(adapter(), WORKLOAD, DATA, MODEL.hp("smoke"), padded_utterance)
 
 
 def test_smoke_training_reduces_the_loss(losses_fall):
@@ -94,6 +89,4 @@ def test_oom_and_memory():
 
 
 def test_workload_file_holds_no_timing_logging_or_profiling():
-    source = (MODEL.folder / "tensorflow.py").read_text()
-    for forbidden in (r"\bimport time\b", r"\blogging\b", r"\bprint\(", r"profiler", r"perf_counter", r"tbdkit"):
-        assert not re.search(forbidden, source), forbidden
+    assert_workload_file_is_clean("deepspeech2", "tensorflow")

@@ -7,13 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tbdkit import catalog
-from stack_checks import adapter as stack_adapter, assert_learns, assert_workload_file_is_clean
-
-
-def adapter(name, hp=None):
-    """The tensorflow adapter of a model on the CPU (smoke preset unless `hp` is given)."""
-    return stack_adapter(name, "tensorflow", hp)
-
+from stack_checks import adapter, assert_learns, assert_workload_file_is_clean
 
 MODEL = catalog.get("inception_v3")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
@@ -21,8 +15,8 @@ DATA = catalog.load_module(MODEL, "data")
 
 
 def test_parameter_counts_are_torchvisions():
-    assert adapter("inception_v3").model_info()["parameters"] == 23_834_568  # smoke: no auxiliary head
-    paper = adapter("inception_v3", MODEL.hp("paper"))
+    assert adapter("inception_v3", "tensorflow").model_info()["parameters"] == 23_834_568  # smoke: no auxiliary head
+    paper = adapter("inception_v3", "tensorflow", MODEL.hp("paper"))
     assert paper.model_info()["parameters"] == 27_161_264
     images = tf.zeros((2, 299, 299, 3))
     logits, aux = paper.training.model(images, training=True)
@@ -41,13 +35,13 @@ def test_label_smoothed_cross_entropy_is_pytorchs():
 
 
 def test_rmsprop_comes_from_the_hyperparameters():
-    hp, opt = MODEL.hp("smoke"), adapter("inception_v3").training.optimizer
+    hp, opt = MODEL.hp("smoke"), adapter("inception_v3", "tensorflow").training.optimizer
     assert float(opt.learning_rate) == pytest.approx(hp["learning_rate"], rel=1e-6)
     assert (opt.rho, opt.epsilon) == (hp["rmsprop_decay"], hp["rmsprop_epsilon"])
 
 
 def test_smoke_training_reduces_the_loss():
-    assert_learns(adapter("inception_v3"), DATA, MODEL.hp("smoke"), batch_size=2, steps=4, factor=0.8)
+    assert_learns(adapter("inception_v3", "tensorflow"), DATA, MODEL.hp("smoke"), batch_size=2, steps=4, factor=0.8)
 
 
 def test_workload_file_is_clean():

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tbdkit import catalog
 from tbdkit.adapters.tensorflow import Precision, TensorFlowAdapter
+from stack_checks import assert_learns
 
 MODEL = catalog.get("minigo")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
@@ -47,10 +48,7 @@ def test_l2_covers_every_kernel_and_no_bias():
 
 
 def test_smoke_training_reduces_the_loss():
-    a = adapter()
-    inputs = a.prepare(next(DATA.batches("synthetic", MODEL.hp("smoke"), 16, seed=1)))
-    losses = [a.loss_value(a.step(inputs)) for _ in range(6)]
-    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0] * 0.9, losses
+    assert_learns(adapter(), DATA, MODEL.hp("smoke"), batch_size=16, steps=6, factor=0.9)
 
 
 def test_amp_step_runs_on_cpu():

@@ -8,13 +8,7 @@ import pytest
 import tensorflow as tf
 
 from tbdkit import catalog
-from stack_checks import adapter as stack_adapter, assert_learns, assert_workload_file_is_clean
-
-
-def adapter(name, hp=None):
-    """The tensorflow adapter of a model on the CPU (smoke preset unless `hp` is given)."""
-    return stack_adapter(name, "tensorflow", hp)
-
+from stack_checks import adapter, assert_learns, assert_workload_file_is_clean
 
 MODEL = catalog.get("resnet50")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
@@ -22,13 +16,13 @@ DATA = catalog.load_module(MODEL, "data")
 
 
 def test_parameter_count_is_torchvisions():
-    info = adapter("resnet50").model_info()
+    info = adapter("resnet50", "tensorflow").model_info()
     assert info["parameters"] == 25_557_032
     assert info["non_trainable_state"] == 53_120  # moving mean and variance of 53 batch-norm layers
 
 
 def test_v1_5_strides_in_the_3x3_convolution():
-    block = adapter("resnet50").training.model.blocks[3]  # the first block of the second stage
+    block = adapter("resnet50", "tensorflow").training.model.blocks[3]  # the first block of the second stage
     convs = [layer for layer in block.residual if isinstance(layer, keras.layers.Conv2D)]
     assert [c.kernel_size for c in convs] == [(1, 1), (3, 3), (1, 1)]
     assert [c.strides for c in convs] == [(1, 1), (2, 2), (1, 1)]
@@ -43,7 +37,7 @@ def test_channels_last_batches_hold_the_same_pixels():
 
 def test_sgd_and_coupled_weight_decay_come_from_the_hyperparameters():
     hp = MODEL.hp("smoke")
-    opt = adapter("resnet50").training.optimizer
+    opt = adapter("resnet50", "tensorflow").training.optimizer
     assert float(opt.learning_rate) == pytest.approx(hp["learning_rate"], rel=1e-6)  # a float32 variable
     assert float(opt.momentum) == hp["momentum"]
     w = tf.Variable([[1.0, -2.0], [3.0, 0.5]])
@@ -53,7 +47,7 @@ def test_sgd_and_coupled_weight_decay_come_from_the_hyperparameters():
 
 
 def test_smoke_training_reduces_the_loss():
-    assert_learns(adapter("resnet50"), DATA, MODEL.hp("smoke"), batch_size=4, steps=5, factor=0.8)
+    assert_learns(adapter("resnet50", "tensorflow"), DATA, MODEL.hp("smoke"), batch_size=4, steps=5, factor=0.8)
 
 
 def test_workload_file_is_clean():
@@ -63,7 +57,7 @@ def test_workload_file_is_clean():
 def test_optimizer_state_is_one_momentum_buffer_per_weight():
     """memory.json's `dynamic` on TensorFlow: SGD with momentum keeps a buffer the size of each trainable
     variable, plus its scalar counters (iterations, learning rate)."""
-    a = adapter("resnet50")
+    a = adapter("resnet50", "tensorflow")
     a.step(a.prepare(next(DATA.synthetic_batches(MODEL.hp("smoke"), 2, seed=0))))
     weights = a.model_info()["parameter_bytes"]
     assert weights <= a.optimizer_state_bytes() <= weights + 64

@@ -3,7 +3,6 @@ hyperparameters, and its LSTM cell is PyTorch's (checked against the canonical N
 Runs in the TensorFlow stack (`make test-tensorflow`)."""
 
 import math
-import re
 
 import numpy as np
 import tensorflow as tf
@@ -11,6 +10,8 @@ import tensorflow as tf
 from tbdkit import catalog
 from tbdkit.adapters.tensorflow import Precision, TensorFlowAdapter, canonical_layers
 from tbdkit.canonical import reference_lstm
+from stack_checks import (assert_padding_does_not_change_a_sentence, assert_translation_outputs,
+                          assert_workload_file_is_clean)
 
 MODEL = catalog.get("seq2seq")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
@@ -23,25 +24,13 @@ def adapter(precision="fp32"):
 
 
 def test_output_shapes():
-    a = adapter()
-    batch = next(DATA.synthetic_batches(HP, 3, seed=0))
-    log_probs, lengths = WORKLOAD.forward(a.training, a.prepare(batch))
-    assert log_probs.shape == (*batch.target_in.shape, HP["target_vocab_size"])
-    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, atol=1e-4)
-    assert lengths.tolist() == batch.target_lengths.tolist()
+    assert_translation_outputs(adapter(), WORKLOAD, DATA, HP)
 
 
 def test_padding_does_not_change_a_sentence():
     """A sentence padded with junk tokens beyond its length translates the same (masked encoder,
     masked attention), as PyTorch's packed sequences do."""
-    a = adapter()
-    batch = next(DATA.synthetic_batches(HP, 1, seed=3))
-    n = int(batch.source_lengths[0])
-    junk = np.concatenate([batch.source, np.full((1, 7), 5, np.int64)], axis=1)
-    padded = DATA.Batch(junk, batch.source_lengths, batch.target_in, batch.target_out, batch.target_lengths)
-    quiet, noisy = (WORKLOAD.forward(a.training, a.prepare(b))[0] for b in (batch, padded))
-    assert junk.shape[1] == n + 7
-    np.testing.assert_allclose(quiet, noisy, atol=1e-5)
+    assert_padding_does_not_change_a_sentence(adapter(), WORKLOAD, DATA, HP)
 
 
 def test_smoke_training_reduces_the_loss(losses_fall):
@@ -87,6 +76,4 @@ def test_amp_step_runs_on_cpu():
 
 
 def test_workload_file_holds_no_timing_logging_or_profiling():
-    source = (MODEL.folder / "tensorflow.py").read_text()
-    for forbidden in (r"\bimport time\b", r"\blogging\b", r"\bprint\(", r"profiler", r"perf_counter", r"tbdkit"):
-        assert not re.search(forbidden, source), forbidden
+    assert_workload_file_is_clean("seq2seq", "tensorflow")

@@ -7,13 +7,7 @@ import pytest
 import tensorflow as tf
 
 from tbdkit import catalog
-from stack_checks import adapter as stack_adapter, assert_learns, assert_workload_file_is_clean
-
-
-def adapter(name, hp=None):
-    """The tensorflow adapter of a model on the CPU (smoke preset unless `hp` is given)."""
-    return stack_adapter(name, "tensorflow", hp)
-
+from stack_checks import adapter, assert_learns, assert_workload_file_is_clean
 
 MODEL = catalog.get("wgan_gp")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
@@ -31,7 +25,7 @@ def test_paper_network_size_is_pytorchs():
 
 def test_shapes():
     hp = MODEL.hp("smoke")
-    pair = adapter("wgan_gp").training.model
+    pair = adapter("wgan_gp", "tensorflow").training.model
     images = pair.generator(tf.random.normal((3, hp["noise_dim"])))
     assert images.shape == (3, 64, 64, 3) and float(tf.reduce_max(tf.abs(images))) <= 1
     assert pair.critic(images).shape == (3,)
@@ -47,7 +41,7 @@ def test_gradient_penalty_of_a_linear_critic():
 
 def test_smoke_iterations_train_the_critic_per_slice_and_the_generator_once():
     hp = MODEL.hp("smoke")
-    a = adapter("wgan_gp")
+    a = adapter("wgan_gp", "tensorflow")
     assert_learns(a, DATA, hp, batch_size=2, steps=2, factor=0.8)
     t = a.training
     assert (int(t.c_optimizer.iterations), int(t.g_optimizer.iterations)) == (2 * hp["critic_iters"], 2)
