@@ -6,13 +6,11 @@ tests/test_vision_frameworks.py. Needs every stack installed (`make test` sets t
 from __future__ import annotations
 
 import itertools
-import json
-import subprocess
-import tomllib
 
 import numpy as np
 import pytest
 
+from framework_parity import assert_same_network, assert_smoke_flops, describe_in_stack, listed_smoke_state
 from tbdkit import catalog
 
 # EfficientDet's TensorFlow and MXNet pairs are tests/test_efficientdet_frameworks.py.
@@ -39,8 +37,6 @@ SMOKE_FORWARD_FLOPS = {"faster_rcnn": 18_616_025_088, "mask_rcnn": 25_737_742_33
 def described(tmp_path_factory) -> dict[tuple[str, str], dict]:
     """`python -m tbdkit.describe` (the JSON `tbdkit describe --json` prints) of each framework; PyTorch's
     canonical weights are saved and loaded into the others (one run per framework, to keep CI short)."""
-    from tbdkit import stacks
-
     out = {}
     for model in MODELS:
         folder = tmp_path_factory.mktemp(model)
@@ -48,11 +44,7 @@ def described(tmp_path_factory) -> dict[tuple[str, str], dict]:
             args = ["--save", str(folder / f"{fw}.npz")]
             if fw != "pytorch":
                 args += ["--weights-from", str(folder / "pytorch.npz")]
-            proc = subprocess.run([str(stacks.python_of(fw)), "-m", "tbdkit.describe", "--model", model,
-                                   "--framework", fw, "--preset", "smoke", *args],
-                                  capture_output=True, text=True, env=stacks.agent_env())
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            out[model, fw] = json.loads(proc.stdout) | {"npz": folder / f"{fw}.npz"}
+            out[model, fw] = describe_in_stack(model, fw, "--preset", "smoke", *args) | {"npz": folder / f"{fw}.npz"}
     return out
 
 
@@ -64,19 +56,13 @@ def test_the_frameworks_are_there(model):
 @pytest.mark.slow
 @pytest.mark.parametrize("model, a, b", PAIRS)
 def test_the_same_network_on_each_pair(described, model, a, b):
-    da, db = described[model, a], described[model, b]
-    assert da["parameters"] == db["parameters"]
-    assert [(x["name"], x["params"]) for x in da["layers"]] == [(x["name"], x["params"]) for x in db["layers"]]
-    fa, fb = da["flops_per_sample"]["forward"], db["flops_per_sample"]["forward"]
-    assert abs(fa - fb) <= 0.01 * max(fa, fb), (fa, fb)
+    assert_same_network(described[model, a], described[model, b])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model, framework", [(m, fw) for m in MODELS for fw in FRAMEWORKS[m]])
 def test_flops_are_the_networks(described, model, framework):
-    flops = described[model, framework]["flops_per_sample"]
-    assert flops["forward"] == pytest.approx(SMOKE_FORWARD_FLOPS[model], rel=0.01)
-    assert flops["training"] == 3 * flops["forward"]
+    assert_smoke_flops(described[model, framework]["flops_per_sample"], SMOKE_FORWARD_FLOPS[model])
 
 
 @pytest.mark.slow
@@ -109,10 +95,9 @@ def test_mask_rcnn_layers_in_canonical_order(described):
 @pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_state_differences_are_the_listed_ones(described, model):
-    listed = tomllib.loads((catalog.get(model).folder / "workload.toml").read_text())["framework_difference"]
-    (entry,) = [d for d in listed if "smoke_state_values" in d]
+    listed = listed_smoke_state(model)
     for fw in FRAMEWORKS[model]:
-        assert described[model, fw]["framework_state"]["non_trainable_state"] == entry["smoke_state_values"][fw]
+        assert described[model, fw]["framework_state"]["non_trainable_state"] == listed[fw]
 
 
 @pytest.mark.slow

@@ -5,31 +5,20 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from framework_parity import (assert_same_network, assert_same_sequence_outputs, assert_smoke_flops, describe_smoke,
+                              listed_smoke_state, pytorch_weights_fixture, tbdkit)
 from tbdkit import catalog
 
 MODEL = catalog.get("deepspeech2")
 FRAMEWORKS = list(MODEL.frameworks)
 
 
-def tbdkit(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **(env or {})})
-
-
 @pytest.fixture(scope="module")
 def described() -> dict[str, dict]:
-    out = {}
-    for fw in FRAMEWORKS:
-        proc = tbdkit("describe", "deepspeech2", "--framework", fw, "--preset", "smoke", "--json")
-        assert proc.returncode == 0, proc.stderr
-        out[fw] = json.loads(proc.stdout)
-    return out
+    return {fw: describe_smoke("deepspeech2", fw) for fw in FRAMEWORKS}
 
 
 def test_deepspeech2_has_all_three_frameworks():
@@ -57,19 +46,13 @@ def expected_forward_flops(hp) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("a, b", list(itertools.combinations(FRAMEWORKS, 2)))
 def test_the_same_network_on_each_pair(described, a, b):
-    da, db = described[a], described[b]
-    assert da["parameters"] == db["parameters"]
-    assert [(x["name"], x["params"]) for x in da["layers"]] == [(x["name"], x["params"]) for x in db["layers"]]
-    fa, fb = da["flops_per_sample"]["forward"], db["flops_per_sample"]["forward"]
-    assert abs(fa - fb) <= 0.01 * max(fa, fb), (fa, fb)
+    assert_same_network(described[a], described[b])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_flops_match_the_hyperparameters(described, framework):
-    forward = described[framework]["flops_per_sample"]["forward"]
-    assert forward == pytest.approx(expected_forward_flops(MODEL.hp("smoke")), rel=0.01)
-    assert described[framework]["flops_per_sample"]["training"] == 3 * forward
+    assert_smoke_flops(described[framework]["flops_per_sample"], expected_forward_flops(MODEL.hp("smoke")))
 
 
 @pytest.mark.slow
@@ -117,45 +100,11 @@ def test_bench_all_frameworks_prints_one_table(tmp_path):
 
 @pytest.mark.slow
 def test_state_differences_are_the_listed_ones(described):
-    import tomllib
-
-    listed = tomllib.loads((MODEL.folder / "workload.toml").read_text())["framework_difference"]
-    (entry,) = [d for d in listed if "smoke_state_values" in d]
-    assert {fw: described[fw]["framework_state"]["non_trainable_state"] for fw in FRAMEWORKS} == entry["smoke_state_values"]
+    assert {fw: described[fw]["framework_state"]["non_trainable_state"] for fw in FRAMEWORKS} == \
+        listed_smoke_state("deepspeech2")
 
 
-def describe_in_stack(model: str, framework: str, *args: str) -> None:
-    """`python -m tbdkit.describe` for one model in the framework's own stack venv."""
-    from tbdkit import stacks
-
-    subprocess.run([str(stacks.python_of(framework)), "-m", "tbdkit.describe", "--model", model,
-                    "--framework", framework, *args], check=True, capture_output=True, env=stacks.agent_env())
-
-
-def save_pytorch_weights(model: str, path) -> None:
-    describe_in_stack(model, "pytorch", "--save", str(path))
-
-
-def assert_same_sequence_outputs(model: str, framework: str, pytorch_weights, out) -> None:
-    """PyTorch's weights (saved by save_pytorch_weights), moved through the canonical layout into
-    `framework`, read back unchanged and give the same log-probabilities (to 1e-4) on the same
-    sequences, each compared over its own length."""
-    import numpy as np
-
-    describe_in_stack(model, framework, "--weights-from", str(pytorch_weights), "--save", str(out))
-    theirs, ours = np.load(pytorch_weights), np.load(out)
-    for key in (k for k in theirs.files if "/" in k):  # read back from the framework after loading
-        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
-    assert ours["lengths"].tolist() == theirs["lengths"].tolist()
-    for i, n in enumerate(theirs["lengths"]):
-        np.testing.assert_allclose(ours["log_probs"][i, :n], theirs["log_probs"][i, :n], atol=1e-4)
-
-
-@pytest.fixture(scope="module")
-def pytorch_weights(tmp_path_factory):
-    path = tmp_path_factory.mktemp("weights") / "pytorch.npz"
-    save_pytorch_weights("deepspeech2", path)
-    return path
+pytorch_weights = pytorch_weights_fixture("deepspeech2")
 
 
 @pytest.mark.slow

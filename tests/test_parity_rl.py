@@ -7,35 +7,22 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-import sys
-import tomllib
 
 import numpy as np
 import pytest
 
-from tbdkit import catalog, stacks
+from framework_parity import (assert_same_network, assert_smoke_flops, describe_in_stack, describe_smoke,
+                              framework_differences, load_pytorch_weights, tbdkit)
+from tbdkit import catalog
 
 MODELS = ["a3c", "minigo", "bert"]
 FRAMEWORKS = ["pytorch", "tensorflow", "mxnet"]
 PAIRS = [(m, a, b) for m in MODELS for a, b in itertools.combinations(FRAMEWORKS, 2)]
 
 
-def tbdkit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args], capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ))
-
-
 @pytest.fixture(scope="module")
 def described() -> dict[tuple[str, str], dict]:
-    out = {}
-    for model in MODELS:
-        for fw in FRAMEWORKS:
-            proc = tbdkit("describe", model, "--framework", fw, "--preset", "smoke", "--json")
-            assert proc.returncode == 0, proc.stderr
-            out[model, fw] = json.loads(proc.stdout)
-    return out
+    return {(model, fw): describe_smoke(model, fw) for model in MODELS for fw in FRAMEWORKS}
 
 
 def expected_forward_flops(model: str, hp: dict) -> int:
@@ -71,19 +58,14 @@ def test_every_framework_is_there(model):
 @pytest.mark.slow
 @pytest.mark.parametrize("model, a, b", PAIRS)
 def test_the_same_network_on_each_pair(described, model, a, b):
-    da, db = described[model, a], described[model, b]
-    assert da["parameters"] == db["parameters"]
-    assert [(x["name"], x["params"]) for x in da["layers"]] == [(x["name"], x["params"]) for x in db["layers"]]
-    fa, fb = da["flops_per_sample"]["forward"], db["flops_per_sample"]["forward"]
-    assert abs(fa - fb) <= 0.01 * max(fa, fb), (fa, fb)
+    assert_same_network(described[model, a], described[model, b])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model, framework", [(m, f) for m in MODELS for f in FRAMEWORKS])
 def test_flops_match_the_hyperparameters(described, model, framework):
-    forward = described[model, framework]["flops_per_sample"]["forward"]
-    assert forward == pytest.approx(expected_forward_flops(model, catalog.get(model).hp("smoke")), rel=0.01)
-    assert described[model, framework]["flops_per_sample"]["training"] == 3 * forward
+    assert_smoke_flops(described[model, framework]["flops_per_sample"],
+                       expected_forward_flops(model, catalog.get(model).hp("smoke")))
 
 
 @pytest.mark.slow
@@ -115,15 +97,9 @@ def test_bert_decoder_is_tied_to_the_word_embeddings(described):
 @pytest.mark.parametrize("model", MODELS)
 def test_state_differences_are_the_listed_ones(described, model):
     """Non-trainable state per framework is what workload.toml says (`smoke_state_values`), or none."""
-    listed = tomllib.loads((catalog.get(model).folder / "workload.toml").read_text()).get("framework_difference", [])
-    entries = [d["smoke_state_values"] for d in listed if "smoke_state_values" in d]
+    entries = [d["smoke_state_values"] for d in framework_differences(model) if "smoke_state_values" in d]
     expected = entries[0] if entries else dict.fromkeys(FRAMEWORKS, 0)
     assert {fw: described[model, fw]["framework_state"]["non_trainable_state"] for fw in FRAMEWORKS} == expected
-
-
-def run_describe(framework: str, model: str, *args: str) -> None:
-    subprocess.run([str(stacks.python_of(framework)), "-m", "tbdkit.describe", "--model", model,
-                    "--framework", framework, *args], check=True, capture_output=True, env=stacks.agent_env())
 
 
 @pytest.mark.slow
@@ -131,16 +107,12 @@ def run_describe(framework: str, model: str, *args: str) -> None:
 def test_same_weights_same_outputs(tmp_path, model, framework):
     """PyTorch's weights, moved through the canonical layout into the other framework, give the same
     outputs on the same probe batch: the same network, numerically."""
-    theirs_path, ours_path = tmp_path / "pytorch.npz", tmp_path / f"{framework}.npz"
-    run_describe("pytorch", model, "--save", str(theirs_path))
-    run_describe(framework, model, "--weights-from", str(theirs_path), "--save", str(ours_path))
-    theirs, ours = np.load(theirs_path), np.load(ours_path)
+    reference = tmp_path / "pytorch.npz"
+    describe_in_stack(model, "pytorch", "--save", str(reference))
+    theirs, ours = np.load(reference), load_pytorch_weights(model, framework, reference, tmp_path / f"{framework}.npz")
     assert ours.files == theirs.files
-    for key in theirs.files:
-        if "/" in key:  # canonical weights, read back from the framework after loading
-            np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
-        else:           # the network's outputs on the probe batch
-            np.testing.assert_allclose(ours[key], theirs[key], atol=1e-4, rtol=1e-4, err_msg=key)
+    for key in (k for k in theirs.files if "/" not in k):  # the network's outputs on the probe batch
+        np.testing.assert_allclose(ours[key], theirs[key], atol=1e-4, rtol=1e-4, err_msg=key)
 
 
 @pytest.mark.slow

@@ -5,34 +5,20 @@ weights moved through the canonical layout, the same outputs. Needs every stack 
 from __future__ import annotations
 
 import itertools
-import json
-import os
-import subprocess
-import sys
-import tomllib
 
 import pytest
 
+from framework_parity import (assert_same_network, assert_same_sequence_outputs, assert_smoke_flops, describe_smoke,
+                              framework_differences, pytorch_weights_fixture, run_in_stack)
 from tbdkit import catalog
-from test_frameworks import assert_same_sequence_outputs, save_pytorch_weights
 
 MODEL = catalog.get("seq2seq")
 FRAMEWORKS = list(MODEL.frameworks)
 
 
-def tbdkit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args], capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ))
-
-
 @pytest.fixture(scope="module")
 def described() -> dict[str, dict]:
-    out = {}
-    for fw in FRAMEWORKS:
-        proc = tbdkit("describe", "seq2seq", "--framework", fw, "--preset", "smoke", "--json")
-        assert proc.returncode == 0, proc.stderr
-        out[fw] = json.loads(proc.stdout)
-    return out
+    return {fw: describe_smoke("seq2seq", fw) for fw in FRAMEWORKS}
 
 
 def test_seq2seq_has_all_three_frameworks():
@@ -53,19 +39,13 @@ def expected_forward_flops(hp) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("a, b", list(itertools.combinations(FRAMEWORKS, 2)))
 def test_the_same_network_on_each_pair(described, a, b):
-    da, db = described[a], described[b]
-    assert da["parameters"] == db["parameters"]
-    assert [(x["name"], x["params"]) for x in da["layers"]] == [(x["name"], x["params"]) for x in db["layers"]]
-    fa, fb = da["flops_per_sample"]["forward"], db["flops_per_sample"]["forward"]
-    assert abs(fa - fb) <= 0.01 * max(fa, fb), (fa, fb)
+    assert_same_network(described[a], described[b])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_flops_match_the_hyperparameters(described, framework):
-    forward = described[framework]["flops_per_sample"]["forward"]
-    assert forward == pytest.approx(expected_forward_flops(MODEL.hp("smoke")), rel=0.01)
-    assert described[framework]["flops_per_sample"]["training"] == 3 * forward
+    assert_smoke_flops(described[framework]["flops_per_sample"], expected_forward_flops(MODEL.hp("smoke")))
 
 
 @pytest.mark.slow
@@ -76,16 +56,12 @@ def test_layer_order_is_canonical(described):
 
 
 def test_framework_differences_are_listed():
-    listed = tomllib.loads((MODEL.folder / "workload.toml").read_text())["framework_difference"]
+    listed = framework_differences("seq2seq")
     assert all("what" in d and set(d) & {"all", "pytorch", "tensorflow", "mxnet"} for d in listed)
     assert any("LSTM" in d["what"] for d in listed)
 
 
-@pytest.fixture(scope="module")
-def pytorch_weights(tmp_path_factory):
-    path = tmp_path_factory.mktemp("weights") / "pytorch.npz"
-    save_pytorch_weights("seq2seq", path)
-    return path
+pytorch_weights = pytorch_weights_fixture("seq2seq")
 
 
 @pytest.mark.slow
@@ -115,11 +91,4 @@ print(h.hexdigest())
 def test_the_same_batches_in_every_stack(framework):
     """The synthetic generator gives identical token streams and lengths for the same seed in every
     stack's Python and NumPy (MXNet's stack pins NumPy below 1.24)."""
-    from tbdkit import stacks
-
-    def digest(fw: str) -> str:
-        proc = subprocess.run([str(stacks.python_of(fw)), "-c", DIGEST], capture_output=True, text=True,
-                              env=stacks.agent_env(), check=True)
-        return proc.stdout.strip()
-
-    assert digest(framework) == digest("pytorch") != ""
+    assert run_in_stack(framework, "-c", DIGEST).strip() == run_in_stack("pytorch", "-c", DIGEST).strip() != ""

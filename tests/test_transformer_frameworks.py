@@ -6,13 +6,12 @@ with PyTorch's weights moved through the canonical layout, the same outputs. Nee
 from __future__ import annotations
 
 import itertools
-import json
-import tomllib
 
 import pytest
 
+from framework_parity import (assert_same_network, assert_same_sequence_outputs, assert_smoke_flops, describe_smoke,
+                              framework_differences, pytorch_weights_fixture)
 from tbdkit import catalog
-from test_frameworks import assert_same_sequence_outputs, save_pytorch_weights, tbdkit
 
 MODEL = catalog.get("transformer")
 FRAMEWORKS = list(MODEL.frameworks)
@@ -20,12 +19,7 @@ FRAMEWORKS = list(MODEL.frameworks)
 
 @pytest.fixture(scope="module")
 def described() -> dict[str, dict]:
-    out = {}
-    for fw in FRAMEWORKS:
-        proc = tbdkit("describe", "transformer", "--framework", fw, "--preset", "smoke", "--json")
-        assert proc.returncode == 0, proc.stderr
-        out[fw] = json.loads(proc.stdout)
-    return out
+    return {fw: describe_smoke("transformer", fw) for fw in FRAMEWORKS}
 
 
 def test_transformer_has_all_three_frameworks():
@@ -47,20 +41,13 @@ def expected_forward_flops(hp) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("a, b", list(itertools.combinations(FRAMEWORKS, 2)))
 def test_the_same_network_on_each_pair(described, a, b):
-    da, db = described[a], described[b]
-    assert da["parameters"] == db["parameters"]
-    assert [(x["name"], x["params"], x.get("tied")) for x in da["layers"]] == \
-        [(x["name"], x["params"], x.get("tied")) for x in db["layers"]]
-    fa, fb = da["flops_per_sample"]["forward"], db["flops_per_sample"]["forward"]
-    assert abs(fa - fb) <= 0.01 * max(fa, fb), (fa, fb)
+    assert_same_network(described[a], described[b], also=("tied",))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_flops_match_the_hyperparameters(described, framework):
-    forward = described[framework]["flops_per_sample"]["forward"]
-    assert forward == expected_forward_flops(MODEL.hp("smoke"))
-    assert described[framework]["flops_per_sample"]["training"] == 3 * forward
+    assert_smoke_flops(described[framework]["flops_per_sample"], expected_forward_flops(MODEL.hp("smoke")), rel=0)
 
 
 @pytest.mark.slow
@@ -76,16 +63,12 @@ def test_layer_order_is_canonical(described):
 
 
 def test_framework_differences_are_listed():
-    listed = tomllib.loads((MODEL.folder / "workload.toml").read_text())["framework_difference"]
+    listed = framework_differences("transformer")
     assert all("what" in d and set(d) & {"all", "pytorch", "tensorflow", "mxnet"} for d in listed)
     assert any("attention" in d["what"] for d in listed)
 
 
-@pytest.fixture(scope="module")
-def pytorch_weights(tmp_path_factory):
-    path = tmp_path_factory.mktemp("weights") / "pytorch.npz"
-    save_pytorch_weights("transformer", path)
-    return path
+pytorch_weights = pytorch_weights_fixture("transformer")
 
 
 @pytest.mark.slow

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import tomllib
 
 import numpy as np
 import pytest
 
+from framework_parity import (assert_same_network, assert_smoke_flops, describe_in_stack, describe_smoke,
+                              listed_smoke_state, load_pytorch_weights, tbdkit)
 from tbdkit import catalog
-from test_frameworks import tbdkit
 
 # MXNet has no WGAN-GP: its gradient penalty needs the second derivative of a convolution, which
 # MXNet 1.9 does not have (README, support matrix).
@@ -30,13 +29,7 @@ SMOKE_FORWARD_FLOPS = {"resnet50": 671_383_552, "inception_v3": 2_558_945_984, "
 
 @pytest.fixture(scope="module")
 def described() -> dict[tuple[str, str], dict]:
-    out = {}
-    for model in MODELS:
-        for fw in catalog.get(model).frameworks:
-            proc = tbdkit("describe", model, "--framework", fw, "--preset", "smoke", "--json")
-            assert proc.returncode == 0, proc.stderr
-            out[model, fw] = json.loads(proc.stdout)
-    return out
+    return {(model, fw): describe_smoke(model, fw) for model in MODELS for fw in catalog.get(model).frameworks}
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -47,19 +40,13 @@ def test_every_framework_is_there(model):
 @pytest.mark.slow
 @pytest.mark.parametrize("model, a, b", PAIRS)
 def test_the_same_network_on_each_pair(described, model, a, b):
-    da, db = described[model, a], described[model, b]
-    assert da["parameters"] == db["parameters"]
-    assert [(x["name"], x["params"]) for x in da["layers"]] == [(x["name"], x["params"]) for x in db["layers"]]
-    fa, fb = da["flops_per_sample"]["forward"], db["flops_per_sample"]["forward"]
-    assert abs(fa - fb) <= 0.01 * max(fa, fb), (fa, fb)
+    assert_same_network(described[model, a], described[model, b])
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model, framework", [(m, fw) for m in MODELS for fw in catalog.get(m).frameworks])
 def test_flops_are_the_networks(described, model, framework):
-    flops = described[model, framework]["flops_per_sample"]
-    assert flops["forward"] == pytest.approx(SMOKE_FORWARD_FLOPS[model], rel=0.01)
-    assert flops["training"] == 3 * flops["forward"]
+    assert_smoke_flops(described[model, framework]["flops_per_sample"], SMOKE_FORWARD_FLOPS[model])
 
 
 @pytest.mark.slow
@@ -75,17 +62,8 @@ def test_wgan_gp_layers_in_canonical_order(described):
 @pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_state_differences_are_the_listed_ones(described, model):
-    listed = tomllib.loads((catalog.get(model).folder / "workload.toml").read_text())["framework_difference"]
-    (entry,) = [d for d in listed if "smoke_state_values" in d]
     assert {fw: described[model, fw]["framework_state"]["non_trainable_state"]
-            for fw in catalog.get(model).frameworks} == entry["smoke_state_values"]
-
-
-def describe_in_stack(model: str, framework: str, *args: str) -> None:
-    from tbdkit import stacks
-
-    subprocess.run([str(stacks.python_of(framework)), "-m", "tbdkit.describe", "--model", model,
-                    "--framework", framework, *args], check=True, capture_output=True, env=stacks.agent_env())
+            for fw in catalog.get(model).frameworks} == listed_smoke_state(model)
 
 
 @pytest.mark.slow
@@ -98,11 +76,7 @@ def test_same_weights_same_outputs(model, tmp_path):
     describe_in_stack(model, "pytorch", "--save", str(reference))
     theirs = np.load(reference)
     for framework in EXPECTED[model][1:]:
-        out = tmp_path / f"{framework}.npz"
-        describe_in_stack(model, framework, "--weights-from", str(reference), "--save", str(out))
-        ours = np.load(out)
-        for key in (k for k in theirs.files if "/" in k):  # read back from the framework after loading
-            np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+        ours = load_pytorch_weights(model, framework, reference, tmp_path / f"{framework}.npz")
         scale = float(np.abs(theirs["output"]).max())
         np.testing.assert_allclose(ours["output"], theirs["output"], atol=1e-5 * max(scale, 1.0),
                                    err_msg=framework)
