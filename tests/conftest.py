@@ -21,20 +21,6 @@ def padded_utterance():
     return _padded
 
 
-def _losses_fall(adapter, data, hp, steps: int = 8) -> list[float]:
-    """Trains `steps` steps on one synthetic batch of 4 through the adapter; the loss must be finite and fall."""
-    inputs = adapter.prepare(next(data.synthetic_batches(hp, 4, seed=1)))
-    losses = [adapter.loss_value(adapter.step(inputs)) for _ in range(steps)]
-    assert all(np.isfinite(x) for x in losses)
-    assert losses[-1] < losses[0] * 0.99, losses
-    return losses
-
-
-@pytest.fixture
-def losses_fall():
-    return _losses_fall
-
-
 def _pong_frames(data, hp, seed: int = 5, steps: int = 6) -> np.ndarray:
     """A3C: the observations one actor sees over `steps` actions drawn from fixed logits."""
     actors = data.Actors(hp, 1, seed=seed)
@@ -50,17 +36,3 @@ def _pong_frames(data, hp, seed: int = 5, steps: int = 6) -> np.ndarray:
 @pytest.fixture
 def pong_frames():
     return _pong_frames
-
-
-def _plain_workload(model, framework: str) -> None:
-    """A workload file holds only the model, optimizer and train step: no timing, logging or profiling."""
-    import re
-
-    source = (model.folder / f"{framework}.py").read_text()
-    for forbidden in (r"\bimport time\b", r"\blogging\b", r"\bprint\(", r"profiler", r"perf_counter", r"tbdkit"):
-        assert not re.search(forbidden, source), forbidden
-
-
-@pytest.fixture
-def plain_workload():
-    return _plain_workload

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tbdkit import catalog
-from test_frameworks import tbdkit
+from framework_parity import tbdkit
 
 COVERED_ELSEWHERE = {"deepspeech2", "resnet50"}
 MODELS = sorted(set(catalog.models()) - COVERED_ELSEWHERE)

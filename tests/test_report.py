@@ -4,6 +4,7 @@ reason; the HTML, Markdown and CSV it writes; and report.html rendered in headle
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -144,6 +145,21 @@ def test_figures_drawn_or_refused_with_reasons(tmp_path):
     assert "no multi-worker run" in figures.scaling(runs).reason
     make_run(tmp_path, "deepspeech2", "pytorch", 2, 50.0, device="cuda:0", device_name="NVIDIA H100")
     assert isinstance(figures.across_devices(load(tmp_path)), figures.Figure)
+
+
+def test_training_curves_come_from_converge_runs(tmp_path):
+    make_run(tmp_path, "resnet50", "pytorch", 4, 10.0)
+    missing = figures.training_curves(load(tmp_path))
+    assert isinstance(missing, figures.Missing) and "no converge run" in missing.reason
+    run = make_run(tmp_path, "resnet50", "pytorch", 32, 10.0, started="2026-11-22T11:00:00")
+    summary = json.loads((run / "summary.json").read_text())
+    summary.update(preset="converge", convergence={"target": 0.95, "quality_metric": "top-1 accuracy"})
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "convergence.csv").write_text("wall_s,train_s,step,samples,loss,quality\n1,0,0,0,,0.1\n40,30,90,2880,0.4,0.96\n")
+    drawn = figures.training_curves(load(tmp_path))
+    assert isinstance(drawn, figures.Figure)
+    (line,) = [ln for ln in drawn.figure.axes[0].get_lines() if ln.get_marker() == "."]
+    assert list(line.get_xdata()) == [0.0, 30.0] and list(line.get_ydata()) == [0.1, 0.96]
 
 
 def full_fixture(results: Path) -> None:

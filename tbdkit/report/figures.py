@@ -7,6 +7,7 @@ values the runs do not hold (GPU utilization of CPU runs, a memory breakdown nob
 
 from __future__ import annotations
 
+import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,8 +226,45 @@ def scaling(runs: list[Run]) -> Result:
     return Figure(key, title, "Per-worker mini-batch fixed, global batch grows with the workers (the paper's setup).", fig)
 
 
+def _curve(run: Run) -> list[tuple[float, float]]:
+    """(training seconds, held-out quality) from a converge run's convergence.csv."""
+    path = run.path / "convergence.csv"
+    if not path.is_file():
+        return []
+    with path.open(newline="") as fh:
+        return [(float(r["train_s"]), float(r["quality"])) for r in csv.DictReader(fh)]
+
+
+def training_curves(runs: list[Run]) -> Result:
+    key, title = "fig2_training_curves", "Held-out quality vs training time (paper Fig. 2)"
+    curves = [(r, _curve(r)) for r in runs if r.summary.get("preset") == "converge"]
+    curves = [(r, c) for r, c in curves if c]
+    if not curves:
+        return Missing(key, title, "no converge run in these results (`make bench MODEL=resnet50 PRESET=converge` "
+                                   "trains to a quality target and records the curve)")
+    models = sorted({r.model for r, _ in curves})
+    fig, axes = _panels(len(models))
+    for ax, model in zip(axes, models):
+        target = None
+        for r, c in curves:
+            if r.model != model:
+                continue
+            conv = r.summary.get("convergence") or {}
+            target = conv.get("target", target)
+            ax.plot([x for x, _ in c], [y for _, y in c], marker=".",
+                    label=f"{r.framework} b{r.batch_size} · {r.device_name}")
+            ax.set_ylabel(conv.get("quality_metric") or "held-out quality")
+        if target is not None:
+            ax.axhline(target, linestyle="--", color="grey", linewidth=1, label=f"target {target}")
+        ax.set_title(model)
+        ax.set_xlabel("training seconds (evaluations excluded)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return Figure(key, title, "Converge preset runs: each point is one held-out evaluation (convergence.csv).", fig)
+
+
 ALL: tuple[Callable[[list[Run]], Result], ...] = (
-    throughput_vs_batch, gpu_utilization_vs_batch, fp32_utilization_vs_batch, across_devices, memory_breakdown,
+    training_curves, throughput_vs_batch, gpu_utilization_vs_batch, fp32_utilization_vs_batch, across_devices, memory_breakdown,
     scaling)
 
 

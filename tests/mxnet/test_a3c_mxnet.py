@@ -10,7 +10,7 @@ import pytest
 
 from tbdkit import catalog
 from tbdkit.adapters.mxnet import MXNetAdapter, Precision
-from stack_checks import assert_same_frames_for_the_same_seed
+from stack_checks import assert_same_frames_for_the_same_seed, assert_workload_file_is_clean
 
 MODEL = catalog.get("a3c")
 WORKLOAD = catalog.load_module(MODEL, "mxnet")
@@ -81,5 +81,5 @@ def test_same_seed_same_frames(pong_frames):
     assert_same_frames_for_the_same_seed(lambda: pong_frames(DATA, HP))
 
 
-def test_workload_file_holds_no_timing_logging_or_profiling(plain_workload):
-    plain_workload(MODEL, "mxnet")
+def test_workload_file_holds_no_timing_logging_or_profiling():
+    assert_workload_file_is_clean(MODEL.name, "mxnet")

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from tbdkit import catalog
-from stack_checks import adapter as stack_adapter, assert_learns, assert_workload_file_is_clean, torchvision_roi_align
+from stack_checks import (adapter as stack_adapter, assert_learns, assert_workload_file_is_clean,
+                          torchvision_roi_align)
 
 MODEL = catalog.get("mask_rcnn")
 WORKLOAD = catalog.load_module(MODEL, "mxnet")

@@ -4,7 +4,6 @@ the other frameworks is tests/test_vision_frameworks.py."""
 
 import mxnet as mx
 import numpy as np
-import pytest
 from mxnet import gluon
 
 from tbdkit import catalog

@@ -53,10 +53,10 @@ def test_converge_task_is_the_digits_with_a_fixed_held_out_share():
     task = DATA.convergence_task("synthetic", hp, 64, seed=0)
     other = DATA.convergence_task("synthetic", hp, 64, seed=1)
     held = np.concatenate([b.images for b in task.held_out])
-    assert held.shape == (359, 3, 32, 32) and sum(b.samples for b in task.held_out) == 359  # 20% of 1,797
+    assert held.shape == (359, 3, 16, 16) and sum(b.samples for b in task.held_out) == 359  # 20% of 1,797
     assert np.array_equal(held, np.concatenate([b.images for b in other.held_out]))  # the same for every seed
     batch = next(task.train)
-    assert batch.images.shape == (64, 3, 32, 32) and batch.labels.dtype == np.int64
+    assert batch.images.shape == (64, 3, 16, 16) and batch.labels.dtype == np.int64
     train_rows = {r.tobytes() for r in next(DATA.convergence_task("synthetic", hp, 1438, 0).train).images}
     assert not train_rows & {r.tobytes() for r in held}  # no held-out scan is trained on
     assert sorted({int(x) for b in task.held_out for x in b.labels}) == list(range(10))
