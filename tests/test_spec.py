@@ -24,7 +24,7 @@ def test_defaults_and_preset_policy():
     ({"batch_size": -3}, ["batch_size"]),
     ({"model": "alexnet"}, ["model", "deepspeech2", "alexnet"]),
     ({"precision": "fp16"}, ["precision", "'fp32', 'tf32' or 'amp'"]),
-    ({"preset": "huge"}, ["preset", "'smoke' or 'paper'"]),
+    ({"preset": "huge"}, ["preset", "'smoke', 'paper' or 'converge'"]),
     ({"launcher": "slurm"}, ["launcher", "'native', 'docker' or 'netns'"]),
     ({"device": "tpu"}, ["device", "auto, cpu, cuda or cuda:N"]),
     ({"data": "/no/such/LibriSpeech"}, ["data", "/no/such/LibriSpeech", "does not exist"]),
