@@ -48,6 +48,14 @@ class SweepSpec(BaseModel):
     memory_limit_mb: int | None = Field(None, gt=0)
     measure: dict[str, Any] = Field(default_factory=dict, description="MeasurePolicy overrides")
 
+    @field_validator("preset")
+    @classmethod
+    def _throughput_preset(cls, value: str) -> str:
+        if value == "converge":
+            raise ValueError("a sweep measures throughput: use smoke or paper (train to a target with "
+                             "`tbdkit bench --preset converge`)")
+        return value
+
     @field_validator("batches")
     @classmethod
     def _batches(cls, value: list[BatchEntry]) -> list[BatchEntry]:

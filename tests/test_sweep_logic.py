@@ -134,6 +134,7 @@ def test_max_point_lowers_itself_when_its_measured_run_runs_out(tmp_path):
     ({"repeat": 0}, ["repeat", "greater than or equal to 1"]),
     ({"cv_limit": 2}, ["cv_limit", "less than 1"]),
     ({"model": "alexnet"}, ["model", "deepspeech2"]),
+    ({"preset": "converge"}, ["preset", "a sweep measures throughput", "--preset converge"]),
 ])
 def test_invalid_sweep_names_the_field(tmp_path, over, words):
     with pytest.raises(UserError) as err:
