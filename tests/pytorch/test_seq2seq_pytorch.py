@@ -1,5 +1,5 @@
 """Seq2Seq (NMT IWSLT15 attention model) on PyTorch: the network matches workload.toml, attention
-ignores padding, the tutorial's decay schedule, training, AMP."""
+ignores padding, the tutorial's decay schedule, training, AMP; the converge preset's number-words task."""
 
 import math
 
@@ -107,3 +107,91 @@ def test_forward_gives_log_probabilities_and_target_lengths():
     log_probs, lengths = WORKLOAD.forward(training, WORKLOAD.to_device(batch, CPU))
     assert log_probs.shape == (*batch.target_in.shape, hp["target_vocab_size"])
     assert lengths.tolist() == batch.target_lengths.tolist() and training.model.training
+
+
+# The converge preset's task: English -> Vietnamese number words (num2words)
+
+SMALL = {"train_numbers": 3000, "held_out_numbers": 256}  # a quicker task of the same vocabularies
+
+
+def sentences(batch, field, lengths):
+    return {tuple(row[:n]) for row, n in zip(getattr(batch, field).tolist(), lengths.tolist())}
+
+
+def test_english_tokens_are_words_without_commas_or_hyphens():
+    assert DATA.tokenize_english("twenty-one thousand, three hundred and forty-five") == [
+        "twenty", "one", "thousand", "three", "hundred", "and", "forty", "five"]
+
+
+def test_converge_task_is_number_words_with_a_fixed_held_out_set():
+    import numpy as np
+
+    hp = MODEL.hp("converge")
+    task = DATA.convergence_task("synthetic", hp, 64, seed=0)
+    other = DATA.convergence_task("synthetic", hp, 64, seed=1)
+    assert sum(b.samples for b in task.held_out) == hp["held_out_numbers"] == 2000
+    for mine, theirs in zip(task.held_out, other.held_out, strict=True):  # the same for every seed
+        assert np.array_equal(mine.source, theirs.source) and np.array_equal(mine.target_out, theirs.target_out)
+    batch, batch1 = next(task.train), next(other.train)
+    assert not np.array_equal(batch.source, batch1.source)                # the seed shuffles the training numbers
+    n, t = batch.target_in.shape
+    assert batch.source.shape[0] == n == 64 and batch.target_out.shape == (n, t) and batch.source.dtype == np.int64
+    assert (batch.target_in[:, 0] == 1).all()                             # <s>
+    real = batch.target_out >= 0
+    assert (real.sum(axis=1) == batch.target_lengths).all()
+    assert (batch.target_out[np.arange(n), batch.target_lengths - 1] == 2).all()  # each target ends with </s>
+    assert batch.source.max() < hp["source_vocab_size"] and batch.target_out.max() < hp["target_vocab_size"]
+    for b in task.held_out:
+        assert b.source.min() > 0 and b.target_out[b.target_out >= 0].min() > 0  # no <unk>: the vocabularies cover it
+        assert b.source_lengths.max() <= 11 and b.target_lengths.max() <= 12
+    everything = next(DATA.convergence_task("synthetic", hp, hp["train_numbers"], 0).train)  # one epoch
+    assert len(sentences(everything, "source", everything.source_lengths)) == hp["train_numbers"]
+    held = set().union(*(sentences(b, "source", b.source_lengths) for b in task.held_out))
+    assert len(held) == 2000 and not held & sentences(everything, "source", everything.source_lengths)
+    with pytest.raises(DATA.DataError, match="leave DATA unset"):
+        DATA.convergence_task("/some/folder", hp, 64, 0)
+    with pytest.raises(DATA.DataError, match="set target_vocab_size = 19"):
+        DATA.convergence_task("synthetic", {**hp, "target_vocab_size": 7709}, 64, 0)
+
+
+def test_a_missing_num2words_says_how_to_install_it(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "num2words", None)   # `import num2words` raises ImportError
+    with pytest.raises(DATA.DataError, match="pip install num2words"):
+        DATA.convergence_task("synthetic", {**MODEL.hp("converge"), "train_numbers": 7, "held_out_numbers": 3}, 4, 0)
+
+
+def test_quality_is_teacher_forced_token_accuracy_over_non_padding_positions():
+    import numpy as np
+
+    hp = {**MODEL.hp("converge"), **SMALL}
+    held_out = DATA.convergence_task("synthetic", hp, 100, 0).held_out
+    v = hp["target_vocab_size"]
+
+    def outputs(predict):
+        out = []
+        for b in held_out:
+            tokens = np.where(b.target_out >= 0, predict(b), 5)     # padding positions predict junk
+            out.append((np.log(np.eye(v)[tokens] * 0.9 + 0.1 / v), b.target_lengths))
+        return out
+
+    assert DATA.quality(outputs(lambda b: b.target_out), held_out) == 1.0
+    tokens = sum(int(b.target_lengths.sum()) for b in held_out)
+    assert DATA.quality(outputs(lambda b: np.full_like(b.target_out, 2)), held_out) == pytest.approx(256 / tokens)  # only </s>
+    with pytest.raises(ValueError, match="target lengths"):
+        DATA.quality([(lp, n + 1) for lp, n in outputs(lambda b: b.target_out)], held_out)
+
+
+def test_converge_trains_seq2seq_on_number_words_and_records_the_curve(tmp_path):
+    from tbdkit.adapters import load
+    from tbdkit.agent import converge
+
+    hp = {**MODEL.hp("converge"), **SMALL, "eval_every_s": 2.0, "max_train_s": 5.0, "target": 1.01}
+    adapter = load("pytorch", workload=WORKLOAD, hp=hp, device="cpu", precision="fp32", seed=0)
+    out = converge.train(adapter, DATA, hp, "synthetic", 32, 0, tmp_path, lambda: False)
+    rows = (tmp_path / "convergence.csv").read_text().splitlines()
+    assert rows[0] == "wall_s,train_s,step,samples,loss,quality" and len(rows) >= 3
+    c = out["convergence"]
+    assert not c["reached"] and 0.0 <= c["first_quality"] <= 1.0 and c["held_out_samples"] == 256
+    assert out["metrics"]["training_throughput"]["value"] > 0 and "number words" in out["data_source"]
