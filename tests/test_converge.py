@@ -118,3 +118,27 @@ def test_the_preset_exists_only_where_a_workload_defines_it_and_on_pytorch() -> 
         specs.build(model="resnet50", framework="tensorflow", batch_size=64, preset="converge", device="cpu")
     with pytest.raises(UserError, match="has no 'converge' preset"):
         specs.build(model="bert", framework="pytorch", batch_size=8, preset="converge", device="cpu")
+
+
+class ScoredTask(Task):
+    """A task scored by its own training (A3C's finished episodes): no held-out set."""
+
+    def __init__(self, scores: list[float | None]) -> None:
+        super().__init__(Data([]).convergence_task("synthetic", {}, 8, 0).train, [])
+        self.scores = iter(scores)
+
+    def score(self) -> float | None:
+        return next(self.scores)
+
+
+def test_a_task_that_scores_itself_may_have_no_score_yet(tmp_path, fake_clock) -> None:
+    data = Data([])
+    data.convergence_task = lambda *args: ScoredTask([None, None, -20.0, -14.0])  # type: ignore[method-assign]
+    out = converge.train(Adapter(step_s=0.25, clock=fake_clock), data, HP | {"target": -15.0}, "synthetic", 8, 0,
+                         tmp_path, lambda: False)
+    with (tmp_path / "convergence.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [r["quality"] for r in rows] == ["", "", "-20.0", "-14.0"]
+    c = out["convergence"]
+    assert c["reached"] and c["first_quality"] == -20.0 and c["best_quality"] == -14.0
+    assert out["metrics"]["time_to_target"]["value"] == 3.0 and "held-out" not in out["metrics"]["time_to_target"]["method"]

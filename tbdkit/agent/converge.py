@@ -3,11 +3,13 @@ curve (the paper's Fig. 2 showed such curves), instead of measuring throughput i
 
 The workload's data.py supplies the task: `convergence_task(source, hp, batch_size, seed)` gives
 endless training batches (`.train`), a fixed held-out set (`.held_out`) and what they are
-(`.description`), and `quality(outputs, held_out)` scores the
-network's inference outputs (the workload's `forward`) on it. The preset in workload.toml states
-the metric (`quality_metric`), the `target`, how often to evaluate (`eval_every_s` of training
-time) and the cap (`max_train_s`). Evaluation time is not training time: the curve's x axis is
-training seconds (wall time of the training steps alone), with wall time beside it.
+(`.description`); `quality(outputs, held_out)` scores the network's inference outputs (the
+workload's `forward`) on the held-out set, or, where the training itself is the measure (A3C: the
+score of the episodes the actors finish), the task's own `score()` does. The preset in
+workload.toml states the metric (`quality_metric`), the `target`, how often to evaluate
+(`eval_every_s` of training time) and the cap (`max_train_s`). Evaluation time is not training
+time: the curve's x axis is training seconds (wall time of the training steps alone), with wall
+time beside it.
 """
 
 from __future__ import annotations
@@ -32,16 +34,21 @@ class Curve:
     reached_at: dict[str, Any] | None = None
 
     def add(self, row: dict[str, Any]) -> bool:
-        """Record one evaluation; True once the target is reached."""
+        """Record one evaluation (quality "" while the task cannot score yet); True once the target is reached."""
         self.rows.append(row)
-        if self.reached_at is None and row["quality"] >= self.target:
+        if self.reached_at is None and row["quality"] != "" and row["quality"] >= self.target:
             self.reached_at = row
         return self.reached_at is not None
 
 
-def evaluate(adapter: Any, data: Any, held_out: list[Any]) -> float:
-    outputs = [adapter.infer(adapter.prepare(batch)) for batch in held_out]
-    return float(data.quality(outputs, held_out))
+def evaluate(adapter: Any, data: Any, task: Any) -> float | None:
+    """The task's quality now: its own score() where training itself is the measure (A3C: the
+    finished episodes' returns; None until there are enough), else data.quality over the
+    network's inference outputs on the held-out set."""
+    if hasattr(task, "score"):
+        return task.score()
+    outputs = [adapter.infer(adapter.prepare(batch)) for batch in task.held_out]
+    return float(data.quality(outputs, task.held_out))
 
 
 def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: int, seed: int, run_dir: Path,
@@ -56,10 +63,10 @@ def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: 
     train_s, steps, samples, losses = 0.0, 0, 0, []
 
     def checkpoint() -> bool:
-        quality = evaluate(adapter, data, held_out)
+        quality = evaluate(adapter, data, task)
         row = {"wall_s": round(time.perf_counter() - started, 3), "train_s": round(train_s, 3), "step": steps,
                "samples": samples, "loss": round(sum(losses) / len(losses), 6) if losses else "",
-               "quality": round(quality, 6)}
+               "quality": "" if quality is None else round(quality, 6)}
         losses.clear()
         log.info("evaluation: %s", row)
         done = curve.add(row)
@@ -92,21 +99,23 @@ def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: 
 
 def result(curve: Curve, hp: dict[str, Any], held_out_size: int, train_s: float, samples: int,
            stopped: bool) -> dict[str, Any]:
-    method = (f"training seconds (the steps' wall time, evaluations excluded) until {curve.metric_name} on "
-              f"{held_out_size} held-out samples, evaluated every {hp['eval_every_s']} s of training, "
-              f"first reached {curve.target}")
-    best = max(r["quality"] for r in curve.rows)
+    on = f" on {held_out_size} held-out samples" if held_out_size else ""
+    method = (f"training seconds (the steps' wall time, evaluations excluded) until {curve.metric_name}{on}, "
+              f"evaluated every {hp['eval_every_s']} s of training, first reached {curve.target}")
+    scored = [r["quality"] for r in curve.rows if r["quality"] != ""]
+    best = max(scored) if scored else None
     if curve.reached_at is not None:
         at = curve.reached_at
         time_to_target = metric(at["train_s"], "s", method, steps=at["step"], samples=at["samples"],
                                 wall_s=at["wall_s"])
     else:
+        best_text = "no score yet" if best is None else f"best {best:.4f}"
         why = ("the run was interrupted" if stopped else
-               f"not reached within max_train_s = {hp['max_train_s']} s of training (best {best:.4f})")
+               f"not reached within max_train_s = {hp['max_train_s']} s of training ({best_text})")
         time_to_target = missing("s", method, why)
     convergence = {"quality_metric": curve.metric_name, "target": curve.target, "reached": curve.reached_at is not None,
-                   "first_quality": curve.rows[0]["quality"], "best_quality": best,
-                   "final_quality": curve.rows[-1]["quality"], "evaluations": len(curve.rows),
+                   "first_quality": scored[0] if scored else None, "best_quality": best,
+                   "final_quality": scored[-1] if scored else None, "evaluations": len(curve.rows),
                    "curve": "convergence.csv", "held_out_samples": held_out_size}
     metrics = {"time_to_target": time_to_target,
                "training_throughput": metric(samples / train_s if train_s else None, "samples/s",

@@ -232,7 +232,7 @@ def _curve(run: Run) -> list[tuple[float, float]]:
     if not path.is_file():
         return []
     with path.open(newline="") as fh:
-        return [(float(r["train_s"]), float(r["quality"])) for r in csv.DictReader(fh)]
+        return [(float(r["train_s"]), float(r["quality"])) for r in csv.DictReader(fh) if r["quality"] != ""]
 
 
 def training_curves(runs: list[Run]) -> Result:

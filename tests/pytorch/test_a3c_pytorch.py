@@ -105,3 +105,25 @@ def test_the_learner_exits_with_its_actors_running():
     proc = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "actors 2" in proc.stdout and "ignored SIGTERM" not in proc.stdout
+
+
+def test_converge_scores_the_episodes_the_actors_finish():
+    """A full Pong episode under random play: its score is whole points in [-21, 21], the running
+    return starts again at 0, and the task's score is the mean of the last `episodes_window`."""
+    hp = {**MODEL.hp("converge"), "episodes_window": 1}
+    task = DATA.convergence_task("synthetic", hp, 1, seed=0)
+    actors = task.actors
+    try:
+        assert task.held_out == [] and task.score() is None
+        rng = np.random.default_rng(0)
+        for _ in range(20_000):  # a random-play episode lasts about a thousand agent steps
+            actors.step(rng.integers(0, hp["actions"], 1))
+            if actors.episodes:
+                break
+        (score,) = actors.episodes
+        assert -21 <= score <= 21 and score == int(score) and score < 0  # random play loses
+        assert actors.returns[0] == 0.0
+        assert task.score() == score
+        assert next(task.train).actors is actors
+    finally:
+        actors.close()

@@ -148,6 +148,8 @@ class Actors:
             self.processes.append(p)
         self.observation = self._gather([("reset",)] * count)[0]
         self.rng = np.random.default_rng([seed, 1])  # the policy's action draws (sample_actions)
+        self.returns = np.zeros(count)              # each environment's running episode return
+        self.episodes: list[float] = []             # returns of the finished episodes, in order
 
     def sample(self, logits: np.ndarray) -> np.ndarray:
         """Actions for the current observations from the policy's logits (N, actions), drawn here
@@ -172,6 +174,10 @@ class Actors:
         """Act in every environment; returns next observations (N,4,84,84) uint8, rewards, episode ends."""
         obs, rewards, dones = self._gather([("step", int(a)) for a in actions])
         self.observation = obs
+        self.returns += rewards  # clipped rewards: in Pong each is one point won (+1) or lost (-1)
+        for i in np.flatnonzero(dones):
+            self.episodes.append(float(self.returns[i]))
+            self.returns[i] = 0.0
         return obs, rewards, dones
 
     def close(self) -> None:
@@ -254,6 +260,42 @@ def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Ba
     batch = Batch(actors, int(hp["t_max"]), int(hp["frame_skip"]))
     while True:
         yield batch
+
+
+# --------------------------------------------------------------------------------------------
+# The converge preset: Pong's score rising
+
+
+@dataclass(frozen=True, eq=False)
+class ConvergenceTask:
+    """Rollouts of the live game; no held-out set: quality is the score of the episodes the
+    actors finish while training (`score()`), as A3C's learning curves are drawn."""
+
+    train: Iterator[Batch]
+    held_out: list[Any]
+    description: str
+    actors: Actors
+    window: int
+
+    def score(self) -> float | None:
+        """Mean return of the last `window` finished episodes; None until that many have finished."""
+        done = self.actors.episodes[-self.window:]
+        return float(np.mean(done)) if len(done) == self.window else None
+
+
+def convergence_task(source: str, hp: Hparams, batch_size: int, seed: int) -> ConvergenceTask:
+    check_source(source, hp)
+    actors = Actors(hp, batch_size, seed)
+    batch = Batch(actors, int(hp["t_max"]), int(hp["frame_skip"]))
+
+    def batches() -> Iterator[Batch]:
+        while True:
+            yield batch
+
+    window = int(hp["episodes_window"])
+    return ConvergenceTask(batches(), [], f"live {hp['env_id']} in {batch_size} actor processes: the mean "
+                           f"score of the last {window} finished episodes (random play scores -20.7)",
+                           actors, window)
 
 
 def check_source(source: str, hp: Hparams) -> str:
