@@ -37,8 +37,8 @@ class RunProgress:
             text = f"{rate:,.2f} {self.unit}" if rate is not None else ""
             if ci is not None:
                 text += f" ±{ci:.1%}"
-            if event.get("quality") is not None:  # the converge preset's held-out evaluations
-                text += f"  held-out quality {event['quality']:.4f}"
+            if event.get("quality") is not None:  # the converge preset's evaluations
+                text += f"  quality {event['quality']:.4f}"
             self.progress.update(self.task, completed=event.get("elapsed_s", 0), rate=text)
         elif kind == "warmup_done":
             self.progress.console.print(

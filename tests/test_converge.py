@@ -19,6 +19,11 @@ from tbdkit.errors import UserError
 class Batch:
     samples: int
 
+    @property
+    def work(self) -> float:
+        """Two units of the throughput's work per sample (as A3C's 4 frames per agent step)."""
+        return 2.0 * self.samples
+
 
 @dataclass
 class Task:
@@ -79,7 +84,7 @@ def fake_clock(monkeypatch) -> list[float]:
 def run(tmp_path: Path, schedule: list[float], fake_clock: list[float], stop: Any = lambda: False,
         hp: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[dict[str, str]]]:
     adapter = Adapter(step_s=0.25, clock=fake_clock)
-    out = converge.train(adapter, Data(schedule), {**HP, **(hp or {})}, "synthetic", 8, 0, tmp_path, stop)
+    out = converge.train(adapter, Data(schedule), {**HP, **(hp or {})}, "synthetic", 8, 0, tmp_path, stop, "frames/s")
     with (tmp_path / "convergence.csv").open() as fh:
         return out, list(csv.DictReader(fh))
 
@@ -94,7 +99,7 @@ def test_stops_at_the_first_evaluation_that_reaches_the_target(tmp_path, fake_cl
     c, m = out["convergence"], out["metrics"]
     assert c["reached"] and c["first_quality"] == 0.1 and c["best_quality"] == 0.95 and c["held_out_samples"] == 50
     assert m["time_to_target"]["value"] == 2.0 and m["time_to_target"]["steps"] == 8
-    assert m["training_throughput"]["value"] == pytest.approx(64 / 2.0)
+    assert m["training_throughput"]["value"] == pytest.approx(2 * 64 / 2.0) and m["training_throughput"]["unit"] == "frames/s"
     assert out["data_source"] == "a stand-in task"
 
 

@@ -52,7 +52,7 @@ def evaluate(adapter: Any, data: Any, task: Any) -> float | None:
 
 
 def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: int, seed: int, run_dir: Path,
-          stop_requested: Callable[[], bool]) -> dict[str, Any]:
+          stop_requested: Callable[[], bool], unit: str = "samples/s") -> dict[str, Any]:
     """Train until the held-out quality reaches hp['target'] or hp['max_train_s'] of training time
     has passed; write convergence.csv and return the summary's `convergence` and `metrics`."""
     task = data.convergence_task(source, hp, batch_size, seed)
@@ -60,7 +60,7 @@ def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: 
     curve = Curve(float(hp["target"]), str(hp["quality_metric"]))
     every, cap = float(hp["eval_every_s"]), float(hp["max_train_s"])
     started = time.perf_counter()
-    train_s, steps, samples, losses = 0.0, 0, 0, []
+    train_s, steps, samples, work, losses = 0.0, 0, 0, 0.0, []
 
     def checkpoint() -> bool:
         quality = evaluate(adapter, data, task)
@@ -71,7 +71,7 @@ def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: 
         log.info("evaluation: %s", row)
         done = curve.add(row)
         sink.write_csv(run_dir / "convergence.csv", curve.rows)  # after every point: a cut-short run keeps its curve
-        events.emit("progress", elapsed_s=train_s, throughput=samples / train_s if train_s else None,
+        events.emit("progress", elapsed_s=train_s, throughput=work / train_s if train_s else None,
                     quality=quality)
         return done
 
@@ -86,6 +86,7 @@ def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: 
         train_s += time.perf_counter() - t0
         steps += 1
         samples += batch.samples
+        work += batch.work  # in the model's throughput unit (A3C: emulator frames, 4 per agent step)
         losses.append(adapter.loss_value(loss))
         if train_s >= next_eval:
             reached = checkpoint()
@@ -93,11 +94,11 @@ def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: 
     if not reached and curve.rows[-1]["step"] != steps:
         reached = checkpoint()  # the last steps' quality, so the curve ends where training did
     return {"data_source": task.description,
-            **result(curve, hp, held_out_size=sum(b.samples for b in held_out), train_s=train_s, samples=samples,
+            **result(curve, hp, held_out_size=sum(b.samples for b in held_out), train_s=train_s, work=work, unit=unit,
                      stopped=stop_requested())}
 
 
-def result(curve: Curve, hp: dict[str, Any], held_out_size: int, train_s: float, samples: int,
+def result(curve: Curve, hp: dict[str, Any], held_out_size: int, train_s: float, work: float, unit: str,
            stopped: bool) -> dict[str, Any]:
     on = f" on {held_out_size} held-out samples" if held_out_size else ""
     method = (f"training seconds (the steps' wall time, evaluations excluded) until {curve.metric_name}{on}, "
@@ -118,8 +119,8 @@ def result(curve: Curve, hp: dict[str, Any], held_out_size: int, train_s: float,
                    "final_quality": scored[-1] if scored else None, "evaluations": len(curve.rows),
                    "curve": "convergence.csv", "held_out_samples": held_out_size}
     metrics = {"time_to_target": time_to_target,
-               "training_throughput": metric(samples / train_s if train_s else None, "samples/s",
-                                             "samples trained / training seconds over the whole convergence run "
+               "training_throughput": metric(work / train_s if train_s else None, unit,
+                                             "work trained on / training seconds over the whole convergence run "
                                              "(no warm-up removed: not comparable with the bench's window)",
                                              reason=None if train_s else "no training step ran")}
     return {"convergence": convergence, "metrics": metrics}

@@ -147,7 +147,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         sink.write_json(run_dir / "env.json", env)
         if spec.preset == "converge":
             summary.update(converge.train(adapter, data, hp, spec.data, spec.batch_size, spec.seed, run_dir,
-                                          stop.requested))
+                                          stop.requested, model.throughput_unit))
             if stop.requested():  # the curve so far is kept; the run says it was cut short
                 summary["status"], summary["error"] = "interrupted", "the run was interrupted by the user (Ctrl-C / SIGTERM)"
             else:
