@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from workload_checks import (assert_learns, assert_workload_file_is_clean, losses_on_a_fixed_batch, modules,
-                             parameters, step_in_each_math_mode)
+from workload_checks import (assert_learns, assert_workload_file_is_clean, converge_briefly, losses_on_a_fixed_batch,
+                             modules, parameters, step_in_each_math_mode)
 
 MODEL, WORKLOAD, DATA = modules("resnet50")
 
@@ -67,14 +67,6 @@ def test_converge_task_is_the_digits_with_a_fixed_held_out_share():
 
 
 def test_converge_trains_resnet50_on_the_digits_and_records_the_curve(tmp_path):
-    from tbdkit.adapters import load
-    from tbdkit.agent import converge
-
     hp = {**MODEL.hp("converge"), "eval_every_s": 2.0, "max_train_s": 6.0, "target": 1.01}
-    adapter = load("pytorch", workload=WORKLOAD, hp=hp, device="cpu", precision="fp32", seed=0)
-    out = converge.train(adapter, DATA, hp, "synthetic", 32, 0, tmp_path, lambda: False)
-    rows = (tmp_path / "convergence.csv").read_text().splitlines()
-    assert rows[0] == "wall_s,train_s,step,samples,loss,quality" and len(rows) >= 3
-    c = out["convergence"]
-    assert not c["reached"] and 0.0 <= c["first_quality"] <= 1.0 and c["held_out_samples"] == 359
-    assert out["metrics"]["training_throughput"]["value"] > 0
+    c = converge_briefly("resnet50", hp, 32, tmp_path)["convergence"]
+    assert 0.0 <= c["first_quality"] <= 1.0 and c["held_out_samples"] == 359

