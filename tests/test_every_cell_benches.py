@@ -1,7 +1,8 @@
 """Every model x framework cell of the support matrix trains its smoke preset through the whole kit
 (`tbdkit bench`: CLI, agent in the stack's venv, collectors, analyses, results) on this CPU.
 Deep Speech 2 and ResNet-50 are benched on all their frameworks by test_frameworks.py and
-test_vision_frameworks.py; this covers the other ten models. Needs every stack (`make test`)."""
+test_vision_frameworks.py, A3C, MiniGo and BERT by test_parity_rl.py (with stricter checks of the
+summaries); this covers the other seven models. Needs every stack (`make test`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from tbdkit import catalog
 from framework_parity import tbdkit
 
-COVERED_ELSEWHERE = {"deepspeech2", "resnet50"}
+COVERED_ELSEWHERE = {"deepspeech2", "resnet50", "a3c", "minigo", "bert"}
 MODELS = sorted(set(catalog.models()) - COVERED_ELSEWHERE)
 SHORT = ["--preset", "smoke", "--device", "cpu", "--max-warmup-s", "1", "--max-measure-s", "1"]
 
