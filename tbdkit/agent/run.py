@@ -148,11 +148,10 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         if spec.preset == "converge":
             summary.update(converge.train(adapter, data, hp, spec.data, spec.batch_size, spec.seed, run_dir,
                                           stop.requested, model.throughput_unit))
-            if stop.requested():  # the curve so far is kept; the run says it was cut short
-                summary["status"], summary["error"] = "interrupted", "the run was interrupted by the user (Ctrl-C / SIGTERM)"
-            else:
-                summary["status"] = "ok"
-            return _exit_code(summary["status"])
+            if stop.requested():  # the curve so far is kept; the run is marked interrupted as any other
+                raise StopRequested
+            summary["status"] = "ok"
+            return _exit_code("ok")
         # Each worker trains its own batches (its seed offset by its rank), as a distributed sampler would.
         batches = data.batches(spec.data, hp, spec.batch_size, spec.seed + (worker.rank if worker else 0))
         source = synthetic_pool(batches, spec.measure.synthetic_pool) if spec.data == "synthetic" else Prefetcher(batches)

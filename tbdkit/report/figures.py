@@ -264,8 +264,8 @@ def training_curves(runs: list[Run]) -> Result:
 
 
 ALL: tuple[Callable[[list[Run]], Result], ...] = (
-    training_curves, throughput_vs_batch, gpu_utilization_vs_batch, fp32_utilization_vs_batch, across_devices, memory_breakdown,
-    scaling)
+    training_curves, throughput_vs_batch, gpu_utilization_vs_batch, fp32_utilization_vs_batch, across_devices,
+    memory_breakdown, scaling)
 
 
 def draw(runs: list[Run], out_dir: Path) -> list[Result]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tbdkit.report.runs import Run, load_dirs, throughput
-from tbdkit.report.tables import fmt, md_table
+from tbdkit.report.runs import Run, load_dirs
+from tbdkit.report.tables import fmt, md_table, summary_row, throughput_text
 
 BEGIN = "<!-- reference-table:begin (python -m tbdkit.reference --table --readme) -->"
 END = "<!-- reference-table:end -->"
@@ -26,19 +26,14 @@ def reference_dirs(workloads: Path) -> list[Path]:
     return sorted(p.parent for p in workloads.glob("*/reference/*/summary.json"))
 
 
-def _pct(r: Run, name: str) -> str:
-    return fmt(r.metric(name))
-
-
 def row(r: Run) -> list[str]:
-    entry = r.metric_entry("throughput")
-    ci = entry.get("ci95_relative")
-    peak = ((r.memory or {}).get("peak") or {}).get("bytes")
-    return [r.model, str(r.batch_size), r.precision, r.device_name,
-            f"{fmt(throughput(r))} {r.unit}" + (f" ±{ci:.1%}" if isinstance(ci, (int, float)) else ""),
-            _pct(r, "gpu_utilization"), _pct(r, "gpu_utilization_trace"), _pct(r, "gpm_sm_activity"),
-            _pct(r, "fp32_utilization"), _pct(r, "mfu"), _pct(r, "cpu_utilization"),
-            fmt(None if peak is None else peak / 2**30), str(r.summary.get("started_utc") or "")[:10]]
+    """One reference run as the table shows it; the values are the report's (tables.summary_row)."""
+    v = summary_row(r)
+    peak = v["peak_memory_mib"]
+    return [r.model, str(r.batch_size), r.precision, r.device_name, throughput_text(r, v),
+            fmt(v["gpu_utilization_pct"]), fmt(v["gpu_utilization_trace_pct"]), fmt(r.metric("gpm_sm_activity")),
+            fmt(v["fp32_utilization_pct"]), fmt(v["mfu_pct"]), fmt(v["cpu_utilization_pct"]),
+            fmt(None if peak is None else peak / 1024), str(v["started_utc"] or "")[:10]]
 
 
 def markdown(workloads: Path) -> str:

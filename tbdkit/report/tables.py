@@ -60,14 +60,19 @@ def summary_rows(runs: list[Run]) -> list[dict[str, Any]]:
     return [summary_row(r) for r in runs]
 
 
+def throughput_text(r: Run, row: dict[str, Any]) -> str:
+    """The throughput with its unit and relative 95% CI, from the run's summary_row."""
+    ci = row["throughput_ci95_relative"]
+    return f"{fmt(row['throughput'])} {r.unit}" + (f" ±{ci:.1%}" if ci else "")
+
+
 def display_rows(runs: list[Run]) -> list[list[str]]:
     """The per-run table as people read it (units in the header)."""
     rows = []
     for r in runs:
         row = summary_row(r)
-        ci = row["throughput_ci95_relative"]
         rows.append([r.run_id, r.model, r.framework, str(r.batch_size), r.precision, r.device_name,
-                     f"{fmt(row['throughput'])} {r.unit}" + (f" ±{ci:.1%}" if ci else ""),
+                     throughput_text(r, row),
                      fmt(row["gpu_utilization_pct"]), fmt(row["fp32_utilization_pct"]),
                      fmt(row["cpu_utilization_pct"]), fmt(row["peak_memory_mib"]),
                      "unstable: " + (r.unstable_reason or "flagged") if r.unstable else ""])

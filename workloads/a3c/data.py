@@ -12,6 +12,7 @@ measured iteration, as in A3C.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import signal
 from collections.abc import Iterator, Mapping
@@ -287,13 +288,8 @@ def convergence_task(source: str, hp: Hparams, batch_size: int, seed: int) -> Co
     check_source(source, hp)
     actors = Actors(hp, batch_size, seed)
     batch = Batch(actors, int(hp["t_max"]), int(hp["frame_skip"]))
-
-    def batches() -> Iterator[Batch]:
-        while True:
-            yield batch
-
     window = int(hp["episodes_window"])
-    return ConvergenceTask(batches(), [], f"live {hp['env_id']} in {batch_size} actor processes: the mean "
+    return ConvergenceTask(itertools.repeat(batch), [], f"live {hp['env_id']} in {batch_size} actor processes: the mean "
                            f"score of the last {window} finished episodes (random play scores -20.7)",
                            actors, window)
 
