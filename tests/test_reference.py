@@ -162,3 +162,12 @@ def test_ncu_pass_without_ncu_is_null_with_reason(monkeypatch, tmp_path) -> None
     spec = specs.build(model="deepspeech2", framework="pytorch", batch_size=4, preset="smoke", device="cpu")
     got = reference.ncu_pass(spec, tmp_path, 1, 10)
     assert got["fp32_utilization"]["value"] is None and "not installed" in got["fp32_utilization"]["reason"]
+
+
+def test_readme_without_markers_is_one_clear_error(monkeypatch, tmp_path, capsys) -> None:
+    (tmp_path / "README.md").write_text("# a README whose table markers were deleted\n")
+    monkeypatch.setattr(reference, "KIT_ROOT", tmp_path)
+    assert reference.main(["--table", "--readme"]) == 2
+    err = capsys.readouterr().err
+    assert "lacks the reference-table markers" in err and "put the two marker lines back" in err
+    assert (tmp_path / "README.md").read_text() == "# a README whose table markers were deleted\n"

@@ -1,6 +1,7 @@
 """ResNet-50 on PyTorch: the published size, a smoke step that learns, every math mode."""
 
 import math
+import sys
 
 import numpy as np
 
@@ -70,3 +71,10 @@ def test_converge_trains_resnet50_on_the_digits_and_records_the_curve(tmp_path):
     hp = {**MODEL.hp("converge"), "eval_every_s": 2.0, "max_train_s": 6.0, "target": 1.01}
     c = converge_briefly("resnet50", hp, 32, tmp_path)["convergence"]
     assert 0.0 <= c["first_quality"] <= 1.0 and c["held_out_samples"] == 359
+
+
+def test_converge_without_scikit_learn_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # import sklearn now raises ImportError
+    monkeypatch.setitem(sys.modules, "sklearn.datasets", None)
+    with pytest.raises(DATA.DataError, match="pip install scikit-learn"):
+        DATA.convergence_task("synthetic", MODEL.hp("converge"), 64, seed=0)
