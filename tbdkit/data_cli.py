@@ -1,5 +1,6 @@
 """`tbdkit data prepare MODEL --from PATH`: say what layout a model's real dataset must have, and
-check a folder against it with the same reader a run uses. Nothing is downloaded: datasets
+check a folder against it with the same reader a run uses, decoding every file once (the check
+before each run decodes a sample). Nothing is downloaded: datasets
 come from where the user has them (licences, sizes and mirrors differ; the kit never fetches)."""
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def prepare(
     source = source.expanduser().resolve()
     if not source.exists():
         raise UserError(f"No file or folder at {source}: pass --from the folder that holds the dataset.")
-    described = catalog.load_module(m, "data").check_source(str(source), hp)
+    console.print(f"checking {source}: every file is decoded once (large datasets take a while)...", highlight=False)
+    described = catalog.load_module(m, "data").check_source(str(source), hp, full=True)
     console.print(f"[green]ok[/]: {described}", highlight=False)
     console.print(f"run it with `make bench MODEL={model} DATA={source}`", highlight=False)

@@ -202,7 +202,7 @@ def test_batch_larger_than_corpus_wraps_around(corpus):
 def test_check_source_describes_the_corpus(corpus):
     total = sum(u.duration_s for u in data.find_utterances(corpus))
     text = data.check_source(str(corpus), HP)
-    assert text == f"LibriSpeech at {corpus}: 3 utterances, {total:.1f} s of audio"
+    assert text == f"LibriSpeech at {corpus}: 3 utterances, {total:.1f} s of audio; all 3 files decoded"
 
 
 def test_transcript_line_without_flac_is_skipped(corpus, tmp_path):
@@ -243,3 +243,97 @@ def test_wrong_sample_rate_is_a_data_error(tmp_path):
         with pytest.raises(data.DataError, match="22050 Hz") as e:
             call()
         assert "19-198-0000.flac" in str(e.value) and "16000 Hz" in str(e.value)
+
+
+# ------------------------------------------------------------------------------------------
+# Damaged audio and transcripts the alphabet cannot spell
+
+
+def _tone_corpus(root: Path, texts: list[str]) -> Path:
+    """A LibriSpeech-shaped chapter of 1 s tones (no speech synthesis needed), one per transcript."""
+    chapter = root / "19" / "198"
+    chapter.mkdir(parents=True)
+    lines = []
+    for i, text in enumerate(texts):
+        uid = f"19-198-{i:04d}"
+        tone = 0.3 * np.sin(2 * np.pi * (200 + 50 * i) * np.arange(16000) / 16000)
+        sf.write(str(chapter / f"{uid}.flac"), tone, 16000, format="FLAC")
+        lines.append(f"{uid} {text}")
+    (chapter / "19-198.trans.txt").write_text("\n".join(lines) + "\n")
+    return chapter
+
+
+def _header_only_flac(intact: Path, out: Path) -> None:
+    """A FLAC stream with its metadata and no audio frames, total samples 0 ("unknown"), as an
+    encoder killed before its first frame leaves it."""
+    b = bytearray(intact.read_bytes())
+    assert b[:4] == b"fLaC"
+    p = 4
+    while True:
+        last, kind, size = b[p] & 0x80, b[p] & 0x7F, int.from_bytes(b[p + 1:p + 4], "big")
+        if kind == 0:  # STREAMINFO: total samples are the low 36 bits of bytes 13-17
+            b[p + 4 + 13] &= 0xF0
+            b[p + 4 + 14:p + 4 + 18] = bytes(4)
+        p += 4 + size
+        if last:
+            break
+    out.write_bytes(bytes(b[:p]))
+
+
+def _assert_names_the_fix(e: pytest.ExceptionInfo, flac: Path) -> None:
+    msg = str(e.value)
+    assert str(flac) in msg and "19-198.trans.txt" in msg and "remove the line 19-198-0001" in msg, msg
+    assert "\n" not in msg
+
+
+def test_a_truncated_flac_is_named_by_both_checks_and_by_the_run(tmp_path):
+    chapter = _tone_corpus(tmp_path, ["HELLO", "WORLD", "AGAIN"])
+    flac = chapter / "19-198-0001.flac"
+    whole = flac.read_bytes()
+    flac.write_bytes(whole[: len(whole) // 2])
+    assert sf.info(str(flac)).frames == 16000  # the header is intact: only decoding finds the damage
+    for full in (True, False):
+        with pytest.raises(data.DataError, match="cannot be decoded") as e:
+            data.check_source(str(tmp_path), HP, full=full)
+        _assert_names_the_fix(e, flac)
+    with pytest.raises(data.DataError, match="cannot be decoded") as e:
+        _take(data.librispeech_batches(tmp_path, HP, 3, seed=0), 2)
+    _assert_names_the_fix(e, flac)
+
+
+def test_a_flac_without_frames_is_named_not_measured(tmp_path):
+    chapter = _tone_corpus(tmp_path, ["HELLO", "WORLD"])
+    flac = chapter / "19-198-0001.flac"
+    _header_only_flac(chapter / "19-198-0000.flac", flac)
+    with pytest.raises(data.DataError, match="no usable length") as e:
+        data.check_source(str(tmp_path), HP, full=True)
+    _assert_names_the_fix(e, flac)
+    with pytest.raises(data.DataError, match="no usable length"):
+        next(data.librispeech_batches(tmp_path, HP, 2, seed=0))
+
+
+def test_the_check_before_a_run_decodes_a_sample_and_prepare_decodes_all(tmp_path):
+    _tone_corpus(tmp_path, [f"WORD {i}" for i in range(40)])
+    sample = data.check_source(str(tmp_path), HP)
+    assert "16 of 40 files decoded" in sample and "data prepare" in sample
+    assert "all 40 files decoded" in data.check_source(str(tmp_path), HP, full=True)
+
+
+def test_characters_outside_the_alphabet_are_counted_and_empty_targets_skipped(tmp_path, caplog):
+    _tone_corpus(tmp_path, ["CAFÉ NOIR", "1984", "HELLO WORLD", "ÜBER 42"])
+    text = data.check_source(str(tmp_path), HP, full=True)
+    assert "3 utterances" in text
+    assert "dropped 8 transcript characters outside the alphabet" in text and "'é' x1" in text
+    assert "skipped 1 utterances whose transcript keeps no character" in text and "19-198-0001.flac" in text
+    with caplog.at_level("WARNING"):
+        batch = next(data.librispeech_batches(tmp_path, HP, 6, seed=0))
+    assert "CTC cannot train on an empty target" in caplog.text
+    assert batch.label_lengths.min() >= 1  # "1984" is never a target
+    spelled = {data.decode_labels(x, HP) for x in np.split(batch.labels, np.cumsum(batch.label_lengths)[:-1])}
+    assert spelled == {"caf noir", "hello world", "ber "}
+
+
+def test_transcripts_without_any_alphabet_character_are_a_data_error(tmp_path):
+    _tone_corpus(tmp_path, ["1984", "42"])
+    with pytest.raises(data.DataError, match="no transcript under"):
+        data.check_source(str(tmp_path), HP)

@@ -294,8 +294,9 @@ def convergence_task(source: str, hp: Hparams, batch_size: int, seed: int) -> Co
                            actors, window)
 
 
-def check_source(source: str, hp: Hparams) -> str:
-    """A3C trains on the live environment only; a dataset path is a DataError."""
+def check_source(source: str, hp: Hparams, full: bool = False) -> str:
+    """A3C trains on the live environment only; a dataset path is a DataError (`full`, the
+    thoroughness of other readers' checks, has nothing to decode here)."""
     if source != SYNTHETIC:
         raise DataError(f"A3C reads no dataset (got {source!r}): its data is the live {hp['env_id']} environment, "
                         f"so run it without DATA / --data")

@@ -5,7 +5,10 @@ hyperparameters `hp` (workload.toml's [hparams] merged with a preset); batches c
 log spectrograms shaped (N, 1, F, T) plus CTC targets.
 """
 
+import logging
+import sys
 import tomllib
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +16,15 @@ from typing import Any
 
 import numpy as np
 
+if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
+    sys.path.append(str(Path(__file__).parents[1]))
+from _common.checks import chosen, how_checked  # noqa: E402
+
 Hparams = Mapping[str, Any]
 
 SYNTHETIC = "synthetic"
+MAX_UTTERANCE_S = 3600.0  # longer than any LibriSpeech utterance (35 s): a header beyond it is damaged
+log = logging.getLogger("tbdkit.workloads.deepspeech2")
 
 
 class DataError(Exception):
@@ -194,11 +203,19 @@ def synthetic_batches(hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch
 
 @dataclass(frozen=True)
 class Utterance:
-    """One LibriSpeech utterance: its FLAC file, transcript and duration."""
+    """One LibriSpeech utterance: its FLAC file, transcript, duration, and the *.trans.txt it is listed in."""
 
     path: Path
     text: str
     duration_s: float
+    listed_in: Path | None = None
+
+
+def _exclude(utt: Utterance) -> str:
+    """How to leave one damaged utterance out of the corpus."""
+    listing = utt.listed_in if utt.listed_in is not None else utt.path.parent
+    return (f"remove the line {utt.path.stem} from {listing} (or replace the file with an intact copy "
+            f"from the LibriSpeech archive) and check again")
 
 
 @dataclass(frozen=True)
@@ -241,11 +258,17 @@ def _scan(root: Path) -> _Scan:
             if len(parts) < 2 or not flac.is_file():
                 skipped += 1
                 continue
+            utt = Utterance(path=flac, text=parts[1], duration_s=0.0, listed_in=trans)
             try:
                 info = sf.info(str(flac))
             except RuntimeError as e:
-                raise DataError(f"cannot read {flac} ({e}): replace or delete the damaged file") from e
-            utts.append(Utterance(path=flac, text=parts[1], duration_s=float(info.frames) / info.samplerate))
+                raise DataError(f"{flac} cannot be read ({e}): {_exclude(utt)}") from e
+            duration = float(info.frames) / info.samplerate if info.samplerate > 0 else 0.0
+            if info.frames <= 0 or not 0 < duration <= MAX_UTTERANCE_S:
+                # libsndfile gives an unknown length (a stream with no frames) as 2**63 - 1 frames
+                raise DataError(f"{flac} has no usable length in its header ({info.frames} frames at "
+                                f"{info.samplerate} Hz): {_exclude(utt)}")
+            utts.append(Utterance(path=flac, text=parts[1], duration_s=duration, listed_in=trans))
             rates.append(int(info.samplerate))
     if not utts:
         raise DataError(
@@ -268,12 +291,61 @@ def _rate_error(path: Path, rate: int, hp: Hparams) -> DataError:
     )
 
 
-def _read_audio(path: Path, hp: Hparams) -> np.ndarray:
-    """Mono float32 samples of a FLAC file, at hp["sample_rate_hz"] or a DataError."""
-    audio, rate = _soundfile().read(str(path), dtype="float32", always_2d=True)
+def _read_audio(utt: Utterance, hp: Hparams) -> np.ndarray:
+    """Mono float32 samples of an utterance's FLAC file, decoded whole, at hp["sample_rate_hz"];
+    a DataError naming the file when it cannot be decoded."""
+    try:
+        audio, rate = _soundfile().read(str(utt.path), dtype="float32", always_2d=True)
+    except RuntimeError as e:  # soundfile.LibsndfileError: a truncated or damaged stream
+        raise DataError(f"{utt.path} cannot be decoded ({e}): {_exclude(utt)}") from e
     if rate != hp["sample_rate_hz"]:
-        raise _rate_error(path, rate, hp)
+        raise _rate_error(utt.path, rate, hp)
+    if audio.shape[0] == 0:
+        raise DataError(f"{utt.path} decodes to no audio: {_exclude(utt)}")
     return audio.mean(axis=1)
+
+
+@dataclass(frozen=True)
+class Transcripts:
+    """What encoding the transcripts to the alphabet loses: the characters dropped (with counts)
+    and the utterances left with an empty target, which CTC cannot train on."""
+
+    dropped: Counter[str]
+    empty: list[Utterance]
+
+    def describe(self) -> str:
+        parts = []
+        if self.dropped:
+            shown = ", ".join(f"{c!r} x{n}" for c, n in self.dropped.most_common(5))
+            parts.append(f"dropped {sum(self.dropped.values())} transcript characters outside the alphabet ({shown})")
+        if self.empty:
+            parts.append(f"skipped {len(self.empty)} utterances whose transcript keeps no character of the "
+                         f"alphabet (CTC cannot train on an empty target; first: {self.empty[0].path})")
+        return "; ".join(parts)
+
+
+def transcripts(utts: Sequence[Utterance], hp: Hparams) -> Transcripts:
+    """Count the characters encode_text drops and the utterances it leaves without a target."""
+    chars = set(alphabet(hp)[1:])
+    dropped: Counter[str] = Counter()
+    empty = []
+    for u in utts:
+        lost = [c for c in u.text.lower() if c not in chars]
+        dropped.update(lost)
+        if len(lost) == len(u.text):
+            empty.append(u)
+    return Transcripts(dropped, empty)
+
+
+def trainable(utts: Sequence[Utterance], hp: Hparams, root: Path) -> tuple[list[Utterance], Transcripts]:
+    """The utterances with a non-empty target and what encoding the transcripts lost; a DataError
+    when no utterance is left."""
+    found = transcripts(utts, hp)
+    if len(found.empty) == len(utts):
+        raise DataError(f"no transcript under {root} has a character of the alphabet {alphabet(hp)[1:]!r}: "
+                        f"pass LibriSpeech transcripts (upper-case English letters, apostrophes and spaces)")
+    empty = {id(u) for u in found.empty}
+    return [u for u in utts if id(u) not in empty], found
 
 
 def _epoch_indices(n: int, rng: np.random.Generator) -> Iterator[int]:
@@ -283,13 +355,15 @@ def _epoch_indices(n: int, rng: np.random.Generator) -> Iterator[int]:
 
 def librispeech_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
     """Endless batches over the utterances below `root`, reshuffled every epoch by `seed`."""
-    utts = find_utterances(Path(root))
+    utts, lost = trainable(find_utterances(Path(root)), hp, Path(root))
+    if lost.dropped or lost.empty:
+        log.warning("LibriSpeech at %s: %s", root, lost.describe())
     indices = _epoch_indices(len(utts), np.random.default_rng(seed))
     while True:
         feats, labels, durations = [], [], []
         for _ in range(batch_size):
             u = utts[next(indices)]
-            audio = _read_audio(u.path, hp)
+            audio = _read_audio(u, hp)
             feats.append(spectrogram(audio, hp))
             labels.append(encode_text(u.text, hp))
             durations.append(audio.size / hp["sample_rate_hz"])
@@ -319,8 +393,9 @@ def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Ba
     return librispeech_batches(Path(source), hp, batch_size, seed)
 
 
-def check_source(source: str, hp: Hparams) -> str:
-    """Validate the data source up front (DataError) and describe it in one line."""
+def check_source(source: str, hp: Hparams, full: bool = False) -> str:
+    """Validate the data source up front (DataError) and describe it in one line; decode every
+    file when `full` (`tbdkit data prepare`), else an even sample (the check before a run)."""
     if source == SYNTHETIC:
         return (
             f"synthetic LibriSpeech-like utterances: {hp['duration_min_s']:g}-{hp['duration_max_s']:g} s "
@@ -333,6 +408,17 @@ def check_source(source: str, hp: Hparams) -> str:
     for utt, rate in zip(scan.utterances, scan.sample_rates):
         if rate != hp["sample_rate_hz"]:
             raise _rate_error(utt.path, rate, hp)
-    total = sum(u.duration_s for u in scan.utterances)
-    skipped = f"; skipped {scan.skipped} transcript lines without a .flac file" if scan.skipped else ""
-    return f"LibriSpeech at {root}: {len(scan.utterances)} utterances, {total:.1f} s of audio{skipped}"
+    utts, lost = trainable(scan.utterances, hp, root)
+    decoded = chosen(utts, full)
+    for utt in decoded:
+        frames = _read_audio(utt, hp).size
+        expected = round(utt.duration_s * hp["sample_rate_hz"])
+        if frames != expected:
+            raise DataError(f"{utt.path} decodes to {frames} samples but its header says {expected}: {_exclude(utt)}")
+    total = sum(u.duration_s for u in utts)
+    notes = [how_checked(len(decoded), len(utts), "files")]
+    if scan.skipped:
+        notes.append(f"skipped {scan.skipped} transcript lines without a .flac file")
+    if lost.dropped or lost.empty:
+        notes.append(lost.describe())
+    return f"LibriSpeech at {root}: {len(utts)} utterances, {total:.1f} s of audio; " + "; ".join(notes)

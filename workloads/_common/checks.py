@@ -1,0 +1,47 @@
+"""What the data readers' checks share: which files a check decodes, and decoding one image whole.
+
+`tbdkit data prepare` calls a workload's `check_source(source, hp, full=True)`, which decodes every
+file once; the check before each run (`full=False`) decodes an even sample, so a damaged corpus
+is named before training starts without reading all of it each time. Headers alone are not
+enough: a truncated FLAC or JPEG has an intact header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+SAMPLE = 16  # files the check before a run decodes: the first, the last and an even spread between
+
+
+def chosen(items: Sequence[T], full: bool, sample: int = SAMPLE) -> list[T]:
+    """Every item when `full`, else up to `sample` items spread evenly (first and last included)."""
+    if full or len(items) <= sample:
+        return list(items)
+    step = (len(items) - 1) / (sample - 1)
+    return [items[round(i * step)] for i in range(sample)]
+
+
+def how_checked(checked: int, total: int, what: str) -> str:
+    """The words a check's description ends with: what it decoded."""
+    if checked >= total:
+        return f"all {total} {what} decoded"
+    return f"{checked} of {total} {what} decoded (`tbdkit data prepare` decodes them all)"
+
+
+def image_problem(image_module: Any, path: Path) -> str | None:
+    """Why Pillow cannot decode the image at `path` completely (None when it can)."""
+    try:
+        with image_module.open(path) as img:
+            img.load()  # decodes every pixel: a truncated file fails here, not at open()
+    except (OSError, SyntaxError, ValueError, EOFError, image_module.DecompressionBombError) as e:
+        return str(e) or type(e).__name__
+    return None
+
+
+def exclude_hint(path: Path, root: Path) -> str:
+    """How to leave one damaged file out of a folder-of-files dataset."""
+    return f"move {path.name} out of {root} (or replace it with an intact copy) and check again"
