@@ -86,7 +86,8 @@ def test_crop_box_stays_inside_and_follows_the_area_range():
 
 def test_check_source_describes_the_folder(imagenet):
     text = data.check_source(str(imagenet), HP)
-    assert text == f"ImageNet folder at {imagenet}: 6 images in 3 classes, random resized 64x64 crops"
+    assert text == (f"ImageNet folder at {imagenet}: 6 images in 3 classes, random resized 64x64 crops; "
+                    f"all 6 images decoded")
 
 
 def test_missing_path_is_a_data_error(tmp_path):
@@ -117,5 +118,28 @@ def test_too_many_classes_is_a_data_error(imagenet):
 def test_damaged_image_is_a_data_error(tmp_path):
     (tmp_path / "n0").mkdir()
     (tmp_path / "n0" / "broken.JPEG").write_bytes(b"\xff\xd8 not really a jpeg")
-    with pytest.raises(data.DataError, match="cannot read .*broken.JPEG.*replace or delete"):
+    with pytest.raises(data.DataError, match="broken.JPEG cannot be decoded .*move broken.JPEG out of"):
         next(data.batches(str(tmp_path), HP, 1, seed=0))
+
+
+@pytest.mark.parametrize("suffix, fmt", [(".JPEG", "JPEG"), (".png", "PNG")])
+def test_a_truncated_image_is_named_by_both_checks(tmp_path, suffix, fmt):
+    """The header of a cut-off file is intact: only decoding every pixel finds the damage."""
+    (tmp_path / "n0").mkdir()
+    noise = np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    for i in range(3):
+        Image.fromarray(noise).save(tmp_path / "n0" / f"img{i}{suffix}", fmt)
+    cut = tmp_path / "n0" / f"img1{suffix}"
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    for full in (True, False):
+        with pytest.raises(data.DataError, match="cannot be decoded") as e:
+            data.check_source(str(tmp_path), HP, full=full)
+        assert str(cut) in str(e.value) and f"move img1{suffix} out of {tmp_path / 'n0'}" in str(e.value)
+
+
+def test_the_check_before_a_run_decodes_a_sample(tmp_path):
+    (tmp_path / "n0").mkdir()
+    for i in range(20):
+        Image.new("RGB", (8, 8), (i, 0, 0)).save(tmp_path / "n0" / f"{i:02d}.png")
+    assert data.check_source(str(tmp_path), HP).endswith("16 of 20 images decoded (`tbdkit data prepare` decodes them all)")
+    assert data.check_source(str(tmp_path), HP, full=True).endswith("all 20 images decoded")

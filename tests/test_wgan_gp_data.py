@@ -65,7 +65,8 @@ def test_folder_batches(small_imagenet):
 
 def test_check_source_describes_the_folder(small_imagenet):
     text = data.check_source(str(small_imagenet), HP)
-    assert text == f"Downsampled ImageNet at {small_imagenet}: 7 64x64 PNGs, 5 critic updates per iteration"
+    assert text == (f"Downsampled ImageNet at {small_imagenet}: 7 64x64 PNGs, 5 critic updates per iteration; "
+                    f"all 7 PNGs decoded")
 
 
 def test_wrong_size_is_a_data_error(tmp_path):
@@ -88,5 +89,17 @@ def test_bad_folder_is_a_data_error(tmp_path, make, words):
 
 def test_damaged_png_is_a_data_error(tmp_path):
     (tmp_path / "0000001.png").write_bytes(b"\x89PNG broken")
-    with pytest.raises(data.DataError, match="cannot read .*0000001.png.*replace or delete"):
+    with pytest.raises(data.DataError, match="0000001.png cannot be decoded .*move 0000001.png out of"):
         next(data.batches(str(tmp_path), HP, 1, seed=0))
+
+
+def test_a_truncated_png_past_the_first_is_named_by_both_checks(tmp_path):
+    noise = np.random.default_rng(0).integers(0, 256, (64, 64, 3), dtype=np.uint8)
+    for i in range(3):
+        Image.fromarray(noise).save(tmp_path / f"{i + 1:07d}.png")
+    cut = tmp_path / "0000003.png"
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    for full in (True, False):
+        with pytest.raises(data.DataError, match="cannot be decoded") as e:
+            data.check_source(str(tmp_path), HP, full=full)
+        assert str(cut) in str(e.value) and f"move 0000003.png out of {tmp_path}" in str(e.value)

@@ -32,12 +32,18 @@ def how_checked(checked: int, total: int, what: str) -> str:
     return f"{checked} of {total} {what} decoded (`tbdkit data prepare` decodes them all)"
 
 
+def image_errors(image_module: Any) -> tuple[type[BaseException], ...]:
+    """What Pillow raises for a damaged image: OSError (truncated, unidentified), SyntaxError and
+    ValueError (broken chunks), EOFError, and its DecompressionBombError (not an OSError)."""
+    return OSError, SyntaxError, ValueError, EOFError, image_module.DecompressionBombError
+
+
 def image_problem(image_module: Any, path: Path) -> str | None:
     """Why Pillow cannot decode the image at `path` completely (None when it can)."""
     try:
         with image_module.open(path) as img:
             img.load()  # decodes every pixel: a truncated file fails here, not at open()
-    except (OSError, SyntaxError, ValueError, EOFError, image_module.DecompressionBombError) as e:
+    except image_errors(image_module) as e:
         return str(e) or type(e).__name__
     return None
 

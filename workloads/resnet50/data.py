@@ -6,12 +6,17 @@ RGB crops shaped (N, 3, S, S) float32 and int64 class labels. Inception-v3 reads
 (its workload loads this module) with its own crop size.
 """
 
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
+    sys.path.append(str(Path(__file__).parents[1]))
+from _common.checks import chosen, exclude_hint, how_checked, image_errors, image_problem  # noqa: E402
 
 Hparams = Mapping[str, Any]
 
@@ -135,8 +140,8 @@ def load_crop(path: Path, rng: np.random.Generator, hp: Hparams) -> np.ndarray:
     try:
         with image_module.open(path) as img:
             rgb = img.convert("RGB")
-    except OSError as e:
-        raise DataError(f"cannot read {path} ({e}): replace or delete the damaged file") from e
+    except image_errors(image_module) as e:
+        raise DataError(f"{path} cannot be decoded ({e}): {exclude_hint(path, path.parent)}") from e
     box = _crop_box(rng, rgb.width, rgb.height, hp)
     crop = np.asarray(rgb.resize((size, size), image_module.BILINEAR, box=box), dtype=np.uint8)
     if hp["horizontal_flip"] and rng.random() < 0.5:
@@ -236,12 +241,26 @@ def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Ba
     return folder_batches(Path(source), hp, batch_size, seed)
 
 
-def check_source(source: str, hp: Hparams) -> str:
-    """Validate the data source up front (DataError) and describe it in one line."""
+def check_images(paths: list[Path], full: bool) -> int:
+    """Decode every image (`full`) or an even sample; a DataError names the first damaged one.
+    Returns how many were decoded."""
+    image_module = _pillow()
+    decoded = chosen(paths, full)
+    for path in decoded:
+        problem = image_problem(image_module, path)
+        if problem is not None:
+            raise DataError(f"{path} cannot be decoded ({problem}): {exclude_hint(path, path.parent)}")
+    return len(decoded)
+
+
+def check_source(source: str, hp: Hparams, full: bool = False) -> str:
+    """Validate the data source up front (DataError) and describe it in one line; decode every
+    image when `full` (`tbdkit data prepare`), else an even sample (the check before a run)."""
     size = f"{hp['image_size']}x{hp['image_size']}"
     if source == SYNTHETIC:
         return (f"synthetic ImageNet-like {size} crops (normalized, per-channel mean 0 and std 1), "
                 f"uniform labels over {hp['num_classes']} classes")
     folder = scan_folder(Path(source), hp)
+    decoded = check_images([path for path, _ in folder.items], full)
     return (f"ImageNet folder at {folder.root}: {len(folder.items)} images in {len(folder.classes)} classes, "
-            f"random resized {size} crops")
+            f"random resized {size} crops; {how_checked(decoded, len(folder.items), 'images')}")

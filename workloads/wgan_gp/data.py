@@ -5,12 +5,17 @@ of one WGAN-GP iteration: hp["critic_iters"] slices of `batch_size` images, shap
 (critic_iters, N, 3, S, S) float32 in [-1, 1] (gan_64x64.py scales 0..255 as 2 * (x / 255 - 0.5)).
 """
 
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
+    sys.path.append(str(Path(__file__).parents[1]))
+from _common.checks import chosen, exclude_hint, how_checked, image_errors  # noqa: E402
 
 Hparams = Mapping[str, Any]
 
@@ -104,11 +109,12 @@ def find_images(root: Path) -> list[Path]:
 def read_pixels(path: Path, hp: Hparams) -> np.ndarray:
     """One image as uint8 (S, S, 3); a DataError if it is damaged or not S x S."""
     size = int(hp["image_size"])
+    image_module = _pillow()
     try:
-        with _pillow().open(path) as img:
-            rgb = img.convert("RGB")
-    except OSError as e:
-        raise DataError(f"cannot read {path} ({e}): replace or delete the damaged file") from e
+        with image_module.open(path) as img:
+            rgb = img.convert("RGB")  # decodes every pixel: a truncated file fails here
+    except image_errors(image_module) as e:
+        raise DataError(f"{path} cannot be decoded ({e}): {exclude_hint(path, path.parent)}") from e
     if rgb.size != (size, size):
         raise DataError(
             f"{path} is {rgb.width}x{rgb.height} but the model trains on {size}x{size} images: {LAYOUT_HINT}"
@@ -145,12 +151,16 @@ def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Ba
     return folder_batches(Path(source), hp, batch_size, seed)
 
 
-def check_source(source: str, hp: Hparams) -> str:
-    """Validate the data source up front (DataError) and describe it in one line."""
+def check_source(source: str, hp: Hparams, full: bool = False) -> str:
+    """Validate the data source up front (DataError) and describe it in one line; decode every
+    PNG when `full` (`tbdkit data prepare`), else an even sample (the check before a run)."""
     size = f"{hp['image_size']}x{hp['image_size']}"
     per_iteration = f"{hp['critic_iters']} critic updates per iteration"
     if source == SYNTHETIC:
         return f"synthetic {size} images scaled to [-1, 1], {per_iteration}"
     files = find_images(Path(source))
-    read_pixels(files[0], hp)
-    return f"Downsampled ImageNet at {source}: {len(files)} {size} PNGs, {per_iteration}"
+    decoded = chosen(files, full)
+    for path in decoded:
+        read_pixels(path, hp)
+    return (f"Downsampled ImageNet at {source}: {len(files)} {size} PNGs, {per_iteration}; "
+            f"{how_checked(len(decoded), len(files), 'PNGs')}")
