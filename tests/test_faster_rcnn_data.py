@@ -100,7 +100,8 @@ def test_flip_mirrors_the_image_and_boxes():
 
 
 def test_check_source_describes_the_folder(voc):
-    assert data.check_source(str(voc), HP) == f"Pascal VOC at {voc}: 3 images, 5 objects (difficult ones left out)"
+    assert data.check_source(str(voc), HP) == (f"Pascal VOC at {voc}: 3 images, 5 objects (difficult ones left "
+                                               f"out); all 3 images decoded")
 
 
 def test_missing_and_wrong_folders_are_data_errors(tmp_path):
@@ -129,3 +130,34 @@ def test_damaged_annotations_are_data_errors(voc, tmp_path):
     (root / "JPEGImages" / "000005.jpg").unlink()
     with pytest.raises(data.DataError, match="names the image .*000005.jpg, which is missing"):
         data.check_source(str(root), HP)
+
+
+def _copy(voc, tmp_path):
+    import shutil
+    root = tmp_path / "VOC2007"
+    shutil.copytree(voc, root)
+    return root
+
+
+@pytest.mark.parametrize("box", [(400, 10, 520, 100), (0, 10, 40, 100), (60, 10, 40, 100)])
+def test_a_box_outside_its_image_or_with_swapped_corners_is_named(voc, tmp_path, box):
+    root = _copy(voc, tmp_path)
+    xml = root / "Annotations" / "000007.xml"
+    xml.write_text(_voc_xml("000007", [("car", box, 0)]))
+    with pytest.raises(data.DataError, match="car box .* not inside its 500x375 image") as e:
+        data.check_source(str(root), HP)
+    assert str(xml) in str(e.value) and "fix the box or remove the object" in str(e.value)
+
+
+def test_a_truncated_jpeg_is_named_with_the_list_to_remove_it_from(voc, tmp_path):
+    root = _copy(voc, tmp_path)
+    jpg = root / "JPEGImages" / "000009.jpg"
+    noise = np.random.default_rng(0).integers(0, 256, (375, 500, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(jpg, quality=90)
+    jpg.write_bytes(jpg.read_bytes()[: jpg.stat().st_size // 2])
+    for full in (True, False):
+        with pytest.raises(data.DataError, match="cannot be decoded") as e:
+            data.check_source(str(root), HP, full=full)
+        assert str(jpg) in str(e.value) and "remove 000009 from ImageSets/Main/trainval.txt" in str(e.value)
+    with pytest.raises(data.DataError, match="000009.jpg cannot be decoded .*remove 000009 from"):
+        _take(data.batches(str(root), HP, 3, seed=0), 2)

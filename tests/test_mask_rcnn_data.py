@@ -100,7 +100,7 @@ def test_coco_batches(coco):
 
 def test_check_source_describes_the_dataset(coco):
     text = data.check_source(str(coco), HP)
-    assert text == f"COCO-format dataset at {coco}: 2 images, 3 objects with polygon masks"
+    assert text == f"COCO-format dataset at {coco}: 2 images, 3 objects with polygon masks; all 2 images decoded"
 
 
 def test_layout_errors(tmp_path):
@@ -141,6 +141,39 @@ def test_efficientdet_reads_the_same_coco_without_masks(coco):
     assert all(set(t) == {"boxes", "labels"} for t in batch.targets)
     real = next(effdet.batches(str(coco), hp, 3, seed=0))
     assert all(set(t) == {"boxes", "labels"} for t in real.targets) and real.samples == 3
-    assert effdet.check_source(str(coco), hp) == f"COCO-format dataset at {coco}: 2 images, 3 objects"
+    assert effdet.check_source(str(coco), hp) == f"COCO-format dataset at {coco}: 2 images, 3 objects; all 2 images decoded"
     with pytest.raises(effdet.DataError, match="does not exist"):
         effdet.check_source(str(coco / "nope"), hp)
+
+
+@pytest.mark.parametrize("shape", ["[]", "null", '{"images": {}, "annotations": [], "categories": []}',
+                                   '{"images": [{"id": 1}], "annotations": [{"image_id": 1, "bbox": [1, 1, 5, 5], '
+                                   '"segmentation": [[1, 1, 5, 1, 5, 5]]}], "categories": [{"id": 1}]}',
+                                   '{"images": [], "annotations": [7], "categories": [{"name": "x"}]}'])
+def test_json_of_the_wrong_shape_is_one_sentence_naming_the_file(tmp_path, shape):
+    _write_coco(tmp_path)
+    json_path = tmp_path / "annotations" / "instances_train2017.json"
+    json_path.write_text(shape)
+    with pytest.raises(data.DataError) as e:
+        data.check_source(str(tmp_path), HP)
+    msg = str(e.value)
+    assert str(json_path) in msg and ("original file" in msg or "lacks COCO's" in msg) and "\n" not in msg, msg
+
+
+def test_a_box_outside_its_image_is_named(tmp_path):
+    wide = {**ANNOTATIONS[3], "bbox": [50, 5, 30, 20]}  # image 2 is 64 px wide: 50 + 30 = 80
+    _write_coco(tmp_path, annotations=[*ANNOTATIONS[:3], wide])
+    with pytest.raises(data.DataError, match="annotation 13 with bbox \\[50, 5, 30, 20\\] outside its 64x48 image"):
+        data.check_source(str(tmp_path), HP)
+
+
+def test_a_truncated_image_is_named_with_how_to_leave_it_out(tmp_path):
+    _write_coco(tmp_path)
+    jpg = tmp_path / "train2017" / "000000000001.jpg"
+    noise = np.random.default_rng(0).integers(0, 256, (180, 200, 3), dtype=np.uint8)
+    Image.fromarray(noise).save(jpg, quality=90)
+    jpg.write_bytes(jpg.read_bytes()[: jpg.stat().st_size // 2])
+    for full in (True, False):
+        with pytest.raises(data.DataError, match="cannot be decoded") as e:
+            data.check_source(str(tmp_path), HP, full=full)
+        assert str(jpg) in str(e.value) and "remove image 1 and its annotations from" in str(e.value)

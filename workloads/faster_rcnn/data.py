@@ -6,6 +6,7 @@ one target per image: "boxes" (K, 4) float32 as (x1, y1, x2, y2) in pixels and "
 int64 in 1..num_classes-1 (0 is the background). Mask R-CNN's pipeline builds on this module.
 """
 
+import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
+    sys.path.append(str(Path(__file__).parents[1]))
+from _common.checks import chosen, how_checked, image_errors, image_problem  # noqa: E402
 
 Hparams = Mapping[str, Any]
 Target = dict[str, np.ndarray]
@@ -105,14 +110,28 @@ def _pillow() -> Any:
     return Image
 
 
-def read_image(path: Path) -> np.ndarray:
-    """An image file as (3, H, W) float32 in [0, 1]; a DataError if it is missing or damaged."""
+def read_image(path: Path, exclude: str = "replace it with an intact copy") -> np.ndarray:
+    """An image file as (3, H, W) float32 in [0, 1]; a DataError naming it, with `exclude` (how
+    to leave it out of the dataset), if it is missing or damaged."""
+    image_module = _pillow()
     try:
-        with _pillow().open(path) as img:
+        with image_module.open(path) as img:
             rgb = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
-    except OSError as e:
-        raise DataError(f"cannot read {path} ({e}): replace or delete the damaged file") from e
+    except image_errors(image_module) as e:
+        raise DataError(f"{path} cannot be decoded ({e}): {exclude}") from e
     return rgb.transpose(2, 0, 1).copy()
+
+
+def check_images(items: Sequence[Any], full: bool) -> int:
+    """Decode every annotated image (`full`) or an even sample; a DataError names the first damaged
+    one with its `exclude` advice. Returns how many were decoded."""
+    image_module = _pillow()
+    decoded = chosen(items, full)
+    for item in decoded:
+        problem = image_problem(image_module, item.path)
+        if problem is not None:
+            raise DataError(f"{item.path} cannot be decoded ({problem}): {item.exclude}")
+    return len(decoded)
 
 
 def flip(image: np.ndarray, target: Target) -> tuple[np.ndarray, Target]:
@@ -143,6 +162,32 @@ class VocImage:
     boxes: np.ndarray
     labels: np.ndarray
 
+    @property
+    def exclude(self) -> str:
+        """How to leave this image out: VOC trains on the ids ImageSets/Main/trainval.txt lists."""
+        return (f"remove {self.path.stem} from ImageSets/Main/trainval.txt (or replace the image with an intact "
+                f"copy) and check again")
+
+
+def _voc_size(root: ET.Element, xml: Path) -> tuple[float, float] | None:
+    """The image's (width, height) from the annotation's <size>, None when it does not say."""
+    try:
+        width, height = float(root.findtext("size/width") or 0), float(root.findtext("size/height") or 0)
+    except ValueError as e:
+        raise DataError(f"{xml} has a non-numeric image <size> ({e}): fix or remove the annotation") from e
+    return (width, height) if width > 0 and height > 0 else None
+
+
+def _check_box(box: list[float], size: tuple[float, float] | None, name: str, xml: Path) -> None:
+    """A box must have its corners in order and lie inside the image (0-based pixel indices)."""
+    x1, y1, x2, y2 = box
+    inside = size is None or (x2 <= size[0] - 1 and y2 <= size[1] - 1)
+    if not (0 <= x1 <= x2 and 0 <= y1 <= y2 and inside):
+        where = f"its {size[0]:g}x{size[1]:g} image" if size else "its image"
+        one_based = ", ".join(f"{v + 1:g}" for v in box)
+        raise DataError(f"{xml} has a {name} box ({one_based}) that is not inside {where} with its corners in "
+                        f"order: fix the box or remove the object")
+
 
 def _voc_object(obj: ET.Element, xml: Path) -> tuple[list[float], int] | None:
     name = (obj.findtext("name") or "").strip()
@@ -166,6 +211,9 @@ def parse_voc_xml(xml: Path, images: Path) -> VocImage:
     except ET.ParseError as e:
         raise DataError(f"cannot parse {xml} ({e}): replace or delete the damaged annotation") from e
     objects = [o for o in (_voc_object(obj, xml) for obj in root.iter("object")) if o is not None]
+    size = _voc_size(root, xml)
+    for box, label in objects:
+        _check_box(box, size, VOC_CLASSES[label - 1], xml)
     filename = (root.findtext("filename") or f"{xml.stem}.jpg").strip()
     boxes = np.array([b for b, _ in objects], dtype=np.float32).reshape(-1, 4)
     return VocImage(images / filename, boxes, np.array([c for _, c in objects], dtype=np.int64))
@@ -209,7 +257,8 @@ def annotated_batches(items: Sequence[Any], hp: Hparams, batch_size: int, seed: 
         images, targets = [], []
         for _ in range(batch_size):
             item = items[next(indices)]
-            image, target = read_image(item.path), {"boxes": item.boxes.copy(), "labels": item.labels.copy()}
+            image = read_image(item.path, item.exclude)
+            target = {"boxes": item.boxes.copy(), "labels": item.labels.copy()}
             if masks is not None:
                 target["masks"] = masks(item, image)
             if hp["horizontal_flip"] and rng.random() < 0.5:
@@ -237,11 +286,14 @@ def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Ba
     return voc_batches(Path(source), hp, batch_size, seed)
 
 
-def check_source(source: str, hp: Hparams) -> str:
-    """Validate the data source up front (DataError) and describe it in one line."""
+def check_source(source: str, hp: Hparams, full: bool = False) -> str:
+    """Validate the data source up front (DataError) and describe it in one line; decode every
+    image when `full` (`tbdkit data prepare`), else an even sample (the check before a run)."""
     if source == SYNTHETIC:
         return (f"synthetic VOC-sized images ({hp['image_long_side']} px by {hp['image_short_sides']} px) with "
                 f"{hp['objects_min']}-{hp['objects_max']} random boxes each over {int(hp['num_classes']) - 1} classes")
     items = scan_voc(Path(source))
     objects = sum(len(i.labels) for i in items)
-    return f"Pascal VOC at {source}: {len(items)} images, {objects} objects (difficult ones left out)"
+    decoded = check_images(items, full)
+    return (f"Pascal VOC at {source}: {len(items)} images, {objects} objects (difficult ones left out); "
+            f"{how_checked(decoded, len(items), 'images')}")

@@ -18,6 +18,7 @@ import numpy as np
 
 if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: Faster R-CNN's detection pipeline
     sys.path.append(str(Path(__file__).parents[1]))
+from _common.checks import how_checked  # noqa: E402
 from _common.sibling import load  # noqa: E402
 
 _detection = load("faster_rcnn", "data")
@@ -74,6 +75,7 @@ class CocoImage:
     boxes: np.ndarray
     labels: np.ndarray
     polygons: list[list[list[float]]]
+    exclude: str = "replace it with an intact copy"  # how to leave the image out of the dataset
 
 
 def find_annotations(root: Path) -> tuple[Path, Path]:
@@ -103,12 +105,40 @@ def _load_json(path: Path) -> Mapping[str, Any]:
         raise DataError(f"cannot parse {path} ({e}): replace it with the dataset's original file") from e
 
 
+BOX_SLACK_PX = 1.0  # COCO's float boxes may pass the image edge by rounding; more is a broken box
+
+
+def _check_box(ann: Mapping[str, Any], info: Mapping[str, Any], json_path: Path) -> None:
+    """A usable object's box must lie inside its image."""
+    x, y, w, h = (float(v) for v in ann["bbox"])
+    width, height = float(info["width"]), float(info["height"])
+    if x < -BOX_SLACK_PX or y < -BOX_SLACK_PX or x + w > width + BOX_SLACK_PX or y + h > height + BOX_SLACK_PX:
+        raise DataError(f"{json_path} has annotation {ann.get('id')} with bbox [{x:g}, {y:g}, {w:g}, {h:g}] outside "
+                        f"its {width:g}x{height:g} image {info.get('file_name')}: fix the box or remove the annotation")
+
+
 def scan_coco(root: Path, hp: Hparams) -> list[CocoImage]:
     """The images of a COCO-format dataset that have at least one usable object."""
     json_path, folder = find_annotations(Path(root))
     coco = _load_json(json_path)
-    if not all(k in coco for k in ("images", "annotations", "categories")):
+    if not isinstance(coco, dict) or not all(isinstance(coco.get(k), list)
+                                             for k in ("images", "annotations", "categories")):
         raise DataError(f"{json_path} lacks COCO's images, annotations and categories lists: {COCO_HINT}")
+    try:
+        found = _coco_images(coco, json_path, folder, hp)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise DataError(f"{json_path} is not COCO instances JSON ({type(e).__name__}: {e}): replace it with the "
+                        f"dataset's original file") from e
+    if not found:
+        raise DataError(f"{json_path} has no image with a non-crowd polygon annotation: {COCO_HINT}")
+    missing = next((i.path for i in found if not i.path.is_file()), None)
+    if missing is not None:
+        raise DataError(f"{json_path} names the image {missing}, which is missing: restore it or fix the JSON")
+    return found
+
+
+def _coco_images(coco: Mapping[str, Any], json_path: Path, folder: Path, hp: Hparams) -> list[CocoImage]:
+    """The images with usable objects, each object checked (structural errors are left to scan_coco)."""
     too_big = [c["id"] for c in coco["categories"] if c["id"] >= hp["num_classes"]]
     if too_big:
         raise DataError(f"{json_path} has category id {too_big[0]} but the model has {hp['num_classes']} classes "
@@ -122,15 +152,14 @@ def scan_coco(root: Path, hp: Hparams) -> list[CocoImage]:
         anns = per_image.get(info["id"])
         if not anns:
             continue  # as torchvision's reference: images without usable objects are skipped
+        for ann in anns:
+            _check_box(ann, info, json_path)
         boxes = np.array([[x, y, x + w, y + h] for x, y, w, h in (a["bbox"] for a in anns)], dtype=np.float32)
+        exclude = (f"remove image {info['id']} and its annotations from {json_path} (or replace the image with an "
+                   f"intact copy) and check again")
         found.append(CocoImage(folder / info["file_name"], int(info["height"]), int(info["width"]), boxes,
                                np.array([a["category_id"] for a in anns], dtype=np.int64),
-                               [a["segmentation"] for a in anns]))
-    if not found:
-        raise DataError(f"{json_path} has no image with a non-crowd polygon annotation: {COCO_HINT}")
-    missing = next((i.path for i in found if not i.path.is_file()), None)
-    if missing is not None:
-        raise DataError(f"{json_path} names the image {missing}, which is missing: restore it or fix the JSON")
+                               [a["segmentation"] for a in anns], exclude))
     return found
 
 
@@ -171,8 +200,9 @@ def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Ba
     return coco_batches(Path(source), hp, batch_size, seed)
 
 
-def check_source(source: str, hp: Hparams) -> str:
-    """Validate the data source up front (DataError) and describe it in one line."""
+def check_source(source: str, hp: Hparams, full: bool = False) -> str:
+    """Validate the data source up front (DataError) and describe it in one line; decode every
+    image when `full` (`tbdkit data prepare`), else an even sample (the check before a run)."""
     if source == SYNTHETIC:
         masks = " and masks" if hp["instance_masks"] else ""
         return (f"synthetic COCO-sized images ({hp['image_long_side']} px by {hp['image_short_sides']} px) with "
@@ -180,4 +210,6 @@ def check_source(source: str, hp: Hparams) -> str:
     items = scan_coco(Path(source), hp)
     objects = sum(len(i.labels) for i in items)
     kind = "objects with polygon masks" if hp["instance_masks"] else "objects"
-    return f"COCO-format dataset at {source}: {len(items)} images, {objects} {kind}"
+    decoded = _detection.check_images(items, full)
+    return (f"COCO-format dataset at {source}: {len(items)} images, {objects} {kind}; "
+            f"{how_checked(decoded, len(items), 'images')}")
