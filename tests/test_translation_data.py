@@ -128,6 +128,32 @@ def test_check_source_describes_the_corpus(model, data, tmp_path):
     root = _corpus(tmp_path / "c", hp)
     text = data.check_source(str(root), hp)
     assert f"{root}: 5 sentence pairs" in text and hp["source_file"] in text
+    assert text.endswith("; all lines are UTF-8; 1 of them have an empty side and are skipped (first: line 4)")
+
+
+def test_undecodable_bytes_name_the_file_and_line(model, data, tmp_path):
+    hp = _hp(model, "smoke")
+    root = _corpus(tmp_path / "c", hp)
+    target = root / hp["target_file"]
+    lines = target.read_bytes().split(b"\n")
+    lines[2] = "hallo w\xe9lt".encode("latin-1")  # a Latin-1 file where UTF-8 is expected
+    target.write_bytes(b"\n".join(lines))
+    with pytest.raises(data.DataError, match="line 3 is not UTF-8") as e:
+        data.check_source(str(root), hp)
+    assert str(target) in str(e.value) and "iconv -f LATIN1 -t UTF-8" in str(e.value)
+    vocab = root / hp["source_vocab"]
+    vocab.write_bytes(vocab.read_bytes() + b"caf\xe9\n")
+    with pytest.raises(data.DataError, match="line .* is not UTF-8") as e:
+        data.check_source(str(root), hp)
+    assert str(vocab) in str(e.value) and "Traceback" not in str(e.value)
+
+
+def test_blank_and_whitespace_lines_count_as_empty_sides(model, data, tmp_path):
+    hp = _hp(model, "smoke")
+    root = _corpus(tmp_path / "c", hp)
+    (root / hp["target_file"]).write_text("die katze sass\n \t \nhallo welt\nleer\n\n")
+    text = data.check_source(str(root), hp)
+    assert "3 of them have an empty side and are skipped (first: line 2)" in text
 
 
 def test_layout_errors_say_what_to_do(model, data, tmp_path):

@@ -51,3 +51,26 @@ def image_problem(image_module: Any, path: Path) -> str | None:
 def exclude_hint(path: Path, root: Path) -> str:
     """How to leave one damaged file out of a folder-of-files dataset."""
     return f"move {path.name} out of {root} (or replace it with an intact copy) and check again"
+
+
+def first_undecodable(path: Path, limit: int | None = None, chunk_bytes: int = 1 << 24) -> tuple[int, str] | None:
+    """(line number, reason) of the first bytes of `path` that are not UTF-8, reading the whole file
+    in chunks or its first `limit` bytes; None when they all decode."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    lines_before, read = 0, 0
+    with path.open("rb") as f:
+        while limit is None or read < limit:
+            chunk = f.read(chunk_bytes if limit is None else min(chunk_bytes, limit - read))
+            try:
+                decoder.decode(chunk, final=not chunk and limit is None)
+            except UnicodeDecodeError as e:
+                bad = bytes(e.object[e.start:e.start + 1]).hex() or "end of file"
+                return (lines_before + chunk[: max(e.start, 0)].count(b"\n") + 1,
+                        f"byte 0x{bad} near offset {read + e.start}: {e.reason}")
+            if not chunk:
+                break
+            lines_before += chunk.count(b"\n")
+            read += len(chunk)
+    return None

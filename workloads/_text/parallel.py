@@ -15,6 +15,7 @@ masked by the lengths (sources padded with </s>, labels with -100), so no id is 
 from __future__ import annotations
 
 import mmap
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -22,6 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
+    sys.path.append(str(Path(__file__).parents[1]))
+from _common.checks import first_undecodable  # noqa: E402
 
 Hparams = Mapping[str, Any]
 
@@ -134,9 +139,25 @@ def _layout_hint(hp: Hparams) -> str:
             f"sentence per line) and the vocabularies {hp['source_vocab']} and {hp['target_vocab']}")
 
 
+def _require_utf8(path: Path, fix: str) -> None:
+    """A DataError naming the first line of `path` that is not UTF-8, with `fix`."""
+    bad = first_undecodable(path)
+    if bad is not None:
+        raise DataError(f"{path} line {bad[0]} is not UTF-8 ({bad[1]}): {fix}, then check again")
+
+
+def _reencode(path: Path) -> str:
+    return f"re-encode it as UTF-8 (e.g. iconv -f LATIN1 -t UTF-8 {path.name}) or fix that line"
+
+
 def read_vocab(path: Path, limit: int) -> dict[str, int]:
     """Token -> id for a vocabulary file (first field of each line), specials first; at most `limit` ids."""
-    tokens = [line.split()[0] for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        _require_utf8(path, _reencode(path))
+        raise
+    tokens = [line.split()[0] for line in text.splitlines() if line.strip()]
     ordered = list(SPECIALS) + [t for t in dict.fromkeys(tokens) if t not in SPECIALS]
     if len(ordered) > limit:
         raise DataError(
@@ -255,17 +276,42 @@ def describe_synthetic(hp: Hparams, corpus: str) -> str:
             f"tokens over {hp['source_vocab_size']}/{hp['target_vocab_size']} ids")
 
 
+BLANK_CANDIDATE_BYTES = 64  # a line this short may hold only whitespace; longer lines are read only to decode
+
+
+def blank_lines(path: Path, offsets: np.ndarray) -> np.ndarray:
+    """Per line of `path` (offsets from line_offsets): True where it holds no token."""
+    lengths = np.diff(offsets)
+    blank = np.zeros(lengths.size, dtype=bool)
+    with path.open("rb") as f:
+        for i in np.flatnonzero(lengths <= BLANK_CANDIDATE_BYTES):
+            f.seek(int(offsets[i]))
+            blank[i] = not f.read(int(lengths[i])).split()
+    return blank
+
+
 def describe_corpus(root: Path, hp: Hparams) -> str:
+    """Check the corpus as training reads it, every line (its UTF-8, its empty pairs), and describe it.
+    Every byte is read anyway to index the lines, so the check before a run is as thorough as
+    `tbdkit data prepare`'s."""
     c = open_corpus(root, hp)
+    for path in (c.source, c.target):
+        _require_utf8(path, f"{_reencode(path)}, or delete line pairs from both {c.source.name} and {c.target.name}")
+    empty = np.flatnonzero(blank_lines(c.source, c.source_offsets) | blank_lines(c.target, c.target_offsets))
+    if empty.size == c.pairs:
+        raise DataError(f"every line pair in {c.source} and {c.target} has an empty side: {_layout_hint(hp)}")
+    skipped = (f"; {empty.size} of them have an empty side and are skipped (first: line {int(empty[0]) + 1})"
+               if empty.size else "")
     return (f"parallel text at {root}: {c.pairs} sentence pairs ({c.source.name} -> {c.target.name}), "
-            f"vocabularies of {len(c.source_vocab)} and {len(c.target_vocab)} entries")
+            f"vocabularies of {len(c.source_vocab)} and {len(c.target_vocab)} entries; all lines are UTF-8{skipped}")
 
 
 def entry_points(corpus_name: str) -> tuple[Any, Any]:
     """A workload data module's `batches` and `check_source` for a corpus of this kind."""
 
-    def check_source(source: str, hp: Hparams) -> str:
-        """Validate the data source up front (DataError) and describe it in one line."""
+    def check_source(source: str, hp: Hparams, full: bool = False) -> str:
+        """Validate the data source up front (DataError) and describe it in one line; text is
+        checked whole either way (`full`, data prepare's thoroughness, changes nothing here)."""
         if source == SYNTHETIC:
             return describe_synthetic(hp, corpus_name)
         return describe_corpus(Path(source), hp)
