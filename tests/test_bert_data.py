@@ -158,6 +158,29 @@ def test_shard_splits_documents_and_tokenizes_on_first_use(tmp_path):
 def test_check_source_for_shards(tmp_path):
     _shards(tmp_path)
     assert data.check_source(str(tmp_path), HP).startswith(f"text shards at {tmp_path}: 1 files")
+    assert data.check_source(str(tmp_path), HP, full=True).endswith("; all 1 shards decoded")
+
+
+def test_a_shard_that_is_not_utf8_is_named_with_its_line(tmp_path):
+    _shards(tmp_path)
+    late = tmp_path / "shard_01.txt"
+    late.write_bytes(b"a first sentence.\n" * 70_000 + b"caf\xe9 au lait.\n")  # past the first MiB
+    sample = data.check_source(str(tmp_path), HP)
+    assert "the first MiB of 2 of 2 shards decoded" in sample
+    with pytest.raises(data.DataError, match="line 70001 is not UTF-8") as e:
+        data.check_source(str(tmp_path), HP, full=True)
+    assert str(late) in str(e.value) and "move shard_01.txt out of the folder" in str(e.value)
+    late.write_bytes(b"caf\xe9 au lait.\n")
+    with pytest.raises(data.DataError, match="shard_01.txt line 1 is not UTF-8"):
+        data.check_source(str(tmp_path), HP)
+
+
+def test_a_vocabulary_that_is_not_utf8_is_one_sentence(tmp_path):
+    _shards(tmp_path)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_bytes(vocab.read_bytes() + b"caf\xe9\n")
+    with pytest.raises(data.DataError, match="vocab.txt line .* is not UTF-8 .*iconv"):
+        data.check_source(str(tmp_path), HP)
     assert data.check_source("synthetic", HP).startswith("synthetic masked-LM")
 
 

@@ -74,3 +74,12 @@ def first_undecodable(path: Path, limit: int | None = None, chunk_bytes: int = 1
             lines_before += chunk.count(b"\n")
             read += len(chunk)
     return None
+
+
+def utf8_problem(path: Path, limit: int | None = None) -> str | None:
+    """One sentence naming the first line of `path` that is not UTF-8 and the fix (None if all is)."""
+    bad = first_undecodable(path, limit)
+    if bad is None:
+        return None
+    return (f"{path} line {bad[0]} is not UTF-8 ({bad[1]}): re-encode it as UTF-8 "
+            f"(e.g. iconv -f LATIN1 -t UTF-8 {path.name}) or fix that line")

@@ -26,7 +26,7 @@ import numpy as np
 
 if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
     sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import first_undecodable  # noqa: E402
+from _common.checks import utf8_problem  # noqa: E402
 
 Hparams = Mapping[str, Any]
 
@@ -139,15 +139,11 @@ def _layout_hint(hp: Hparams) -> str:
             f"sentence per line) and the vocabularies {hp['source_vocab']} and {hp['target_vocab']}")
 
 
-def _require_utf8(path: Path, fix: str) -> None:
-    """A DataError naming the first line of `path` that is not UTF-8, with `fix`."""
-    bad = first_undecodable(path)
-    if bad is not None:
-        raise DataError(f"{path} line {bad[0]} is not UTF-8 ({bad[1]}): {fix}, then check again")
-
-
-def _reencode(path: Path) -> str:
-    return f"re-encode it as UTF-8 (e.g. iconv -f LATIN1 -t UTF-8 {path.name}) or fix that line"
+def _require_utf8(path: Path, more: str = "") -> None:
+    """A DataError naming the first line of `path` that is not UTF-8 and the fix (`more` adds to it)."""
+    problem = utf8_problem(path)
+    if problem is not None:
+        raise DataError(f"{problem}{more}, then check again")
 
 
 def read_vocab(path: Path, limit: int) -> dict[str, int]:
@@ -155,7 +151,7 @@ def read_vocab(path: Path, limit: int) -> dict[str, int]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        _require_utf8(path, _reencode(path))
+        _require_utf8(path)
         raise
     tokens = [line.split()[0] for line in text.splitlines() if line.strip()]
     ordered = list(SPECIALS) + [t for t in dict.fromkeys(tokens) if t not in SPECIALS]
@@ -296,7 +292,7 @@ def describe_corpus(root: Path, hp: Hparams) -> str:
     `tbdkit data prepare`'s."""
     c = open_corpus(root, hp)
     for path in (c.source, c.target):
-        _require_utf8(path, f"{_reencode(path)}, or delete line pairs from both {c.source.name} and {c.target.name}")
+        _require_utf8(path, f" (or delete the pair from both {c.source.name} and {c.target.name})")
     empty = np.flatnonzero(blank_lines(c.source, c.source_offsets) | blank_lines(c.target, c.target_offsets))
     if empty.size == c.pairs:
         raise DataError(f"every line pair in {c.source} and {c.target} has an empty side: {_layout_hint(hp)}")

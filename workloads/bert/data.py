@@ -7,6 +7,7 @@ BertForQuestionAnswering take them (labels + next_sentence_label, or start/end p
 """
 
 import json
+import sys
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,9 +16,14 @@ from typing import Any
 
 import numpy as np
 
+if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
+    sys.path.append(str(Path(__file__).parents[1]))
+from _common.checks import chosen, how_checked, utf8_problem  # noqa: E402
+
 Hparams = Mapping[str, Any]
 
 SYNTHETIC = "synthetic"
+SAMPLE_BYTES = 1 << 20  # of each sampled shard, the check before a run decodes the first MiB
 IGNORE = -100
 SPECIAL_TOKENS = {"pad_id": "[PAD]", "unk_id": "[UNK]", "cls_id": "[CLS]", "sep_id": "[SEP]", "mask_id": "[MASK]"}
 
@@ -133,6 +139,9 @@ def synthetic_squad(hp: Hparams, rng: np.random.Generator) -> Example:
 
 def read_vocab(path: Path, hp: Hparams) -> dict[str, int]:
     """vocab.txt (one token per line, id = line number); DataError if it does not fit the model."""
+    problem = utf8_problem(path)
+    if problem is not None:
+        raise DataError(f"{problem}, then check again")
     tokens = path.read_text(encoding="utf-8").splitlines()
     vocab = {t.strip(): i for i, t in enumerate(tokens) if t.strip()}
     for key, token in SPECIAL_TOKENS.items():
@@ -418,8 +427,22 @@ def probe_batch(hp: Hparams) -> Batch:
     return next(batches(SYNTHETIC, hp, 2, seed=0))
 
 
-def check_source(source: str, hp: Hparams) -> str:
-    """Validate the data source up front (DataError) and describe it in one line."""
+def check_shards(files: list[Path], full: bool) -> str:
+    """Decode every shard whole (`full`) or the first MiB of an even sample of them; a DataError
+    names the first line that is not UTF-8. Returns what was decoded."""
+    decoded = chosen(files, full)
+    for path in decoded:
+        problem = utf8_problem(path, None if full else SAMPLE_BYTES)
+        if problem is not None:
+            raise DataError(f"{problem} (or move {path.name} out of the folder), then check again")
+    if full:
+        return how_checked(len(decoded), len(files), "shards")
+    return f"the first MiB of {len(decoded)} of {len(files)} shards decoded (`tbdkit data prepare` decodes them all)"
+
+
+def check_source(source: str, hp: Hparams, full: bool = False) -> str:
+    """Validate the data source up front (DataError) and describe it in one line; decode every
+    shard when `full` (`tbdkit data prepare`), else the start of a sample (the check before a run)."""
     squad = _task(hp) == "squad"
     if source == SYNTHETIC:
         what = "SQuAD-like question/context windows" if squad else "masked-LM + next-sentence pairs"
@@ -431,4 +454,5 @@ def check_source(source: str, hp: Hparams) -> str:
         return f"SQuAD v1.1 at {path}: {len(questions)} questions"
     files = shards(root, hp)
     read_vocab(root / hp["vocab_file"], hp)
-    return f"text shards at {root}: {len(files)} files, {sum(f.stat().st_size for f in files) / 2**20:.1f} MiB"
+    return (f"text shards at {root}: {len(files)} files, {sum(f.stat().st_size for f in files) / 2**20:.1f} MiB; "
+            f"{check_shards(files, full)}")
