@@ -148,7 +148,7 @@ def test_sgf_game_is_replayed_with_captures(tmp_path):
     assert game.positions[2].board[0, 0] == go.WHITE and game.positions[3].board[0, 0] == go.EMPTY  # captured
     b = next(data.batches(str(tmp_path), {**HP, "buffer_positions": 8}, 4, seed=0))
     assert b.features.shape == (4, 17, 9, 9)
-    assert data.check_source(str(tmp_path), HP) == f"SGF games at {tmp_path}: 1 files of 9x9 Go"
+    assert data.check_source(str(tmp_path), HP) == f"SGF games at {tmp_path}: 1 files of 9x9 Go; all 1 games replayed"
 
 
 def test_sgf_errors_say_what_to_do(tmp_path):
@@ -166,3 +166,36 @@ def test_sgf_errors_say_what_to_do(tmp_path):
     assert data.read_sgf(tmp_path / "big.sgf", HP) is None
     with pytest.raises(data.DataError, match="no game under .* has a decisive result"):
         next(data.batches(str(tmp_path), HP, 2, 0))
+
+
+@pytest.mark.parametrize("text, why", [
+    ("(;GM[1]SZ[9]RE[B+R];B[ee];W[cc];B[d", "never closed: the file is truncated"),
+    ("(;GM[1]SZ[9]RE[B+R];B[ee]))", "closes no '\\('"),
+    ("(;GM[1]SZ[nine]RE[B+R];B[ee])", "invalid literal"),
+    ("(;GM[1]SZ[9]KM[six]RE[B+R];B[ee])", "could not convert"),
+    ("(;GM[1]SZ[9]AB[zz]RE[B+R];B[ee])", "setup stone AB\\[zz\\] is off the 9x9 board"),
+])
+def test_a_malformed_game_is_named_by_both_checks(tmp_path, text, why):
+    for i in range(3):
+        (tmp_path / f"g{i}.sgf").write_text("(;GM[1]SZ[9]RE[W+2.5];B[ee];W[cc])")
+    bad = tmp_path / "g1.sgf"
+    bad.write_text(text)
+    for full in (True, False):
+        with pytest.raises(data.DataError, match=why) as e:
+            data.check_source(str(tmp_path), HP, full=full)
+        assert f"{bad} is not a well-formed SGF game" in str(e.value) and "move g1.sgf out of" in str(e.value)
+    with pytest.raises(data.DataError, match="is not a well-formed SGF game"):
+        next(data.batches(str(tmp_path), {**HP, "buffer_positions": 64}, 2, 0))
+
+
+def test_the_check_before_a_run_replays_a_sample(tmp_path):
+    for i in range(20):
+        (tmp_path / f"g{i:02d}.sgf").write_text("(;GM[1]SZ[9]RE[W+2.5];B[ee];W[cc])" if i else "(;SZ[9]RE[?];B[ee])")
+    assert data.check_source(str(tmp_path), HP).endswith(
+        "16 of 20 games replayed (`tbdkit data prepare` replays them all), 1 without a decisive result (skipped)")
+    assert data.check_source(str(tmp_path), HP, full=True).endswith("all 20 games replayed, 1 without a decisive "
+                                                                     "result (skipped)")
+    for f in tmp_path.iterdir():
+        f.write_text("(;SZ[9]RE[Void];B[ee])")
+    with pytest.raises(data.DataError, match="no game under .* has a decisive result"):
+        data.check_source(str(tmp_path), HP, full=True)

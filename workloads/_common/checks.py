@@ -25,11 +25,11 @@ def chosen(items: Sequence[T], full: bool, sample: int = SAMPLE) -> list[T]:
     return [items[round(i * step)] for i in range(sample)]
 
 
-def how_checked(checked: int, total: int, what: str) -> str:
-    """The words a check's description ends with: what it decoded."""
+def how_checked(checked: int, total: int, what: str, verb: tuple[str, str] = ("decoded", "decodes")) -> str:
+    """The words a check's description ends with: what it decoded (or, by `verb`, replayed)."""
     if checked >= total:
-        return f"all {total} {what} decoded"
-    return f"{checked} of {total} {what} decoded (`tbdkit data prepare` decodes them all)"
+        return f"all {total} {what} {verb[0]}"
+    return f"{checked} of {total} {what} {verb[0]} (`tbdkit data prepare` {verb[1]} them all)"
 
 
 def image_errors(image_module: Any) -> tuple[type[BaseException], ...]:

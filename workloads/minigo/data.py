@@ -19,7 +19,10 @@ import numpy as np
 
 if str(Path(__file__).parent) not in sys.path:
     sys.path.append(str(Path(__file__).parent))
+if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
+    sys.path.append(str(Path(__file__).parents[1]))
 import go_rules as go  # noqa: E402
+from _common.checks import chosen, exclude_hint, how_checked  # noqa: E402
 
 Hparams = Mapping[str, Any]
 
@@ -173,6 +176,8 @@ def sgf_nodes(text: str) -> list[dict[str, list[str]]]:
                 skip = len(closed) + 1
             closed.append(False)
         elif token == ")":
+            if not closed:
+                raise ValueError(f"a ')' at character {m.start()} closes no '('")
             if skip == len(closed):
                 skip = 0
             closed.pop()
@@ -184,6 +189,8 @@ def sgf_nodes(text: str) -> list[dict[str, list[str]]]:
             main.append({})
         elif main:
             main[-1].setdefault(m.group(1).upper(), []).extend(SGF_VALUE.findall(m.group(2)))
+    if closed:
+        raise ValueError(f"{len(closed)} '(' never closed: the file is truncated")
     return main
 
 
@@ -195,24 +202,37 @@ def _sgf_point(value: str, size: int) -> go.Move:
     return ord(value[1]) - ord("a"), ord(value[0]) - ord("a")
 
 
+def _malformed(path: Path, e: Exception) -> DataError:
+    return DataError(f"{path} is not a well-formed SGF game ({e}): fix it or {exclude_hint(path, path.parent)}")
+
+
 def read_sgf(path: Path, hp: Hparams) -> Game | None:
     """Replay one SGF game under the rules; None when it has no decisive result (RE)."""
     text = path.read_text(encoding="utf-8", errors="replace")
-    nodes = sgf_nodes(text)
-    if not nodes:
-        raise DataError(f"{path} holds no SGF game: pass a folder of .sgf game records")
-    root = nodes[0]
-    size = int(root.get("SZ", ["19"])[0].split(":")[0])
+    try:
+        nodes = sgf_nodes(text)
+        if not nodes:
+            raise DataError(f"{path} holds no SGF game: pass a folder of .sgf game records")
+        root = nodes[0]
+        size = int(root.get("SZ", ["19"])[0].split(":")[0])
+        komi = float(root.get("KM", [hp["komi"]])[0] or hp["komi"])
+    except ValueError as e:
+        raise _malformed(path, e) from e
     if size != int(hp["board_size"]):
         raise DataError(f"{path} is a {size}x{size} game but the model plays {hp['board_size']}x{hp['board_size']}: "
                         f"pass games of that size (or the other preset)")
     result = root.get("RE", [""])[0].strip().upper()
     if not result.startswith(("B+", "W+")):
         return None
-    position = go.Position(size, float(root.get("KM", [hp["komi"]])[0] or hp["komi"]))
+    position = go.Position(size, komi)
     for colour, key in ((go.BLACK, "AB"), (go.WHITE, "AW")):
         for value in root.get(key, []):
-            point = _sgf_point(value, size)
+            try:
+                point = _sgf_point(value, size)
+                if point is not None and not (0 <= point[0] < size and 0 <= point[1] < size):
+                    raise ValueError(f"setup stone {key}[{value}] is off the {size}x{size} board")
+            except ValueError as e:
+                raise _malformed(path, e) from e
             if point is not None:
                 position.board[point] = colour
     positions, moves = [], []
@@ -282,11 +302,18 @@ def probe_batch(hp: Hparams) -> Batch:
     return collate(examples(self_play(hp, rng), hp)[10:12], rng)
 
 
-def check_source(source: str, hp: Hparams) -> str:
-    """Validate the data source up front (DataError) and describe it in one line."""
+def check_source(source: str, hp: Hparams, full: bool = False) -> str:
+    """Validate the data source up front (DataError) and describe it in one line; replay every
+    game when `full` (`tbdkit data prepare`), else an even sample (the check before a run)."""
     n = hp["board_size"]
     if source == SYNTHETIC:
         return (f"self-play {n}x{n} games under Go rules (captures, ko, no suicide; random legal moves, no MCTS), "
                 f"Tromp-Taylor scoring with komi {hp['komi']}")
     files = sgf_files(Path(source))
-    return f"SGF games at {source}: {len(files)} files of {n}x{n} Go"
+    replayed = chosen(files, full)
+    decisive = sum(read_sgf(path, hp) is not None for path in replayed)
+    if full and not decisive:
+        raise DataError(f"no game under {source} has a decisive result (RE[B+...] or RE[W+...]): pass finished games")
+    undecided = f", {len(replayed) - decisive} without a decisive result (skipped)" if decisive < len(replayed) else ""
+    checked = how_checked(len(replayed), len(files), "games", ("replayed", "replays"))
+    return f"SGF games at {source}: {len(files)} files of {n}x{n} Go; {checked}{undecided}"
