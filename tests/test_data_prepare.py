@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
+import numpy as np
+import soundfile as sf
 from PIL import Image
 
 
@@ -37,3 +40,64 @@ def test_a_wrong_folder_is_one_sentence_and_exit_2(tmp_path):
         assert proc.returncode == 2 and "Traceback" not in out and "error:" in out, (model, out)
     proc = tbdkit("data", "prepare", "resnet50", "--from", str(tmp_path / "missing"))
     assert proc.returncode == 2 and "No file or folder" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------
+# Damaged data: data prepare decodes every file, the check before a run a sample; both name the
+# bad file and the fix in one sentence, never a traceback
+
+
+def _one_sentence_naming(proc: subprocess.CompletedProcess, *words: str) -> None:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out and "error:" in proc.stderr, out
+    flat = " ".join(proc.stderr.split())  # the console wraps long lines
+    assert all(w in flat for w in words), (words, out)
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_prepare_names_a_truncated_flac(tmp_path):
+    chapter = tmp_path / "19" / "198"
+    chapter.mkdir(parents=True)
+    for i in range(2):
+        sf.write(str(chapter / f"19-198-000{i}.flac"), np.sin(np.arange(16000) / (5 + i)), 16000, format="FLAC")
+    (chapter / "19-198.trans.txt").write_text("19-198-0000 HELLO\n19-198-0001 WORLD\n")
+    _truncate(chapter / "19-198-0001.flac")
+    proc = tbdkit("data", "prepare", "deepspeech2", "--from", str(tmp_path))
+    _one_sentence_naming(proc, "19-198-0001.flac cannot be decoded", "remove the line 19-198-0001 from")
+
+
+def _imagenet_with_a_truncated_jpeg(root):
+    (root / "n0").mkdir(parents=True)
+    noise = np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    for i in range(3):
+        Image.fromarray(noise).save(root / "n0" / f"{i}.JPEG")
+    _truncate(root / "n0" / "1.JPEG")
+    return root
+
+
+def test_prepare_names_a_truncated_jpeg(tmp_path):
+    proc = tbdkit("data", "prepare", "resnet50", "--from", str(_imagenet_with_a_truncated_jpeg(tmp_path)))
+    _one_sentence_naming(proc, "1.JPEG cannot be decoded", "move 1.JPEG out of")
+
+
+def test_the_check_before_bench_names_a_truncated_jpeg_before_training(tmp_path):
+    results = tmp_path / "results"
+    proc = tbdkit("bench", "-m", "resnet50", "-f", "pytorch", "--device", "cpu", "-r", str(results),
+                  "--data", str(_imagenet_with_a_truncated_jpeg(tmp_path / "inet")))
+    _one_sentence_naming(proc, "1.JPEG cannot be decoded", "move 1.JPEG out of")
+    assert not results.exists()  # nothing ran
+
+
+def test_prepare_names_broken_coco_json(tmp_path):
+    (tmp_path / "annotations").mkdir()
+    (tmp_path / "train2017").mkdir()
+    json_path = tmp_path / "annotations" / "instances_train2017.json"
+    json_path.write_text(json.dumps({"images": [{"id": 1}], "annotations": [{"image_id": 1, "bbox": [0, 0, 4, 4],
+                                     "segmentation": [[0, 0, 4, 0, 4, 4]]}], "categories": [{"id": 1}]}))
+    proc = tbdkit("data", "prepare", "mask_rcnn", "--from", str(tmp_path))
+    _one_sentence_naming(proc, f"{json_path} is not COCO instances JSON", "original file")
+    json_path.write_text('{"images": [')
+    _one_sentence_naming(tbdkit("data", "prepare", "mask_rcnn", "--from", str(tmp_path)), "cannot parse")
