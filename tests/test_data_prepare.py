@@ -10,6 +10,8 @@ import numpy as np
 import soundfile as sf
 from PIL import Image
 
+from workload_data import truncated_image
+
 
 def tbdkit(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args], capture_output=True, text=True, timeout=120)
@@ -54,27 +56,23 @@ def _one_sentence_naming(proc: subprocess.CompletedProcess, *words: str) -> None
     assert all(w in flat for w in words), (words, out)
 
 
-def _truncate(path):
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-
-
 def test_prepare_names_a_truncated_flac(tmp_path):
     chapter = tmp_path / "19" / "198"
     chapter.mkdir(parents=True)
     for i in range(2):
         sf.write(str(chapter / f"19-198-000{i}.flac"), np.sin(np.arange(16000) / (5 + i)), 16000, format="FLAC")
     (chapter / "19-198.trans.txt").write_text("19-198-0000 HELLO\n19-198-0001 WORLD\n")
-    _truncate(chapter / "19-198-0001.flac")
+    flac = chapter / "19-198-0001.flac"
+    flac.write_bytes(flac.read_bytes()[: flac.stat().st_size // 2])
     proc = tbdkit("data", "prepare", "deepspeech2", "--from", str(tmp_path))
     _one_sentence_naming(proc, "19-198-0001.flac cannot be decoded", "remove the line 19-198-0001 from")
 
 
 def _imagenet_with_a_truncated_jpeg(root):
     (root / "n0").mkdir(parents=True)
-    noise = np.random.default_rng(0).integers(0, 256, (48, 64, 3), dtype=np.uint8)
-    for i in range(3):
-        Image.fromarray(noise).save(root / "n0" / f"{i}.JPEG")
-    _truncate(root / "n0" / "1.JPEG")
+    for i in (0, 2):
+        Image.new("RGB", (64, 48), (i, 0, 0)).save(root / "n0" / f"{i}.JPEG")
+    truncated_image(root / "n0" / "1.JPEG", 64, 48)
     return root
 
 

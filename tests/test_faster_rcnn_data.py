@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from workload_data import hparams, load_data
+from workload_data import hparams, load_data, truncated_image
 
 data = load_data("faster_rcnn")
 HP = hparams("faster_rcnn", "smoke")
@@ -151,10 +151,7 @@ def test_a_box_outside_its_image_or_with_swapped_corners_is_named(voc, tmp_path,
 
 def test_a_truncated_jpeg_is_named_with_the_list_to_remove_it_from(voc, tmp_path):
     root = _copy(voc, tmp_path)
-    jpg = root / "JPEGImages" / "000009.jpg"
-    noise = np.random.default_rng(0).integers(0, 256, (375, 500, 3), dtype=np.uint8)
-    Image.fromarray(noise).save(jpg, quality=90)
-    jpg.write_bytes(jpg.read_bytes()[: jpg.stat().st_size // 2])
+    jpg = truncated_image(root / "JPEGImages" / "000009.jpg", 500, 375)
     for full in (True, False):
         with pytest.raises(data.DataError, match="cannot be decoded") as e:
             data.check_source(str(root), HP, full=full)

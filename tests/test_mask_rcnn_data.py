@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from workload_data import hparams, load_data
+from workload_data import hparams, load_data, truncated_image
 
 data = load_data("mask_rcnn")
 HP = hparams("mask_rcnn", "smoke")
@@ -169,10 +169,7 @@ def test_a_box_outside_its_image_is_named(tmp_path):
 
 def test_a_truncated_image_is_named_with_how_to_leave_it_out(tmp_path):
     _write_coco(tmp_path)
-    jpg = tmp_path / "train2017" / "000000000001.jpg"
-    noise = np.random.default_rng(0).integers(0, 256, (180, 200, 3), dtype=np.uint8)
-    Image.fromarray(noise).save(jpg, quality=90)
-    jpg.write_bytes(jpg.read_bytes()[: jpg.stat().st_size // 2])
+    jpg = truncated_image(tmp_path / "train2017" / "000000000001.jpg", 200, 180)
     for full in (True, False):
         with pytest.raises(data.DataError, match="cannot be decoded") as e:
             data.check_source(str(tmp_path), HP, full=full)

@@ -20,3 +20,14 @@ def load_data(model: str) -> ModuleType:
 def hparams(model: str, preset: str) -> dict:
     toml = tomllib.loads((WORKLOADS / model / "workload.toml").read_text())
     return {**toml["hparams"], **toml["preset"][preset]}
+
+
+def truncated_image(path: Path, width: int, height: int, fmt: str = "JPEG") -> Path:
+    """A noise image at `path` cut to half its bytes: its header is intact, so only decoding every
+    pixel finds the damage (noise, so that the cut half holds pixel data, not padding)."""
+    import numpy as np
+    from PIL import Image
+
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)).save(path, fmt)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return path
