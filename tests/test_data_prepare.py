@@ -99,3 +99,14 @@ def test_prepare_names_broken_coco_json(tmp_path):
     _one_sentence_naming(proc, f"{json_path} is not COCO instances JSON", "original file")
     json_path.write_text('{"images": [')
     _one_sentence_naming(tbdkit("data", "prepare", "mask_rcnn", "--from", str(tmp_path)), "cannot parse")
+
+
+def test_every_reader_takes_the_full_check_that_data_prepare_asks_for():
+    """data prepare calls check_source(source, hp, full=True) on every model's reader."""
+    import inspect
+
+    from tbdkit import catalog
+
+    for name, model in catalog.models().items():
+        params = inspect.signature(catalog.load_module(model, "data").check_source).parameters
+        assert "full" in params and params["full"].default is False, name
