@@ -139,5 +139,6 @@ def test_the_check_before_a_run_decodes_a_sample(tmp_path):
     (tmp_path / "n0").mkdir()
     for i in range(20):
         Image.new("RGB", (8, 8), (i, 0, 0)).save(tmp_path / "n0" / f"{i:02d}.png")
-    assert data.check_source(str(tmp_path), HP).endswith("16 of 20 images decoded (`tbdkit data prepare` decodes them all)")
+    sample = data.check_source(str(tmp_path), HP)
+    assert sample.endswith("16 of 20 images decoded (`tbdkit data prepare` decodes them all)")
     assert data.check_source(str(tmp_path), HP, full=True).endswith("all 20 images decoded")

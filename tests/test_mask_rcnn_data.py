@@ -141,7 +141,8 @@ def test_efficientdet_reads_the_same_coco_without_masks(coco):
     assert all(set(t) == {"boxes", "labels"} for t in batch.targets)
     real = next(effdet.batches(str(coco), hp, 3, seed=0))
     assert all(set(t) == {"boxes", "labels"} for t in real.targets) and real.samples == 3
-    assert effdet.check_source(str(coco), hp) == f"COCO-format dataset at {coco}: 2 images, 3 objects; all 2 images decoded"
+    assert effdet.check_source(str(coco), hp) == (f"COCO-format dataset at {coco}: 2 images, 3 objects; "
+                                                  f"all 2 images decoded")
     with pytest.raises(effdet.DataError, match="does not exist"):
         effdet.check_source(str(coco / "nope"), hp)
 
