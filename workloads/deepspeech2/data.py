@@ -330,9 +330,10 @@ def transcripts(utts: Sequence[Utterance], hp: Hparams) -> Transcripts:
     dropped: Counter[str] = Counter()
     empty = []
     for u in utts:
-        lost = [c for c in u.text.lower() if c not in chars]
+        lowered = u.text.lower()  # as encode_text reads it (lowering may change the length)
+        lost = [c for c in lowered if c not in chars]
         dropped.update(lost)
-        if len(lost) == len(u.text):
+        if len(lost) == len(lowered):
             empty.append(u)
     return Transcripts(dropped, empty)
 
