@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tbdkit import artifact, catalog
@@ -16,6 +17,8 @@ from tbdkit.agent import sink
 from tbdkit.console import console, err_console
 from tbdkit.errors import UserError
 from tbdkit.paths import default_results_dir
+
+SHOWN = 10  # excluded files printed by `tbdkit bundle`; the manifest lists all
 
 
 def bundle(
@@ -31,6 +34,16 @@ def bundle(
                   f"{out.stat().st_size / 1024:,.1f} KiB", highlight=False)
     console.print(f"report: {report['path'] if report['included'] else 'not included: ' + report['reason']}",
                   highlight=False)
+    for broken in manifest["broken_runs"]:
+        console.print(f"[yellow]not packed[/]: run {escape(broken['run'])}: {escape(broken['reason'])}", highlight=False)
+    excluded = manifest["excluded"]
+    for item in excluded[:SHOWN]:
+        console.print(f"left out: {item['path']}: {item['reason']}", highlight=False, markup=False)
+    if len(excluded) > SHOWN:
+        console.print(f"left out: {len(excluded) - SHOWN} more (every one in the manifest's \"excluded\")",
+                      highlight=False, markup=False)
+    console.print("this machine's paths and host name are replaced by placeholders (the manifest's \"placeholders\")",
+                  highlight=False, markup=False)
 
 
 def reproduce(
