@@ -16,7 +16,7 @@ from tbdkit import spec as specs
 from tbdkit.agent import sink
 from tbdkit.console import console, err_console
 from tbdkit.errors import UserError
-from tbdkit.paths import default_results_dir
+from tbdkit.paths import default_results_dir, existing_results_dir
 
 SHOWN = 10  # excluded files printed by `tbdkit bundle`; the manifest lists all
 
@@ -26,7 +26,7 @@ def bundle(
     out: Annotated[Path, typer.Option("--output", "-o", help="the bundle to write")] = Path("artifact.tar.gz"),
 ) -> None:
     """Bundle RESULTS (specs, env, raw results, sweeps, report, images.lock, kit version) with a sha256 manifest."""
-    results = results or default_results_dir()
+    results = existing_results_dir(results or default_results_dir())
     manifest = artifact.bundle(results, out)
     report = manifest["report"]
     console.print(f"wrote {out}: {len(manifest['runs'])} runs, {len(manifest['sweeps'])} sweeps, "
