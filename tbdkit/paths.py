@@ -29,6 +29,6 @@ def existing_results_dir(path: Path) -> Path:
     show, report, bundle) call this first, so a mistyped folder is named and never created."""
     if path.is_dir():
         return path
-    what = "is a file, not a results folder" if path.exists() else "does not exist"
-    raise UserError(f"The results folder {path} {what}: pass the folder that holds your runs "
-                    "(--results/-r, or the RESULTS argument), or run `tbdkit bench` first.")
+    what = f"{path} is a file, not a results folder" if path.exists() else f"No results folder at {path}"
+    raise UserError(f"{what}: pass the folder that holds your runs (--results/-r, or the RESULTS argument), "
+                    "or run `tbdkit bench` first.")

@@ -65,7 +65,7 @@ def test_read_commands_never_create_a_mistyped_results_folder(tmp_path, command)
     missing, out = tmp_path / "resluts", tmp_path / "out"
     proc = tbdkit(*(c.format(p=missing, o=out) for c in command))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert f"The results folder {missing} does not exist" in proc.stderr
+    assert f"No results folder at {missing}: pass the folder that holds your runs" in proc.stderr
     assert not missing.exists() and not out.exists()
     (tmp_path / "file").write_text("x")
     proc = tbdkit(*(c.format(p=tmp_path / "file", o=out) for c in command))
@@ -141,7 +141,7 @@ def test_a_taken_run_id_is_retried_with_a_new_suffix(tmp_path, monkeypatch):
     first = launch.new_run_dir(tmp_path, spec)
     assert re.fullmatch(r".*-[0-9a-f]{8}", first.name)  # 32 random bits
     suffixes = iter([first.name.rsplit("-", 1)[1], first.name.rsplit("-", 1)[1], "0123abcd"])
-    monkeypatch.setattr(launch.secrets, "token_hex", lambda n: next(suffixes))
+    monkeypatch.setattr(launch, "secrets", types.SimpleNamespace(token_hex=lambda n: next(suffixes)))
     stamp = first.name.split("-resnet50")[0]
     moment = dt.datetime.strptime(stamp, "%Y%m%d-%H%M%S").replace(tzinfo=dt.timezone.utc)
 
