@@ -124,10 +124,10 @@ class Scrubber:
         if suffix == ".json":
             try:
                 doc = json.loads(data)
-            except ValueError:
-                doc = None
-            else:
                 cleaned = self._json(doc)
+            except (ValueError, RecursionError):  # not JSON (or nested past the stack): replaced as text
+                pass
+            else:
                 return data if cleaned == doc else (json.dumps(cleaned, indent=2) + "\n").encode()
         text = data.decode("utf-8", errors="surrogateescape")
         cleaned_text = self.text(text)
@@ -174,8 +174,8 @@ def _broken(run: Path) -> str | None:
             return f"no {name}" + (" (the run is still going, or its agent was killed)" if name == runfiles.SUMMARY else "")
         try:
             doc = json.loads(path.read_bytes())
-        except (OSError, ValueError) as exc:
-            return f"{name} is not readable JSON ({exc})"
+        except (OSError, ValueError, RecursionError) as exc:
+            return f"{name} is not readable JSON ({type(exc).__name__}: {str(exc)[:200]})"
         if not isinstance(doc, dict):
             return f"{name} holds a {type(doc).__name__}, not an object"
     return None
@@ -358,7 +358,7 @@ def read(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
 def _object(data: bytes) -> dict[str, Any] | None:
     try:
         doc = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return doc if isinstance(doc, dict) else None
 

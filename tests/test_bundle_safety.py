@@ -9,9 +9,13 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+from hypothesis import HealthCheck, given, settings, strategies as st
+
 from tbdkit import artifact, runfiles
+from tbdkit.errors import UserError
 from tbdkit.paths import KIT_ROOT
 
 
@@ -137,3 +141,31 @@ def test_reproduce_maps_placeholders_back_to_this_machine():
              "results/b/summary.json": b'{"status": "ok"}', "results/b/spec.json": b"null",
              "results/c/summary.json": b'{"status": "ok"}', "results/c/spec.json": b'{"data": "~/d"}'}
     assert artifact.recorded_runs(files) == [({"data": str(Path.home() / "d")}, {"status": "ok"})]
+
+
+JSON_SHAPES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                         max_size=4), max_leaves=20)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(contents=st.fixed_dictionaries({name: st.binary(max_size=200) | JSON_SHAPES.map(lambda v: json.dumps(v).encode())
+                                       for name in ("spec.json", "summary.json", "env.json", "log.txt",
+                                                    "iterations.csv")}),
+       deep=st.booleans())
+def test_any_bytes_in_run_files_give_a_bundle_or_one_sentence(tmp_path, monkeypatch, contents, deep):
+    # the report has its own tests; here only what the bundle reads and writes
+    monkeypatch.setattr(artifact, "build_report_into", lambda results, out: {"included": False, "reason": "test"})
+    results = Path(tempfile.mkdtemp(dir=tmp_path))
+    run = results / "run"
+    run.mkdir(parents=True)
+    for name, data in contents.items():
+        (run / name).write_bytes(b"[" * 100_000 if deep and name == "summary.json" else data)
+    try:
+        manifest = artifact.bundle(results, results / "b.tgz")
+    except UserError as exc:
+        assert "holds no runs" in str(exc)
+    else:
+        assert manifest["runs"] == ["run"]
+        _, files = artifact.read(results / "b.tgz")
+        artifact.recorded_runs(files)
