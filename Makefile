@@ -14,6 +14,13 @@ PYTHON ?= python3
 REPEAT ?= 1
 REPORT ?= report
 
+# Every value a user can set reaches the shell as one word: $(call quote,V) single-quotes it
+# (each ' inside written '\''), so a path with spaces or ; stays one argument and runs nothing.
+# Paths (DATA, RESULTS, REPORT) are taken with $(value ...) and not exported (exporting expands
+# them): a `$(...)` in a folder's name stays text, never a make function.
+quote = '$(subst ','\'',$(1))'
+unexport DATA RESULTS REPORT
+
 VENV := .venv
 TBDKIT := $(VENV)/bin/tbdkit
 # The kit's own environment (host side: CLI, index, reports); frameworks live in .venvs/<stack>.
@@ -27,29 +34,32 @@ $(KIT_STAMP): pyproject.toml
 	touch $@
 
 setup: $(KIT_STAMP)
-	$(TBDKIT) setup $(or $(FRAMEWORK),pytorch)
+	$(TBDKIT) setup $(call quote,$(or $(FRAMEWORK),pytorch))
 
 bench: $(KIT_STAMP)
-	$(TBDKIT) bench --model $(MODEL) $(if $(FRAMEWORK),--framework $(FRAMEWORK)) $(if $(BATCH),--batch $(BATCH)) \
-		--preset $(PRESET) --precision $(PRECISION) --launcher $(LAUNCHER) --data $(DATA) --results $(RESULTS) --setup \
-		--nodes $(NODES) --gpus-per-node $(GPUS_PER_NODE) $(if $(LINK_RATE),--link-rate $(LINK_RATE))
+	$(TBDKIT) bench --model $(call quote,$(MODEL)) $(if $(FRAMEWORK),--framework $(call quote,$(FRAMEWORK))) \
+		$(if $(BATCH),--batch $(call quote,$(BATCH))) --preset $(call quote,$(PRESET)) \
+		--precision $(call quote,$(PRECISION)) --launcher $(call quote,$(LAUNCHER)) --data $(call quote,$(value DATA)) \
+		--results $(call quote,$(value RESULTS)) --setup --nodes $(call quote,$(NODES)) \
+		--gpus-per-node $(call quote,$(GPUS_PER_NODE)) $(if $(LINK_RATE),--link-rate $(call quote,$(LINK_RATE)))
 
 # A grid (BATCH may hold `max`: the largest batch that fits); run again to resume.
 sweep: $(KIT_STAMP)
-	$(TBDKIT) sweep $(MODEL) $(if $(FRAMEWORK),--frameworks $(FRAMEWORK)) $(if $(BATCH),--batch $(BATCH)) \
-		--preset $(PRESET) --precision $(PRECISION) --repeat $(REPEAT) --launcher $(LAUNCHER) --data $(DATA) \
-		--results $(RESULTS) --setup
+	$(TBDKIT) sweep $(call quote,$(MODEL)) $(if $(FRAMEWORK),--frameworks $(call quote,$(FRAMEWORK))) \
+		$(if $(BATCH),--batch $(call quote,$(BATCH))) --preset $(call quote,$(PRESET)) \
+		--precision $(call quote,$(PRECISION)) --repeat $(call quote,$(REPEAT)) --launcher $(call quote,$(LAUNCHER)) \
+		--data $(call quote,$(value DATA)) --results $(call quote,$(value RESULTS)) --setup
 
 # The paper's figures, tables and claim checks over everything in RESULTS; and the artifact for reviewers.
 report: $(KIT_STAMP)
-	$(TBDKIT) report $(RESULTS) --out $(REPORT)
+	$(TBDKIT) report $(call quote,$(value RESULTS)) --out $(call quote,$(value REPORT))
 
 bundle: $(KIT_STAMP)
-	$(TBDKIT) bundle $(RESULTS) -o artifact.tar.gz
+	$(TBDKIT) bundle $(call quote,$(value RESULTS)) -o artifact.tar.gz
 
 # The framework images for LAUNCHER=docker (docker/images.lock pins their NGC bases).
 images: $(KIT_STAMP)
-	$(TBDKIT) images build $(or $(FRAMEWORK),pytorch)
+	$(TBDKIT) images build $(call quote,$(or $(FRAMEWORK),pytorch))
 
 # Host-side tests run in the kit's environment (the cross-framework ones need every stack);
 # framework tests in that framework's stack.
@@ -66,8 +76,8 @@ test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 
 # Collectors' cost: throughput with every collector on / a bare loop, measured in one run.
 bench-overhead: $(KIT_STAMP)
-	$(TBDKIT) setup $(or $(FRAMEWORK),pytorch)
-	$(TBDKIT) overhead --model $(MODEL) $(if $(FRAMEWORK),--framework $(FRAMEWORK))
+	$(TBDKIT) setup $(call quote,$(or $(FRAMEWORK),pytorch))
+	$(TBDKIT) overhead --model $(call quote,$(MODEL)) $(if $(FRAMEWORK),--framework $(call quote,$(FRAMEWORK)))
 
 clean:
 	rm -rf $(VENV) .venvs
@@ -75,7 +85,7 @@ clean:
 # Issue 4's reference results on one NVIDIA GPU (README: "Reference results on an H100"): both models, or MODEL=m.
 # Runs under $(PYTHON) itself (it must have PyTorch); refuses without a GPU.
 reference:
-	$(PYTHON) -m tbdkit.reference $(foreach m,$(if $(filter command line,$(origin MODEL)),$(MODEL),deepspeech2 resnet50),--model $(m))
+	$(PYTHON) -m tbdkit.reference $(foreach m,$(if $(filter command line,$(origin MODEL)),$(MODEL),deepspeech2 resnet50),--model $(call quote,$(m)))
 
 # Issue 5's reference results: every model's paper preset at two batch sizes (no ncu pass), then the README's table.
 reference-suite:

@@ -2,11 +2,19 @@
 
 Layout (every member under `tbdkit-artifact/`):
   manifest.json         format, kit version, creation time, the runs and sweeps, the report's
-                        status, and the sha256 and size of every other member
-  results/<run-id>/...  each run folder as it is on disk (spec.json, env.json, summary.json, CSVs, log)
-  results/sweeps/...    the sweeps' state
+                        status, what was left out and why, the placeholders that replaced this
+                        machine's paths, and the sha256 and size of every other member
+  results/<run-id>/...  each run folder's files that the kit writes (tbdkit.runfiles), no others
+  results/sweeps/...    the sweeps' state, and their probes' run files
   images.lock           the pinned framework images (docker/images.lock)
   report/...            the HTML report, when `tbdkit.report.build_report` is importable
+
+What a bundle never carries: files the kit did not write (a `.env`, keys, notes: listed as
+excluded), anything reached through a symbolic link (links are listed, never followed), the
+results index (rebuilt from the run folders), broken runs (no readable spec.json and
+summary.json: listed with the reason), this machine's absolute paths (the results folder, the
+kit's root, the stacks' folder and the home folder become `<results>`, `<kit>`, `<venvs>`, `~`)
+and its host name (`<host>`).
 
 Reading a bundle checks it before anything is extracted: only regular files and folders under
 the prefix, no absolute or `..` paths, a manifest of this format, every file's hash.
@@ -20,22 +28,34 @@ import importlib
 import io
 import json
 import math
+import os
+import re
+import socket
 import tarfile
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tbdkit import __version__
+from tbdkit import __version__, runfiles
 from tbdkit.errors import UserError
-from tbdkit.paths import KIT_ROOT
+from tbdkit.paths import KIT_ROOT, venvs_dir
 
 PREFIX = "tbdkit-artifact"
 FORMAT = "tbdkit-artifact/1"
 MANIFEST = "manifest.json"
-SKIP = {"index.sqlite"}  # rebuilt from the run folders (`tbdkit runs --rebuild`)
+INDEX_FILES = ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm", "index.sqlite-journal")
 # Metrics compared by `reproduce`, when present with a number in both runs.
 HEADLINE = ("throughput", "sample_throughput", "gpu_utilization", "fp32_utilization", "tensor_utilization",
             "cpu_utilization", "gpu_memory_used_peak", "framework_peak_allocated", "peak_rss")
+TEXT_SUFFIXES = {".json", ".csv", ".txt", ".log", ".html", ".htm", ".md", ".svg"}
+PLACEHOLDERS = {
+    "<results>": "the results folder that was bundled",
+    "<kit>": "the root folder of the kit that made the runs",
+    "<venvs>": "the folder of the framework stacks' virtual environments",
+    "~": "the home folder of the user who made the bundle",
+    "<host>": "the host name of the machine that made the bundle",
+}
 
 
 def sha256(data: bytes) -> str:
@@ -56,46 +76,222 @@ def build_report_into(results: Path, out_dir: Path) -> dict[str, Any]:
     return {"included": True, "path": f"report/{html.relative_to(out_dir).as_posix()}"}
 
 
-def _run_dirs(results: Path) -> list[Path]:
-    return sorted(d for d in results.iterdir() if d.is_dir() and (d / "spec.json").is_file())
+# ---------------------------------------------------------------- this machine's paths and name
+
+class Scrubber:
+    """Replaces this machine's absolute paths by placeholders and its host name by `<host>`."""
+
+    def __init__(self, results: Path, host: str | None = None) -> None:
+        prefixes: dict[str, str] = {}
+        for path, mark in ((results.absolute(), "<results>"), (results.resolve(), "<results>"),
+                           (KIT_ROOT, "<kit>"), (KIT_ROOT.resolve(), "<kit>"),
+                           (venvs_dir().absolute(), "<venvs>"), (venvs_dir().resolve(), "<venvs>"),
+                           (Path.home(), "~"), (Path.home().resolve(), "~")):
+            text = str(path).rstrip("/")
+            if text.count("/") >= 1 and text not in prefixes and len(text) > 1:
+                prefixes[text] = mark
+        # longest first: the results folder inside the kit is <results>, not <kit>/results
+        ordered = sorted(prefixes, key=len, reverse=True)
+        self.marks = prefixes
+        self.paths = re.compile("|".join(rf"(?:{re.escape(p)})(?![\w.-])" for p in ordered)) if ordered else None
+        host = socket.gethostname() if host is None else host
+        # a name this short or this common would replace ordinary words
+        self.host = re.compile(rf"(?<![\w.-]){re.escape(host)}(?![\w-])") \
+            if len(host) >= 3 and host not in ("localhost", "ubuntu", "debian") else None
+        self.host_name = host
+
+    def text(self, value: str) -> str:
+        if self.paths is not None:
+            value = self.paths.sub(lambda m: self.marks[m.group(0)], value)
+        if self.host is not None:
+            value = self.host.sub("<host>", value)
+        return value
+
+    def _json(self, value: Any, key: str | None = None) -> Any:
+        if isinstance(value, str):
+            return "<host>" if key == "hostname" and value else self.text(value)
+        if isinstance(value, dict):
+            return {self.text(k): self._json(v, k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._json(v) for v in value]
+        return value
+
+    def file(self, name: str, data: bytes) -> bytes:
+        """The file as the bundle carries it: unchanged when it holds nothing to replace."""
+        suffix = PurePosixPath(name).suffix
+        if suffix not in TEXT_SUFFIXES:
+            return data
+        if suffix == ".json":
+            try:
+                doc = json.loads(data)
+                cleaned = self._json(doc)
+            except (ValueError, RecursionError):  # not JSON (or nested past the stack): replaced as text
+                pass
+            else:
+                return data if cleaned == doc else (json.dumps(cleaned, indent=2) + "\n").encode()
+        text = data.decode("utf-8", errors="surrogateescape")
+        cleaned_text = self.text(text)
+        return data if cleaned_text == text else cleaned_text.encode("utf-8", errors="surrogateescape")
 
 
-def collect(results: Path) -> dict[str, bytes]:
-    """Member name (below the prefix) -> bytes, for every file the bundle carries."""
+# ---------------------------------------------------------------- what a results folder holds
+
+@dataclass
+class Collected:
+    """The members a bundle carries (name below the prefix -> bytes), the runs among them,
+    and what was left out: {"path", "reason"} for files, {"run", "reason"} for broken runs."""
+
+    files: dict[str, bytes] = field(default_factory=dict)
+    runs: list[str] = field(default_factory=list)
+    excluded: list[dict[str, str]] = field(default_factory=list)
+    broken_runs: list[dict[str, str]] = field(default_factory=list)
+
+    def exclude(self, path: str, reason: str) -> None:
+        self.excluded.append({"path": path, "reason": reason})
+
+
+def _entries(folder: Path) -> list[os.DirEntry[str]]:
+    with os.scandir(folder) as it:
+        return sorted(it, key=lambda e: e.name)
+
+
+def _skip_reason(entry: os.DirEntry[str]) -> str | None:
+    """Why an entry is never packed whatever its name: a link, a hidden file, a device or pipe."""
+    if entry.is_symlink():
+        return "a symbolic link: links are never followed (what it points to stays out)"
+    if entry.name.startswith("."):
+        return "a hidden file or folder: not written by the kit"
+    if not (entry.is_dir(follow_symlinks=False) or entry.is_file(follow_symlinks=False)):
+        return "not a regular file"
+    return None
+
+
+def _broken(run: Path) -> str | None:
+    """Why a run folder cannot be packed as a run, or None if it can."""
+    for name in (runfiles.SPEC, runfiles.SUMMARY):
+        path = run / name
+        if path.is_symlink() or not path.is_file():
+            return f"no {name}" + (" (the run is still going, or its agent was killed)" if name == runfiles.SUMMARY else "")
+        try:
+            doc = json.loads(path.read_bytes())
+        except (OSError, ValueError, RecursionError) as exc:
+            return f"{name} is not readable JSON ({type(exc).__name__}: {str(exc)[:200]})"
+        if not isinstance(doc, dict):
+            return f"{name} holds a {type(doc).__name__}, not an object"
+    return None
+
+
+def _collect_run(run: Path, member: str, out: Collected, scrub: Scrubber) -> bool:
+    """Pack one run folder's run files under `member`; False (and listed) if the run is broken."""
+    reason = _broken(run)
+    if reason is not None:
+        out.broken_runs.append({"run": member.removeprefix("results/"), "reason": reason})
+        return False
+
+    def walk(folder: Path, relative: PurePosixPath) -> None:
+        for entry in _entries(folder):
+            rel = relative / entry.name
+            shown = f"{member}/{rel.as_posix()}".removeprefix("results/")
+            skip = _skip_reason(entry)
+            if skip is not None:
+                out.exclude(shown, skip)
+            elif entry.is_dir(follow_symlinks=False):
+                if runfiles.is_worker_dir(rel):
+                    walk(Path(entry.path), rel)
+                else:
+                    out.exclude(shown + "/", "a folder the kit does not keep in a run" if entry.name != "ncu" else
+                                "the Nsight Compute scratch pass (its numbers are in ncu_raw.csv and summary.json)")
+            elif runfiles.is_run_file(rel):
+                name = f"{member}/{rel.as_posix()}"
+                out.files[name] = scrub.file(name, Path(entry.path).read_bytes())
+            else:
+                out.exclude(shown, "not a file the kit writes into a run folder")
+
+    walk(run, PurePosixPath())
+    return True
+
+
+def _collect_sweeps(sweeps: Path, out: Collected, scrub: Scrubber) -> None:
+    for entry in _entries(sweeps):
+        shown = f"{runfiles.SWEEPS}/{entry.name}"
+        skip = _skip_reason(entry) or (None if entry.is_dir(follow_symlinks=False) else "not a sweep's folder")
+        if skip is not None:
+            out.exclude(shown, skip)
+            continue
+        for inner in _entries(Path(entry.path)):
+            inner_shown = f"{shown}/{inner.name}"
+            skip = _skip_reason(inner)
+            if skip is not None:
+                out.exclude(inner_shown, skip)
+            elif inner.name == runfiles.SWEEP_STATE and inner.is_file(follow_symlinks=False):
+                name = f"results/{inner_shown}"
+                out.files[name] = scrub.file(name, Path(inner.path).read_bytes())
+            elif inner.name == runfiles.PROBES and inner.is_dir(follow_symlinks=False):
+                for probe in _entries(Path(inner.path)):
+                    probe_shown = f"{inner_shown}/{probe.name}"
+                    skip = _skip_reason(probe) or (None if probe.is_dir(follow_symlinks=False) else "not a run folder")
+                    if skip is not None:
+                        out.exclude(probe_shown, skip)
+                    else:
+                        _collect_run(Path(probe.path), f"results/{probe_shown}", out, scrub)
+            else:
+                out.exclude(inner_shown, "not a file the kit writes into a sweep's folder")
+
+
+def collect(results: Path, scrub: Scrubber | None = None) -> Collected:
+    """Every member the bundle carries, and what it leaves out and why."""
     if not results.is_dir():
         raise UserError(f"No results folder at {results}: run `tbdkit bench` or `tbdkit sweep` first, or pass its path.")
-    runs = _run_dirs(results)
-    if not runs:
-        raise UserError(f"{results} holds no runs (folders with a spec.json): nothing to bundle.")
-    files: dict[str, bytes] = {}
-    for folder in [*runs, results / "sweeps"]:
-        for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
-            if path.name in SKIP or path.name.endswith(".tmp"):
-                continue
-            files[f"results/{path.relative_to(results).as_posix()}"] = path.read_bytes()
+    scrub = scrub or Scrubber(results)
+    out = Collected()
+    for entry in _entries(results):
+        skip = _skip_reason(entry)
+        if skip is not None:
+            out.exclude(entry.name, skip)
+        elif entry.name in INDEX_FILES:
+            out.exclude(entry.name, "the results index: rebuilt from the run folders (`tbdkit runs --rebuild`)")
+        elif entry.name == runfiles.SWEEPS and entry.is_dir(follow_symlinks=False):
+            _collect_sweeps(Path(entry.path), out, scrub)
+        elif entry.is_dir(follow_symlinks=False):
+            if _collect_run(Path(entry.path), f"results/{entry.name}", out, scrub):
+                out.runs.append(entry.name)
+        else:
+            out.exclude(entry.name, "not a run folder (a file beside the runs)")
+    if not out.runs:
+        broken = f" ({len(out.broken_runs)} broken: {out.broken_runs[0]['run']}: {out.broken_runs[0]['reason']})" \
+            if out.broken_runs else ""
+        raise UserError(f"{results} holds no runs (folders with a spec.json and a summary.json){broken}: "
+                        "nothing to bundle.")
     lock = KIT_ROOT / "docker" / "images.lock"
     if lock.is_file():
-        files["images.lock"] = lock.read_bytes()
-    return files
+        out.files["images.lock"] = lock.read_bytes()
+    return out
 
 
 def bundle(results: Path, out: Path) -> dict[str, Any]:
     """Write the bundle atomically; returns its manifest."""
-    files = collect(results)
+    scrub = Scrubber(results)
+    collected = collect(results, scrub)
+    files = collected.files
     with tempfile.TemporaryDirectory(prefix="tbdkit-report-") as tmp:
         report = build_report_into(results, Path(tmp))
         if report["included"]:
-            for path in sorted(p for p in Path(tmp).rglob("*") if p.is_file()):
-                files[f"report/{path.relative_to(tmp).as_posix()}"] = path.read_bytes()
-    runs = [name.split("/")[1] for name in files if name.startswith("results/") and name.endswith("/spec.json")
-            and name.count("/") == 2]
+            for path in sorted(p for p in Path(tmp).rglob("*") if p.is_file() and not p.is_symlink()):
+                name = f"report/{path.relative_to(tmp).as_posix()}"
+                files[name] = scrub.file(name, path.read_bytes())
+        if not report["included"]:
+            report["reason"] = scrub.text(report["reason"])
     manifest = {
         "format": FORMAT, "kit_version": __version__,
         "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "runs": sorted(runs),
+        "runs": sorted(collected.runs),
         "sweeps": sorted({n.split("/")[2] for n in files if n.startswith("results/sweeps/")}),
         "report": report,
         "images_lock": "images.lock" if "images.lock" in files else None,
+        "excluded": [{"path": scrub.text(e["path"]), "reason": scrub.text(e["reason"])} for e in collected.excluded],
+        "broken_runs": [{"run": scrub.text(b["run"]), "reason": scrub.text(b["reason"])}
+                        for b in collected.broken_runs],
+        "placeholders": PLACEHOLDERS,
         "files": {name: {"sha256": sha256(data), "bytes": len(data)} for name, data in sorted(files.items())},
     }
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -159,16 +355,35 @@ def read(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     return manifest, files
 
 
+def _object(data: bytes) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def local_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """A recorded spec with its data path's placeholders (`<kit>/`, `~/`) made paths of this machine."""
+    data = spec.get("data")
+    if isinstance(data, str) and data.startswith("<kit>/"):
+        return {**spec, "data": str(KIT_ROOT / data.removeprefix("<kit>/"))}
+    if isinstance(data, str) and data.startswith("~/"):
+        return {**spec, "data": str(Path(data).expanduser())}
+    return spec
+
+
 def recorded_runs(files: dict[str, bytes]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(spec, summary) of each ok run in a bundle, in run-id order."""
+    """(spec, summary) of each ok run in a bundle, in run-id order; a run whose files are not
+    JSON objects is not one to reproduce."""
     out = []
     for name in sorted(files):
         parts = name.split("/")
-        if len(parts) == 3 and parts[0] == "results" and parts[2] == "summary.json":
-            summary = json.loads(files[name])
-            spec_name = f"results/{parts[1]}/spec.json"
-            if summary.get("status") == "ok" and spec_name in files:
-                out.append((json.loads(files[spec_name]), summary))
+        if len(parts) == 3 and parts[0] == "results" and parts[2] == runfiles.SUMMARY:
+            summary = _object(files[name])
+            spec = _object(files.get(f"results/{parts[1]}/{runfiles.SPEC}", b""))
+            if summary is not None and summary.get("status") == "ok" and spec is not None:
+                out.append((local_spec(spec), summary))
     return out
 
 

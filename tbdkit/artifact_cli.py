@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tbdkit import artifact, catalog
@@ -15,7 +16,9 @@ from tbdkit import spec as specs
 from tbdkit.agent import sink
 from tbdkit.console import console, err_console
 from tbdkit.errors import UserError
-from tbdkit.paths import default_results_dir
+from tbdkit.paths import default_results_dir, existing_results_dir
+
+SHOWN = 10  # excluded files printed by `tbdkit bundle`; the manifest lists all
 
 
 def bundle(
@@ -23,7 +26,7 @@ def bundle(
     out: Annotated[Path, typer.Option("--output", "-o", help="the bundle to write")] = Path("artifact.tar.gz"),
 ) -> None:
     """Bundle RESULTS (specs, env, raw results, sweeps, report, images.lock, kit version) with a sha256 manifest."""
-    results = results or default_results_dir()
+    results = existing_results_dir(results or default_results_dir())
     manifest = artifact.bundle(results, out)
     report = manifest["report"]
     console.print(f"wrote {out}: {len(manifest['runs'])} runs, {len(manifest['sweeps'])} sweeps, "
@@ -31,6 +34,16 @@ def bundle(
                   f"{out.stat().st_size / 1024:,.1f} KiB", highlight=False)
     console.print(f"report: {report['path'] if report['included'] else 'not included: ' + report['reason']}",
                   highlight=False)
+    for broken in manifest["broken_runs"]:
+        console.print(f"[yellow]not packed[/]: run {escape(broken['run'])}: {escape(broken['reason'])}", highlight=False)
+    excluded = manifest["excluded"]
+    for item in excluded[:SHOWN]:
+        console.print(f"left out: {item['path']}: {item['reason']}", highlight=False, markup=False)
+    if len(excluded) > SHOWN:
+        console.print(f"left out: {len(excluded) - SHOWN} more (every one in the manifest's \"excluded\")",
+                      highlight=False, markup=False)
+    console.print("this machine's paths and host name are replaced by placeholders (the manifest's \"placeholders\")",
+                  highlight=False, markup=False)
 
 
 def reproduce(

@@ -8,19 +8,21 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tbdkit import catalog, stacks
 from tbdkit import spec as specs
 from tbdkit.console import console, convergence_table, err_console, make_progress, results_table, RunProgress
 from tbdkit.errors import UserError
-from tbdkit.paths import default_results_dir
+from tbdkit.paths import default_results_dir, existing_results_dir
 from tbdkit.store import Index
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="tbdkit: the TBD training benchmark, measured the same way every time.")
 
 ResultsOpt = Annotated[Path, typer.Option("--results", "-r", help="results folder")]
+SHOWN_MATCHES = 10  # run ids listed when a prefix given to `show` matches several
 
 
 def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -220,9 +222,16 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
          results: ResultsOpt = default_results_dir(),
          as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """One run's summary: every metric with its unit and method."""
-    path = Index(results).find(run)
+    index = Index(existing_results_dir(results))
+    path = index.find(run)
     if path is None:
-        raise UserError(f"No single run matches '{run}' in {results}: list them with `tbdkit runs`.")
+        hits = [r["run_id"] for r in index.runs() if r["run_id"].startswith(run) or r["run_id"].endswith(run)]
+        if len(hits) > 1:
+            shown = ", ".join(hits[:SHOWN_MATCHES]) + (f" and {len(hits) - SHOWN_MATCHES} more"
+                                                       if len(hits) > SHOWN_MATCHES else "")
+            raise UserError(f"'{run}' is ambiguous in {results}: it matches {len(hits)} runs ({shown}); "
+                            "pass more of the run id.")
+        raise UserError(f"No run matches '{run}' in {results}: list them with `tbdkit runs`.")
     summary = json.loads((path / "summary.json").read_text())
     if as_json:
         print(json.dumps(summary, indent=2))
@@ -240,6 +249,8 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
     for key in ("warmup", "window"):
         if summary.get(key):
             console.print(f"[bold]{key}[/]: {summary[key]}", highlight=False)
+    if summary.get("unstable"):
+        console.print(f"[yellow]unstable:[/] {escape(str(summary.get('instability_reason')))}", highlight=False)
     if summary.get("error"):
         console.print(f"[red]error:[/] {summary['error']}", highlight=False)
 
@@ -251,7 +262,7 @@ def runs(results: ResultsOpt = default_results_dir(),
          rebuild: Annotated[bool, typer.Option("--rebuild", help="rebuild the index from the run folders")] = False,
          as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """The results index (SQLite, rebuilt from the run folders when lost)."""
-    index = Index(results)
+    index = Index(existing_results_dir(results))
     if rebuild:
         console.print(f"indexed {index.rebuild()} runs")
     rows = index.runs(model=model)

@@ -5,6 +5,7 @@ come from where the user has them (licences, sizes and mirrors differ; the kit n
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -30,8 +31,9 @@ def prepare(
     console.print(f"[bold]{info.get('title', model)}[/] trains on {info.get('dataset', 'its dataset')}.", highlight=False)
     console.print(f"expected layout: {info.get('dataset_layout', 'not stated in workload.toml')}", highlight=False)
     if source is None:
-        console.print(f"check a copy with `tbdkit data prepare {model} --from PATH`, then run it with "
-                      f"`make bench MODEL={model} DATA=PATH`; synthetic data of the same shapes is the default.")
+        console.print(f"check a copy with `{shlex.join(['tbdkit', 'data', 'prepare', model])} --from PATH`, then run "
+                      f"it with `{shlex.join(['make', 'bench', f'MODEL={model}'])} DATA=PATH`; synthetic data of the "
+                      "same shapes is the default.", markup=False, highlight=False)
         return
     source = source.expanduser().resolve()
     if not source.exists():
@@ -39,4 +41,6 @@ def prepare(
     console.print(f"checking {source}: every file is decoded once (large datasets take a while)...", highlight=False)
     described = catalog.load_module(m, "data").check_source(str(source), hp, full=True)
     console.print(f"[green]ok[/]: {described}", highlight=False)
-    console.print(f"run it with `make bench MODEL={model} DATA={source}`", highlight=False)
+    # one shell word per argument, on one line: the suggestion can be pasted into a shell as it is
+    console.print(f"run it with `{shlex.join(['make', 'bench', f'MODEL={model}', f'DATA={source}'])}`",
+                  markup=False, highlight=False, soft_wrap=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tbdkit.errors import UserError
+
 KIT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -20,3 +22,13 @@ def venvs_dir() -> Path:
 
 def default_results_dir() -> Path:
     return Path(os.environ.get("TBDKIT_RESULTS", "results"))
+
+
+def existing_results_dir(path: Path) -> Path:
+    """`path` if it is a folder; a UserError otherwise. Commands that only read results (runs,
+    show, report, bundle) call this first, so a mistyped folder is named and never created."""
+    if path.is_dir():
+        return path
+    what = f"{path} is a file, not a results folder" if path.exists() else f"No results folder at {path}"
+    raise UserError(f"{what}: pass the folder that holds your runs (--results/-r, or the RESULTS argument), "
+                    "or run `tbdkit bench` first.")

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from tbdkit.console import console
-from tbdkit.paths import default_results_dir
+from tbdkit.paths import default_results_dir, existing_results_dir
 
 
 def report(
@@ -18,7 +18,7 @@ def report(
     """The paper's figures, tables and claim checks for the runs in RESULTS."""
     from tbdkit.report import build_report, claims, runs
 
-    results = results or default_results_dir()
+    results = existing_results_dir(results or default_results_dir())  # before anything is written
     html = build_report(results, out)
     verdicts = claims.check_all(runs.load(results))
     for v in verdicts:

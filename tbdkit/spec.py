@@ -22,6 +22,8 @@ _RATE = re.compile(r"^[1-9][0-9]*(kbit|mbit|gbit)$")
 Preset = Literal["smoke", "paper", "converge"]  # converge: train to a quality target (tbdkit/agent/converge.py)
 Launcher = Literal["native", "docker", "netns"]  # netns: several "machines" as network namespaces here
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+# Every framework and NumPy take a seed in [0, 2**31 - 1] (a worker adds its rank: still below 2**32).
+SEED_MAX = 2**31 - 1
 
 
 class MeasurePolicy(BaseModel):
@@ -120,6 +122,14 @@ class RunSpec(BaseModel):
     def _known_framework(cls, value: str) -> str:
         if value not in KNOWN_FRAMEWORKS:
             raise ValueError(f"unknown framework '{value}'; known frameworks are {', '.join(KNOWN_FRAMEWORKS)}")
+        return value
+
+    @field_validator("seed")
+    @classmethod
+    def _seed(cls, value: int) -> int:
+        if not 0 <= value <= SEED_MAX:
+            raise ValueError(f"must be a whole number from 0 to {SEED_MAX} (NumPy and every framework take "
+                             "seeds in that range): pass e.g. --seed 0")
         return value
 
     @field_validator("device")

@@ -77,8 +77,11 @@ def test_bundle_and_reproduce_round_trip(small_sweep, tmp_path):
     runs = sorted(p["run_id"] for p in state_of(results)["points"].values())
     assert manifest["runs"] == runs and len(manifest["sweeps"]) == 1
     for run in runs:
-        for name in ("spec.json", "env.json", "summary.json", "iterations.csv", "log.txt"):
+        for name in ("spec.json", "summary.json", "iterations.csv"):  # nothing of this machine's in these
             assert files[f"results/{run}/{name}"] == (results / run / name).read_bytes()
+        log = files[f"results/{run}/log.txt"].decode()  # the command's paths: relative to the results folder
+        assert f"--run-dir <results>/{run}" in log and str(results) not in log
+        assert json.loads(files[f"results/{run}/env.json"])["host"]["hostname"] == "<host>"
     assert "images.lock" in files and manifest["kit_version"] == "0.1.0"
     assert all(len(f["sha256"]) == 64 for f in manifest["files"].values())
     new_results = tmp_path / "again"

@@ -211,8 +211,11 @@ class TrainingLoop:
                 if capped:
                     reason = "time_cap"
                     break
-        except StopRequested:
+        except (StopRequested, KeyboardInterrupt):  # a first Ctrl-C/SIGTERM, or a second one mid-step
             reason = "interrupted"
+            raise
+        except BaseException:  # the step failed (out of memory, bad data): the caps were not what ended it
+            reason = "error"
             raise
         finally:
             self.result.metrics.update(sampler.stop())

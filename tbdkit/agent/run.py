@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import os
 import signal
 import traceback
@@ -72,6 +73,28 @@ def _classify(exc: BaseException, adapter: Any, memory_limited: bool = False) ->
     if type(exc).__name__ == "DataError":
         return "failed", str(exc)
     return "failed", f"{type(exc).__name__}: {exc}"
+
+
+# A finished window is `unstable` (status stays ok: its numbers are real) when it is too short or too
+# noisy to trust: a capped window of 2-4 iterations gives a 95% CI of +-100% or more.
+UNSTABLE_MIN_ITERATIONS = 5
+UNSTABLE_MAX_CI = 0.10
+STABILITY_RULE = (f"unstable when the sample window has fewer than {UNSTABLE_MIN_ITERATIONS} iterations or the "
+                  f"throughput's 95% confidence half-width is undefined or above {UNSTABLE_MAX_CI:.0%} of it")
+
+
+def instability(iterations: int, ci_relative: float) -> str | None:
+    """Why a finished window is not to be trusted (STABILITY_RULE), or None."""
+    reasons = []
+    if iterations < UNSTABLE_MIN_ITERATIONS:
+        reasons.append(f"the sample window has {iterations} iteration(s), fewer than {UNSTABLE_MIN_ITERATIONS}")
+    if not math.isfinite(ci_relative):
+        reasons.append("the throughput's 95% confidence interval is undefined")
+    elif ci_relative > UNSTABLE_MAX_CI:
+        reasons.append(f"the throughput's 95% confidence half-width is {ci_relative:.0%}, above {UNSTABLE_MAX_CI:.0%}")
+    if not reasons:
+        return None
+    return "; ".join(reasons) + ": measure longer (--max-measure-s) or on a quieter machine"
 
 
 PROFILE_ENV = "TBDKIT_PROFILE_ITERATIONS"
@@ -166,6 +189,8 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         else:
             estimate = loop.measure()
             window = loop.result.iterations[loop.result.window["first_iteration"]:loop.result.window["last_iteration"] + 1]
+            reason = instability(len(window), estimate.relative)  # rank 0's own window on a data-parallel job
+            summary.update(unstable=reason is not None, instability_reason=reason, stability_rule=STABILITY_RULE)
             summary["metrics"] = {
                 **throughput_metrics(window, estimate, model.throughput_unit, model.sample_unit,
                                      model.info.get("extra_units", {})),

@@ -28,12 +28,23 @@ class Outcome:
         return self.run_dir.name
 
 
+RUN_ID_RANDOM_BYTES = 4  # 32 random bits after the second's time stamp
+RUN_DIR_ATTEMPTS = 8
+
+
 def new_run_dir(results: Path, spec: RunSpec) -> Path:
+    """A new, empty run directory; a name already taken (two runs in the same second drew the
+    same suffix) is retried with a fresh suffix, never reused."""
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    name = f"{stamp}-{spec.model}-{spec.framework}-b{spec.batch_size}-{spec.precision}-{secrets.token_hex(2)}"
-    path = results / name
-    path.mkdir(parents=True, exist_ok=False)
-    return path
+    for _ in range(RUN_DIR_ATTEMPTS):
+        suffix = secrets.token_hex(RUN_ID_RANDOM_BYTES)
+        path = results / f"{stamp}-{spec.model}-{spec.framework}-b{spec.batch_size}-{spec.precision}-{suffix}"
+        try:
+            path.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"{RUN_DIR_ATTEMPTS} new run directory names in {results} were all taken")
 
 
 def stream(proc: subprocess.Popen[str], log: IO[str], on_event: EventHandler, interrupt: Callable[[], None]) -> int:

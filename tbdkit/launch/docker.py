@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,7 @@ def run(args: list[str], run_dir: Path, on_event: EventHandler) -> int:
     cmd = [images.docker_binary(), *args]
     name = args[args.index("--name") + 1]
     with (run_dir / "log.txt").open("a", buffering=1) as log:
-        log.write("$ " + " ".join(cmd) + "\n")
+        log.write("$ " + shlex.join(cmd) + "\n")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
                                 start_new_session=True)
         return stream(proc, log, on_event, lambda: images.docker("kill", "--signal", "INT", name, check=False))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import shlex
 import signal
 import subprocess
 from pathlib import Path
@@ -44,7 +45,7 @@ def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
     Ctrl-C on to it: the first stops it at the next iteration, a second stops it at once."""
     cmd = command(spec, run_dir)
     with (run_dir / "log.txt").open("a", buffering=1) as log:
-        log.write("$ " + " ".join(cmd) + "\n")
+        log.write("$ " + shlex.join(cmd) + "\n")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
                                 start_new_session=True, env=stacks.agent_env(),
                                 preexec_fn=_stop_with_parent)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -118,7 +119,7 @@ def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
         try:
             for node in range(spec.nodes - 1, -1, -1):  # node 0 last: its stream is followed here
                 cmd = node_command(spec, run_dir, net, node, port)
-                log.write("$ " + " ".join(cmd) + "\n")
+                log.write("$ " + shlex.join(cmd) + "\n")
                 if node == 0:
                     procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
                                                   start_new_session=True, env=stacks.agent_env()))

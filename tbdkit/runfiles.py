@@ -1,0 +1,54 @@
+"""The files the kit writes into a run folder, by name, in one place: what a bundle packs and
+what a reader may expect. Anything else found in a run folder was put there by someone else.
+
+A run folder (results/<run-id>/, or results/sweeps/<sweep-id>/probes/<run-id>/ for the max-batch
+search's probes) holds the RUN_FILES at its top; a data-parallel job adds workers/node<N>.log
+(the netns launcher's node N) and workers/rank<N>/ holding rank N's own RUN_FILES.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+
+SPEC = "spec.json"            # the RunSpec (launchers)
+ENV = "env.json"              # machine, framework and kit versions (agent)
+ITERATIONS = "iterations.csv"  # one row per iteration (agent)
+SAMPLES = "samples.csv"       # the collectors' samples over the window (agent)
+SUMMARY = "summary.json"      # status and metrics, written last (agent, or the launcher if the agent died)
+MEMORY = "memory.json"        # the memory breakdown (agent analysis)
+KERNELS = "kernels.csv"       # the kernel table (agent analysis)
+LOG = "log.txt"               # the command, then the agent's stderr (launchers)
+CONVERGENCE = "convergence.csv"  # the converge preset's quality curve (agent)
+CONTAINER_SPEC = "container-spec.json"  # what the docker launcher asked the container for
+CONTAINER_STATE = "container.json"      # the container's end state (docker launcher)
+CONTAINER_LOG = "container.log"         # the container's own output (docker launcher)
+NCU_RAW = "ncu_raw.csv"       # Nsight Compute's raw export (reference runs)
+
+RUN_FILES: frozenset[str] = frozenset({SPEC, ENV, ITERATIONS, SAMPLES, SUMMARY, MEMORY, KERNELS, LOG, CONVERGENCE,
+                                       CONTAINER_SPEC, CONTAINER_STATE, CONTAINER_LOG, NCU_RAW})
+WORKERS = "workers"
+_NODE_LOG = re.compile(r"node[0-9]+\.log")
+_RANK_DIR = re.compile(r"rank[0-9]+")
+
+SWEEPS = "sweeps"             # results/sweeps/<sweep-id>/
+SWEEP_STATE = "sweep.json"
+PROBES = "probes"             # results/sweeps/<sweep-id>/probes/<run-id>/: run folders
+
+
+def is_run_file(relative: PurePosixPath) -> bool:
+    """Whether `relative` (a path inside a run folder) names a file the kit writes there."""
+    parts = relative.parts
+    if len(parts) == 1:
+        return parts[0] in RUN_FILES
+    if parts[0] != WORKERS:
+        return False
+    if len(parts) == 2:
+        return bool(_NODE_LOG.fullmatch(parts[1]))
+    return len(parts) == 3 and bool(_RANK_DIR.fullmatch(parts[1])) and parts[2] in RUN_FILES
+
+
+def is_worker_dir(relative: PurePosixPath) -> bool:
+    """Whether `relative` (inside a run folder) is workers/ or one of its workers/rank<N>/."""
+    parts = relative.parts
+    return parts == (WORKERS,) or (len(parts) == 2 and parts[0] == WORKERS and bool(_RANK_DIR.fullmatch(parts[1])))
