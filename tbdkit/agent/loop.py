@@ -182,8 +182,9 @@ class TrainingLoop:
                      f"so far (at least {2 * p.warmup_window}, at most {MAX_HORIZON}): the halves' means agree "
                      f"within {p.warmup_tolerance:.0%} (95% interval), Mann-Kendall finds no trend (5%) and "
                      f"Sen's slope interval moves the cost by less than {p.warmup_tolerance:.0%} over "
-                     f"{DRIFT_PROJECTION:g}x the iterations so far, at most {MAX_HORIZON} (min {p.min_warmup_iterations} iterations; caps "
-                     f"{p.max_warmup_s} s, {p.max_warmup_iterations} iterations)"),
+                     f"{DRIFT_PROJECTION:g}x the iterations so far, at most {MAX_HORIZON} "
+                     f"(min {p.min_warmup_iterations} iterations; caps {p.max_warmup_s} s, "
+                     f"{p.max_warmup_iterations} iterations)"),
         }
         events.emit("warmup_done", **self.result.warmup)
 
