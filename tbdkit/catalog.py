@@ -38,13 +38,16 @@ class Model:
         return str(self.info.get("sample_unit", "samples/s"))
 
     def hp(self, preset: str, variant: str | None = None) -> dict[str, Any]:
-        """The flat hyperparameters of a preset: [hparams] < [setting.<variant>] < [preset.<name>]."""
+        """The flat hyperparameters of a preset: [hparams] < [setting.<variant>] < [preset.<name>]
+        < [setting.<variant>.preset.<name>] (what a setting changes within one preset, e.g. its batch sweep)."""
         if preset not in self.presets:
             raise UserError(
                 f"Model '{self.name}' has no preset '{preset}': choose one of {', '.join(self.presets)}."
             )
         self.check_variant(variant)
-        merged = {**self.hparams, **self.variants.get(variant or "", {}), **self.presets[preset]}
+        setting = dict(self.variants.get(variant or "", {}))
+        within = setting.pop("preset", {}).get(preset, {})
+        merged = {**self.hparams, **setting, **self.presets[preset], **within}
         merged.pop("description", None)
         return merged
 

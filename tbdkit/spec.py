@@ -29,20 +29,22 @@ SEED_MAX = 2**31 - 1
 class MeasurePolicy(BaseModel):
     """How warm-up is detected and when the sample window stops.
 
-    Warm-up ends when the mean cost per unit of work (seconds per audio second, per image, ...)
-    of the last `warmup_window` iterations differs from the `warmup_window` before by less than
-    `warmup_tolerance`, after at least `min_warmup_iterations`; or at a warm-up cap. The window
+    Warm-up ends when the cost per unit of work (seconds per audio second, per image, ...) has
+    stopped drifting over a trailing horizon of at least 2 x `warmup_window` iterations (the later
+    half of all so far): the halves' means agree within `warmup_tolerance`, the slope's interval
+    moves it by less than that, and Mann-Kendall finds no trend (agent/stats.py::warmup_done);
+    after at least `min_warmup_iterations`; or at a warm-up cap. The window
     then runs until the 95% confidence half-width of the throughput is below `target_ci`
     (relative) with at least `min_measure_iterations`, or a time or iteration cap is hit.
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    min_warmup_iterations: int = Field(3, ge=1)
-    warmup_window: int = Field(5, ge=2)
+    min_warmup_iterations: int = Field(100, ge=1)
+    warmup_window: int = Field(50, ge=2)
     warmup_tolerance: float = Field(0.05, gt=0, lt=1)
     max_warmup_s: float = Field(120.0, gt=0)
-    max_warmup_iterations: int = Field(500, ge=1)
+    max_warmup_iterations: int = Field(5000, ge=1)
     target_ci: float = Field(0.01, gt=0, lt=1)
     min_measure_iterations: int = Field(10, ge=2)
     max_measure_s: float = Field(180.0, gt=0)

@@ -59,6 +59,29 @@ def test_actions_are_drawn_in_numpy_from_the_softmax():
 
 def test_describe_reference_is_one_observation():
     ref, probe = data.reference_batch(HP), data.probe_batch(HP)
-    assert ref.features.shape == (1, 4, 84, 84) and ref.features.dtype == np.uint8 and ref.work == 4.0
+    assert ref.features.shape == (1, 4, 84, 84) and ref.features.dtype == np.uint8 and ref.work == 1.0
     assert probe.features.shape == (2, 4, 84, 84)
     np.testing.assert_array_equal(probe.features, data.probe_batch(HP).features)
+
+
+def test_throughput_counts_observations_and_frames_are_a_named_secondary_metric():
+    """The paper counts input samples per second: A3C's throughput is agent steps (the observations
+    the network consumes), with emulator frames (x action repeat) as `frames_throughput`, in frames/s."""
+    from types import SimpleNamespace
+
+    from tbdkit import catalog
+    from tbdkit.agent.loop import Iteration, RunningRatio, throughput_metrics
+
+    model = catalog.get("a3c")
+    batch = data.Batch(SimpleNamespace(pipes=[None, None]), int(HP["t_max"]), int(HP["frame_skip"]))
+    assert batch.samples == 2 * 5 and batch.work == 10.0 and batch.extra_work == {"frames": 40.0}
+    assert model.throughput_unit == model.sample_unit == "steps/s"
+    window = [Iteration(i, "measure", 0.5 * i, 0.5, 0.0, batch.samples, batch.work, None, dict(batch.extra_work))
+              for i in range(4)]
+    running = RunningRatio()
+    for it in window:
+        running.add(it.work, it.seconds)
+    m = throughput_metrics(window, running.estimate(), model.throughput_unit, model.sample_unit,
+                           model.info.get("extra_units", {}))
+    assert m["throughput"]["unit"] == "steps/s" and m["throughput"]["value"] == 20.0
+    assert m["frames_throughput"]["unit"] == "frames/s" and m["frames_throughput"]["value"] == 80.0

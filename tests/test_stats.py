@@ -3,10 +3,14 @@
 import math
 import random
 import statistics
+import sys
+from pathlib import Path
 
 import pytest
 
-from tbdkit.agent.stats import RunningRatio, ratio_estimate, t_quantile, warmup_done
+from tbdkit.agent.stats import (MAX_HORIZON, RunningRatio, mann_kendall, ratio_estimate, t_quantile, warmup_done,
+                                warmup_horizon)
+from tbdkit.spec import MeasurePolicy
 
 
 @pytest.mark.parametrize("dof, exact", [(3, 3.182446), (9, 2.262157), (30, 2.042272), (200, 1.971896)])
@@ -15,13 +19,65 @@ def test_t_quantile(dof, exact):
     assert abs(t_quantile(0.975, dof) - exact) / exact < tol
 
 
-def test_warmup_waits_for_stable_cost():
-    falling = [10.0 / (i + 1) for i in range(20)]          # still getting faster: not warm
-    assert not warmup_done(falling, window=5, tolerance=0.05, min_iterations=3)
-    settled = falling[:5] + [1.0, 1.01, 0.99, 1.0, 1.02, 1.0, 0.98, 1.01, 1.0, 0.99]
-    assert warmup_done(settled, window=5, tolerance=0.05, min_iterations=3)
-    assert not warmup_done(settled[:9], window=5, tolerance=0.05, min_iterations=3)  # too few yet
-    assert not warmup_done([1.0] * 10, window=5, tolerance=0.05, min_iterations=12)
+POLICY = MeasurePolicy()
+WARMUP = Path(__file__).parent / "fixtures" / "warmup"
+sys.path.insert(0, str(WARMUP))
+import recorded  # noqa: E402  (tests/fixtures/warmup: the recorded series and their hindsight ends)
+import simulate  # noqa: E402  (tests/fixtures/warmup: the simulated series and their known ends)
+
+
+stop = simulate.first_stop
+
+
+def test_a_slow_drift_does_not_end_warmup():
+    """30% above the settled cost, decaying over ~300 iterations (the paper saw several hundred):
+    two short blocks agree at once, the trend tests do not until the excess is within 5%."""
+    rng = random.Random(3)
+    drift = [(1 + 0.3 * math.exp(-i / 300)) * math.exp(rng.gauss(0, 0.02)) for i in range(1200)]
+    n = stop(drift)
+    assert n is None or 0.3 * math.exp(-n / 300) <= 0.05, n
+
+
+def test_a_settled_series_ends_warmup_after_the_minimum_horizon():
+    rng = random.Random(4)
+    flat = [math.exp(rng.gauss(0, 0.03)) for _ in range(600)]
+    n = stop(flat)
+    assert n is not None and POLICY.min_warmup_iterations <= n <= 300
+
+
+def test_a_step_inside_the_horizon_is_waited_out():
+    rng = random.Random(5)
+    step = [(1.3 if i < 80 else 1.0) * math.exp(rng.gauss(0, 0.02)) for i in range(600)]
+    n = stop(step)
+    assert n is not None and n >= 80 + POLICY.warmup_window
+
+
+def test_mann_kendall_matches_the_textbook_value():
+    z, var = mann_kendall([1.0, 2.0, 3.0, 4.0, 5.0])       # S = 10, Var(S) = 5*4*15/18
+    assert var == pytest.approx(50 / 3) and z == pytest.approx(9 / math.sqrt(50 / 3))
+    assert mann_kendall([3.0, 3.0, 3.0, 3.0])[0] == 0.0      # all tied: no trend, no division by zero
+    assert warmup_horizon(1000, 50) == MAX_HORIZON and warmup_horizon(150, 50) == 100
+
+
+def test_simulated_series_no_false_stops_where_5_vs_5_stops_early():
+    """The committed simulated series (simulate.py): the rule never ends warm-up while the true
+    excess is above the tolerance; the rule it replaced (5 vs 5 within 5%) does so on most."""
+    old = 0
+    for family, seed, known_end, costs in simulate.read_fixture():
+        n = stop(costs)
+        assert n is None or n >= known_end, (family, seed, n, known_end)
+        old += (simulate.five_vs_five_stop(costs) or len(costs)) < known_end
+    assert old >= 10
+
+
+@pytest.mark.parametrize("path", sorted(WARMUP.glob("cpu-*.csv")), ids=lambda p: p.stem)
+def test_recorded_cpu_runs_end_warmup_only_once_settled(path):
+    """Real CPU runs' series: warm-up never ends before the hindsight end, and the level at the end
+    is the level the following iterations kept."""
+    costs = recorded.read(path)
+    n, end = stop(costs), recorded.known_end(costs)
+    assert n is None or (end is not None and n >= end), (n, end)
+    assert n is None or recorded.level_holds(costs, n - recorded.LEVEL) is not False, n
 
 
 def test_ratio_estimator_matches_direct_formula():

@@ -74,3 +74,26 @@ def test_bench_trains_bert_squad_smoke(tmp_path):
     body += hp["num_hidden_layers"] * (4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h)
     assert summary["model_info"]["parameters"] == body + 2 * h + 2     # BertForQuestionAnswering's start/end head
     assert summary["data_source"].startswith("synthetic SQuAD-like question/context windows")
+
+
+def test_deepspeech2_paper_preset_is_the_trained_5_layer_network():
+    """The TBD paper trained 2 conv + 5 GRU layers (Table II, footnote b); the Deep Speech 2 paper's
+    7 are the named variant ds2_7layer, and the smoke preset keeps its own small stack under it."""
+    ds2 = catalog.get("deepspeech2")
+    assert ds2.hp("paper")["rnn_layers"] == 5
+    assert set(ds2.variants) == {"ds2_7layer"}
+    assert ds2.hp("paper", "ds2_7layer")["rnn_layers"] == 7
+    assert ds2.hp("smoke", "ds2_7layer")["rnn_layers"] == ds2.hp("smoke")["rnn_layers"] == 2
+    assert "5 bidirectional GRU" in ds2.presets["paper"]["description"]
+
+
+def test_batch_sweeps_are_the_papers():
+    """Faster R-CNN trained at one image per iteration (the paper preset sweeps 1 only; larger batches
+    are the `batched` setting); ResNet-50's paper sweep covers the small batches the paper reports."""
+    frcnn = catalog.get("faster_rcnn")
+    assert frcnn.hp("paper")["batch_sizes"] == [1] and frcnn.default_batch("paper") == 1
+    assert set(frcnn.variants) == {"batched"}
+    batched = frcnn.hp("paper", "batched")
+    assert batched["batch_sizes"] == [1, 2, 4] and batched["default_batch"] == 2 and "preset" not in batched
+    assert frcnn.hp("smoke", "batched")["batch_sizes"] == frcnn.hp("smoke")["batch_sizes"]
+    assert {8, 16, 32} <= set(catalog.get("resnet50").hp("paper")["batch_sizes"])

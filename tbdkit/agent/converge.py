@@ -86,7 +86,7 @@ def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: 
         train_s += time.perf_counter() - t0
         steps += 1
         samples += batch.samples
-        work += batch.work  # in the model's throughput unit (A3C: emulator frames, 4 per agent step)
+        work += batch.work  # in the model's throughput unit (A3C: agent steps, the observations trained on)
         losses.append(adapter.loss_value(loss))
         if train_s >= next_eval:
             reached = checkpoint()

@@ -23,7 +23,7 @@ from tbdkit.agent.collectors.cpu import CpuCollector
 from tbdkit.agent.collectors.gpm import GpmCollector
 from tbdkit.agent.collectors.nvml import NvmlCollector
 from tbdkit.metric import metric
-from tbdkit.agent.stats import Estimate, RunningRatio, warmup_done
+from tbdkit.agent.stats import DRIFT_PROJECTION, MAX_HORIZON, Estimate, RunningRatio, warmup_done
 from tbdkit.spec import MeasurePolicy
 
 
@@ -178,8 +178,11 @@ class TrainingLoop:
                 break
         self.result.warmup = {
             "iterations": len(costs), "seconds": round(time.perf_counter() - start, 4), "end_reason": reason,
-            "rule": (f"stable when the mean seconds per unit of work of the last {p.warmup_window} iterations "
-                     f"is within {p.warmup_tolerance:.0%} of the {p.warmup_window} before "
+            "rule": (f"stable when the seconds per unit of work stop drifting over the later half of the iterations "
+                     f"so far (at least {2 * p.warmup_window}, at most {MAX_HORIZON}): the halves' means agree "
+                     f"within {p.warmup_tolerance:.0%} (95% interval), Mann-Kendall finds no trend (5%) and "
+                     f"Sen's slope interval moves the cost by less than {p.warmup_tolerance:.0%} over "
+                     f"{DRIFT_PROJECTION:g}x the iterations so far, at most {MAX_HORIZON} "
                      f"(min {p.min_warmup_iterations} iterations; caps {p.max_warmup_s} s, "
                      f"{p.max_warmup_iterations} iterations)"),
         }

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
-from statistics import NormalDist, fmean
+from statistics import NormalDist, fmean, median
 
 
 def t_quantile(p: float, dof: int) -> float:
@@ -22,18 +23,91 @@ def t_quantile(p: float, dof: int) -> float:
     return z + g1 / dof + g2 / dof**2 + g3 / dof**3
 
 
-def warmup_done(costs: list[float], window: int, tolerance: float, min_iterations: int) -> bool:
-    """True when the mean cost per unit of work of the last `window` iterations is within
-    `tolerance` (relative) of the `window` before, and not still falling faster than that.
+# The warm-up tests look back at most MAX_HORIZON iterations. Mann-Kendall and Sen's slope are
+# O(horizon^2) per check, so they run every horizon / MK_CHECKS_PER_HORIZON iterations (every 10 at
+# the cap: a few ms per iteration on average). A drift must stay below the tolerance when carried
+# over DRIFT_PROJECTION x the iterations so far. Chosen on the simulated series of
+# tests/fixtures/warmup/simulate.py (docs/measurements.md, "Warm-up").
+MAX_HORIZON = 400
+MK_CHECKS_PER_HORIZON = 40
+DRIFT_PROJECTION = 1.5
 
-    Costs are seconds per unit of work, so batches of different sizes (utterance lengths)
-    compare fairly.
+
+def warmup_horizon(n: int, window: int) -> int:
+    """The trailing iterations the warm-up tests look at: the later half of all seen so far, at least
+    2 x `window`, at most MAX_HORIZON, even (two equal blocks)."""
+    h = min(max(2 * window, n // 2), MAX_HORIZON, n)
+    return h - h % 2
+
+
+def _means_match(older: list[float], newer: list[float], tolerance: float) -> bool:
+    """The 95% interval of mean(newer) - mean(older) (Welch) lies within +-tolerance x mean(newer)."""
+    k0, k1 = len(older), len(newer)
+    m0, m1 = fmean(older), fmean(newer)
+    v0 = sum((x - m0) ** 2 for x in older) / (k0 - 1) / k0
+    v1 = sum((x - m1) ** 2 for x in newer) / (k1 - 1) / k1
+    se = math.sqrt(v0 + v1)
+    dof = round((v0 + v1) ** 2 / (v0**2 / (k0 - 1) + v1**2 / (k1 - 1))) if v0 + v1 > 0 else k0 + k1 - 2
+    return abs(m1 - m0) + t_quantile(0.975, max(dof, 1)) * se < tolerance * m1
+
+
+def _sen_drift_bounded(x: list[float], z: float, var_s: float, tolerance: float, seen: int) -> bool:
+    """Sen's slope's 95% interval (the median pairwise slope; its bounds from Mann-Kendall's
+    variance, Sen 1968), carried over DRIFT_PROJECTION x the `seen` iterations so far (at most
+    MAX_HORIZON of them), lies within +-tolerance x the median: even the steepest drift the data
+    allow would move the cost by less than the tolerance over half as long again as the run so far.
+    Rank-based, so a rare slow iteration (a pause) does not hide or fake a drift."""
+    h = len(x)
+    slopes = sorted((x[j] - x[i]) / (j - i) for i in range(h - 1) for j in range(i + 1, h))
+    c = z * math.sqrt(var_s)
+    lo = slopes[max(0, int((len(slopes) - c) / 2))]
+    hi = slopes[min(len(slopes) - 1, math.ceil((len(slopes) + c) / 2))]
+    return max(abs(lo), abs(hi)) * DRIFT_PROJECTION * min(seen, MAX_HORIZON) < tolerance * median(x)
+
+
+def mann_kendall(x: list[float]) -> tuple[float, float]:
+    """Mann-Kendall's trend statistic as a standard normal z (continuity-corrected), and Var(S)
+    with ties accounted."""
+    n = len(x)
+    s = 0
+    for i in range(n - 1):
+        xi = x[i]
+        for xj in x[i + 1:]:
+            s += (xj > xi) - (xj < xi)
+    ties = Counter(x).values()
+    var = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in ties)) / 18
+    if var <= 0 or s == 0:
+        return 0.0, max(var, 0.0)
+    return ((s - 1) if s > 0 else (s + 1)) / math.sqrt(var), var
+
+
+def warmup_done(costs: list[float], window: int, tolerance: float, min_iterations: int,
+                alpha: float = 0.05) -> bool:
+    """True when iteration cost has stopped drifting, by three tests over the trailing horizon
+    (`warmup_horizon`: the later half of the iterations so far, at least 2 x `window`, at most
+    MAX_HORIZON), after at least `min_iterations` and 2 x `window` iterations:
+
+    1. the mean of its newer half matches the older half: the 95% interval of their difference
+       lies within +-`tolerance` (relative);
+    2. there is no trend: Mann-Kendall's two-sided test does not reject "no trend" at `alpha`;
+    3. the drift is bounded: Sen's slope's 95% interval, carried over DRIFT_PROJECTION x the
+       iterations so far (at most MAX_HORIZON of them), moves the cost by less than `tolerance`.
+    2 and 3 cost O(horizon^2): they run every horizon/MK_CHECKS_PER_HORIZON iterations.
+
+    A slow drift fails 2 or 3 long after two short blocks agree; noise makes the intervals wider,
+    which delays the end rather than ending early. Costs are seconds per unit of work, so batches
+    of different sizes (utterance lengths) compare fairly.
     """
-    if len(costs) < max(min_iterations, 2 * window):
+    n = len(costs)
+    if n < max(min_iterations, 2 * window, 4):
         return False
-    recent = fmean(costs[-window:])
-    before = fmean(costs[-2 * window:-window])
-    return abs(recent - before) / recent < tolerance
+    h = warmup_horizon(n, window)
+    x = costs[-h:]
+    if not _means_match(x[: h // 2], x[h // 2:], tolerance) or n % max(1, h // MK_CHECKS_PER_HORIZON):
+        return False
+    z_crit = NormalDist().inv_cdf(1 - alpha / 2)
+    z, var_s = mann_kendall(x)
+    return abs(z) < z_crit and _sen_drift_bounded(x, z_crit, var_s, tolerance, n)
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def batch():
 
 
 def test_actors_play_in_processes(batch):
-    assert batch.samples == 2 * 5 and batch.work == 2 * 5 * 4
+    assert batch.samples == 2 * 5 and batch.work == 2 * 5 and batch.extra_work == {"frames": 2 * 5 * 4}
     assert all(p.is_alive() for p in batch.actors.processes)
     obs, rewards, dones = batch.actors.step(np.array([0, 1]))
     assert obs.shape == (2, 4, 84, 84) and rewards.shape == dones.shape == (2,)

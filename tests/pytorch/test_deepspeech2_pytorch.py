@@ -43,8 +43,13 @@ def test_parameter_count_matches_the_hyperparameters(preset):
 
 
 def test_paper_network_size():
-    # 2 conv + 7 bi-GRU(1760) + FC(1760): 373.6 M parameters.
-    assert expected_parameters(MODEL.hp("paper")) == 373_628_093
+    # The network the TBD paper trained (Table II, footnote b): 2 conv + 5 bi-GRU(1760) + FC(1760), 262.1 M.
+    assert MODEL.hp("paper")["rnn_layers"] == 5
+    assert expected_parameters(MODEL.hp("paper")) == 262_072_253
+    # The Deep Speech 2 paper's 7 recurrent layers are a named variant: 373.6 M parameters.
+    assert MODEL.hp("paper", "ds2_7layer")["rnn_layers"] == 7
+    assert expected_parameters(MODEL.hp("paper", "ds2_7layer")) == 373_628_093
+    assert MODEL.hp("smoke", "ds2_7layer")["rnn_layers"] == MODEL.hp("smoke")["rnn_layers"] == 2
 
 
 def test_output_shapes_and_lengths():

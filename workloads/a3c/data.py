@@ -218,7 +218,8 @@ class Observations:
 
     @property
     def work(self) -> float:
-        return float(self.samples * self.frame_skip)
+        """Observations (agent steps): the throughput unit."""
+        return float(self.samples)
 
 
 def reference_batch(hp: Hparams) -> Observations:
@@ -248,8 +249,13 @@ class Batch:
 
     @property
     def work(self) -> float:
-        """Emulator frames played (agent steps x action repeat): the throughput unit."""
-        return float(self.samples * self.frame_skip)
+        """Observations the network trains on (agent steps): the throughput unit, the paper's input samples."""
+        return float(self.samples)
+
+    @property
+    def extra_work(self) -> dict[str, float]:
+        """Emulator frames played (agent steps x action repeat): the secondary frames/s figure."""
+        return {"frames": float(self.samples * self.frame_skip)}
 
 
 def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
