@@ -13,6 +13,7 @@ from typing import Any, Callable, ContextManager
 import numpy as np
 import torch
 
+from tbdkit.adapters.cuda_driver import why_no_gpu
 from tbdkit.metric import metric
 
 
@@ -46,17 +47,39 @@ class Precision:
         }
 
 
+def gpu_probe() -> tuple[int, str | None]:
+    """(GPUs PyTorch sees, why none when 0): what `--preset auto` and `--device cuda` go by."""
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return n, None if n else why_no_gpu("PyTorch", torch.version.cuda)
+
+
 def resolve_device(requested: str) -> torch.device:
-    # A worker of a torchrun job uses the GPU of its local rank.
+    """The run's device. A worker of a torchrun job uses the GPU of its local rank, counted among the
+    GPUs CUDA_VISIBLE_DEVICES leaves it (the netns launcher gives each node its own)."""
     local = int(os.environ.get("LOCAL_RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
     if requested == "auto":
-        return torch.device(f"cuda:{local}" if torch.cuda.is_available() else "cpu")
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(requested)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' was asked for but PyTorch sees no CUDA GPU")
-    if device.type == "cuda" and device.index is None:
+    if device.type != "cuda":
+        return device
+    count, why = gpu_probe()
+    if not count:
+        raise RuntimeError(f"--device {requested} cannot run: {why}")
+    if device.index is None:
         device = torch.device(f"cuda:{local}")
+    if device.index >= count:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise RuntimeError(f"device {device} was asked for but PyTorch sees {count} GPU(s)"
+                           + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else "")
+                           + ": give each worker its own GPU, or fewer workers per node")
     return device
+
+
+def pci_bus_id(props: Any) -> str | None:
+    """NVML's form of the device's PCI address, domain:bus:device.function, from CUDA's properties."""
+    if not hasattr(props, "pci_bus_id"):
+        return None
+    return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
 
 
 class CommTimer:
@@ -259,6 +282,8 @@ class PyTorchAdapter:
                 "compute_capability": f"{props.major}.{props.minor}",
                 "total_memory_mib": props.total_memory // (1024 * 1024),
                 "uuid": str(getattr(props, "uuid", "")) or None,
+                "pci_bus_id": pci_bus_id(props),
+                "identity_source": "torch.cuda.get_device_properties(device).uuid / pci_*_id",
             }
         return env
 
