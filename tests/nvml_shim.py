@@ -108,6 +108,17 @@ class FakeNvmlLibrary:
                     lambda i, p: handle_out(p, i) if i < len(self.devices) else pynvml.NVML_ERROR_INVALID_ARGUMENT, None)
         self._entry("nvmlDeviceGetHandleByUUID", (c_char_p, P), by("uuid"), None)
         self._entry("nvmlDeviceGetHandleByPciBusId_v2", (c_char_p, P), by("pci_bus_id"), None)
+        def text(attr: str) -> Callable[[int, int, int], int]:
+            def copy(h: int, buf: int, size: int) -> int:
+                data = getattr(self._dev(h), attr).encode()
+                if len(data) + 1 > size:
+                    return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+                ctypes.memmove(buf, data + b"\0", len(data) + 1)
+                return 0
+            return copy
+
+        self._entry("nvmlDeviceGetUUID", (P, P, c_uint), text("uuid"))
+        self._entry("nvmlDeviceGetName", (P, P, c_uint), text("name"))
         self._entry("nvmlDeviceGetUtilizationRates", (P, P), lambda h, p: struct(
             p, pynvml.c_nvmlUtilization_t, gpu=self._dev(h).util, memory=self._dev(h).mem_util))
         self._entry("nvmlDeviceGetMemoryInfo", (P, P), lambda h, p: struct(
