@@ -119,3 +119,19 @@ def test_nvml_null_with_reason(fake_nvml):
     m = broken.stop()
     assert m["gpu_utilization"]["value"] is None and "Library Not Found" in m["gpu_utilization"]["reason"]
     assert m["gpu_memory_used_peak"]["reason"]
+
+
+def test_a_collector_that_raises_does_not_stop_the_sampler():
+    class Broken:
+        name = "broken"
+        def start(self): pass
+        def sample(self): raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+        def stop(self): return {}
+
+    cpu = CpuCollector()
+    sampler = Sampler([Broken(), cpu], interval_s=0.03)
+    sampler.start()
+    time.sleep(0.2)
+    sampler.stop()
+    assert len(sampler.rows) >= 3 and all("rss_mib" in r for r in sampler.rows)
+    assert "GPU_IS_LOST" in sampler.errors["broken"]
