@@ -74,14 +74,26 @@ def framework_gpus(fw: str) -> tuple[int | None, str | None]:
 
     if fw not in stacks.STACKS or not stacks.is_installed(fw):
         return None, None
-    proc = subprocess.run([str(stacks.python_of(fw)), "-m", "tbdkit.adapters.probe", fw], capture_output=True,
-                          text=True, timeout=600, env=stacks.agent_env())
+    try:
+        proc = subprocess.run([str(stacks.python_of(fw)), "-m", "tbdkit.adapters.probe", fw], capture_output=True,
+                              text=True, timeout=600, env=stacks.agent_env())
+    except subprocess.TimeoutExpired:
+        return 0, f"the {fw} stack did not answer within 600 s whether it sees a GPU"
     try:
         answer = json.loads(proc.stdout.strip().splitlines()[-1])
         return int(answer["gpus"]), answer.get("reason")
     except (IndexError, KeyError, ValueError):
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return 0, f"asking the {fw} stack for its GPUs failed ({tail})"
+
+
+def require_framework_gpus(device: str, answers: dict[str, tuple[int | None, str | None]]) -> dict[str, str | None]:
+    """The frameworks that see no GPU, and why; with --device cuda[:N] the first of them stops the command."""
+    blind = {fw: why for fw, (n, why) in answers.items() if n == 0}
+    if blind and device.startswith("cuda"):
+        fw, why = next(iter(blind.items()))
+        raise UserError(f"--device {device}: {fw} sees no GPU: {why}.")
+    return blind
 
 
 def resolve_auto_preset(device: str, frameworks: list[str], launcher: str) -> str:
@@ -93,10 +105,7 @@ def resolve_auto_preset(device: str, frameworks: list[str], launcher: str) -> st
     if launcher == "docker":  # the image's framework is asked by the container preflight; the host's GPUs here
         return "paper" if gpu_count() > 0 else "smoke"
     answers = {fw: framework_gpus(fw) for fw in frameworks}
-    blind = {fw: why for fw, (n, why) in answers.items() if n == 0}
-    if blind and device.startswith("cuda"):
-        fw, why = next(iter(blind.items()))
-        raise UserError(f"--device {device}: {fw} sees no GPU: {why}.")
+    blind = require_framework_gpus(device, answers)
     if blind:
         for fw, why in blind.items():
             err_console.print(f"[yellow]{fw} sees no GPU ({why}): --preset auto runs the smoke preset[/]", highlight=False)
@@ -163,11 +172,13 @@ def bench(
     m = catalog.get(model)
     if launcher == "auto":  # several "machines" here are network namespaces; one is this machine
         launcher = "netns" if nodes > 1 else "native"
+    wanted = _split(framework)
+    candidates = (list(m.frameworks) if wanted == ["all"] else wanted or
+                  [fw for fw in m.frameworks if fw in stacks.STACKS and stacks.is_installed(fw)] or list(m.frameworks[:1]))
     if preset == "auto":
-        wanted = _split(framework)
-        candidates = (list(m.frameworks) if wanted == ["all"] else wanted or
-                      [fw for fw in m.frameworks if fw in stacks.STACKS and stacks.is_installed(fw)] or list(m.frameworks[:1]))
         preset = resolve_auto_preset(device, candidates, launcher)
+    elif device.startswith("cuda") and launcher != "docker":  # the framework itself says why it has no GPU
+        require_framework_gpus(device, {fw: framework_gpus(fw) for fw in candidates})
     hp = m.hp(preset, variant)
     batches = parse_batches(batch) or [int(hp["default_batch"])]
     measure = {k: v for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s,

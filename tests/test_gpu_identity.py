@@ -74,3 +74,22 @@ def test_auto_preset_asks_the_framework_not_the_host(fake_nvml, capsys):
     with pytest.raises(UserError, match="--device cuda: pytorch sees no GPU: .*(driver|CPU-only)"):
         resolve_auto_preset("cuda", ["pytorch"], "native")
     assert resolve_auto_preset("cpu", ["pytorch"], "native") == "smoke"
+
+
+def test_bench_device_cuda_stops_with_the_frameworks_reason(tmp_path):
+    """`tbdkit bench --device cuda` on this GPU-less machine: one sentence naming the cause, no run."""
+    import os
+    import subprocess
+    import sys
+
+    from tbdkit import stacks
+
+    if not stacks.is_installed("pytorch"):
+        pytest.skip("the PyTorch stack is not installed")
+    proc = subprocess.run([sys.executable, "-m", "tbdkit.cli", "bench", "--model", "resnet50", "--framework", "pytorch",
+                           "--preset", "smoke", "--device", "cuda", "--results", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "Traceback" not in out
+    assert "pytorch sees no GPU" in out and "driver" in out
+    assert not [p for p in tmp_path.iterdir() if p.is_dir()]
