@@ -139,3 +139,17 @@ def test_env_records_the_cudnn_decision_on_cpu():
     env = a.environment()
     assert env["cudnn_benchmark"] is False and "CPU" in env["cudnn_benchmark_reason"]
     assert a.cudnn_benchmark is True and "fixed" in a.cudnn_benchmark_reason
+
+
+def test_a_worker_takes_the_gpu_of_its_local_rank_among_its_visible_ones(monkeypatch):
+    """A netns node's workers see only that node's GPUs (CUDA_VISIBLE_DEVICES): local rank r takes
+    cuda:r of them, and a rank with no GPU of its own is told so (here the GPU count is the hardware's
+    answer, given)."""
+    monkeypatch.setattr(adapter, "gpu_probe", lambda: (2, None))
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa,GPU-bbbb")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert adapter.resolve_device("cuda") == torch.device("cuda:1")
+    monkeypatch.setenv("LOCAL_RANK", "2")
+    with pytest.raises(RuntimeError, match="sees 2 GPU.*CUDA_VISIBLE_DEVICES='GPU-aaaa,GPU-bbbb'"):
+        adapter.resolve_device("cuda")
