@@ -69,6 +69,54 @@ def gpu_count() -> int:
         return 0
 
 
+def framework_gpus(fw: str) -> tuple[int | None, str | None]:
+    """(GPUs the framework sees, why none), asked of the stack's own interpreter (tbdkit.adapters.probe);
+    None when its stack is not installed here (nothing to ask)."""
+    import subprocess
+
+    if fw not in stacks.STACKS or not stacks.is_installed(fw):
+        return None, None
+    try:
+        proc = subprocess.run([str(stacks.python_of(fw)), "-m", "tbdkit.adapters.probe", fw], capture_output=True,
+                              text=True, timeout=600, env=stacks.agent_env())
+    except subprocess.TimeoutExpired:
+        return 0, f"the {fw} stack did not answer within 600 s whether it sees a GPU"
+    try:
+        answer = json.loads(proc.stdout.strip().splitlines()[-1])
+        return int(answer["gpus"]), answer.get("reason")
+    except (IndexError, KeyError, ValueError):
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return 0, f"asking the {fw} stack for its GPUs failed ({tail})"
+
+
+def require_framework_gpus(device: str, answers: dict[str, tuple[int | None, str | None]]) -> dict[str, str | None]:
+    """The frameworks that see no GPU, and why; with --device cuda[:N] the first of them stops the command."""
+    blind = {fw: why for fw, (n, why) in answers.items() if n == 0}
+    if blind and device.startswith("cuda"):
+        fw, why = next(iter(blind.items()))
+        raise UserError(f"--device {device}: {fw} sees no GPU: {why}.")
+    return blind
+
+
+def resolve_auto_preset(device: str, frameworks: list[str], launcher: str) -> str:
+    """`--preset auto`: paper where every framework to run sees a GPU itself, else smoke (a CPU-only
+    build, a driver too old for the build, a container without the GPU: said, never silently paper-sized
+    on the CPU). `--device cuda` with a framework that sees no GPU fails here, naming the cause."""
+    if device == "cpu":
+        return "smoke"
+    if launcher == "docker":  # the image's framework is asked by the container preflight; the host's GPUs here
+        return "paper" if gpu_count() > 0 else "smoke"
+    answers = {fw: framework_gpus(fw) for fw in frameworks}
+    blind = require_framework_gpus(device, answers)
+    if blind:
+        for fw, why in blind.items():
+            err_console.print(f"[yellow]{fw} sees no GPU ({why}): --preset auto runs the smoke preset[/]", highlight=False)
+        return "smoke"
+    if any(n is None for n, _ in answers.values()):  # a stack not installed yet: the host's GPUs decide
+        return "paper" if gpu_count() > 0 else "smoke"
+    return "paper" if answers else "smoke"
+
+
 def choose_frameworks(model: catalog.Model, requested: list[str], setup: bool) -> list[str]:
     if requested == ["all"]:
         requested = list(model.frameworks)
@@ -126,8 +174,13 @@ def bench(
     m = catalog.get(model)
     if launcher == "auto":  # several "machines" here are network namespaces; one is this machine
         launcher = "netns" if nodes > 1 else "native"
+    wanted = _split(framework)
+    candidates = (list(m.frameworks) if wanted == ["all"] else wanted or
+                  [fw for fw in m.frameworks if fw in stacks.STACKS and stacks.is_installed(fw)] or list(m.frameworks[:1]))
     if preset == "auto":
-        preset = "paper" if device != "cpu" and gpu_count() > 0 else "smoke"
+        preset = resolve_auto_preset(device, candidates, launcher)
+    elif device.startswith("cuda") and launcher != "docker":  # the framework itself says why it has no GPU
+        require_framework_gpus(device, {fw: framework_gpus(fw) for fw in candidates})
     hp = m.hp(preset, variant)
     batches = parse_batches(batch) or [int(hp["default_batch"])]
     measure = {k: v for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s,

@@ -132,11 +132,12 @@ def sweep(
     as_json: Annotated[bool, typer.Option("--json", help="print the sweep's state as JSON")] = False,
 ) -> None:
     """Run MODEL over a grid of frameworks x precisions x batch sizes (x repeats); rerun to resume."""
-    from tbdkit.cli import choose_frameworks, gpu_count
+    from tbdkit.cli import choose_frameworks, resolve_auto_preset
 
     m = catalog.get(model)
-    if preset == "auto":
-        preset = "paper" if device != "cpu" and gpu_count() > 0 else "smoke"
+    if preset == "auto":  # every framework of the sweep is asked whether it sees a GPU
+        wanted = _split(frameworks)
+        preset = resolve_auto_preset(device, wanted if wanted and wanted != ["all"] else list(m.frameworks), launcher)
     requested = _split(frameworks)
     launcher = "native" if launcher == "auto" else launcher  # a sweep's points run on one machine
     measure = {k: v for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s}.items()

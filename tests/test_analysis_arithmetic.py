@@ -17,7 +17,49 @@ def test_h100_fp32_peak_is_the_datasheet_67_tflops() -> None:
     value, method, reason = peak_flops(H100_SXM, "fp32")
     assert reason is None
     assert value == pytest.approx(66.9e12, rel=0.002)
-    assert "132 SMs" in method and "128 FP32" in method
+    assert "H100 SXM" in method and "datasheet" in method
+    # a GPU not in the product table: SMs x clock x lanes of its compute capability
+    value, method, _ = peak_flops(Device("Some Hopper", "9.0", 132, 1980.0, "fixture"), "fp32")
+    assert value == pytest.approx(66.9e12, rel=0.002) and "132 SMs" in method and "128 FP32" in method
+
+
+# Published dense peaks, TFLOP/s (fp32 CUDA cores, tf32 tensor, fp16 tensor), of each GPU as NVML names it,
+# with the SM count and max clock it reports: the product, not the compute capability, decides.
+PUBLISHED = [
+    ("Tesla V100-SXM2-16GB", "7.0", 80, 1530, 15.7, None, 125),
+    ("Tesla V100-PCIE-32GB", "7.0", 80, 1380, 14.0, None, 112),
+    ("Tesla T4", "7.5", 40, 1590, 8.1, None, 65),
+    ("NVIDIA A10", "8.6", 72, 1695, 31.2, 62.5, 125),
+    ("NVIDIA A100-SXM4-80GB", "8.0", 108, 1410, 19.5, 156, 312),
+    ("NVIDIA A100 80GB PCIe", "8.0", 108, 1410, 19.5, 156, 312),
+    ("NVIDIA L4", "8.9", 58, 2040, 30.3, 60, 121),
+    ("NVIDIA L40S", "8.9", 142, 2520, 91.6, 183, 362),
+    ("NVIDIA H100 80GB HBM3", "9.0", 132, 1980, 67, 494.7, 989.4),
+    ("NVIDIA H100 PCIe", "9.0", 114, 1755, 51, 378, 756),
+    ("NVIDIA H200", "9.0", 132, 1980, 67, 494.7, 989.4),
+]
+
+
+@pytest.mark.parametrize("name, cc, sms, clock, fp32, tf32, fp16", PUBLISHED)
+def test_peak_table_matches_the_published_dense_peaks(name, cc, sms, clock, fp32, tf32, fp16) -> None:
+    device = Device(name, cc, sms, float(clock), "fixture")
+    for mode, tflops in (("fp32", fp32), ("tf32", tf32), ("amp", fp16)):
+        value, method, reason = peak_flops(device, mode)
+        if tflops is None:
+            assert value is None and "no tf32" in reason
+        else:
+            assert value == pytest.approx(tflops * 1e12, rel=0.003), (name, mode)
+            assert "datasheet" in method and "nvidia" in method.lower()
+
+
+def test_products_sharing_a_compute_capability_are_told_apart() -> None:
+    from tbdkit.analysis.peak import product_of
+
+    assert product_of("NVIDIA A10G") is None  # AWS's A10G is not the A10 (no NVIDIA datasheet of its own)
+    assert product_of("NVIDIA L40S").name == "L40S" and product_of("NVIDIA L40").name == "L40"
+    assert product_of("NVIDIA L4").name == "L4"
+    geforce = peak_flops(Device("NVIDIA GeForce RTX 4090", "8.9", 128, 2520.0, "fixture"), "amp")
+    assert "GeForce rate" in geforce[1]
 
 
 def test_a100_peaks_match_the_datasheet() -> None:

@@ -1,17 +1,19 @@
-"""Collectors: the CPU collector on this machine, and the NVML collector against a fake NVML
-(this machine has no GPU), including every way it reports null with a reason."""
+"""Collectors: the CPU collector on this machine, and the NVML collector through the real pynvml
+module over a stand-in NVML library (tests/nvml_shim.py: this machine has no GPU), including
+every way it reports null with a reason."""
 
 from __future__ import annotations
 
-import sys
 import time
-import types
 
 import pytest
 
 from tbdkit.agent.collectors import Sampler
 from tbdkit.agent.collectors.cpu import CpuCollector
-from tbdkit.agent.collectors.nvml import NvmlCollector
+from tbdkit.agent.collectors.nvml import NvmlCollector, coverage
+from nvml_shim import Device, fake_nvml  # noqa: F401  (fixture)
+
+import pynvml
 
 
 def test_cpu_collector_sees_a_busy_core():
@@ -33,68 +35,103 @@ def test_cpu_collector_sees_a_busy_core():
     assert m["peak_rss"]["value"] > 10
 
 
-def fake_pynvml(samples, util=55, fail_init=False, fail_samples=False):
-    mod = types.ModuleType("pynvml")
-    mod.NVML_GPU_UTILIZATION_SAMPLES = 1
-    mod.NVML_CLOCK_SM = 1
-    mod.calls = []
-
-    def init():
-        if fail_init:
-            raise RuntimeError("NVML Shared Library Not Found")
-    mod.nvmlInit = init
-    mod.nvmlDeviceGetHandleByIndex = lambda i: ("idx", i)
-    mod.nvmlDeviceGetHandleByUUID = lambda u: ("uuid", u)
-    mod.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=util, memory=20)
-    mod.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=3 * 2**30, total=80 * 2**30)
-    mod.nvmlDeviceGetPowerUsage = lambda h: 250_000
-    mod.nvmlDeviceGetClockInfo = lambda h, c: 1980
-
-    def get_samples(h, kind, since):
-        mod.calls.append((h, since))
-        if fail_samples:
-            raise RuntimeError("NVML_ERROR_NOT_FOUND")
-        now = int(time.time() * 1e6)
-        return 0, [types.SimpleNamespace(timeStamp=t(now, since), sampleValue=types.SimpleNamespace(uiVal=v))
-                   for t, v in samples]
-    mod.nvmlDeviceGetSamples = get_samples
-    return mod
+A = Device("GPU-aaaaaaaa-0000-0000-0000-000000000000", "00000000:18:00.0", util=10, sample_value=10)
+B = Device("GPU-bbbbbbbb-0000-0000-0000-000000000000", "00000000:3B:00.0", util=55, sample_value=90)
 
 
-def test_nvml_uses_driver_samples_inside_the_window(monkeypatch):
-    inside = lambda now, since: since + 1000  # noqa: E731
-    before = lambda now, since: since - 10  # noqa: E731
-    fake = fake_pynvml([(before, 0), (inside, 90), (inside, 100)])
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    c = NvmlCollector(0, uuid="58f4c2a0-aaaa")
-    assert c.handle == ("uuid", "GPU-58f4c2a0-aaaa")
-    sampler = Sampler([c], interval_s=0.05)
+def run_window(collector, seconds=0.3, interval_s=0.03):
+    sampler = Sampler([collector], interval_s=interval_s)
     sampler.start()
-    time.sleep(0.2)
+    time.sleep(seconds)
+    return sampler, sampler.stop()
+
+
+def test_nvml_measures_the_gpu_the_framework_names_not_nvml_index(fake_nvml):
+    # CUDA's cuda:0 is NVML's second GPU here (fastest first / CUDA_VISIBLE_DEVICES): by UUID, and by PCI bus id.
+    fake_nvml([A, B])
+    for c in (NvmlCollector(0, uuid="bbbbbbbb-0000-0000-0000-000000000000"), NvmlCollector(0, pci_bus_id=B.pci_bus_id)):
+        sampler, m = run_window(c)
+        assert m["gpu_utilization"]["value"] == 90.0 and "nvmlDeviceGetSamples" in m["gpu_utilization"]["method"]
+        assert sampler.rows[0]["gpu_util_percent"] == 55 and sampler.rows[0]["gpu_power_w"] == 250.0
+        assert m["gpu_memory_used_peak"]["value"] == 3072.0
+        assert B.pci_bus_id in m["gpu_utilization"]["device_selected_by"] or "bbbbbbbb" in m["gpu_utilization"]["device_selected_by"]
+
+
+def test_nvml_refuses_to_guess_by_index_among_several_gpus(fake_nvml):
+    fake_nvml([A, B])
+    m = NvmlCollector(0).stop()
+    assert m["gpu_utilization"]["value"] is None and "could not be matched" in m["gpu_utilization"]["reason"]
+    fake_nvml([A])
+    assert NvmlCollector(0).selected == "the only NVML device"
+
+
+def test_nvml_drains_the_driver_buffer_and_reports_window_coverage(fake_nvml):
+    # The driver keeps 5 samples (50 ms); a 0.4 s window read once at its end would keep an eighth of it.
+    dev = Device(A.uuid, A.pci_bus_id, buffer=5, period_us=10_000)
+    fake_nvml([dev])
+    _, m = run_window(NvmlCollector(0, uuid=dev.uuid), seconds=0.4, interval_s=0.02)
+    util = m["gpu_utilization"]
+    assert util["coverage"] >= 0.95 and util["samples"] >= 25 and "note" not in util
+    assert 0 <= util["first_sample_s"] < 0.05 and util["window_s"] - 0.05 < util["last_sample_s"] <= util["window_s"]
+    # polled too seldom (no tick inside the window): the summary says how little the samples cover
+    _, m = run_window(NvmlCollector(0, uuid=dev.uuid), seconds=0.4, interval_s=5)
+    util = m["gpu_utilization"]
+    assert util["coverage"] < 0.3 and "cover only" in util["note"]
+
+
+def test_coverage_arithmetic():
+    s = 1_000_000
+    assert coverage([int(s * k / 10) for k in range(11)], 0, s) == {
+        "first_sample_s": 0.0, "last_sample_s": 1.0, "coverage": 1.0, "gaps": 0}
+    half = coverage([int(s * k / 10) for k in range(6)], 0, s)  # nothing after 0.5 s
+    assert half["coverage"] == 0.5 and half["gaps"] == 1
+    assert coverage([], 0, s)["coverage"] == 0.0
+
+
+def test_nvml_error_in_a_sample_does_not_kill_the_sampler(fake_nvml):
+    # A MIG slice answers NOT_SUPPORTED to utilization queries: memory is still measured, utilization
+    # goes null with the NVML error, and the other collectors' columns keep coming.
+    dev = Device(A.uuid, A.pci_bus_id, fail={"nvmlDeviceGetUtilizationRates": pynvml.NVML_ERROR_NOT_SUPPORTED,
+                                               "nvmlDeviceGetSamples": pynvml.NVML_ERROR_NOT_SUPPORTED})
+    fake_nvml([dev])
+
+    class Other:
+        name = "other"
+        def start(self): pass
+        def sample(self): return {"other": 1}
+        def stop(self): return {}
+
+    sampler = Sampler([NvmlCollector(0, uuid=dev.uuid), Other()], interval_s=0.03)
+    sampler.start()
+    time.sleep(0.25)
     m = sampler.stop()
-    assert m["gpu_utilization"]["value"] == 95.0 and m["gpu_utilization"]["samples"] == 2
-    assert "nvmlDeviceGetSamples" in m["gpu_utilization"]["method"]
+    assert len(sampler.rows) >= 3 and all(r["other"] == 1 and "gpu_mem_used_mib" in r for r in sampler.rows)
+    assert m["gpu_utilization"]["value"] is None and "Not Supported" in m["gpu_utilization"]["reason"]
     assert m["gpu_memory_used_peak"]["value"] == 3072.0
-    assert sampler.rows and sampler.rows[0]["gpu_util_percent"] == 55 and sampler.rows[0]["gpu_power_w"] == 250.0
 
 
-def test_nvml_falls_back_to_polled_utilization(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([], util=40, fail_samples=True))
-    c = NvmlCollector(1)
-    assert c.handle == ("idx", 1)
-    sampler = Sampler([c], interval_s=0.05)
-    sampler.start()
-    time.sleep(0.2)
-    util = sampler.stop()["gpu_utilization"]
-    assert util["value"] == 40.0 and "polled" in util["method"]
-
-
-def test_nvml_null_with_reason(monkeypatch):
+def test_nvml_null_with_reason(fake_nvml):
     cpu = NvmlCollector(None).stop()
     assert cpu["gpu_utilization"]["value"] is None and "CPU" in cpu["gpu_utilization"]["reason"]
-    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml([], fail_init=True))
+    fake_nvml(missing=True)
     broken = NvmlCollector(0)
     broken.start()
     m = broken.stop()
-    assert m["gpu_utilization"]["value"] is None and "NVML Shared Library Not Found" in m["gpu_utilization"]["reason"]
+    assert m["gpu_utilization"]["value"] is None and "Library Not Found" in m["gpu_utilization"]["reason"]
     assert m["gpu_memory_used_peak"]["reason"]
+
+
+def test_a_collector_that_raises_does_not_stop_the_sampler():
+    class Broken:
+        name = "broken"
+        def start(self): pass
+        def sample(self): raise RuntimeError("NVML_ERROR_GPU_IS_LOST")
+        def stop(self): return {}
+
+    cpu = CpuCollector()
+    sampler = Sampler([Broken(), cpu], interval_s=0.03)
+    sampler.start()
+    time.sleep(0.2)
+    sampler.stop()
+    assert len(sampler.rows) >= 3 and all("rss_mib" in r for r in sampler.rows)
+    assert "GPU_IS_LOST" in sampler.errors["broken"]

@@ -1,68 +1,22 @@
-"""The NVML GPM collector against a fake NVML that keeps pynvml's real structures: the window's
-values come from the first and last GPM sample, rows from consecutive ones; unsupported GPUs
-and the CPU give null with the reason."""
+"""The NVML GPM collector through the real pynvml module over a stand-in NVML library
+(tests/nvml_shim.py): the window's values come from the first and last GPM sample, rows from
+consecutive ones; unsupported GPUs and the CPU give null with the reason."""
 
 from __future__ import annotations
-
-import ctypes
-from types import SimpleNamespace
 
 import pynvml
 import pytest
 
+from nvml_shim import Device, fake_nvml  # noqa: F401  (fixture)
 from tbdkit.agent.collectors.gpm import GPM_METRICS, GpmCollector
 
-
-class FakeGpm:
-    """Each GPM sample reads a counter that grows by 1 per read; metric id k between two samples
-    is k * (difference of their readings), so every value says which samples it came from."""
-
-    def __init__(self, supported: bool = True) -> None:
-        self.supported = supported
-        self.reads = 0
-        self.reading: dict[int, int] = {}
-        self.next_addr = 0x1000
-        self.freed: list[int] = []
-        for name in ("c_nvmlGpmMetricsGet_t", "NVML_GPM_METRICS_GET_VERSION", *GPM_METRICS.values()):
-            setattr(self, name, getattr(pynvml, name))
-
-    @staticmethod
-    def addr(sample: object) -> int:
-        return ctypes.cast(sample, ctypes.c_void_p).value
-
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
-        return f"gpu{i}"
-
-    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
-
-    def nvmlGpmQueryDeviceSupport(self, handle: str) -> SimpleNamespace:
-        return SimpleNamespace(isSupportedDevice=int(self.supported))
-
-    def nvmlGpmSampleAlloc(self) -> object:
-        self.next_addr += 0x100
-        return ctypes.cast(ctypes.c_void_p(self.next_addr), pynvml.c_nvmlGpmSample_t)
-
-    def nvmlGpmSampleFree(self, sample: object) -> None:
-        self.freed.append(self.addr(sample))
-
-    def nvmlGpmSampleGet(self, handle: str, sample: object) -> object:
-        self.reads += 1
-        self.reading[self.addr(sample)] = self.reads
-        return sample
-
-    def nvmlGpmMetricsGet(self, req: object) -> object:
-        span = self.reading[self.addr(req.sample2)] - self.reading[self.addr(req.sample1)]
-        for i in range(req.numMetrics):
-            m = req.metrics[i]
-            m.value = float(m.metricId * span)
-            m.nvmlReturn = 0 if m.metricId != pynvml.NVML_GPM_METRIC_FP16_UTIL else pynvml.NVML_ERROR_NOT_SUPPORTED
-        return req
+H100 = Device("GPU-58f4c2a0-0000-0000-0000-000000000001", "00000000:18:00.0")
 
 
-def test_window_values_span_first_to_last_sample() -> None:
-    fake = FakeGpm()
-    c = GpmCollector(0, nvml=fake)
+def test_window_values_span_first_to_last_sample(fake_nvml) -> None:
+    lib = fake_nvml([Device("GPU-other", "00000000:01:00.0"), H100])
+    c = GpmCollector(0, uuid="58f4c2a0-0000-0000-0000-000000000001")  # CUDA's 0 is NVML's 1
+    assert "58f4c2a0" in c.selected
     c.start()                       # readings 1 (window start) and 2 (previous)
     rows = [c.sample(), c.sample()]  # readings 3, 4: each row spans one tick
     out = c.stop()                  # reading 5: the window spans 5 - 1 = 4
@@ -73,15 +27,18 @@ def test_window_values_span_first_to_last_sample() -> None:
     assert out["gpm_fp32_pipe"]["unit"] == "%" and "NVML_GPM_METRIC_FP32_UTIL" in out["gpm_fp32_pipe"]["method"]
     fp16 = out["gpm_fp16_pipe"]
     assert fp16["value"] is None and "NVML error" in fp16["reason"]
-    assert len(fake.freed) == 3
+    assert len(lib.freed) == 3 and lib.calls.count("nvmlGpmSampleGet") == 5
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda: GpmCollector(None), "CPU"),
-    (lambda: GpmCollector(0, nvml=FakeGpm(supported=False)), "does not support NVML GPM"),
+@pytest.mark.parametrize("devices, uuid, words", [
+    (None, None, "CPU"),
+    ([Device(H100.uuid, H100.pci_bus_id, gpm=False)], H100.uuid, "does not support NVML GPM"),
+    ([Device("GPU-a", "00000000:01:00.0"), H100], None, "could not be matched"),
 ])
-def test_unmeasurable_gives_null_with_reason(make, words) -> None:
-    c = make()
+def test_unmeasurable_gives_null_with_reason(fake_nvml, devices, uuid, words) -> None:
+    if devices is not None:
+        fake_nvml(devices)
+    c = GpmCollector(None if devices is None else 0, uuid=uuid)
     c.start()
     assert c.sample() == {}
     out = c.stop()

@@ -10,7 +10,7 @@ from tbdkit.analysis import ncu
 from tbdkit.analysis.peak import Device, peak_flops
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ncu" / "raw_page.csv"
-PEAK = peak_flops(Device("H100 SXM", "9.0", 132, 1980.0, "fixture"), "fp32")[0]
+PEAK = peak_flops(Device("Hopper fixture", "9.0", 132, 1980.0, "fixture"), "fp32")[0]  # by SMs x clock
 
 
 def test_parse_skips_prof_lines_and_reads_units_and_separators() -> None:

@@ -11,7 +11,8 @@ class Adapter(Protocol):
 
     framework: str
     device_label: str        # "cpu", "cuda:0", ...
-    cuda_index: int | None   # the NVML-visible GPU the run uses, None on CPU
+    cuda_index: int | None   # the run's GPU as a CUDA ordinal of this process, None on CPU (collectors find
+                             # it in NVML by the UUID / PCI bus id in environment()['device_properties'])
 
     def prepare(self, batch: Any) -> Any: ...
     def step(self, inputs: Any) -> float | None: ...     # trains one step, waits for the device

@@ -17,6 +17,7 @@ from typing import Any, ContextManager, Iterator
 import mxnet as mx
 import numpy as np
 
+from tbdkit.adapters.cuda_driver import identity, why_no_gpu
 from tbdkit.metric import metric
 
 
@@ -70,12 +71,26 @@ class Precision:
         }
 
 
+def gpu_probe() -> tuple[int, str | None]:
+    """(GPUs MXNet sees, why none when 0): what `--preset auto` and `--device cuda` go by."""
+    try:
+        n = mx.context.num_gpus()
+    except mx.base.MXNetError:  # a CUDA build without a usable driver raises here
+        n = 0
+    if n:
+        return n, None
+    # MXNet 1.9 reports only whether it was built with CUDA, not the version: the major it needs is unknown.
+    return 0, why_no_gpu("MXNet", "unreported" if mx.runtime.Features().is_enabled("CUDA") else None)
+
+
 def resolve_device(requested: str) -> tuple[mx.Context, int | None]:
-    gpus = mx.context.num_gpus()
+    gpus, why = gpu_probe()
     if requested == "auto":
         requested = "cuda:0" if gpus else "cpu"
     if requested == "cpu":
         return mx.cpu(), None
+    if not gpus:
+        raise RuntimeError(f"--device {requested} cannot run: {why}")
     index = int(requested.partition(":")[2] or 0)
     if index >= gpus:
         raise RuntimeError(f"device '{requested}' was asked for but MXNet sees {gpus} GPU(s)")
@@ -175,6 +190,9 @@ class MXNetAdapter:
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "math_mode": self.precision.describe(),
         }
+        if self.cuda_index is not None:
+            # MXNet exposes no UUID or PCI address: the driver API names the physical GPU of its CUDA ordinal.
+            env["device_properties"] = identity(self.cuda_index)
         return env
 
 

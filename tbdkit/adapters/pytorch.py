@@ -13,6 +13,7 @@ from typing import Any, Callable, ContextManager
 import numpy as np
 import torch
 
+from tbdkit.adapters.cuda_driver import why_no_gpu
 from tbdkit.metric import metric
 
 
@@ -46,50 +47,143 @@ class Precision:
         }
 
 
+def gpu_probe() -> tuple[int, str | None]:
+    """(GPUs PyTorch sees, why none when 0): what `--preset auto` and `--device cuda` go by."""
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return n, None if n else why_no_gpu("PyTorch", torch.version.cuda)
+
+
 def resolve_device(requested: str) -> torch.device:
-    # A worker of a torchrun job uses the GPU of its local rank.
+    """The run's device. A worker of a torchrun job uses the GPU of its local rank, counted among the
+    GPUs CUDA_VISIBLE_DEVICES leaves it (the netns launcher gives each node its own)."""
     local = int(os.environ.get("LOCAL_RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
     if requested == "auto":
-        return torch.device(f"cuda:{local}" if torch.cuda.is_available() else "cpu")
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(requested)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' was asked for but PyTorch sees no CUDA GPU")
-    if device.type == "cuda" and device.index is None:
+    if device.type != "cuda":
+        return device
+    count, why = gpu_probe()
+    if not count:
+        raise RuntimeError(f"--device {requested} cannot run: {why}")
+    if device.index is None:
         device = torch.device(f"cuda:{local}")
+    if device.index >= count:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise RuntimeError(f"device {device} was asked for but PyTorch sees {count} GPU(s)"
+                           + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else "")
+                           + ": give each worker its own GPU, or fewer workers per node")
     return device
+
+
+def pci_bus_id(props: Any) -> str | None:
+    """NVML's form of the device's PCI address, domain:bus:device.function, from CUDA's properties."""
+    if not hasattr(props, "pci_bus_id"):
+        return None
+    return f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"
+
+
+SHAPES = {"fixed": True, "bucketed": True, "variable": False}
+
+
+def cudnn_benchmark(hp: dict[str, Any]) -> tuple[bool, str]:
+    """Whether cuDNN autotunes (torch.backends.cudnn.benchmark), from the workload's declared input
+    shapes (workload.toml `input_shapes`): fixed shapes tune once in warm-up; variable shapes would
+    re-tune inside the sample window, so autotuning stays off; bucketed shapes tune once per bucket,
+    which warm-up must see."""
+    shapes = hp.get("input_shapes")
+    if shapes not in SHAPES:
+        return False, f"input_shapes is {shapes!r}, not one of {sorted(SHAPES)}: autotuning off"
+    on = SHAPES[shapes]
+    return on, f"input_shapes = {shapes!r} in workload.toml: autotuning {'on' if on else 'off'}"
+
+
+def union_seconds(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of (start, end) intervals: overlapping buckets count once."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
 
 
 class CommTimer:
     """A DDP communication hook: the default all-reduce, each bucket's interval from launch to
     completion recorded. Buckets overlap each other and the backward pass, so the time in
-    communication is the union of those intervals, not their sum."""
+    communication is the union of those intervals, not their sum.
 
-    def __init__(self) -> None:
+    gloo (CPU) completes the future when the all-reduce has finished: host clock times it. NCCL
+    completes it as soon as the all-reduce is queued on its communication stream, so host clock would
+    read ~0: there each bucket is timed on the GPU with CUDA events instead, the start recorded on
+    the current stream as the hook launches the all-reduce (NCCL's stream waits on it), the end
+    recorded inside the future's callback, whose current stream PyTorch synchronizes with the NCCL
+    stream (torch.futures.Future.then), so it completes when the all-reduce has. Event times are
+    read against an origin event recorded when the window starts (reset)."""
+
+    KEEP = 512  # resolved event pairs become plain intervals beyond this many, so events are recycled
+
+    def __init__(self, cuda: bool = False, event: Callable[[], Any] | None = None) -> None:
+        self.cuda = cuda
+        self._event = event or (lambda: torch.cuda.Event(enable_timing=True))
         self.intervals: list[tuple[float, float]] = []
+        self.pending: list[tuple[Any, Any]] = []
+        self._origin: Any = None
+
+    @property
+    def method(self) -> str:
+        return ("CUDA events around each bucket's NCCL all-reduce (start on the launching stream, end on the "
+                "stream synchronized with NCCL's), union of the intervals" if self.cuda else
+                "host clock from each bucket's all-reduce launch to its future's completion (gloo), union of the intervals")
+
+    def _resolve(self, wait: bool) -> None:
+        keep = []
+        for start, end in self.pending:
+            if wait:
+                end.synchronize()
+            elif not end.query():
+                keep.append((start, end))
+                continue
+            self.intervals.append((self._origin.elapsed_time(start) / 1e3, self._origin.elapsed_time(end) / 1e3))
+        self.pending = keep
 
     @property
     def seconds(self) -> float:
-        total, end = 0.0, float("-inf")
-        for a, b in sorted(self.intervals):
-            if b > end:
-                total += b - max(a, end)
-                end = b
-        return total
+        if self.cuda:
+            self._resolve(wait=True)
+        return union_seconds(self.intervals)
 
     def reset(self) -> None:
-        self.intervals = []
+        self.intervals, self.pending = [], []
+        if self.cuda:
+            self._origin = self._event()
+            self._origin.record()
 
     def hook(self) -> Callable[..., Any]:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
         def timed_allreduce(state, bucket):  # noqa: ANN001  (DDP rejects hooks annotated other than it expects)
-            start = time.perf_counter()
+            if not self.cuda:
+                t0 = time.perf_counter()
 
-            def done(fut):  # noqa: ANN001
-                self.intervals.append((start, time.perf_counter()))
+                def done(fut):  # noqa: ANN001
+                    self.intervals.append((t0, time.perf_counter()))
+                    return fut.value()
+
+                return default_hooks.allreduce_hook(state, bucket).then(done)
+            if self._origin is None:
+                self.reset()
+            start = self._event()
+            start.record()
+
+            def finished(fut):  # noqa: ANN001  (runs with a stream synchronized with the NCCL stream as current)
+                end = self._event()
+                end.record()
+                self.pending.append((start, end))
+                if len(self.pending) > self.KEEP:
+                    self._resolve(wait=False)
                 return fut.value()
 
-            return default_hooks.allreduce_hook(state, bucket).then(done)
+            return default_hooks.allreduce_hook(state, bucket).then(finished)
 
         return timed_allreduce
 
@@ -110,7 +204,8 @@ class PyTorchAdapter:
         self.cuda_index = self.device.index if self.device.type == "cuda" else None
         if self.cuda_index is not None:
             torch.cuda.set_device(self.device)
-            torch.backends.cudnn.benchmark = True
+        self.cudnn_benchmark, self.cudnn_benchmark_reason = cudnn_benchmark(hp)
+        torch.backends.cudnn.benchmark = self.cudnn_benchmark and self.cuda_index is not None
         self.precision = Precision(precision, self.device)
         self.workload = workload
         self.training = workload.build(hp, self.device)
@@ -152,7 +247,7 @@ class PyTorchAdapter:
         dist.init_process_group(self.backend, timeout=dt.timedelta(seconds=120))
         ddp = DistributedDataParallel(self.training.model,
                                       device_ids=[self.cuda_index] if self.cuda_index is not None else None)
-        self.comm = CommTimer()
+        self.comm = CommTimer(cuda=self.backend == "nccl")
         ddp.register_comm_hook(None, self.comm.hook())
         self.training.model = ddp
 
@@ -249,6 +344,8 @@ class PyTorchAdapter:
             "device": self.device_label,
             "device_name": torch.cuda.get_device_name(self.device) if self.cuda_index is not None else "cpu",
             "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "cudnn_benchmark_reason": self.cudnn_benchmark_reason if self.cuda_index is not None
+            else "the run is on the CPU: cuDNN is not used",
             "torch_threads": torch.get_num_threads(),
             "math_mode": self.precision.describe(),
         }
@@ -259,6 +356,8 @@ class PyTorchAdapter:
                 "compute_capability": f"{props.major}.{props.minor}",
                 "total_memory_mib": props.total_memory // (1024 * 1024),
                 "uuid": str(getattr(props, "uuid", "")) or None,
+                "pci_bus_id": pci_bus_id(props),
+                "identity_source": "torch.cuda.get_device_properties(device).uuid / pci_*_id",
             }
         return env
 

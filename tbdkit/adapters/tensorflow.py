@@ -9,6 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tbdkit.adapters.cuda_driver import identity, why_no_gpu
 from tbdkit.metric import metric
 
 
@@ -38,16 +39,25 @@ class Precision:
         }
 
 
+def gpu_probe() -> tuple[int, str | None]:
+    """(GPUs TensorFlow sees, why none when 0): what `--preset auto` and `--device cuda` go by."""
+    n = len(tf.config.list_physical_devices("GPU"))
+    build = tf.sysconfig.get_build_info()
+    return n, None if n else why_no_gpu("TensorFlow", build.get("cuda_version") if build.get("is_cuda_build") else None)
+
+
 def resolve_device(requested: str) -> tuple[str, int | None]:
-    """The TensorFlow device name and the GPU index NVML sees (None on the CPU)."""
-    gpus = tf.config.list_physical_devices("GPU")
+    """The TensorFlow device name and the GPU's CUDA ordinal in this process (None on the CPU)."""
+    gpus, why = gpu_probe()
     if requested == "auto":
         requested = "cuda:0" if gpus else "cpu"
     if requested == "cpu":
         return "/CPU:0", None
+    if not gpus:
+        raise RuntimeError(f"--device {requested} cannot run: {why}")
     index = int(requested.partition(":")[2] or 0)
-    if index >= len(gpus):
-        raise RuntimeError(f"device '{requested}' was asked for but TensorFlow sees {len(gpus)} GPU(s)")
+    if index >= gpus:
+        raise RuntimeError(f"device '{requested}' was asked for but TensorFlow sees {gpus} GPU(s)")
     return f"/GPU:{index}", index
 
 
@@ -149,7 +159,9 @@ class TensorFlowAdapter:
             details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[self.cuda_index])
             env["device_name"] = details.get("device_name")
             cc = details.get("compute_capability")
-            env["device_properties"] = {"compute_capability": f"{cc[0]}.{cc[1]}" if cc else None}
+            # TensorFlow names its GPUs by CUDA ordinal only; the driver API says which physical GPU that is.
+            env["device_properties"] = {"compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
+                                        **identity(self.cuda_index)}
         return env
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tbdkit.agent import sink
+from tbdkit.agent.collectors.device import nvml_handle
 from tbdkit.analysis import memory as memory_doc
 from tbdkit.analysis.peak import Device, mfu_metric, peak_metric
 from tbdkit.analysis.timeline import KERNEL_COLUMNS, kernel_table, utilization
@@ -41,11 +42,7 @@ def device_of(env: dict[str, Any], cuda_index: int | None) -> tuple[Device | Non
         import pynvml
 
         pynvml.nvmlInit()
-        uuid = props.get("uuid")
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if str(uuid)[:4] in ("GPU-", "MIG-") else f"GPU-{uuid}")
-        except Exception:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(cuda_index)
+        handle, _ = nvml_handle(pynvml, cuda_index, props.get("uuid"), props.get("pci_bus_id"))
         clock = float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
     except Exception as exc:
         return None, f"NVML could not report the maximum SM clock ({type(exc).__name__}: {exc})"

@@ -70,7 +70,8 @@ def interface_towards(address: str) -> dict[str, Any]:
     return {"interface": None, "address": local, "reason": "no interface holds the route's source address"}
 
 
-def job_metrics(per_worker: list[float], unit: str, comm_share: list[float | None], window_s: float) -> dict[str, Any]:
+def job_metrics(per_worker: list[float], unit: str, comm_share: list[float | None], window_s: float,
+                comm_timing: str | None = None) -> dict[str, Any]:
     """Rank 0's metrics over the job: each worker's window throughput, gathered from all of them."""
     n = len(per_worker)
     shares = [c for c in comm_share if c is not None]
@@ -85,5 +86,6 @@ def job_metrics(per_worker: list[float], unit: str, comm_share: list[float | Non
             "union of the intervals from each gradient bucket's all-reduce launch to its completion (DDP comm hook) "
             f"over the window / window wall time ({window_s:.1f} s), mean over workers; it overlaps the backward pass, "
             "so it is time in communication, not time added by it",
+            **({"timing": comm_timing} if comm_timing else {}),
             **({} if shares else {"reason": "no worker timed its all-reduces"})),
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import socket
@@ -98,6 +99,23 @@ def container() -> dict[str, Any] | None:
     }
 
 
+LAUNCH_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME",
+               "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NVIDIA_TF32_OVERRIDE")
+
+
+def launch_env() -> dict[str, Any]:
+    """The settings the launcher gave this process that change where and how it computes and talks:
+    its GPUs, NCCL's transports and host id, threads; and the netns launcher's node (TBDKIT_LAUNCH_NODE)."""
+    env: dict[str, Any] = {k: v for k, v in sorted(os.environ.items()) if k in LAUNCH_VARS or k.startswith("NCCL_")}
+    node = os.environ.get("TBDKIT_LAUNCH_NODE")
+    if node:
+        try:
+            env["netns_node"] = json.loads(node)
+        except ValueError:
+            env["netns_node"] = {"unparsed": node}
+    return env
+
+
 def collect(framework_env: dict[str, Any], seed: int) -> dict[str, Any]:
     mem = psutil.virtual_memory()
     return {
@@ -120,6 +138,7 @@ def collect(framework_env: dict[str, Any], seed: int) -> dict[str, Any]:
         "gpu": gpus(),
         "container": container(),
         "framework": framework_env,
+        "launch_env": launch_env(),
         "seed": seed,
         "packages": packages(),
     }

@@ -236,8 +236,11 @@ class TrainingLoop:
 
 
 def default_collectors(adapter: Any) -> list[Collector]:
-    uuid = (adapter.environment().get("device_properties") or {}).get("uuid") if adapter.cuda_index is not None else None
-    return [CpuCollector(), NvmlCollector(adapter.cuda_index, uuid), GpmCollector(adapter.cuda_index, uuid)]
+    """The GPU collectors find the framework's GPU by the UUID / PCI bus id its adapter reports
+    (device_properties in env.json), never by the CUDA index alone (tbdkit.agent.collectors.device)."""
+    props = (adapter.environment().get("device_properties") or {}) if adapter.cuda_index is not None else {}
+    uuid, pci = props.get("uuid"), props.get("pci_bus_id")
+    return [CpuCollector(), NvmlCollector(adapter.cuda_index, uuid, pci), GpmCollector(adapter.cuda_index, uuid, pci)]
 
 
 def synthetic_pool(batches: Iterator[Any], size: int) -> Iterator[Any]:

@@ -202,7 +202,8 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                 comm = adapter.comm.seconds / window_s * 100 if adapter.comm is not None and window_s else None
                 gathered = adapter.gather((estimate.throughput, comm))
                 summary["metrics"].update(distributed.job_metrics(
-                    [g[0] for g in gathered], model.throughput_unit, [g[1] for g in gathered], window_s))
+                    [g[0] for g in gathered], model.throughput_unit, [g[1] for g in gathered], window_s,
+                    getattr(adapter.comm, "method", None)))
                 # The job's throughput is what all workers train together; rank 0's own estimate stays beside it.
                 summary["metrics"]["worker0_throughput"] = summary["metrics"]["throughput"]
                 summary["metrics"]["throughput"] = {**summary["metrics"]["aggregate_throughput"],

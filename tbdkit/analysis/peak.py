@@ -1,14 +1,18 @@
-"""Peak FLOP/s of a GPU from what the device reports (SM count, SM clock, compute capability),
-and model FLOPs utilization (MFU) against the peak of the math mode that ran.
+"""Peak FLOP/s of a GPU, and model FLOPs utilization (MFU) against the peak of the math mode that ran.
 
-Per-SM rates by compute capability (dense, per clock, 1 FMA = 2 FLOPs), from NVIDIA's
-architecture whitepapers: FP32 lanes are the CUDA cores per SM; tensor rates are dense (no
-sparsity). fp32 runs (TF32 off) are held against the FP32 CUDA-core peak, tf32 runs against
-the TF32 tensor peak, amp runs against the FP16 tensor peak (FP32 accumulation).
+The peak comes first from the product: NVIDIA's datasheet dense (no sparsity) peaks of the GPU the
+device name says it is (PRODUCTS, one source per row), because one compute capability covers parts
+with different tensor rates (8.6 and 8.9: GeForce cards do FP16/TF32 tensor math with FP32
+accumulation at half the rate of A10, A40, L4 and L40S). Only a GPU missing from that table falls
+back to the per-SM rates of its compute capability (dense, per clock, 1 FMA = 2 FLOPs, from NVIDIA's
+architecture whitepapers) x SM count x max SM clock, saying so. fp32 runs (TF32 off) are held
+against the FP32 CUDA-core peak, tf32 runs against the TF32 tensor peak, amp runs against the FP16
+tensor peak (FP32 accumulation).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +23,8 @@ FP32_LANES_PER_SM: dict[str, int] = {
     "6.0": 64, "6.1": 128, "7.0": 64, "7.2": 64, "7.5": 64,
     "8.0": 64, "8.6": 128, "8.7": 128, "8.9": 128, "9.0": 128,
 }
-# compute capability -> dense tensor-core FLOPs per clock per SM, by input type
+# compute capability -> dense tensor-core FLOPs per clock per SM, by input type (8.6/8.9: GeForce rates;
+# the data-center parts of those capabilities are in PRODUCTS)
 TENSOR_FLOPS_PER_CLOCK_PER_SM: dict[str, dict[str, int]] = {
     "7.0": {"fp16": 1024},
     "7.2": {"fp16": 1024},
@@ -30,6 +35,54 @@ TENSOR_FLOPS_PER_CLOCK_PER_SM: dict[str, dict[str, int]] = {
     "8.9": {"fp16": 512, "tf32": 256},
     "9.0": {"fp16": 4096, "tf32": 2048},
 }
+# Dense peaks in TFLOP/s from NVIDIA's datasheets ("* with sparsity" figures halved), matched against
+# the device name NVML / the framework reports, most specific pattern first.
+V100_DS = "NVIDIA V100 Tensor Core GPU datasheet (images.nvidia.com/content/technologies/volta/pdf/volta-v100-datasheet-update-us-1165301-r5.pdf)"
+T4_DS = "NVIDIA T4 Tensor Core GPU datasheet (nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf)"
+A10_DS = "NVIDIA A10 Tensor Core GPU datasheet (nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/a10-datasheet.pdf)"
+A40_DS = "NVIDIA A40 datasheet (images.nvidia.com/content/Solutions/data-center/a40/nvidia-a40-datasheet.pdf)"
+A100_DS = "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf)"
+L4_DS = "NVIDIA L4 Tensor Core GPU datasheet (resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet)"
+L40S_DS = "NVIDIA L40S datasheet (resources.nvidia.com/en-us-l40s/l40s-datasheet-28413)"
+L40_DS = "NVIDIA L40 datasheet (images.nvidia.com/content/Solutions/data-center/vgpu-L40-datasheet.pdf)"
+H100_DS = "NVIDIA H100 Tensor Core GPU datasheet (resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet)"
+H200_DS = "NVIDIA H200 Tensor Core GPU datasheet (nvdam.widen.net/s/nb5zzzsjdf/hpc-datasheet-sc23-h200-datasheet-3002446)"
+
+
+@dataclass(frozen=True)
+class Product:
+    name: str
+    pattern: str                  # regular expression over the reported device name
+    fp32: float                   # TFLOP/s, FP32 CUDA cores
+    tf32: float | None            # TFLOP/s, dense TF32 tensor (None: the GPU has no TF32 tensor math)
+    fp16: float | None            # TFLOP/s, dense FP16 tensor with FP32 accumulation
+    source: str
+
+
+PRODUCTS: tuple[Product, ...] = (
+    Product("V100S PCIe", r"V100S", 16.4, None, 130.0, V100_DS),
+    Product("V100 PCIe", r"V100.*PCIE", 14.0, None, 112.0, V100_DS),
+    Product("V100 SXM2", r"V100", 15.7, None, 125.0, V100_DS),
+    Product("T4", r"\bT4\b", 8.1, None, 65.0, T4_DS),
+    Product("A100", r"\bA100\b", 19.5, 156.0, 312.0, A100_DS),
+    Product("A10", r"\bA10\b(?![0-9G])", 31.2, 62.5, 125.0, A10_DS),
+    Product("A40", r"\bA40\b", 37.4, 74.8, 149.7, A40_DS),
+    Product("L40S", r"\bL40S\b", 91.6, 183.0, 362.05, L40S_DS),
+    Product("L40", r"\bL40\b(?!S)", 90.5, 90.5, 181.05, L40_DS),
+    Product("L4", r"\bL4\b", 30.3, 60.0, 121.0, L4_DS),
+    Product("H100 NVL", r"H100 NVL", 60.0, 417.5, 835.5, H100_DS),
+    Product("H100 PCIe", r"H100.*PCIE", 51.0, 378.0, 756.5, H100_DS),
+    Product("H100 SXM", r"H100 80GB HBM3|H100 SXM", 67.0, 494.5, 989.5, H100_DS),
+    Product("H200 NVL", r"H200 NVL", 60.0, 417.5, 835.5, H200_DS),
+    Product("H200 SXM", r"\bH200\b", 67.0, 494.5, 989.5, H200_DS),
+)
+
+
+def product_of(name: str) -> Product | None:
+    """The datasheet row for a reported device name ("NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-16GB")."""
+    return next((p for p in PRODUCTS if re.search(p.pattern, name, re.IGNORECASE)), None)
+
+
 MODE_UNIT = {"fp32": "fp32 CUDA cores", "tf32": "tf32 tensor cores", "amp": "fp16 tensor cores"}
 
 
@@ -44,6 +97,15 @@ class Device:
 
 def peak_flops(device: Device, mode: str) -> tuple[float | None, str, str | None]:
     """(peak FLOP/s or None, method, reason if None) of the math mode `mode` (fp32, tf32, amp)."""
+    product = product_of(device.name)
+    if product is not None:
+        tflops = {"fp32": product.fp32, "tf32": product.tf32, "amp": product.fp16}.get(mode)
+        method = f"{product.name} dense {MODE_UNIT.get(mode, mode)} peak from the {product.source}"
+        if mode not in MODE_UNIT:
+            return None, method, f"unknown math mode {mode!r}"
+        if tflops is None:
+            return None, method, f"the {product.name} has no {MODE_UNIT[mode]} (no {mode} tensor math)"
+        return tflops * 1e12, method, None
     cc, clock_hz = device.compute_capability, device.sm_clock_mhz * 1e6
     base = f"{device.sm_count} SMs x {device.sm_clock_mhz:.0f} MHz ({device.clock_source})"
     if mode == "fp32":
@@ -57,7 +119,10 @@ def peak_flops(device: Device, mode: str) -> tuple[float | None, str, str | None
     rate = TENSOR_FLOPS_PER_CLOCK_PER_SM.get(cc, {}).get(kind)
     if rate is None:
         return None, base, f"compute capability {cc} has no dense {kind} tensor rate in tbdkit's table"
-    return device.sm_count * clock_hz * rate, f"{base} x {rate} dense {kind} tensor FLOPs per clock per SM", None
+    note = (" (GeForce rate: a data-center part of this compute capability does twice this; it is not in "
+            "tbdkit's product table)" if cc in ("8.6", "8.9") else "")
+    return (device.sm_count * clock_hz * rate,
+            f"{base} x {rate} dense {kind} tensor FLOPs per clock per SM{note}", None)
 
 
 def peak_metric(device: Device | None, mode: str, reason: str | None = None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ failure or Ctrl-C, and every process of the job is stopped with its process grou
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shlex
@@ -97,12 +98,49 @@ def network(nodes: int, link_rate: str | None) -> Iterator[Network]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def node_command(spec: RunSpec, run_dir: Path, net: Network, node: int, port: int) -> list[str]:
+def host_gpus() -> list[str]:
+    """This machine's GPUs as CUDA_VISIBLE_DEVICES may name them: the entries of the caller's own
+    CUDA_VISIBLE_DEVICES if set, else every GPU's UUID from NVML (order-proof), else none."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [v.strip() for v in visible.split(",") if v.strip()]
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return []
+
+
+def node_env(spec: RunSpec, net: Network, node: int, gpus: list[str]) -> dict[str, str]:
+    """What makes node `node` a machine of its own to torchrun and NCCL: its own GPUs (each node's
+    LOCAL_RANK counts from 0 within them), its own NCCL host id (NCCL would otherwise see one host and
+    refuse two ranks on one GPU, or use same-host paths), and no P2P, shared-memory or InfiniBand
+    transport, so every byte between nodes crosses its (shaped) veth link, as between machines."""
+    threads = max(1, (os.cpu_count() or 1) // spec.world_size)  # the "machines" share this one's cores
+    env = {"OMP_NUM_THREADS": str(threads), "GLOO_SOCKET_IFNAME": net.ifname(node),
+           "NCCL_SOCKET_IFNAME": net.ifname(node), "NCCL_HOSTID": net.ns(node),
+           "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1"}
+    if spec.device != "cpu" and gpus:
+        per = spec.gpus_per_node
+        if len(gpus) < spec.world_size:
+            raise UserError(f"{spec.nodes} nodes x {per} GPUs need {spec.world_size} GPUs and this machine has "
+                            f"{len(gpus)}: use fewer --nodes or --gpus-per-node, or --device cpu.")
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[node * per:(node + 1) * per])
+    return env
+
+
+def node_command(spec: RunSpec, run_dir: Path, net: Network, node: int, port: int,
+                 gpus: list[str] | None = None) -> list[str]:
     python = stacks.require(spec.framework)
-    # The "machines" share this one's cores: each worker gets its share of them, not all of them.
-    threads = max(1, (os.cpu_count() or 1) // spec.world_size)
-    return ["ip", "netns", "exec", net.ns(node), "env", f"OMP_NUM_THREADS={threads}", f"GLOO_SOCKET_IFNAME={net.ifname(node)}",
-            f"NCCL_SOCKET_IFNAME={net.ifname(node)}", str(python), "-u", "-m", "torch.distributed.run",
+    env = node_env(spec, net, node, host_gpus() if gpus is None else gpus)
+    return ["ip", "netns", "exec", net.ns(node), "env", *(f"{k}={v}" for k, v in env.items()),
+            f"TBDKIT_LAUNCH_NODE={json.dumps({'node': node, **env}, separators=(',', ':'))}",
+            str(python), "-u", "-m", "torch.distributed.run",
             f"--nnodes={spec.nodes}", f"--node-rank={node}", f"--nproc-per-node={spec.gpus_per_node}",
             f"--master-addr={net.addr(0)}", f"--master-port={port}",
             "-m", "tbdkit.agent", "--spec", str(run_dir / "spec.json"), "--run-dir", str(run_dir)]
@@ -117,8 +155,9 @@ def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
         log.write(f"# {spec.nodes} nodes as namespaces {', '.join(net.namespaces())}; "
                   f"10.213.{net.subnet}.0/24; link {spec.link_rate or 'unshaped'}\n")
         try:
+            gpus = host_gpus()
             for node in range(spec.nodes - 1, -1, -1):  # node 0 last: its stream is followed here
-                cmd = node_command(spec, run_dir, net, node, port)
+                cmd = node_command(spec, run_dir, net, node, port, gpus)
                 log.write("$ " + shlex.join(cmd) + "\n")
                 if node == 0:
                     procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,

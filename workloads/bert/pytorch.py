@@ -79,9 +79,9 @@ def forward(training: Training, inputs: dict[str, torch.Tensor]) -> dict[str, An
     finally:
         model.train(was_training)
     if hasattr(out, "prediction_logits"):
-        return {"prediction_logits": out.prediction_logits.numpy(), "seq_relationship_logits":
-                out.seq_relationship_logits.numpy()}
-    return {"start_logits": out.start_logits.numpy(), "end_logits": out.end_logits.numpy()}
+        return {"prediction_logits": out.prediction_logits.cpu().numpy(), "seq_relationship_logits":
+                out.seq_relationship_logits.cpu().numpy()}
+    return {"start_logits": out.start_logits.cpu().numpy(), "end_logits": out.end_logits.cpu().numpy()}
 
 
 def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: Any) -> torch.Tensor:

@@ -84,7 +84,7 @@ def build(hp: dict[str, Any], device: torch.device) -> Training:
 
 def _padding(lengths: torch.Tensor, width: int) -> torch.Tensor:
     """True where a position is padding."""
-    return torch.arange(width)[None, :] >= lengths[:, None]
+    return torch.arange(width, device=lengths.device)[None, :] >= lengths[:, None]
 
 
 def to_device(batch: Any, device: torch.device) -> dict[str, torch.Tensor]:

@@ -27,6 +27,7 @@ class Sampler:
         self.collectors = collectors
         self.interval_s = interval_s
         self.rows: list[dict[str, Any]] = []
+        self.errors: dict[str, str] = {}  # collector name -> its first sample() error
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
@@ -43,7 +44,10 @@ class Sampler:
         while not self._stop.wait(self.interval_s):
             row: dict[str, Any] = {"t_s": round(time.perf_counter() - self._t0, 4)}
             for c in self.collectors:
-                row.update(c.sample())
+                try:
+                    row.update(c.sample())
+                except Exception as exc:  # one collector's failure never stops the others' sampling
+                    self.errors.setdefault(c.name, f"{type(exc).__name__}: {exc}")
             self.rows.append(row)
 
     def stop(self) -> dict[str, dict[str, Any]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tbdkit.agent.collectors.device import nvml_handle
 from tbdkit.metric import metric, missing
 
 # summary metric -> NVML GPM metric id name (pynvml constants; descriptions from nvml.h)
@@ -27,10 +28,12 @@ NO_DCGM = ("; DCGM profiling fields could measure it on older GPUs, but tbdkit r
 class GpmCollector:
     name = "gpm"
 
-    def __init__(self, cuda_index: int | None, uuid: str | None = None, nvml: Any = None) -> None:
+    def __init__(self, cuda_index: int | None, uuid: str | None = None, pci_bus_id: str | None = None,
+                 nvml: Any = None) -> None:
         self.reason: str | None = None
         self.handle: Any = None
         self.samples: list[Any] = []
+        self.selected: str | None = None
         if cuda_index is None:
             self.reason = "the run is on the CPU: there is no GPU to measure"
             return
@@ -40,21 +43,13 @@ class GpmCollector:
 
                 nvml.nvmlInit()
             self.nvml = nvml
-            self.handle = self._handle(cuda_index, uuid)
+            self.handle, self.selected = nvml_handle(nvml, cuda_index, uuid, pci_bus_id)
             if not nvml.nvmlGpmQueryDeviceSupport(self.handle).isSupportedDevice:
                 self.reason = "this GPU does not support NVML GPM (Hopper and newer do)" + NO_DCGM
                 self.handle = None
         except Exception as exc:  # a measurement gap, never a crash
             self.reason = f"NVML GPM is not usable here ({type(exc).__name__}: {exc})" + NO_DCGM
             self.handle = None
-
-    def _handle(self, cuda_index: int, uuid: str | None) -> Any:
-        if uuid:
-            try:
-                return self.nvml.nvmlDeviceGetHandleByUUID(uuid if uuid[:4] in ("GPU-", "MIG-") else f"GPU-{uuid}")
-            except Exception:
-                pass
-        return self.nvml.nvmlDeviceGetHandleByIndex(cuda_index)
 
     def _values(self, first: Any, second: Any) -> dict[str, float | str]:
         """Each metric's value between two samples, or the NVML error text for that metric."""
@@ -117,6 +112,7 @@ class GpmCollector:
         out = {}
         for name, method in units.items():
             v = values[name]
-            out[name] = (metric(v, "%", method, collector=self.name) if isinstance(v, float)
+            out[name] = (metric(v, "%", method, collector=self.name, device_selected_by=self.selected)
+                         if isinstance(v, float)
                          else missing("%", method, f"NVML GPM could not compute it ({v})"))
         return out

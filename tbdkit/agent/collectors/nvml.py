@@ -1,25 +1,52 @@
-"""GPU utilization and memory from NVML, inside the sample window only."""
+"""GPU utilization and memory from NVML, inside the sample window only.
+
+The driver keeps its own utilization samples (one per sample period, about 1/6 s) in a ring buffer
+that holds only the last few seconds to minutes, depending on the GPU. So the collector drains that
+buffer at every sampler tick (nvmlDeviceGetSamples since the newest sample it has) rather than once
+at the window's end, and the summary says how much of the window the samples it got cover.
+"""
 
 from __future__ import annotations
 
 import time
-from statistics import fmean
+from statistics import fmean, median
 from typing import Any
 
+from tbdkit.agent.collectors.device import nvml_handle
 from tbdkit.metric import metric, missing
 
-UTIL_METHOD = ("NVML nvmlDeviceGetSamples(GPU_UTILIZATION_SAMPLES) over the window: the driver's "
-               "per-period share of time with at least one kernel running, averaged")
+UTIL_METHOD = ("NVML nvmlDeviceGetSamples(GPU_UTILIZATION_SAMPLES), drained at every sampler tick over the window: "
+               "the driver's per-period share of time with at least one kernel running, averaged")
+POLLED_METHOD = "NVML nvmlDeviceGetUtilizationRates().gpu polled by the sampler thread, averaged"
 MEM_METHOD = "NVML nvmlDeviceGetMemoryInfo().used, max of samples in the window (all processes on the GPU)"
+WHOLE = 0.95  # a window whose samples cover at least this share of it counts as covered whole
+
+
+def coverage(timestamps_us: list[int], t0_us: int, t1_us: int) -> dict[str, Any]:
+    """How much of the window [t0, t1] the driver's samples cover: the span from the window's start
+    to its end, less every gap between consecutive samples (and at either end) longer than twice the
+    sample period (the median spacing), which is time the buffer lost before it was drained."""
+    window = max(t1_us - t0_us, 1)
+    ts = sorted(t for t in timestamps_us if t0_us <= t <= t1_us)
+    if not ts:
+        return {"first_sample_s": None, "last_sample_s": None, "coverage": 0.0, "gaps": 0}
+    period = median(b - a for a, b in zip(ts, ts[1:])) if len(ts) > 1 else window
+    edges = [t0_us, *ts, t1_us]
+    lost = [b - a for a, b in zip(edges, edges[1:]) if b - a > 2 * period]
+    return {"first_sample_s": round((ts[0] - t0_us) / 1e6, 3), "last_sample_s": round((ts[-1] - t0_us) / 1e6, 3),
+            "coverage": round(max(0.0, 1.0 - sum(lost) / window), 4), "gaps": len(lost)}
 
 
 class NvmlCollector:
     name = "nvml"
 
-    def __init__(self, cuda_index: int | None, uuid: str | None = None) -> None:
+    def __init__(self, cuda_index: int | None, uuid: str | None = None, pci_bus_id: str | None = None) -> None:
         self.handle: Any = None
         self.reason: str | None = None
+        self.selected: str | None = None
+        self.errors: dict[str, str] = {}  # query -> its first error in the window
         self.polled_util: list[float] = []
+        self.driver: dict[int, float] = {}  # driver sample timestamp (us) -> utilization %
         self.peak_mem = 0.0
         if cuda_index is None:
             self.reason = "the run is on the CPU: there is no GPU to measure"
@@ -29,45 +56,65 @@ class NvmlCollector:
 
             pynvml.nvmlInit()
             self.nvml = pynvml
-            self.handle = self._by_uuid(uuid) or pynvml.nvmlDeviceGetHandleByIndex(cuda_index)
+            self.handle, self.selected = nvml_handle(pynvml, cuda_index, uuid, pci_bus_id)
         except Exception as exc:  # NVML missing or failing is a measurement gap, never a crash
             self.reason = f"NVML is not usable here ({type(exc).__name__}: {exc})"
             self.handle = None
 
-    def _by_uuid(self, uuid: str | None) -> Any:
-        """The framework's device by UUID: NVML and CUDA may number GPUs differently."""
-        if not uuid:
-            return None
-        try:
-            return self.nvml.nvmlDeviceGetHandleByUUID(uuid if uuid[:4] in ("GPU-", "MIG-") else f"GPU-{uuid}")
-        except Exception:
-            return None
-
     def start(self) -> None:
         self.t0_us = int(time.time() * 1e6)
+        self.last_seen_us = self.t0_us
         self.polled_util.clear()
+        self.driver.clear()
+        self.errors.clear()
         self.peak_mem = 0.0
+
+    def _query(self, what: str, fn: Any, *args: Any) -> Any:
+        """One NVML query; an error (NOT_SUPPORTED on a MIG slice, a lost GPU) is noted, never raised."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            self.errors.setdefault(what, f"{type(exc).__name__}: {exc}")
+            return None
+
+    def _drain(self) -> None:
+        """The driver's utilization samples newer than the newest one already held."""
+        n = self.nvml
+        try:
+            got = n.nvmlDeviceGetSamples(self.handle, n.NVML_GPU_UTILIZATION_SAMPLES, self.last_seen_us)
+        except Exception as exc:
+            if getattr(exc, "value", None) != getattr(n, "NVML_ERROR_NOT_FOUND", None):  # NOT_FOUND: none newer yet
+                self.errors.setdefault("nvmlDeviceGetSamples", f"{type(exc).__name__}: {exc}")
+            return
+        for s in got[1]:
+            if s.timeStamp >= self.t0_us:
+                self.driver[int(s.timeStamp)] = float(s.sampleValue.uiVal)
+        if self.driver:
+            self.last_seen_us = max(self.last_seen_us, max(self.driver))
 
     def sample(self) -> dict[str, Any]:
         if self.handle is None:
             return {}
-        n = self.nvml
-        util = n.nvmlDeviceGetUtilizationRates(self.handle)
-        mem = n.nvmlDeviceGetMemoryInfo(self.handle).used / 2**20
-        self.polled_util.append(float(util.gpu))
-        self.peak_mem = max(self.peak_mem, mem)
-        row = {"gpu_util_percent": util.gpu, "gpu_mem_util_percent": util.memory, "gpu_mem_used_mib": round(mem, 1)}
-        try:
-            row["gpu_power_w"] = n.nvmlDeviceGetPowerUsage(self.handle) / 1000.0
-            row["gpu_sm_clock_mhz"] = n.nvmlDeviceGetClockInfo(self.handle, n.NVML_CLOCK_SM)
-        except Exception:
-            pass
+        n, row = self.nvml, {}
+        util = self._query("nvmlDeviceGetUtilizationRates", n.nvmlDeviceGetUtilizationRates, self.handle)
+        if util is not None:
+            self.polled_util.append(float(util.gpu))
+            row |= {"gpu_util_percent": util.gpu, "gpu_mem_util_percent": util.memory}
+        mem = self._query("nvmlDeviceGetMemoryInfo", n.nvmlDeviceGetMemoryInfo, self.handle)
+        if mem is not None:
+            self.peak_mem = max(self.peak_mem, mem.used / 2**20)
+            row["gpu_mem_used_mib"] = round(mem.used / 2**20, 1)
+        power = self._query("nvmlDeviceGetPowerUsage", n.nvmlDeviceGetPowerUsage, self.handle)
+        if power is not None:
+            row["gpu_power_w"] = power / 1000.0
+        clock = self._query("nvmlDeviceGetClockInfo", n.nvmlDeviceGetClockInfo, self.handle, n.NVML_CLOCK_SM)
+        if clock is not None:
+            row["gpu_sm_clock_mhz"] = clock
+        self._drain()
         return row
 
-    def _driver_samples(self, t1_us: int) -> list[float]:
-        n = self.nvml
-        _, samples = n.nvmlDeviceGetSamples(self.handle, n.NVML_GPU_UTILIZATION_SAMPLES, self.t0_us)
-        return [float(s.sampleValue.uiVal) for s in samples if self.t0_us <= s.timeStamp <= t1_us]
+    def _failed(self, query: str) -> str:
+        return f"; {query} failed: {self.errors[query]}" if query in self.errors else ""
 
     def stop(self) -> dict[str, dict[str, Any]]:
         if self.handle is None:
@@ -75,15 +122,25 @@ class NvmlCollector:
             return {"gpu_utilization": missing("%", UTIL_METHOD, reason),
                     "gpu_memory_used_peak": missing("MiB", MEM_METHOD, reason)}
         t1_us = int(time.time() * 1e6)
-        try:
-            values, method = self._driver_samples(t1_us), UTIL_METHOD
-        except Exception:
-            values, method = [], ""
-        if not values:
-            values = self.polled_util
-            method = "NVML nvmlDeviceGetUtilizationRates().gpu polled by the sampler thread, averaged"
-        util = (metric(fmean(values), "%", method, collector=self.name, samples=len(values)) if values
-                else missing("%", UTIL_METHOD, "the window was shorter than one NVML sample period"))
-        mem = (metric(self.peak_mem, "MiB", MEM_METHOD, collector=self.name) if self.peak_mem
-               else missing("MiB", MEM_METHOD, "no sample fell inside the window"))
+        self._drain()
+        inside = {t: v for t, v in self.driver.items() if self.t0_us <= t <= t1_us}
+        cov = coverage(list(inside), self.t0_us, t1_us)
+        extra = {"device_selected_by": self.selected, "window_s": round((t1_us - self.t0_us) / 1e6, 3), **cov}
+        if inside and cov["coverage"] >= WHOLE:
+            util = metric(fmean(inside.values()), "%", UTIL_METHOD, collector=self.name, samples=len(inside), **extra)
+        elif self.polled_util:
+            why = (f"the driver's samples cover {cov['coverage']:.0%} of the window" if inside
+                   else "the driver returned no samples in the window" + self._failed("nvmlDeviceGetSamples"))
+            util = metric(fmean(self.polled_util), "%", POLLED_METHOD, collector=self.name,
+                          samples=len(self.polled_util), note=f"{why}: polled instead", **extra)
+        elif inside:
+            util = metric(fmean(inside.values()), "%", UTIL_METHOD, collector=self.name, samples=len(inside),
+                          note=f"the driver's samples cover only {cov['coverage']:.0%} of the window", **extra)
+        else:
+            util = missing("%", UTIL_METHOD, ("no utilization sample fell inside the window"
+                                              + self._failed("nvmlDeviceGetSamples")
+                                              + self._failed("nvmlDeviceGetUtilizationRates")))
+        mem = (metric(self.peak_mem, "MiB", MEM_METHOD, collector=self.name, device_selected_by=self.selected)
+               if self.peak_mem else
+               missing("MiB", MEM_METHOD, "no memory sample fell inside the window" + self._failed("nvmlDeviceGetMemoryInfo")))
         return {"gpu_utilization": util, "gpu_memory_used_peak": mem}

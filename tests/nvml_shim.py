@@ -1,0 +1,201 @@
+"""The real `pynvml` module over a stand-in for the NVML C library (libnvidia-ml.so.1).
+
+Only the library is replaced: pynvml's own wrappers run, build their real ctypes structs and call
+the entry points by name through `pynvml.CDLL`; each entry point here is a C-ABI callable (ctypes
+CFUNCTYPE) that receives raw pointers and fills the structs at those addresses, the way the driver
+does. A renamed function, a wrong argument or a misread struct field fails as it would on a GPU.
+
+A device's utilization samples are made in real time, one per `period_us`, and the driver's ring
+buffer keeps only the newest `buffer` of them, as NVML does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from ctypes import CFUNCTYPE, POINTER, c_char_p, c_double, c_uint, c_ulonglong, c_void_p, cast
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import pynvml
+import pytest
+
+RET = c_uint  # nvmlReturn_t
+HANDLE_BASE = 0x7E5D_0000
+
+
+@dataclass
+class Device:
+    uuid: str
+    pci_bus_id: str
+    name: str = "NVIDIA H100 80GB HBM3"
+    util: int = 55
+    mem_util: int = 20
+    used_bytes: int = 3 * 2**30
+    total_bytes: int = 80 * 2**30
+    power_mw: int = 250_000
+    sm_clock: int = 1980
+    max_sm_clock: int = 1980
+    period_us: int = 10_000       # one utilization sample per period
+    buffer: int = 1000            # samples the driver keeps
+    sample_value: int = 90
+    gpm: bool = True
+    fail: dict[str, int] = field(default_factory=dict)  # entry point -> the NVML error it returns
+    born_us: int = field(default_factory=lambda: int(time.time() * 1e6))
+
+    def samples_since(self, since_us: int) -> list[int]:
+        now = int(time.time() * 1e6)
+        first = self.born_us + ((max(since_us, self.born_us) - self.born_us) // self.period_us + 1) * self.period_us
+        stamps = list(range(first, now + 1, self.period_us))
+        oldest_kept = now - self.buffer * self.period_us
+        return [t for t in stamps if t > oldest_kept]
+
+
+class FakeNvmlLibrary:
+    """libnvidia-ml.so.1 for the devices given, in NVML's (PCI bus id) order."""
+
+    def __init__(self, devices: list[Device]) -> None:
+        self.devices = devices
+        self.calls: list[str] = []
+        self.gpm_reads: dict[int, int] = {}   # sample address -> counter reading
+        self.gpm_counter = 0
+        self.freed: list[int] = []
+        self._next_sample = 0x5A_0000
+        self._keep: list[Any] = []
+
+    def _dev(self, handle: int) -> Device:
+        return self.devices[(handle - HANDLE_BASE) // 0x10]
+
+    def _entry(self, name: str, argtypes: tuple[Any, ...], body: Callable[..., int], device_arg: int | None = 0) -> None:
+        def call(*args: Any) -> int:
+            self.calls.append(name)
+            if device_arg is not None:
+                err = self._dev(args[device_arg]).fail.get(name)
+                if err:
+                    return err
+            return body(*args)
+
+        fn = CFUNCTYPE(RET, *argtypes)(call)
+        self._keep.append(fn)
+        setattr(self, name, fn)
+
+    def build(self) -> "FakeNvmlLibrary":
+        P = c_void_p
+        out = lambda ptr, ctype, value: setattr(cast(ptr, POINTER(ctype)).contents, "value", value) or 0  # noqa: E731
+
+        def handle_out(ptr: int, i: int) -> int:
+            cast(ptr, POINTER(c_void_p))[0] = HANDLE_BASE + 0x10 * i
+            return 0
+
+        def by(attr: str) -> Callable[[bytes, int], int]:
+            def find(key: bytes, ptr: int) -> int:
+                for i, d in enumerate(self.devices):
+                    if getattr(d, attr).lower() == key.decode().lower():
+                        return handle_out(ptr, i)
+                return pynvml.NVML_ERROR_NOT_FOUND
+            return find
+
+        def struct(ptr: int, ctype: Any, **values: Any) -> int:
+            s = cast(ptr, POINTER(ctype)).contents
+            for k, v in values.items():
+                setattr(s, k, v)
+            return 0
+
+        self._entry("nvmlInitWithFlags", (c_uint,), lambda flags: 0, None)
+        self._entry("nvmlShutdown", (), lambda: 0, None)
+        self._entry("nvmlDeviceGetCount_v2", (P,), lambda p: out(p, c_uint, len(self.devices)), None)
+        self._entry("nvmlDeviceGetHandleByIndex_v2", (c_uint, P),
+                    lambda i, p: handle_out(p, i) if i < len(self.devices) else pynvml.NVML_ERROR_INVALID_ARGUMENT, None)
+        self._entry("nvmlDeviceGetHandleByUUID", (c_char_p, P), by("uuid"), None)
+        self._entry("nvmlDeviceGetHandleByPciBusId_v2", (c_char_p, P), by("pci_bus_id"), None)
+        def text(attr: str) -> Callable[[int, int, int], int]:
+            def copy(h: int, buf: int, size: int) -> int:
+                data = getattr(self._dev(h), attr).encode()
+                if len(data) + 1 > size:
+                    return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+                ctypes.memmove(buf, data + b"\0", len(data) + 1)
+                return 0
+            return copy
+
+        self._entry("nvmlDeviceGetUUID", (P, P, c_uint), text("uuid"))
+        self._entry("nvmlDeviceGetName", (P, P, c_uint), text("name"))
+        self._entry("nvmlDeviceGetUtilizationRates", (P, P), lambda h, p: struct(
+            p, pynvml.c_nvmlUtilization_t, gpu=self._dev(h).util, memory=self._dev(h).mem_util))
+        self._entry("nvmlDeviceGetMemoryInfo", (P, P), lambda h, p: struct(
+            p, pynvml.c_nvmlMemory_t, total=self._dev(h).total_bytes, used=self._dev(h).used_bytes,
+            free=self._dev(h).total_bytes - self._dev(h).used_bytes))
+        self._entry("nvmlDeviceGetPowerUsage", (P, P), lambda h, p: out(p, c_uint, self._dev(h).power_mw))
+        self._entry("nvmlDeviceGetClockInfo", (P, c_uint, P), lambda h, kind, p: out(p, c_uint, self._dev(h).sm_clock))
+        self._entry("nvmlDeviceGetMaxClockInfo", (P, c_uint, P),
+                    lambda h, kind, p: out(p, c_uint, self._dev(h).max_sm_clock))
+
+        def get_samples(h: int, kind: int, since: int, vtype: int, count: int, buf: int | None) -> int:
+            stamps = self._dev(h).samples_since(since)
+            if not stamps:
+                return pynvml.NVML_ERROR_NOT_FOUND
+            n = cast(count, POINTER(c_uint))
+            out(vtype, c_uint, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT)
+            if not buf:
+                n.contents.value = len(stamps)
+                return 0
+            arr = cast(buf, POINTER(pynvml.c_nvmlSample_t))
+            stamps = stamps[: n.contents.value]
+            for i, t in enumerate(stamps):
+                arr[i].timeStamp = t
+                arr[i].sampleValue.uiVal = self._dev(h).sample_value
+            n.contents.value = len(stamps)
+            return 0
+
+        self._entry("nvmlDeviceGetSamples", (P, c_uint, c_ulonglong, P, P, P), get_samples)
+        self._entry("nvmlGpmQueryDeviceSupport", (P, P), lambda h, p: struct(
+            p, pynvml.c_nvmlGpmSupport_t, isSupportedDevice=int(self._dev(h).gpm)))
+
+        def alloc(p: int) -> int:
+            self._next_sample += 0x100
+            cast(p, POINTER(c_void_p))[0] = self._next_sample
+            return 0
+
+        def sample_get(h: int, sample: int) -> int:
+            self.gpm_counter += 1
+            self.gpm_reads[sample] = self.gpm_counter
+            return 0
+
+        def metrics_get(p: int) -> int:
+            """Metric id k between two samples is k x (difference of their counter readings); FP16 is unsupported."""
+            req = cast(p, POINTER(pynvml.c_nvmlGpmMetricsGet_t)).contents
+            a = self.gpm_reads[cast(req.sample1, c_void_p).value]
+            b = self.gpm_reads[cast(req.sample2, c_void_p).value]
+            for i in range(req.numMetrics):
+                m = req.metrics[i]
+                if m.metricId == pynvml.NVML_GPM_METRIC_FP16_UTIL:
+                    m.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                else:
+                    m.nvmlReturn, m.value = 0, c_double(m.metricId * (b - a)).value
+            return 0
+
+        self._entry("nvmlGpmSampleAlloc", (P,), alloc, None)
+        self._entry("nvmlGpmSampleFree", (P,), lambda s: self.freed.append(s) or 0, None)
+        self._entry("nvmlGpmSampleGet", (P, P), sample_get)
+        self._entry("nvmlGpmMetricsGet", (P,), metrics_get, None)
+        return self
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., FakeNvmlLibrary]]:
+    """`fake_nvml(devices)` makes the real pynvml load a FakeNvmlLibrary in place of libnvidia-ml.so.1."""
+    def install(devices: list[Device] | None = None, missing: bool = False) -> FakeNvmlLibrary:
+        lib = FakeNvmlLibrary(devices if devices is not None else [Device("GPU-58f4c2a0-0000-0000-0000-000000000001",
+                                                                            "00000000:18:00.0")]).build()
+
+        def cdll(name: str, *args: Any, **kwargs: Any) -> Any:
+            assert name == "libnvidia-ml.so.1"
+            if missing:
+                raise OSError(f"{name}: cannot open shared object file: No such file or directory")
+            return lib
+
+        monkeypatch.setattr(pynvml, "CDLL", cdll)
+        monkeypatch.setattr(pynvml, "nvmlLib", None)
+        monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
+        return lib
+
+    yield install
