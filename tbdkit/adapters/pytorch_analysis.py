@@ -31,27 +31,73 @@ def tensor_bytes(tensors: Iterator[torch.Tensor]) -> int:
     return sum(seen.values())
 
 
+class _Saved:
+    """What autograd keeps in a saved slot while the hooks are on: the tensor, and a release
+    callback run when autograd drops the slot (after backward, or when the graph is freed)."""
+
+    __slots__ = ("tensor", "_release")
+
+    def __init__(self, tensor: torch.Tensor, release: Callable[[], None] | None) -> None:
+        self.tensor = tensor
+        self._release = release
+
+    def __del__(self) -> None:
+        if self._release is not None:
+            self._release()
+
+
 class SavedTensors:
-    """Bytes of the activations autograd keeps for backward (the paper's feature maps): every
-    tensor packed by torch.autograd.graph.saved_tensors_hooks during one step, distinct storages,
-    parameters excluded (they are weights). Their maximum is at the end of the forward pass."""
+    """Bytes of the activations autograd keeps for backward (the paper's feature maps), as the
+    maximum held at once during one step: every tensor packed by
+    torch.autograd.graph.saved_tensors_hooks is counted from when it is saved until autograd
+    releases its slot (backward frees it, or its graph dies), by distinct storage (views of one
+    storage, and one tensor saved by several ops, count once), parameters excluded (they are
+    weights). A multi-pass step (several critic iterations, a double backward) counts what is
+    alive together, never the sum over passes."""
 
     def __init__(self, parameters: list[torch.Tensor]) -> None:
         self.param_ptrs = {p.untyped_storage().data_ptr() for p in parameters}
-        self.live: dict[int, int] = {}
+        self.live: dict[int, list[int]] = {}  # storage address -> [bytes, saved slots holding it]
+        self.current = 0
         self.peak = 0
+        self.session = 0
 
-    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+    def _pack(self, t: torch.Tensor) -> _Saved:
         key = _storage_key(t)
-        if key is not None and key[0] not in self.param_ptrs and key[0] != 0 and key[0] not in self.live:
-            self.live[key[0]] = key[1]
-            self.peak = max(self.peak, sum(self.live.values()))
-        return t
+        if key is None or key[0] == 0 or key[0] in self.param_ptrs:
+            return _Saved(t.detach(), None)
+        ptr, nbytes = key
+        held = self.live.get(ptr)
+        if held is None:
+            self.live[ptr] = [nbytes, 1]
+            self.current += nbytes
+            self.peak = max(self.peak, self.current)
+        else:
+            held[1] += 1
+        # the slot holds the tensor's data (detached: holding `t` itself would make a reference cycle
+        # through its grad_fn), so its storage and address live at least as long as the slot
+        session = self.session
+        return _Saved(t.detach(), lambda: self._release(ptr, session))
+
+    def _release(self, ptr: int, session: int) -> None:
+        held = self.live.get(ptr)
+        if held is None or session != self.session:  # a slot saved under an earlier hooks() session
+            return
+        held[1] -= 1
+        if held[1] == 0:
+            self.current -= held[0]
+            del self.live[ptr]
+
+    @staticmethod
+    def _unpack(saved: _Saved) -> torch.Tensor:
+        return saved.tensor
 
     @contextlib.contextmanager
     def hooks(self) -> Iterator["SavedTensors"]:
         self.live.clear()
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+        self.current = self.peak = 0
+        self.session += 1
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
             yield self
 
 
@@ -78,9 +124,9 @@ def memory_breakdown(training: Any, device: torch.device, step: Callable[[], Any
     cats = {
         "weights": entry(tensor_bytes(iter(params)), "bytes of the model's parameters (distinct storages)"),
         "weight_gradients": entry(grads, "bytes of the parameters' .grad tensors after one training step"),
-        "feature_maps": entry(saved.peak, "max bytes of tensors held for backward at once, counted with "
-                              "torch.autograd.graph.saved_tensors_hooks over one step (distinct storages, "
-                              "parameters excluded)"),
+        "feature_maps": entry(saved.peak, "max bytes of tensors held for backward at once over one step: "
+                              "torch.autograd.graph.saved_tensors_hooks count each from when it is saved until "
+                              "autograd releases it (distinct storages, parameters excluded)"),
         "dynamic": entry(optimizer_state_bytes(optimizer) if optimizer is not None else None,
                          "bytes of the optimizer's state tensors (e.g. momentum) after one step",
                          None if optimizer is not None else "the workload exposes no optimizer"),

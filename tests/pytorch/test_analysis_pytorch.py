@@ -120,3 +120,62 @@ def test_this_torch_profilers_chrome_trace_has_the_layout_the_timeline_reads(tmp
     assert any(e["name"] == "aten::mm" for e in ops)
     kernels, elapsed = from_chrome_trace(doc)
     assert kernels == [] and 0 < elapsed < 60e6
+
+
+def wgan_gp(batch: int, n_critic: int = 2, gp_weight: float = 10.0):
+    """A WGAN-GP step as the workload runs it, on networks small enough to count by hand: n_critic
+    critic iterations (real, fake and interpolate through the critic, the gradient penalty by a
+    double backward), then one generator iteration. The real batches are prefetched, as a data
+    loader holds them, so each critic iteration saves tensors at new addresses."""
+    torch.manual_seed(0)
+    gen = torch.nn.Linear(2, 4, bias=False)
+    critic = torch.nn.Sequential(torch.nn.Linear(4, 8, bias=False), torch.nn.ReLU(), torch.nn.Linear(8, 1, bias=False))
+    opt_c = torch.optim.SGD(critic.parameters(), lr=0.01)
+    opt_g = torch.optim.SGD(gen.parameters(), lr=0.01)
+    reals = [torch.randn(batch, 4) for _ in range(n_critic)]
+
+    def step() -> None:
+        for real in reals:
+            opt_c.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                fake = gen(torch.randn(batch, 2))
+            eps = torch.rand(batch, 1)
+            mixed = (eps * real + (1 - eps) * fake).requires_grad_(True)
+            d_mixed = critic(mixed)
+            grad, = torch.autograd.grad(d_mixed, mixed, torch.ones_like(d_mixed), create_graph=True)
+            penalty = gp_weight * ((grad.norm(2, dim=1) - 1) ** 2).mean()
+            loss = critic(fake).mean() - critic(real).mean() + penalty
+            loss.backward()
+            opt_c.step()
+        opt_g.zero_grad(set_to_none=True)
+        (-critic(gen(torch.randn(batch, 2))).mean()).backward()
+        opt_g.step()
+
+    return SimpleNamespace(model=torch.nn.ModuleList([gen, critic]), optimizer=opt_c), step
+
+
+def test_feature_maps_of_a_wgan_gp_step_are_the_most_held_at_once() -> None:
+    """Hand count (float32, N = batch; critic weights excluded). One critic iteration holds, until its
+    backward: for each of D(real), D(fake), D(mixed) the critic's input (N x 4: 16N bytes) and its ReLU
+    output (N x 8, saved by ReLU and by the second layer: 32N once) = 3 x 48N; the double backward's
+    graph: grad_outputs ones (N x 1, saved by the second layer's input-gradient mm: 4N), the gradient
+    into the ReLU (N x 8, saved by the first layer's input-gradient mm: 32N); the penalty: the
+    gradient (N x 4) and its norm (N) saved by vector_norm (16N + 4N), norm - 1 (N) saved by pow (4N).
+    Total 144N + 60N = 204N. The backward frees all of it before the next critic iteration; the
+    generator iteration holds less (z: 8N, fake 16N, ReLU output 32N = 56N). So the peak is 204N, not
+    the sum over the iterations (which counting every address ever saved gives)."""
+    for batch in (3, 5):
+        training, step = wgan_gp(batch)
+        got = memory_breakdown(training, torch.device("cpu"), step)["categories"]["feature_maps"]
+        assert got["bytes"] == 204 * batch, got
+
+
+def test_saved_slots_are_released_by_backward() -> None:
+    torch.manual_seed(2)
+    layer = torch.nn.Linear(4, 4)
+    saved = SavedTensors(list(layer.parameters()))
+    with saved.hooks():
+        for _ in range(3):
+            layer(torch.randn(2, 4)).relu().sum().backward()
+            assert saved.current == 0 and not saved.live
+    assert saved.peak == (2 * 4 + 2 * 4) * 4  # the input and the ReLU output of one pass
