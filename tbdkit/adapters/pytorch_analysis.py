@@ -101,6 +101,60 @@ class SavedTensors:
             yield self
 
 
+# Functions of PyTorch's C++ source that allocate a cuDNN or cuBLAS workspace through the caching
+# allocator (aten/src/ATen/native/cudnn/Conv_v8.cpp: run_conv_plan, run_conv_plan_fused,
+# generate_and_filter_plans; aten/src/ATen/cuda/CublasHandlePool.cpp: getNewWorkspace and the
+# cuBLASLt workspace). cuDNN RNNs allocate theirs with at::empty inside _cudnn_rnn, beside the
+# op's outputs: they cannot be told apart by stack and stay in 'unattributed'.
+WORKSPACE_FRAMES = ("run_conv_plan", "generate_and_filter_plans", "getNewWorkspace", "getCUDABlasLtWorkspace")
+WORKSPACE_METHOD = ("max bytes of cuDNN/cuBLAS workspace allocations live at once over one step, from the CUDA "
+                    "caching allocator's history (torch.cuda.memory._record_memory_history, C++ stacks): "
+                    "allocations made under " + ", ".join(WORKSPACE_FRAMES) + " (cuBLAS workspaces are "
+                    "released before the step so they are allocated inside it; cuDNN RNN workspaces are "
+                    "not separable and stay in 'unattributed')")
+
+
+def is_workspace(frames: list[dict[str, Any]]) -> bool:
+    """Whether an allocation's stack passes through one of PyTorch's workspace allocation sites."""
+    return any(site in str(f.get("name", "")) for f in frames for site in WORKSPACE_FRAMES)
+
+
+def workspace_peak(trace: list[dict[str, Any]]) -> int:
+    """Max bytes of workspace allocations live at once in an allocator history (one device's
+    TraceEntry list of torch.cuda.memory._snapshot()['device_traces']): counted from 'alloc' to
+    'free_requested' (its user released it)."""
+    live: dict[int, int] = {}
+    current = peak = 0
+    for e in trace:
+        action, addr = e.get("action"), e.get("addr")
+        if action == "alloc" and is_workspace(e.get("frames") or []):
+            live[addr] = int(e["size"])
+            current += live[addr]
+            peak = max(peak, current)
+        elif action == "free_requested" and addr in live:
+            current -= live.pop(addr)
+    return peak
+
+
+@contextlib.contextmanager
+def allocator_history(device: torch.device) -> Iterator[dict[str, Any]]:
+    """Record the CUDA caching allocator's history (with C++ stacks) around the block; on exit the
+    dict holds 'trace', this device's TraceEntry list. cuBLAS workspaces are released first, so the
+    step allocates them again inside the record."""
+    out: dict[str, Any] = {}
+    torch._C._cuda_clearCublasWorkspaces()
+    torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="all")
+    try:
+        yield out
+        torch.cuda.synchronize(device)
+        snapshot = torch.cuda.memory._snapshot()  # every device's history; ours is picked below
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    traces = snapshot.get("device_traces") or []
+    out["trace"] = traces[index] if index < len(traces) else []
+
+
 def optimizer_state_bytes(optimizer: Any) -> int:
     state = getattr(optimizer, "state", {})
     return tensor_bytes(v for s in state.values() for v in s.values() if isinstance(v, torch.Tensor))
@@ -112,10 +166,11 @@ def memory_breakdown(training: Any, device: torch.device, step: Callable[[], Any
     params = [p for p in model.parameters()]
     saved = SavedTensors(params)
     cuda = device.type == "cuda"
+    history = allocator_history(device) if cuda else contextlib.nullcontext({})
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
-    with saved.hooks():
+    with history as allocations, saved.hooks():
         step()
     if cuda:
         torch.cuda.synchronize(device)
@@ -132,9 +187,7 @@ def memory_breakdown(training: Any, device: torch.device, step: Callable[[], Any
                          None if optimizer is not None else "the workload exposes no optimizer"),
     }
     if cuda:
-        cats["workspace"] = entry(None, "cuDNN/cuBLAS workspaces",
-                                  "PyTorch does not expose its libraries' workspace allocations separately; "
-                                  "they are counted in 'unattributed'")
+        cats["workspace"] = entry(workspace_peak(allocations["trace"]), WORKSPACE_METHOD)
         peak = entry(torch.cuda.max_memory_allocated(device),
                      "torch.cuda.max_memory_allocated over one training step after the sample window "
                      "(peak stats reset before it)")

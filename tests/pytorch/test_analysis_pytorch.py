@@ -179,3 +179,31 @@ def test_saved_slots_are_released_by_backward() -> None:
             layer(torch.randn(2, 4)).relu().sum().backward()
             assert saved.current == 0 and not saved.live
     assert saved.peak == (2 * 4 + 2 * 4) * 4  # the input and the ReLU output of one pass
+
+
+def test_workspace_is_the_most_library_workspace_live_at_once() -> None:
+    """A constructed allocator history (the layout of torch.cuda.memory._snapshot()['device_traces'][i],
+    not recorded on a GPU): two cuDNN convolution workspaces (run_conv_plan) freed in turn, a cuBLAS
+    workspace kept, and an activation allocated by a convolution op (not a workspace)."""
+    from tbdkit.adapters.pytorch_analysis import workspace_peak
+
+    conv = [{"name": "at::native::run_conv_plan(cudnnContext*, at::Tensor const&, at::Tensor const&, "
+                     "at::Tensor const&, cudnn_frontend::ExecutionPlan const&)", "filename": "Conv_v8.cpp", "line": 1},
+            {"name": "at::native::cudnn_convolution_forward_out", "filename": "Conv.cpp", "line": 2}]
+    cublas = [{"name": "at::cuda::getNewWorkspace()", "filename": "CublasHandlePool.cpp", "line": 3}]
+    output = [{"name": "at::empty_cuda", "filename": "EmptyTensor.cpp", "line": 4},
+              {"name": "at::native::cudnn_convolution", "filename": "Conv.cpp", "line": 5}]
+    trace = [
+        {"action": "segment_alloc", "addr": 0, "size": 1 << 21, "frames": conv},
+        {"action": "alloc", "addr": 100, "size": 4096, "frames": output},
+        {"action": "alloc", "addr": 200, "size": 1000, "frames": conv},
+        {"action": "alloc", "addr": 300, "size": 512, "frames": cublas},
+        {"action": "free_requested", "addr": 200, "size": 1000, "frames": []},
+        {"action": "free_completed", "addr": 200, "size": 1000, "frames": []},
+        {"action": "alloc", "addr": 400, "size": 2000, "frames": conv},
+        {"action": "free_requested", "addr": 400, "size": 2000, "frames": []},
+        {"action": "free_requested", "addr": 100, "size": 4096, "frames": []},
+    ]
+    assert workspace_peak(trace) == 2000 + 512
+    assert workspace_peak([e for e in trace if e["frames"] is not conv]) == 512
+    assert workspace_peak([]) == 0
