@@ -51,6 +51,9 @@ def _marked_record_scopes(mark: Callable[[str], None]) -> Iterator[None]:
     def exit_(self: Any, *exc: Any) -> Any:
         out = original(self, *exc)
         if self._enter_is_record:
+            # let the engine run the frees of what the scope dropped (a second wait catches frees
+            # the first one's completions pushed) before reading the counter's time
+            mx.nd.waitall()
             mx.nd.waitall()
             mark(RECORD_END)
         return out
