@@ -156,3 +156,16 @@ def test_kernel_launch_configurations_from_a_torch_profiler_trace() -> None:
     assert [(r["launch"], r["calls"], r["total_time_us"]) for r in rows] == [
         ("grid=64x8x1 block=256x1x1", 2, 10.0), ("grid=32x8x1 block=256x1x1", 1, 2.0)]
     assert launch_config(None, [1, 1, 1]) == ""
+
+
+def test_category_shares_are_over_all_five_categories() -> None:
+    e = memory.entry
+    cats = {"weights": e(100, "m"), "weight_gradients": e(100, "m"), "feature_maps": e(600, "m"),
+            "workspace": e(150, "m"), "dynamic": e(50, "m")}
+    doc = memory.breakdown("cuda:0", cats, e(1200, "m"))
+    assert doc["category_shares"]["values"] == {"weights": 0.1, "weight_gradients": 0.1, "feature_maps": 0.6,
+                                                "workspace": 0.15, "dynamic": 0.05}
+    cats["workspace"] = e(None, "m", "not separable here")
+    shares = memory.breakdown("cuda:0", cats, e(1200, "m"))["category_shares"]
+    # 600 / 850 of the measured four would read 71%: never a share of the measured ones alone
+    assert shares["values"] is None and "workspace (not separable here)" in shares["reason"]

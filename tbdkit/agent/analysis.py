@@ -56,17 +56,16 @@ def device_of(env: dict[str, Any], cuda_index: int | None) -> tuple[Device | Non
 
 
 def fallback_memory(adapter: Any) -> dict[str, Any]:
-    """Frameworks without PyTorch's probes: weights (and their gradients, one per trainable
-    variable of the same shape and dtype) from the variables; the rest is not measurable here."""
+    """An adapter without a memory probe of its own: weights from its variables; gradients and the
+    rest are null with the reason (a gradient is never assumed to be the size of its weight: sparse
+    and frozen parameters break that)."""
     info = adapter.model_info()
     weights = info.get("parameter_bytes")
     why = f"{adapter.framework}: tbdkit has no probe for this category on this framework"
     entry = memory_doc.entry
     cats = {
         "weights": entry(weights, "bytes of the trainable variables", None if weights is not None else why),
-        "weight_gradients": entry(weights, "one gradient per trainable variable, same shape and dtype "
-                                  "(derived from the variables, not read from the allocator)",
-                                  None if weights is not None else why),
+        "weight_gradients": entry(None, "gradient tensors as the framework holds them", why),
         "feature_maps": entry(None, "tensors held for backward", why),
         "workspace": entry(None, "library workspaces", why),
         "dynamic": _optimizer_state(adapter, why),
