@@ -155,14 +155,15 @@ def allocator_history(device: torch.device) -> Iterator[dict[str, Any]]:
     out["trace"] = traces[index] if index < len(traces) else []
 
 
-def optimizer_state_bytes(optimizer: Any) -> int:
-    state = getattr(optimizer, "state", {})
-    return tensor_bytes(v for s in state.values() for v in s.values() if isinstance(v, torch.Tensor))
+def optimizers_of(training: Any) -> list[torch.optim.Optimizer]:
+    """The optimizers a workload's training state holds (WGAN-GP has one per network)."""
+    values = vars(training).values() if hasattr(training, "__dict__") else ()
+    return list({id(v): v for v in values if isinstance(v, torch.optim.Optimizer)}.values())
 
 
 def memory_breakdown(training: Any, device: torch.device, step: Callable[[], Any]) -> dict[str, Any]:
     """Run `step` (one training iteration) with the probes on; return the categories and peak."""
-    model, optimizer = training.model, getattr(training, "optimizer", None)
+    model, optimizers = training.model, optimizers_of(training)
     params = [p for p in model.parameters()]
     saved = SavedTensors(params)
     cuda = device.type == "cuda"
@@ -182,9 +183,10 @@ def memory_breakdown(training: Any, device: torch.device, step: Callable[[], Any
         "feature_maps": entry(saved.peak, "max bytes of tensors held for backward at once over one step: "
                               "torch.autograd.graph.saved_tensors_hooks count each from when it is saved until "
                               "autograd releases it (distinct storages, parameters excluded)"),
-        "dynamic": entry(optimizer_state_bytes(optimizer) if optimizer is not None else None,
-                         "bytes of the optimizer's state tensors (e.g. momentum) after one step",
-                         None if optimizer is not None else "the workload exposes no optimizer"),
+        "dynamic": entry(tensor_bytes(v for o in optimizers for s in o.state.values() for v in s.values()
+                                      if isinstance(v, torch.Tensor)) if optimizers else None,
+                         "bytes of the optimizers' state tensors (e.g. momentum, Adam's moments) after one step",
+                         None if optimizers else "the workload exposes no optimizer"),
     }
     if cuda:
         cats["workspace"] = entry(workspace_peak(allocations["trace"]), WORKSPACE_METHOD)

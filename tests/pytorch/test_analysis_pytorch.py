@@ -130,8 +130,8 @@ def wgan_gp(batch: int, n_critic: int = 2, gp_weight: float = 10.0):
     torch.manual_seed(0)
     gen = torch.nn.Linear(2, 4, bias=False)
     critic = torch.nn.Sequential(torch.nn.Linear(4, 8, bias=False), torch.nn.ReLU(), torch.nn.Linear(8, 1, bias=False))
-    opt_c = torch.optim.SGD(critic.parameters(), lr=0.01)
-    opt_g = torch.optim.SGD(gen.parameters(), lr=0.01)
+    opt_c = torch.optim.Adam(critic.parameters(), lr=1e-4, betas=(0.0, 0.9))
+    opt_g = torch.optim.Adam(gen.parameters(), lr=1e-4, betas=(0.0, 0.9))
     reals = [torch.randn(batch, 4) for _ in range(n_critic)]
 
     def step() -> None:
@@ -151,7 +151,7 @@ def wgan_gp(batch: int, n_critic: int = 2, gp_weight: float = 10.0):
         (-critic(gen(torch.randn(batch, 2))).mean()).backward()
         opt_g.step()
 
-    return SimpleNamespace(model=torch.nn.ModuleList([gen, critic]), optimizer=opt_c), step
+    return SimpleNamespace(model=torch.nn.ModuleList([gen, critic]), g_optimizer=opt_g, c_optimizer=opt_c), step
 
 
 def test_feature_maps_of_a_wgan_gp_step_are_the_most_held_at_once() -> None:
@@ -166,8 +166,11 @@ def test_feature_maps_of_a_wgan_gp_step_are_the_most_held_at_once() -> None:
     the sum over the iterations (which counting every address ever saved gives)."""
     for batch in (3, 5):
         training, step = wgan_gp(batch)
-        got = memory_breakdown(training, torch.device("cpu"), step)["categories"]["feature_maps"]
-        assert got["bytes"] == 204 * batch, got
+        cats = memory_breakdown(training, torch.device("cpu"), step)["categories"]
+        assert cats["feature_maps"]["bytes"] == 204 * batch, cats["feature_maps"]
+        # both networks' Adam state: two moments per weight (2 x 4 + 4 x 8 + 8 x 1 floats) and a
+        # float step counter per weight tensor (3)
+        assert cats["dynamic"]["bytes"] == 2 * (8 + 32 + 8) * 4 + 3 * 4
 
 
 def test_saved_slots_are_released_by_backward() -> None:
