@@ -6,8 +6,11 @@ none is below):
   1. a measured run with every analysis on: throughput, NVML and trace GPU utilization, GPM pipes,
      memory.json, kernels.csv, model FLOPs and MFU;
   2. a separate Nsight Compute pass over a few iterations after warm-up (never during the timed
-     run): FP32 utilization (paper eq. 2) and tensor-pipe utilization, per kernel and overall,
-     merged into that run's kernels.csv and summary.json;
+     run) that samples a few launches of each kernel and launch configuration; the samples are
+     weighted by the measured run's kernel timeline (kernel_launches.csv: calls and time of every
+     kernel of the traced iterations), so FP32 utilization (paper eq. 2) and tensor-pipe
+     utilization, overall and per kernel, cover the whole iteration; merged into that run's
+     kernels.csv and summary.json with the share of kernel time the samples cover;
   3. summary.json, env.json, memory.json, kernels.csv (and ncu_raw.csv) copied into
      workloads/<model>/reference/b<batch>/ (b<batch>-<precision> for tf32 and amp).
 `--table` prints the committed reference results as the README's Markdown table (`--readme`
@@ -39,12 +42,16 @@ MODELS = ("deepspeech2", "resnet50")  # issue 4's pair: the default
 # Sized so one model (two batch sizes, two processes each) fits a 10-minute call on an H100.
 NCU_WARMUP_S = 15.0
 NCU_TIMEOUT_S = 240.0
-COPIED = ("summary.json", "env.json", "memory.json", "kernels.csv", "ncu_raw.csv")
+COPIED = ("summary.json", "env.json", "memory.json", "kernels.csv", "kernel_launches.csv", "ncu_raw.csv")
+COVERAGE_AIM = 0.95
 NCU_METHOD = ("Nsight Compute over {n} training iterations after warm-up in a separate process "
-              "(cudaProfilerStart/Stop range, --clock-control none, first {count} kernels): "
-              "(2 x FFMA + FADD + FMUL thread instructions) / (peak FP32 FLOP/s x kernel time), paper eq. 2")
-TENSOR_METHOD = ("Nsight Compute sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active, "
-                 "kernel-time-weighted mean over the profiled kernels")
+              "(cudaProfilerStart/Stop range, --clock-control none, --filter-mode per-launch-config "
+              "--launch-count {count}: up to {count} launches of each kernel and launch configuration), "
+              "weighted by the run's torch.profiler kernel timeline (kernel_launches.csv): sum over the "
+              "iteration's kernels of calls x (2 x FFMA + FADD + FMUL thread instructions per launch) / "
+              "(peak FP32 FLOP/s x their kernel time), paper eq. 2")
+TENSOR_METHOD = ("Nsight Compute sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active of the "
+                 "sampled launches, weighted by each kernel's time in the run's kernel timeline")
 
 
 def gpu_count() -> int:
@@ -152,9 +159,20 @@ def device_from_env(env_json: dict[str, Any]) -> Device | None:
     return device_of(env_json, 0)[0]
 
 
+def read_timeline(path: Path) -> list[ncu.TimelineEntry]:
+    """kernel_launches.csv (tbdkit.analysis.timeline.LAUNCH_COLUMNS) as ncu.TimelineEntry rows."""
+    import csv
+
+    with path.open() as f:
+        return [ncu.TimelineEntry(r["kernel"], r.get("launch") or "", int(r["calls"]), float(r["total_time_us"]) * 1e-6)
+                for r in csv.DictReader(f)]
+
+
 def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: int) -> dict[str, dict[str, Any]]:
-    """Profile a few iterations of the same spec under ncu; merge per-kernel FP32/tensor
-    utilization into run_dir/kernels.csv and return the summary metrics."""
+    """Profile a few iterations of the same spec under ncu, `launch_count` launches of each kernel
+    and launch configuration; weight them by run_dir/kernel_launches.csv (the measured run's
+    timeline); merge per-kernel FP32/tensor utilization into run_dir/kernels.csv and return the
+    summary metrics."""
     method = NCU_METHOD.format(n=iterations, count=launch_count)
 
     def gap(reason: str) -> dict[str, dict[str, Any]]:
@@ -172,6 +190,10 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
             return gap(f"GPU performance counters are not readable (ERR_NVGPUCTRPERM): {check.detail}; fix: {check.fix}")
     except Exception:
         pass
+    timeline_file = run_dir / "kernel_launches.csv"
+    if not timeline_file.is_file():
+        return gap("the run wrote no kernel timeline (kernel_launches.csv) to weight the ncu samples by: "
+                   "its kernel trace did not run or failed (see its summary's gpu_utilization_trace)")
     device = device_from_env(sink.read_json(run_dir / "env.json"))
     peak = peak_flops(device, "fp32")[0] if device is not None else None
     if peak is None:
@@ -180,7 +202,7 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
     scratch.mkdir(exist_ok=True)
     report = scratch / "profile"
     prefix = [exe, "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "all",
-              "--launch-count", str(launch_count),
+              "--filter-mode", "per-launch-config", "--launch-count", str(launch_count),
               "--metrics", ",".join(ncu.METRICS), "--export", str(report), "--force-overwrite"]
     quick = spec.model_copy(update={"analyses": False,
                                     "measure": spec.measure.model_copy(update={"max_warmup_s": NCU_WARMUP_S})})
@@ -200,17 +222,26 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
     sink.write_text(run_dir / "ncu_raw.csv", raw.stdout)
     try:
         kernels = ncu.parse_raw_csv(raw.stdout)
-        totals = ncu.overall(kernels, peak)
-    except ValueError as exc:
-        return gap(f"ncu's CSV could not be read: {exc}")
+        totals = ncu.whole_iteration(read_timeline(timeline_file), kernels, peak)
+    except (ValueError, KeyError) as exc:
+        return gap(f"ncu's CSV or the kernel timeline could not be read: {exc}")
+    if totals["fp32_utilization"] is None:
+        return gap("no kernel of the run's timeline was among the ncu samples (kernel names or launch "
+                   "configurations did not match)")
     table = run_dir / "kernels.csv"
     if table.is_file():
         import csv
 
         rows = list(csv.DictReader(table.open()))
-        merged = merge_utilization(rows, ncu.per_kernel(kernels, peak), "FP32/tensor utilization from Nsight Compute")
+        merged = merge_utilization(rows, totals["per_kernel"], "FP32/tensor utilization from Nsight Compute "
+                                   "samples weighted by the kernel timeline")
         sink.write_csv(table, [{c: r.get(c, "") for c in KERNEL_COLUMNS} for r in merged])
-    extra = {"kernels_profiled": totals["kernels"], "active_s": round(totals["active_seconds"], 6), "peak_flops": peak}
+    coverage = totals["coverage"]
+    extra: dict[str, Any] = {"kernels_profiled": totals["kernels_profiled"], "coverage": round(coverage, 6),
+                             "active_s": round(totals["active_seconds"], 9), "peak_flops": peak}
+    if coverage < COVERAGE_AIM:
+        extra["note"] = (f"the ncu samples cover {100 * coverage:.1f}% of the iteration's kernel time (aim: "
+                         f"{100 * COVERAGE_AIM:.0f}%); the figure is over the covered kernels only")
     tensor = totals["tensor_utilization"]
     return {"fp32_utilization": metric(totals["fp32_utilization"], "%", method, **extra),
             "tensor_utilization": (metric(tensor, "%", TENSOR_METHOD, **extra) if tensor is not None
@@ -277,8 +308,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "amp"])
     parser.add_argument("--max-measure-s", type=float, default=30.0)
     parser.add_argument("--max-warmup-s", type=float, default=30.0)
-    parser.add_argument("--profile-iterations", type=int, default=1)
-    parser.add_argument("--launch-count", type=int, default=1500, help="cap on kernels ncu profiles")
+    parser.add_argument("--profile-iterations", type=int, default=3)
+    parser.add_argument("--launch-count", type=int, default=3,
+                        help="launches ncu profiles of each kernel and launch configuration")
     parser.add_argument("--no-ncu", action="store_true")
     parser.add_argument("--table", action="store_true",
                         help="print the committed reference results as a Markdown table; run nothing")

@@ -180,3 +180,34 @@ def test_merge_matches_names_that_differ_only_in_parameters_and_spacing() -> Non
     # two ncu kernels with the same loose name: ambiguous, left unfilled
     twins = {ncu_name: {"fp32_utilization": 1.0}, ncu_name + " ": {"fp32_utilization": 2.0}}
     assert next(r for r in merge_utilization(rows, twins, "ncu") if r["kernel"] == trace_name)["fp32_utilization"] == ""
+
+
+def test_kernel_launch_configurations_from_a_torch_profiler_trace() -> None:
+    """torch.profiler (Kineto) writes a kernel's grid and block as args "grid": [x, y, z] and
+    "block": [x, y, z]; Nsight Compute's CSV as "(x, y, z)": both spell one configuration."""
+    from tbdkit.analysis.timeline import from_chrome_trace, launch_config, launch_table
+
+    doc = {"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 0.0, "dur": 4.0, "args": {"grid": [64, 8, 1], "block": [256, 1, 1]}},
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 5.0, "dur": 2.0, "args": {"grid": [32, 8, 1], "block": [256, 1, 1]}},
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 8.0, "dur": 6.0, "args": {"grid": [64, 8, 1], "block": [256, 1, 1]}},
+    ]}
+    kernels, _ = from_chrome_trace(doc)
+    assert kernels[0].launch == launch_config("(64, 8, 1)", "(256, 1, 1)") == "grid=64x8x1 block=256x1x1"
+    rows = launch_table(kernels, "fixture")
+    assert [(r["launch"], r["calls"], r["total_time_us"]) for r in rows] == [
+        ("grid=64x8x1 block=256x1x1", 2, 10.0), ("grid=32x8x1 block=256x1x1", 1, 2.0)]
+    assert launch_config(None, [1, 1, 1]) == ""
+
+
+def test_category_shares_are_over_all_five_categories() -> None:
+    e = memory.entry
+    cats = {"weights": e(100, "m"), "weight_gradients": e(100, "m"), "feature_maps": e(600, "m"),
+            "workspace": e(150, "m"), "dynamic": e(50, "m")}
+    doc = memory.breakdown("cuda:0", cats, e(1200, "m"))
+    assert doc["category_shares"]["values"] == {"weights": 0.1, "weight_gradients": 0.1, "feature_maps": 0.6,
+                                                "workspace": 0.15, "dynamic": 0.05}
+    cats["workspace"] = e(None, "m", "not separable here")
+    shares = memory.breakdown("cuda:0", cats, e(1200, "m"))["category_shares"]
+    # 600 / 850 of the measured four would read 71%: never a share of the measured ones alone
+    assert shares["values"] is None and "workspace (not separable here)" in shares["reason"]

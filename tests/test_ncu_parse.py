@@ -52,3 +52,58 @@ def test_rejects_text_without_the_counters() -> None:
 def test_time_units_are_converted() -> None:
     text = FIXTURE.read_text().replace('"nsecond"', '"usecond"')
     assert ncu.parse_raw_csv(text)[0].seconds == pytest.approx(1.0)
+
+
+# A constructed kernel timeline (not recorded on a GPU): calls and time per kernel and launch
+# configuration over the traced iterations, spelled as torch.profiler names the kernels.
+SGEMM, ADD, XMMA = ("ampere_sgemm_128x64_nn",
+                    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float> >",
+                    "sm90_xmma_gemm_tf32f32_tf32f32_f32_tn_n")
+TIMELINE = [
+    ncu.TimelineEntry(SGEMM, "grid=64x8x1 block=256x1x1", 10, 15e-3),
+    ncu.TimelineEntry(SGEMM, "grid=32x8x1 block=256x1x1", 2, 1e-3),   # a configuration ncu did not sample
+    ncu.TimelineEntry(ADD, "grid=1024x1x1 block=128x1x1", 100, 2e-3),
+    ncu.TimelineEntry(XMMA, "grid=132x1x1 block=384x1x1", 5, 2e-3),
+]
+
+
+def test_parse_reads_each_launch_configuration() -> None:
+    kernels = ncu.parse_raw_csv(FIXTURE.read_text())
+    assert [k.launch for k in kernels[:2]] == ["grid=64x8x1 block=256x1x1", "grid=1024x1x1 block=128x1x1"]
+
+
+def test_whole_iteration_weights_the_samples_by_the_timeline() -> None:
+    """Every launch of a sampled kernel and configuration counts: sgemm's samples hold 33.45e9 and
+    66.9e9 FLOPs (mean 50.175e9 per launch) x 10 calls; add's 6.69e6 x 100 calls; xmma none. T is the
+    timeline's time of the covered entries (15 + 2 + 2 ms of 20 ms: coverage 95%)."""
+    got = ncu.whole_iteration(TIMELINE, ncu.parse_raw_csv(FIXTURE.read_text()), PEAK)
+    flops = 10 * 50.175e9 + 100 * 6.69e6
+    assert got["fp32_utilization"] == pytest.approx(100 * flops / (PEAK * 19e-3), rel=1e-12)
+    assert got["coverage"] == pytest.approx(19 / 20, rel=1e-12)
+    assert got["tensor_utilization"] == pytest.approx(90.5 * 2 / 19, rel=1e-12)
+    assert (got["timeline_entries"], got["covered_entries"], got["kernels_profiled"]) == (4, 3, 4)
+    sgemm = got["per_kernel"][SGEMM]
+    assert sgemm["fp32_utilization"] == pytest.approx(100 * 10 * 50.175e9 / (PEAK * 15e-3), rel=1e-12)
+    assert sgemm["coverage"] == pytest.approx(15 / 16, rel=1e-12)
+    assert got["per_kernel"][ADD]["fp32_utilization"] == pytest.approx(100 * 100 * 6.69e6 / (PEAK * 2e-3), rel=1e-12)
+    assert got["per_kernel"][XMMA] == {"fp32_utilization": 0.0, "tensor_utilization": 90.5, "coverage": 1.0}
+
+
+def test_whole_iteration_is_not_the_first_kernels_alone() -> None:
+    """A sampled kernel that runs 100 times per iteration weighs 100 times, unlike eq. 2 over the
+    profiled launches alone (which weights by how often ncu happened to catch it)."""
+    sampled = ncu.parse_raw_csv(FIXTURE.read_text())
+    whole = ncu.whole_iteration(TIMELINE, sampled, PEAK)["fp32_utilization"]
+    assert whole != pytest.approx(ncu.overall(sampled, PEAK)["fp32_utilization"], rel=1e-3)
+
+
+def test_whole_iteration_matches_by_name_where_configurations_are_unknown() -> None:
+    timeline = [ncu.TimelineEntry(ADD, "", 4, 40e-6)]
+    got = ncu.whole_iteration(timeline, ncu.parse_raw_csv(FIXTURE.read_text()), PEAK)
+    assert got["fp32_utilization"] == pytest.approx(100 * 4 * 6.69e6 / (PEAK * 40e-6), rel=1e-12)
+    assert got["coverage"] == 1.0
+    # a kernel sampled in two configurations cannot be matched by name alone
+    two = [k for k in ncu.parse_raw_csv(FIXTURE.read_text())]
+    two.append(ncu.KernelCounters(SGEMM, 1e-3, 1e9, 0.0, "grid=1x1x1 block=32x1x1"))
+    got = ncu.whole_iteration([ncu.TimelineEntry(SGEMM, "", 3, 3e-3)], two, PEAK)
+    assert got["fp32_utilization"] is None and got["coverage"] == 0.0

@@ -123,19 +123,20 @@ def test_the_readme_shows_the_committed_reference_results() -> None:
 
 
 def fake_ncu(tmp_path: Path) -> Path:
+    """Replays the fixture CSV on --import; otherwise records its arguments and touches the report."""
     exe = tmp_path / "bin" / "ncu"
     exe.parent.mkdir()
     exe.write_text(f"""#!/bin/sh
 case " $* " in
   *" --import "*) cat {FIXTURE} ;;
-  *) while [ "$1" != "--export" ]; do shift; done; touch "$2.ncu-rep" ;;
+  *) echo "$*" > {tmp_path}/ncu-args; while [ "$1" != "--export" ]; do shift; done; touch "$2.ncu-rep" ;;
 esac
 """)
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return exe
 
 
-def test_ncu_pass_merges_fp32_and_tensor_utilization(monkeypatch, tmp_path) -> None:
+def ncu_run_dir(monkeypatch, tmp_path: Path, timeline: str | None) -> Path:
     monkeypatch.setenv("PATH", f"{fake_ncu(tmp_path).parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(reference, "agent_python", lambda: "python3")
     monkeypatch.setattr(reference, "device_from_env", lambda env: Device("H100", "9.0", 132, 1980.0, "fixture"))
@@ -145,16 +146,45 @@ def test_ncu_pass_merges_fp32_and_tensor_utilization(monkeypatch, tmp_path) -> N
     with (run_dir / "kernels.csv").open("w") as f:
         f.write("kernel,calls,total_time_us,time_share,mean_time_us,fp32_utilization,tensor_utilization,method\n"
                 "ampere_sgemm_128x64_nn,10,500.0,0.8,50.0,,,trace\nother_kernel,4,125.0,0.2,31.25,,,trace\n")
+    if timeline is not None:
+        (run_dir / "kernel_launches.csv").write_text(timeline)
+    return run_dir
+
+
+# constructed: the run's timeline (not recorded): sgemm 10 calls in the sampled configuration, a kernel
+# ncu did not sample taking the other 20% of the kernel time
+TIMELINE_CSV = ("kernel,launch,calls,total_time_us,method\n"
+                "ampere_sgemm_128x64_nn,grid=64x8x1 block=256x1x1,10,10000.0,trace\n"
+                "other_kernel,grid=1x1x1 block=32x1x1,4,2500.0,trace\n")
+
+
+def test_ncu_pass_weights_samples_by_the_timeline_and_merges(monkeypatch, tmp_path) -> None:
+    run_dir = ncu_run_dir(monkeypatch, tmp_path, TIMELINE_CSV)
     spec = specs.build(model="deepspeech2", framework="pytorch", batch_size=4, preset="smoke", device="cpu")
-    got = reference.ncu_pass(spec, run_dir, iterations=1, launch_count=10)
+    got = reference.ncu_pass(spec, run_dir, iterations=3, launch_count=3)
     peak = 132 * 1980e6 * 128 * 2
-    assert got["fp32_utilization"]["value"] == pytest.approx(100 * (100.35e9 + 6.69e6) / (peak * 2.012e-3), rel=1e-6)
+    # sgemm's two samples: (33.45e9 + 66.9e9) / 2 FLOPs per launch, 10 launches in 10 ms: 75%
+    assert got["fp32_utilization"]["value"] == pytest.approx(100 * 10 * 50.175e9 / (peak * 10e-3), rel=1e-6)
+    assert got["fp32_utilization"]["value"] == pytest.approx(75.0, abs=0.02)
     assert got["fp32_utilization"]["kernels_profiled"] == 4
-    assert got["tensor_utilization"]["value"] > 0
+    assert got["fp32_utilization"]["coverage"] == pytest.approx(0.8)
+    assert "80.0%" in got["fp32_utilization"]["note"]
+    assert got["tensor_utilization"]["value"] == 0.0
+    args = (tmp_path / "ncu-args").read_text().split()
+    assert args[args.index("--filter-mode") + 1] == "per-launch-config"
+    assert args[args.index("--launch-count") + 1] == "3"
     rows = {r["kernel"]: r for r in csv.DictReader((run_dir / "kernels.csv").open())}
-    assert float(rows["ampere_sgemm_128x64_nn"]["fp32_utilization"]) == pytest.approx(75.0, abs=0.02)
+    assert float(rows["ampere_sgemm_128x64_nn"]["fp32_utilization"]) == pytest.approx(
+        100 * 10 * 50.175e9 / (peak * 10e-3), rel=1e-4)
     assert rows["other_kernel"]["fp32_utilization"] == ""
     assert (run_dir / "ncu_raw.csv").read_text() == FIXTURE.read_text()
+
+
+def test_ncu_pass_without_a_timeline_is_null_with_reason(monkeypatch, tmp_path) -> None:
+    run_dir = ncu_run_dir(monkeypatch, tmp_path, None)
+    spec = specs.build(model="deepspeech2", framework="pytorch", batch_size=4, preset="smoke", device="cpu")
+    got = reference.ncu_pass(spec, run_dir, 3, 3)
+    assert got["fp32_utilization"]["value"] is None and "kernel_launches.csv" in got["fp32_utilization"]["reason"]
 
 
 def test_ncu_pass_without_ncu_is_null_with_reason(monkeypatch, tmp_path) -> None:

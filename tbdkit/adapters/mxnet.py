@@ -156,6 +156,12 @@ class MXNetAdapter:
         # Trainer._updaters is private but fixed: MXNet 1.9.1 is the last release
         return sum(nbytes(state) for t in trainers for updater in t._updaters for state in updater.states.values())
 
+    def memory_breakdown(self, step: Any) -> dict[str, Any]:
+        """memory.json's categories over one step (tbdkit.adapters.mxnet_memory)."""
+        from tbdkit.adapters.mxnet_memory import breakdown
+
+        return breakdown(self._trainable(), self.optimizer_state_bytes, self.ctx, step)
+
     def memory(self) -> dict[str, Any]:
         reason = ("MXNet 1.9 has no peak-allocation counter; NVML's memory used covers the GPU"
                   if self.cuda_index is not None else

@@ -31,45 +31,147 @@ def tensor_bytes(tensors: Iterator[torch.Tensor]) -> int:
     return sum(seen.values())
 
 
+class _Saved:
+    """What autograd keeps in a saved slot while the hooks are on: the tensor, and a release
+    callback run when autograd drops the slot (after backward, or when the graph is freed)."""
+
+    __slots__ = ("tensor", "_release")
+
+    def __init__(self, tensor: torch.Tensor, release: Callable[[], None] | None) -> None:
+        self.tensor = tensor
+        self._release = release
+
+    def __del__(self) -> None:
+        if self._release is not None:
+            self._release()
+
+
 class SavedTensors:
-    """Bytes of the activations autograd keeps for backward (the paper's feature maps): every
-    tensor packed by torch.autograd.graph.saved_tensors_hooks during one step, distinct storages,
-    parameters excluded (they are weights). Their maximum is at the end of the forward pass."""
+    """Bytes of the activations autograd keeps for backward (the paper's feature maps), as the
+    maximum held at once during one step: every tensor packed by
+    torch.autograd.graph.saved_tensors_hooks is counted from when it is saved until autograd
+    releases its slot (backward frees it, or its graph dies), by distinct storage (views of one
+    storage, and one tensor saved by several ops, count once), parameters excluded (they are
+    weights). A multi-pass step (several critic iterations, a double backward) counts what is
+    alive together, never the sum over passes."""
 
     def __init__(self, parameters: list[torch.Tensor]) -> None:
         self.param_ptrs = {p.untyped_storage().data_ptr() for p in parameters}
-        self.live: dict[int, int] = {}
+        self.live: dict[int, list[int]] = {}  # storage address -> [bytes, saved slots holding it]
+        self.current = 0
         self.peak = 0
+        self.session = 0
 
-    def _pack(self, t: torch.Tensor) -> torch.Tensor:
+    def _pack(self, t: torch.Tensor) -> _Saved:
         key = _storage_key(t)
-        if key is not None and key[0] not in self.param_ptrs and key[0] != 0 and key[0] not in self.live:
-            self.live[key[0]] = key[1]
-            self.peak = max(self.peak, sum(self.live.values()))
-        return t
+        if key is None or key[0] == 0 or key[0] in self.param_ptrs:
+            return _Saved(t.detach(), None)
+        ptr, nbytes = key
+        held = self.live.get(ptr)
+        if held is None:
+            self.live[ptr] = [nbytes, 1]
+            self.current += nbytes
+            self.peak = max(self.peak, self.current)
+        else:
+            held[1] += 1
+        # the slot holds the tensor's data (detached: holding `t` itself would make a reference cycle
+        # through its grad_fn), so its storage and address live at least as long as the slot
+        session = self.session
+        return _Saved(t.detach(), lambda: self._release(ptr, session))
+
+    def _release(self, ptr: int, session: int) -> None:
+        held = self.live.get(ptr)
+        if held is None or session != self.session:  # a slot saved under an earlier hooks() session
+            return
+        held[1] -= 1
+        if held[1] == 0:
+            self.current -= held[0]
+            del self.live[ptr]
+
+    @staticmethod
+    def _unpack(saved: _Saved) -> torch.Tensor:
+        return saved.tensor
 
     @contextlib.contextmanager
     def hooks(self) -> Iterator["SavedTensors"]:
         self.live.clear()
-        with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+        self.current = self.peak = 0
+        self.session += 1
+        with torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack):
             yield self
 
 
-def optimizer_state_bytes(optimizer: Any) -> int:
-    state = getattr(optimizer, "state", {})
-    return tensor_bytes(v for s in state.values() for v in s.values() if isinstance(v, torch.Tensor))
+# Functions of PyTorch's C++ source that allocate a cuDNN or cuBLAS workspace through the caching
+# allocator (aten/src/ATen/native/cudnn/Conv_v8.cpp: run_conv_plan, run_conv_plan_fused,
+# generate_and_filter_plans; aten/src/ATen/cuda/CublasHandlePool.cpp: getNewWorkspace and the
+# cuBLASLt workspace). cuDNN RNNs allocate theirs with at::empty inside _cudnn_rnn, beside the
+# op's outputs: they cannot be told apart by stack and stay in 'unattributed'.
+WORKSPACE_FRAMES = ("run_conv_plan", "generate_and_filter_plans", "getNewWorkspace", "getCUDABlasLtWorkspace")
+WORKSPACE_METHOD = ("max bytes of cuDNN/cuBLAS workspace allocations live at once over one step, from the CUDA "
+                    "caching allocator's history (torch.cuda.memory._record_memory_history, C++ stacks): "
+                    "allocations made under " + ", ".join(WORKSPACE_FRAMES) + " (cuBLAS workspaces are "
+                    "released before the step so they are allocated inside it; cuDNN RNN workspaces are "
+                    "not separable and stay in 'unattributed')")
+
+
+def is_workspace(frames: list[dict[str, Any]]) -> bool:
+    """Whether an allocation's stack passes through one of PyTorch's workspace allocation sites."""
+    return any(site in str(f.get("name", "")) for f in frames for site in WORKSPACE_FRAMES)
+
+
+def workspace_peak(trace: list[dict[str, Any]]) -> int:
+    """Max bytes of workspace allocations live at once in an allocator history (one device's
+    TraceEntry list of torch.cuda.memory._snapshot()['device_traces']): counted from 'alloc' to
+    'free_requested' (its user released it)."""
+    live: dict[int, int] = {}
+    current = peak = 0
+    for e in trace:
+        action, addr = e.get("action"), e.get("addr")
+        if action == "alloc" and is_workspace(e.get("frames") or []):
+            live[addr] = int(e["size"])
+            current += live[addr]
+            peak = max(peak, current)
+        elif action == "free_requested" and addr in live:
+            current -= live.pop(addr)
+    return peak
+
+
+@contextlib.contextmanager
+def allocator_history(device: torch.device) -> Iterator[dict[str, Any]]:
+    """Record the CUDA caching allocator's history (with C++ stacks) around the block; on exit the
+    dict holds 'trace', this device's TraceEntry list. cuBLAS workspaces are released first, so the
+    step allocates them again inside the record."""
+    out: dict[str, Any] = {}
+    torch._C._cuda_clearCublasWorkspaces()
+    torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="all")
+    try:
+        yield out
+        torch.cuda.synchronize(device)
+        snapshot = torch.cuda.memory._snapshot()  # every device's history; ours is picked below
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    traces = snapshot.get("device_traces") or []
+    out["trace"] = traces[index] if index < len(traces) else []
+
+
+def optimizers_of(training: Any) -> list[torch.optim.Optimizer]:
+    """The optimizers a workload's training state holds (WGAN-GP has one per network)."""
+    values = vars(training).values() if hasattr(training, "__dict__") else ()
+    return list({id(v): v for v in values if isinstance(v, torch.optim.Optimizer)}.values())
 
 
 def memory_breakdown(training: Any, device: torch.device, step: Callable[[], Any]) -> dict[str, Any]:
     """Run `step` (one training iteration) with the probes on; return the categories and peak."""
-    model, optimizer = training.model, getattr(training, "optimizer", None)
+    model, optimizers = training.model, optimizers_of(training)
     params = [p for p in model.parameters()]
     saved = SavedTensors(params)
     cuda = device.type == "cuda"
+    history = allocator_history(device) if cuda else contextlib.nullcontext({})
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
-    with saved.hooks():
+    with history as allocations, saved.hooks():
         step()
     if cuda:
         torch.cuda.synchronize(device)
@@ -78,17 +180,16 @@ def memory_breakdown(training: Any, device: torch.device, step: Callable[[], Any
     cats = {
         "weights": entry(tensor_bytes(iter(params)), "bytes of the model's parameters (distinct storages)"),
         "weight_gradients": entry(grads, "bytes of the parameters' .grad tensors after one training step"),
-        "feature_maps": entry(saved.peak, "max bytes of tensors held for backward at once, counted with "
-                              "torch.autograd.graph.saved_tensors_hooks over one step (distinct storages, "
-                              "parameters excluded)"),
-        "dynamic": entry(optimizer_state_bytes(optimizer) if optimizer is not None else None,
-                         "bytes of the optimizer's state tensors (e.g. momentum) after one step",
-                         None if optimizer is not None else "the workload exposes no optimizer"),
+        "feature_maps": entry(saved.peak, "max bytes of tensors held for backward at once over one step: "
+                              "torch.autograd.graph.saved_tensors_hooks count each from when it is saved until "
+                              "autograd releases it (distinct storages, parameters excluded)"),
+        "dynamic": entry(tensor_bytes(v for o in optimizers for s in o.state.values() for v in s.values()
+                                      if isinstance(v, torch.Tensor)) if optimizers else None,
+                         "bytes of the optimizers' state tensors (e.g. momentum, Adam's moments) after one step",
+                         None if optimizers else "the workload exposes no optimizer"),
     }
     if cuda:
-        cats["workspace"] = entry(None, "cuDNN/cuBLAS workspaces",
-                                  "PyTorch does not expose its libraries' workspace allocations separately; "
-                                  "they are counted in 'unattributed'")
+        cats["workspace"] = entry(workspace_peak(allocations["trace"]), WORKSPACE_METHOD)
         peak = entry(torch.cuda.max_memory_allocated(device),
                      "torch.cuda.max_memory_allocated over one training step after the sample window "
                      "(peak stats reset before it)")

@@ -116,6 +116,13 @@ class TensorFlowAdapter:
                     seen[id(v)] = v
         return sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize for v in seen.values())
 
+    def memory_breakdown(self, step: Any) -> dict[str, Any]:
+        """memory.json's categories over steps after the window (tbdkit.adapters.tensorflow_memory)."""
+        from tbdkit.adapters.tensorflow_memory import breakdown
+
+        return breakdown(self.model_info()["parameter_bytes"], _attributes(self.training), self.optimizer_state_bytes,
+                         self.tf_device.strip("/") if self.cuda_index is not None else None, step)
+
     def memory(self) -> dict[str, Any]:
         method = "tf.config.experimental.get_memory_info(...)['peak'] over the sample window (reset at its start)"
         if self.cuda_index is None:

@@ -4,7 +4,8 @@
 - memory.json: the paper's memory breakdown (Fig. 8)
 - model FLOPs per sample, the device's peak FLOP/s for the math mode that ran, and MFU
 - on CUDA, a torch.profiler kernel trace over a few iterations: GPU utilization from the
-  kernel timeline (eq. 1) and kernels.csv (time shares per kernel)
+  kernel timeline (eq. 1), kernels.csv (time shares per kernel) and kernel_launches.csv (calls
+  and time per kernel and launch configuration, which weight the ncu samples of `make reference`)
 
 Each step that cannot run here, or fails, leaves its metrics null with the reason; the run
 itself still completes.
@@ -20,7 +21,7 @@ from tbdkit.agent import sink
 from tbdkit.agent.collectors.device import nvml_handle
 from tbdkit.analysis import memory as memory_doc
 from tbdkit.analysis.peak import Device, mfu_metric, peak_metric
-from tbdkit.analysis.timeline import KERNEL_COLUMNS, kernel_table, utilization
+from tbdkit.analysis.timeline import KERNEL_COLUMNS, LAUNCH_COLUMNS, kernel_table, launch_table, utilization
 from tbdkit.metric import metric, missing
 
 log = logging.getLogger("tbdkit.agent")
@@ -52,17 +53,16 @@ def device_of(env: dict[str, Any], cuda_index: int | None) -> tuple[Device | Non
 
 
 def fallback_memory(adapter: Any) -> dict[str, Any]:
-    """Frameworks without PyTorch's probes: weights (and their gradients, one per trainable
-    variable of the same shape and dtype) from the variables; the rest is not measurable here."""
+    """An adapter without a memory probe of its own: weights from its variables; gradients and the
+    rest are null with the reason (a gradient is never assumed to be the size of its weight: sparse
+    and frozen parameters break that)."""
     info = adapter.model_info()
     weights = info.get("parameter_bytes")
     why = f"{adapter.framework}: tbdkit has no probe for this category on this framework"
     entry = memory_doc.entry
     cats = {
         "weights": entry(weights, "bytes of the trainable variables", None if weights is not None else why),
-        "weight_gradients": entry(weights, "one gradient per trainable variable, same shape and dtype "
-                                  "(derived from the variables, not read from the allocator)",
-                                  None if weights is not None else why),
+        "weight_gradients": entry(None, "gradient tensors as the framework holds them", why),
         "feature_maps": entry(None, "tensors held for backward", why),
         "workspace": entry(None, "library workspaces", why),
         "dynamic": _optimizer_state(adapter, why),
@@ -173,8 +173,12 @@ def _trace(adapter: Any, step: Callable[[], None], run_dir: Path) -> dict[str, d
         kernels = got["kernels"]
         if not kernels:
             return {"gpu_utilization_trace": missing("%", method, "the trace held no CUDA kernels")}
-        rows = kernel_table(kernels, f"torch.profiler CUDA trace, {TRACE_ITERATIONS} iterations after the window")
+        source = f"torch.profiler CUDA trace, {TRACE_ITERATIONS} iterations after the window"
+        rows = kernel_table(kernels, source)
         sink.write_csv(run_dir / "kernels.csv", [{c: r[c] for c in KERNEL_COLUMNS} for r in rows])
+        # the timeline by launch configuration, which weights Nsight Compute's samples (tbdkit.reference)
+        sink.write_csv(run_dir / "kernel_launches.csv",
+                       [{c: r[c] for c in LAUNCH_COLUMNS} for r in launch_table(kernels, source)])
         return {"gpu_utilization_trace": metric(utilization(kernels, got["elapsed_us"]), "%", method,
                                                 kernels=len(kernels), traced_us=round(got["elapsed_us"], 1))}
 

@@ -1,6 +1,8 @@
 """memory.json: the paper's GPU memory breakdown (Fig. 8). Each category is its maximum ever
 allocated; 'dynamic' is non-workspace data allocated during iterations (optimizer state);
-unattributed = peak - sum of the measured categories, so the parts add up to the peak."""
+unattributed = peak - sum of the measured categories, so the parts add up to the peak.
+'category_shares' is each category's share of the five together (the paper's Obs. 10 shares),
+null with the reason unless all five were measured."""
 
 from __future__ import annotations
 
@@ -27,7 +29,24 @@ def breakdown(device: str, categories: dict[str, dict[str, Any]], peak: dict[str
     else:
         unattributed = entry(peak["bytes"] - known, method)
     return {"device": device, "unit": "bytes", "categories": {c: categories[c] for c in CATEGORIES},
-            "peak": peak, "unattributed": unattributed}
+            "peak": peak, "unattributed": unattributed, "category_shares": category_shares(categories)}
+
+
+def category_shares(categories: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """{'values': {category: share 0..1} over the five categories' sum, 'over', 'method', 'reason'};
+    values is null with the reason when any category is unmeasured: a share of the measured ones
+    alone would overstate each of them."""
+    method = "bytes of each category / sum of the five categories (weights, weight gradients, feature maps, workspace, dynamic)"
+    unknown = [c for c in CATEGORIES if categories[c]["bytes"] is None]
+    total = sum(categories[c]["bytes"] or 0 for c in CATEGORIES)
+    if unknown:
+        reason = "not measured: " + "; ".join(f"{c} ({categories[c]['reason']})" for c in unknown)
+    elif total <= 0:
+        reason = "the five categories sum to zero bytes"
+    else:
+        return {"over": list(CATEGORIES), "values": {c: categories[c]["bytes"] / total for c in CATEGORIES},
+                "method": method, "reason": None}
+    return {"over": list(CATEGORIES), "values": None, "method": method, "reason": reason}
 
 
 def shares(doc: dict[str, Any]) -> dict[str, float | None]:

@@ -7,6 +7,12 @@ utilization = those FLOPs / (peak FP32 FLOP/s x the kernel's duration, gpu__time
 The run's FP32 utilization is the sum of FLOPs over the sum of durations of the profiled
 kernels (the active time T of eq. 2). Tensor-pipe utilization is ncu's
 sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active, averaged weighted by duration.
+
+ncu replays each kernel many times, so it profiles a sample: a few launches of each distinct
+kernel and launch configuration (`--filter-mode per-launch-config --launch-count N`).
+whole_iteration() weights those samples by the full iteration's kernel timeline (calls and time
+of each kernel and launch configuration, from torch.profiler), so eq. 2 covers every kernel of
+the iteration, and says which share of the kernel time the samples cover.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ import csv
 import io
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
+
+from tbdkit.analysis.timeline import launch_config, loose_name
 
 FFMA = "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum"
 FADD = "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum"
@@ -33,6 +41,7 @@ class KernelCounters:
     seconds: float
     fp32_flops: float
     tensor_percent: float | None
+    launch: str = ""  # timeline.launch_config of its grid and block, "" where the CSV lacks them
 
 
 def _number(text: str) -> float | None:
@@ -65,7 +74,8 @@ def parse_raw_csv(text: str) -> list[KernelCounters]:
         r = dict(zip(header, row))
         seconds = (_number(r[DURATION]) or 0.0) * scale
         flops = 2 * (_number(r[FFMA]) or 0.0) + (_number(r[FADD]) or 0.0) + (_number(r[FMUL]) or 0.0)
-        out.append(KernelCounters(r["Kernel Name"], seconds, flops, _number(r[TENSOR]) if TENSOR in r else None))
+        out.append(KernelCounters(r["Kernel Name"], seconds, flops, _number(r[TENSOR]) if TENSOR in r else None,
+                                  launch_config(r.get("Grid Size"), r.get("Block Size"))))
     return out
 
 
@@ -96,3 +106,78 @@ def overall(kernels: list[KernelCounters], peak_fp32: float) -> dict[str, Any]:
     return {"fp32_utilization": 100.0 * sum(k.fp32_flops for k in kernels) / (peak_fp32 * seconds),
             "tensor_utilization": sum(k.tensor_percent * k.seconds for k in timed) / tsec if tsec > 0 else None,
             "kernels": len(kernels), "active_seconds": seconds}
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """The iteration's launches of one kernel in one launch configuration (kernel_launches.csv)."""
+    name: str
+    launch: str
+    calls: int
+    seconds: float
+
+
+class _Samples:
+    """The profiled launches by (loose name, launch configuration), and by loose name alone."""
+
+    def __init__(self, kernels: list[KernelCounters]) -> None:
+        self.by_launch: dict[tuple[str, str], list[KernelCounters]] = defaultdict(list)
+        self.by_name: dict[str, list[KernelCounters]] = defaultdict(list)
+        for k in kernels:
+            self.by_launch[(loose_name(k.name), k.launch)].append(k)
+            self.by_name[loose_name(k.name)].append(k)
+
+    def of(self, entry: TimelineEntry) -> tuple[list[KernelCounters], str]:
+        """The samples of this entry's kernel in its launch configuration; where the timeline or the
+        CSV does not name the configuration, those of the kernel name if they are all of one."""
+        name = loose_name(entry.name)
+        if entry.launch and (name, entry.launch) in self.by_launch:
+            return self.by_launch[(name, entry.launch)], "launch"
+        same = self.by_name.get(name, [])
+        if same and len({k.launch for k in same}) == 1 and (not entry.launch or not same[0].launch):
+            return same, "name"
+        return [], ""
+
+
+def whole_iteration(timeline: Iterable[TimelineEntry], sampled: list[KernelCounters],
+                    peak_fp32: float) -> dict[str, Any]:
+    """Eq. 2 over the whole iteration: each timeline entry's FP32 FLOPs are its calls x the mean
+    FLOPs per launch of its samples; T is the timeline's kernel time of the entries with samples.
+    Returns the overall FP32 and tensor utilization, `coverage` (share of the timeline's kernel
+    time whose kernels were sampled), and `per_kernel` by kernel name (paper Tables V/VI) with each
+    name's own coverage. Kernels without samples are left out of the figures, never guessed."""
+    samples = _Samples(sampled)
+    flops_by: dict[str, float] = defaultdict(float)
+    secs_by: dict[str, float] = defaultdict(float)
+    all_by: dict[str, float] = defaultdict(float)
+    tensor_by: dict[str, float] = defaultdict(float)
+    tsecs_by: dict[str, float] = defaultdict(float)
+    entries = covered = 0
+    for e in timeline:
+        entries += 1
+        all_by[e.name] += e.seconds
+        got, _ = samples.of(e)
+        if not got or e.seconds <= 0:
+            continue
+        covered += 1
+        flops_by[e.name] += e.calls * sum(k.fp32_flops for k in got) / len(got)
+        secs_by[e.name] += e.seconds
+        timed = [k for k in got if k.tensor_percent is not None and k.seconds > 0]
+        if timed:  # the samples' duration-weighted tensor share, applied to the timeline's time
+            share = sum(k.tensor_percent * k.seconds for k in timed) / sum(k.seconds for k in timed)
+            tensor_by[e.name] += share * e.seconds
+            tsecs_by[e.name] += e.seconds
+    total = sum(all_by.values())
+    active = sum(secs_by.values())
+    if total <= 0:
+        raise ValueError("the kernel timeline has no kernel time")
+    tsec = sum(tsecs_by.values())
+    per_kernel = {name: {"fp32_utilization": 100.0 * flops_by[name] / (peak_fp32 * secs_by[name]) if secs_by[name] > 0 else None,
+                         "tensor_utilization": tensor_by[name] / tsecs_by[name] if tsecs_by[name] > 0 else None,
+                         "coverage": secs_by[name] / all_by[name] if all_by[name] > 0 else 0.0}
+                  for name in all_by}
+    return {"fp32_utilization": 100.0 * sum(flops_by.values()) / (peak_fp32 * active) if active > 0 else None,
+            "tensor_utilization": sum(tensor_by.values()) / tsec if tsec > 0 else None,
+            "coverage": active / total, "active_seconds": active, "timeline_seconds": total,
+            "timeline_entries": entries, "covered_entries": covered, "kernels_profiled": len(sampled),
+            "per_kernel": per_kernel}

@@ -9,6 +9,8 @@ from typing import Any, Iterable
 
 KERNEL_COLUMNS = ("kernel", "calls", "total_time_us", "time_share", "mean_time_us",
                   "fp32_utilization", "tensor_utilization", "method")
+# kernel_launches.csv: the traced iterations' kernels by name and launch configuration (grid, block)
+LAUNCH_COLUMNS = ("kernel", "launch", "calls", "total_time_us", "method")
 
 
 @dataclass(frozen=True)
@@ -16,6 +18,24 @@ class Kernel:
     name: str
     start_us: float
     duration_us: float
+    launch: str = ""  # launch_config(grid, block), "" where the trace does not say
+
+
+def launch_config(grid: Any, block: Any) -> str:
+    """One spelling of a kernel's launch configuration for torch.profiler's trace args (lists
+    [x, y, z]) and Nsight Compute's CSV columns (text "(x, y, z)"): 'grid=XxYxZ block=XxYxZ';
+    "" when either is missing."""
+    def dims(v: Any) -> str | None:
+        if isinstance(v, str):
+            v = [p for p in v.strip().strip("()[]").replace(" ", "").split(",") if p]
+        try:
+            got = [int(float(x)) for x in v]
+        except (TypeError, ValueError):
+            return None
+        return "x".join(str(x) for x in got) if len(got) == 3 else None
+
+    g, b = dims(grid), dims(block)
+    return f"grid={g} block={b}" if g and b else ""
 
 
 def from_chrome_trace(doc: dict[str, Any] | list[Any]) -> tuple[list[Kernel], float]:
@@ -28,7 +48,8 @@ def from_chrome_trace(doc: dict[str, Any] | list[Any]) -> tuple[list[Kernel], fl
         return [], 0.0
     start = min(float(e["ts"]) for e in spans)
     end = max(float(e["ts"]) + float(e["dur"]) for e in spans)
-    kernels = [Kernel(str(e.get("name", "")), float(e["ts"]) - start, float(e["dur"]))
+    kernels = [Kernel(str(e.get("name", "")), float(e["ts"]) - start, float(e["dur"]),
+                      launch_config((e.get("args") or {}).get("grid"), (e.get("args") or {}).get("block")))
                for e in spans if e.get("cat") == "kernel"]
     return kernels, end - start
 
@@ -71,6 +92,19 @@ def kernel_table(kernels: list[Kernel], method: str) -> list[dict[str, Any]]:
                      "mean_time_us": round(total[name] / calls[name], 3),
                      "fp32_utilization": "", "tensor_utilization": "", "method": method})
     return rows
+
+
+def launch_table(kernels: list[Kernel], method: str) -> list[dict[str, Any]]:
+    """One row per (kernel name, launch configuration): calls and total time, longest first. This
+    is the iteration's kernel timeline that Nsight Compute's per-launch-configuration samples are
+    weighted by (tbdkit.analysis.ncu.whole_iteration)."""
+    calls: dict[tuple[str, str], int] = defaultdict(int)
+    total: dict[tuple[str, str], float] = defaultdict(float)
+    for k in kernels:
+        calls[(k.name, k.launch)] += 1
+        total[(k.name, k.launch)] += k.duration_us
+    return [{"kernel": key[0], "launch": key[1], "calls": calls[key], "total_time_us": round(total[key], 3),
+             "method": method} for key in sorted(total, key=lambda k: (-total[k], k))]
 
 
 def loose_name(kernel: str) -> str:

@@ -120,3 +120,93 @@ def test_this_torch_profilers_chrome_trace_has_the_layout_the_timeline_reads(tmp
     assert any(e["name"] == "aten::mm" for e in ops)
     kernels, elapsed = from_chrome_trace(doc)
     assert kernels == [] and 0 < elapsed < 60e6
+
+
+def wgan_gp(batch: int, n_critic: int = 2, gp_weight: float = 10.0):
+    """A WGAN-GP step as the workload runs it, on networks small enough to count by hand: n_critic
+    critic iterations (real, fake and interpolate through the critic, the gradient penalty by a
+    double backward), then one generator iteration. The real batches are prefetched, as a data
+    loader holds them, so each critic iteration saves tensors at new addresses."""
+    torch.manual_seed(0)
+    gen = torch.nn.Linear(2, 4, bias=False)
+    critic = torch.nn.Sequential(torch.nn.Linear(4, 8, bias=False), torch.nn.ReLU(), torch.nn.Linear(8, 1, bias=False))
+    opt_c = torch.optim.Adam(critic.parameters(), lr=1e-4, betas=(0.0, 0.9))
+    opt_g = torch.optim.Adam(gen.parameters(), lr=1e-4, betas=(0.0, 0.9))
+    reals = [torch.randn(batch, 4) for _ in range(n_critic)]
+
+    def step() -> None:
+        for real in reals:
+            opt_c.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                fake = gen(torch.randn(batch, 2))
+            eps = torch.rand(batch, 1)
+            mixed = (eps * real + (1 - eps) * fake).requires_grad_(True)
+            d_mixed = critic(mixed)
+            grad, = torch.autograd.grad(d_mixed, mixed, torch.ones_like(d_mixed), create_graph=True)
+            penalty = gp_weight * ((grad.norm(2, dim=1) - 1) ** 2).mean()
+            loss = critic(fake).mean() - critic(real).mean() + penalty
+            loss.backward()
+            opt_c.step()
+        opt_g.zero_grad(set_to_none=True)
+        (-critic(gen(torch.randn(batch, 2))).mean()).backward()
+        opt_g.step()
+
+    return SimpleNamespace(model=torch.nn.ModuleList([gen, critic]), g_optimizer=opt_g, c_optimizer=opt_c), step
+
+
+def test_feature_maps_of_a_wgan_gp_step_are_the_most_held_at_once() -> None:
+    """Hand count (float32, N = batch; critic weights excluded). One critic iteration holds, until its
+    backward: for each of D(real), D(fake), D(mixed) the critic's input (N x 4: 16N bytes) and its ReLU
+    output (N x 8, saved by ReLU and by the second layer: 32N once) = 3 x 48N; the double backward's
+    graph: grad_outputs ones (N x 1, saved by the second layer's input-gradient mm: 4N), the gradient
+    into the ReLU (N x 8, saved by the first layer's input-gradient mm: 32N); the penalty: the
+    gradient (N x 4) and its norm (N) saved by vector_norm (16N + 4N), norm - 1 (N) saved by pow (4N).
+    Total 144N + 60N = 204N. The backward frees all of it before the next critic iteration; the
+    generator iteration holds less (z: 8N, fake 16N, ReLU output 32N = 56N). So the peak is 204N, not
+    the sum over the iterations (which counting every address ever saved gives)."""
+    for batch in (3, 5):
+        training, step = wgan_gp(batch)
+        cats = memory_breakdown(training, torch.device("cpu"), step)["categories"]
+        assert cats["feature_maps"]["bytes"] == 204 * batch, cats["feature_maps"]
+        # both networks' Adam state: two moments per weight (2 x 4 + 4 x 8 + 8 x 1 floats) and a
+        # float step counter per weight tensor (3)
+        assert cats["dynamic"]["bytes"] == 2 * (8 + 32 + 8) * 4 + 3 * 4
+
+
+def test_saved_slots_are_released_by_backward() -> None:
+    torch.manual_seed(2)
+    layer = torch.nn.Linear(4, 4)
+    saved = SavedTensors(list(layer.parameters()))
+    with saved.hooks():
+        for _ in range(3):
+            layer(torch.randn(2, 4)).relu().sum().backward()
+            assert saved.current == 0 and not saved.live
+    assert saved.peak == (2 * 4 + 2 * 4) * 4  # the input and the ReLU output of one pass
+
+
+def test_workspace_is_the_most_library_workspace_live_at_once() -> None:
+    """A constructed allocator history (the layout of torch.cuda.memory._snapshot()['device_traces'][i],
+    not recorded on a GPU): two cuDNN convolution workspaces (run_conv_plan) freed in turn, a cuBLAS
+    workspace kept, and an activation allocated by a convolution op (not a workspace)."""
+    from tbdkit.adapters.pytorch_analysis import workspace_peak
+
+    conv = [{"name": "at::native::run_conv_plan(cudnnContext*, at::Tensor const&, at::Tensor const&, "
+                     "at::Tensor const&, cudnn_frontend::ExecutionPlan const&)", "filename": "Conv_v8.cpp", "line": 1},
+            {"name": "at::native::cudnn_convolution_forward_out", "filename": "Conv.cpp", "line": 2}]
+    cublas = [{"name": "at::cuda::getNewWorkspace()", "filename": "CublasHandlePool.cpp", "line": 3}]
+    output = [{"name": "at::empty_cuda", "filename": "EmptyTensor.cpp", "line": 4},
+              {"name": "at::native::cudnn_convolution", "filename": "Conv.cpp", "line": 5}]
+    trace = [
+        {"action": "segment_alloc", "addr": 0, "size": 1 << 21, "frames": conv},
+        {"action": "alloc", "addr": 100, "size": 4096, "frames": output},
+        {"action": "alloc", "addr": 200, "size": 1000, "frames": conv},
+        {"action": "alloc", "addr": 300, "size": 512, "frames": cublas},
+        {"action": "free_requested", "addr": 200, "size": 1000, "frames": []},
+        {"action": "free_completed", "addr": 200, "size": 1000, "frames": []},
+        {"action": "alloc", "addr": 400, "size": 2000, "frames": conv},
+        {"action": "free_requested", "addr": 400, "size": 2000, "frames": []},
+        {"action": "free_requested", "addr": 100, "size": 4096, "frames": []},
+    ]
+    assert workspace_peak(trace) == 2000 + 512
+    assert workspace_peak([e for e in trace if e["frames"] is not conv]) == 512
+    assert workspace_peak([]) == 0
