@@ -110,3 +110,16 @@ def test_report_over_cpu_only_results_decides_no_gpu_claim(tmp_path):
     html = (out / "report.html").read_text()
     assert 'class="holds"' not in html and 'class="fails"' not in html
     assert "0 hold · 0 do not hold · 12 lack the data to decide" in html
+
+
+def test_one_gpu_is_one_device_whatever_the_framework_calls_it(tmp_path):
+    """MXNet names its GPU "gpu(0)"; PyTorch and TensorFlow give the product name: the device of a
+    series is NVML's product name, so the frameworks' runs on one GPU are compared (Obs. 3)."""
+    nvml = {"available": True, "driver_version": "580.1",
+            "devices": [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-abc"}]}
+    for fw, named in (("mxnet", "gpu(0)"), ("tensorflow", "NVIDIA H100 80GB HBM3"), ("pytorch", "NVIDIA H100 80GB HBM3")):
+        run = make_run(tmp_path, "resnet50", fw, 32, 100.0, device="cuda:0", device_name=named)
+        env = json.loads((run / "env.json").read_text())
+        env["gpu"] = nvml
+        (run / "env.json").write_text(json.dumps(env))
+    assert {r.device_name for r in runs_mod.load(tmp_path)} == {"NVIDIA H100 80GB HBM3"}

@@ -164,11 +164,27 @@ def _kernels(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _nvml_name(env: dict[str, Any]) -> str | None:
+    """The GPU's product name as NVML gives it (the same string whatever the framework): the
+    device whose UUID the framework reported, else the only model the machine holds."""
+    devices = [d for d in ((env.get("gpu") or {}).get("devices") or []) if isinstance(d, dict) and d.get("name")]
+    uuid = str(((env.get("framework") or {}).get("device_properties") or {}).get("uuid") or "")
+    for d in devices:
+        if uuid and str(d.get("uuid", "")).removeprefix("GPU-").removeprefix("MIG-") == uuid.removeprefix("GPU-"):
+            return str(d["name"])
+    names = {str(d["name"]) for d in devices}
+    return names.pop() if len(names) == 1 else None
+
+
 def device_name(summary: dict[str, Any], env: dict[str, Any]) -> str:
-    """What the run ran on, as a person would name it: the GPU's name, or the CPU's model."""
+    """What the run ran on, as a person would name it: the GPU's product name (NVML's, so that
+    MXNet's "gpu(0)" and PyTorch's name of one GPU are the same device), or the CPU's model."""
     framework = env.get("framework") or {}
     if str(summary.get("device", "")).startswith("cuda"):
-        return str(framework.get("device_name") or (env.get("gpu") or {}).get("name") or summary.get("device"))
+        named = framework.get("device_name")
+        if not named or str(named).startswith("gpu("):
+            named = None
+        return str(_nvml_name(env) or named or (env.get("gpu") or {}).get("name") or summary.get("device"))
     cpu = env.get("cpu") or {}
     return f"CPU: {cpu.get('model') or 'unknown'} ({cpu.get('logical_cores', '?')} cores)"
 
