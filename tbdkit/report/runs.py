@@ -251,7 +251,7 @@ class Grouping:
     @property
     def text(self) -> str:
         head = f"{self.runs} run(s) in {self.groups} group(s) of like runs (same {', '.join(_KEY_WORDS)}; only the batch size varies within one)"
-        return head + (". Kept apart: " + "; ".join(self.kept_apart) if self.kept_apart else ".")
+        return head + (". Kept apart: " + "; ".join(self.kept_apart) + "." if self.kept_apart else ".")
 
 
 _KEY_WORDS = ("model", "framework", "preset", "variant", "data source", "precision", "device", "nodes",
