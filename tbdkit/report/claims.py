@@ -106,12 +106,12 @@ def _beyond_noise(hi: float, hi_spread: float, lo: float, lo_spread: float) -> b
 
 def _rises_with_batch(runs: list[Run], metric: str | None, n: int, what: str) -> Verdict:
     """Shared rule of observations 1, 4 and 6: over each series with two or more batch sizes, the
-    value at the largest batch exceeds the value at the smallest beyond the noise, and no step
-    down is larger than the noise (noise: max(2% of the larger value, the larger of the two
-    points' spreads) — the larger of the two, never their sum)."""
+    value at the largest batch exceeds the value at the smallest, and no step down is larger than
+    the noise (noise: max(2% of the larger value, the larger of the two points' spreads) — the
+    larger of the two, never their sum)."""
     value = throughput if metric is None else (lambda r: r.metric(metric))
     rule = (f"every series of like runs (SeriesKey) with >= 2 batch sizes: {what} at the largest batch exceeds that at "
-            f"the smallest, and no step down, beyond max({TOLERANCE:.0%}, the points' spread: std of repeats or the run's "
+            f"the smallest, and no step down beyond max({TOLERANCE:.0%}, the points' spread: std of repeats or the run's "
             "95% CI)")
     evidence, verdicts = [], []
     for s, rs in by_series(runs).items():
@@ -119,7 +119,7 @@ def _rises_with_batch(runs: list[Run], metric: str | None, n: int, what: str) ->
         if len(pts) < 2:
             continue
         drops = [(a, b) for a, b in zip(pts, pts[1:]) if _beyond_noise(a[1], a[2], b[1], b[2])]
-        ok = _beyond_noise(pts[-1][1], pts[-1][2], pts[0][1], pts[0][2]) and not drops
+        ok = pts[-1][1] > pts[0][1] and not drops
         verdicts.append(ok)
         steps = ", ".join(f"b{b}: {v:,.3g}" for b, v, _, _ in pts)
         evidence.append(f"{'✓' if ok else '✗'} {_name(s)}: {steps}"
