@@ -7,7 +7,6 @@ import csv
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from tbdkit.report import figures, runs as runs_mod
 from report_fixtures import make_run
