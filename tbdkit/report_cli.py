@@ -20,7 +20,9 @@ def report(
 
     results = existing_results_dir(results or default_results_dir())  # before anything is written
     html = build_report(results, out)
-    verdicts = claims.check_all(runs.load(results))
+    loaded = runs.load(results)
+    verdicts = claims.check_all(loaded)
+    console.print(runs.grouping(loaded).text, highlight=False)
     for v in verdicts:
         color = {"holds": "green", "does not hold": "red"}.get(v.verdict, "yellow")
         console.print(f"  {v.n:>2}. [{color}]{v.verdict:<16}[/] {v.claim}", highlight=False)

@@ -17,18 +17,23 @@ def make_run(results: Path, model: str, framework: str, batch: int, thr: float, 
              device_name: str = "Test CPU", metrics: dict[str, float | None] | None = None,
              memory: dict[str, int | None] | None = None, kernels: list[dict[str, Any]] | None = None,
              world_size: int = 1, nodes: int = 1, link_rate: str | None = None, started: str = "2026-11-22T10:00:00",
-             precision: str = "fp32") -> Path:
-    run_id = f"{started.replace(':', '')}-{model}-{framework}-b{batch}-{device_name.replace(' ', '')}-{world_size}-{link_rate}"
+             precision: str = "fp32", preset: str = "smoke", variant: str | None = None, data: str = "synthetic",
+             peak_flops: float | None = None, ci95_relative: float = 0.01) -> Path:
+    """One run folder. `peak_flops` is recorded as the agent records it, beside the MFU metric."""
+    run_id = (f"{started.replace(':', '')}-{model}-{framework}-b{batch}-{device_name.replace(' ', '')}-{world_size}-{link_rate}"
+              f"-{nodes}n-{precision}-{preset}-{variant}-{data.strip('/').replace('/', '_')}")
     run = results / run_id
     run.mkdir(parents=True)
-    m: dict[str, Any] = {"throughput": {"value": thr, "unit": "samples/s", "method": "fixture", "ci95_half_width": thr * 0.01,
-                                        "ci95_relative": 0.01}}
+    m: dict[str, Any] = {"throughput": {"value": thr, "unit": "samples/s", "method": "fixture",
+                                        "ci95_half_width": thr * ci95_relative, "ci95_relative": ci95_relative}}
+    if peak_flops is not None:
+        m["mfu"] = {"value": 40.0, "unit": "%", "method": "fixture", "peak_flops": peak_flops, "peak_method": "fixture"}
     for name in ("gpu_utilization", "gpu_utilization_trace", "fp32_utilization", "tensor_utilization"):
         value = (metrics or {}).get(name)
         m[name] = {"value": value, "unit": "%", "method": "fixture", **({} if value is not None else {"reason": CPU_REASON})}
     m["cpu_utilization"] = {"value": 99.0, "unit": "%", "method": "fixture"}
     summary = {"run_id": run_id, "status": "ok", "model": model, "framework": framework, "batch_size": batch,
-               "precision": precision, "preset": "smoke", "device": device, "started_utc": started, "metrics": m,
+               "precision": precision, "preset": preset, "variant": variant, "data": data, "device": device, "started_utc": started, "metrics": m,
                "math_mode": "fp32 (TF32 off)", "world_size": world_size, "nodes": nodes, "link_rate": link_rate}
     env = {"kit": {"version": "0.1.0"}, "cpu": {"model": device_name, "logical_cores": 2},
            "gpu": {"available": device != "cpu", "name": device_name, "driver_version": "580.1" if device != "cpu" else None},

@@ -36,15 +36,18 @@ def test_sweep_report_bundle(tmp_path):
     assert all(float(r["throughput"]) > 0 for r in rows) and len(rows) == 8
     html = (out / "report.html").read_text()
     # On CPU runs: throughput and the memory breakdown are drawn (weights, gradients, feature maps and
-    # optimizer state are measured on CPUs too); the GPU figures say why they are not; claims 1-3 are decided.
+    # optimizer state are measured on CPUs too); the GPU figures say why they are not; no claim is decided:
+    # the paper's observations are about GPU training, and every one says it needs GPU runs.
     assert (out / "figures" / "fig4_throughput.png").stat().st_size > 5000
     assert (out / "figures" / "fig8_memory.png").stat().st_size > 5000
     assert "GPU compute utilization vs mini-batch size (paper Fig. 5):</b> not drawn" in html
     assert not (out / "figures" / "fig5_gpu_utilization.png").exists()
-    assert html.count('class="holds"') + html.count('class="fails"') >= 3  # obs 1, 2 and 3 have the data here
-    obs3 = html[html.index('id="obs3"'):html.index('id="obs4"')]
-    assert "not enough data" not in obs3 and "deepspeech2" in obs3 and "resnet50" in obs3
-    assert 'id="obs4"' in html and "no GPU" in html
+    assert html.count('class="holds"') + html.count('class="fails"') == 0
+    assert "0 hold · 0 do not hold · 12 lack the data to decide" in html
+    for n in range(1, 13):
+        row = html[html.index(f'id="obs{n}"'):]
+        assert "needs GPU runs" in row[:row.index("</tr>")], n
+    assert "8 run(s) in 4 group(s)" in html  # two models x two frameworks, batches 1 and 2 in each
     bundle = tmp_path / "artifact.tar.gz"
     proc = tbdkit("bundle", str(results), "-o", str(bundle))
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -44,7 +44,8 @@ def build_report(results_dir: Path, out_dir: Path) -> Path:
         "verdicts": verdicts,
         "counts": {"holds": sum(v.verdict == claims.HOLDS for v in verdicts),
                    "fails": sum(v.verdict == claims.FAILS for v in verdicts),
-                   "nodata": sum(v.verdict == claims.NO_DATA for v in verdicts)},
+                   "nodata": sum(v.verdict in claims.UNDECIDED for v in verdicts)},
+        "grouping": runs_mod.grouping(runs),
         "figures": [_figure_context(f) for f in drawn],
         "run_header": tables.DISPLAY_HEADER, "run_rows": tables.display_rows(runs),
         "kernel_tables": tables.kernel_tables(runs), "kernel_missing": tables.kernel_table_missing(runs),
@@ -79,12 +80,12 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 def _markdown(ctx: dict, drawn: list[figures.Result]) -> str:
     parts = [f"# tbdkit report\n\n{len(ctx['runs'])} run(s) from `{ctx['results']}`, {ctx['generated']}, "
-             f"tbdkit {ctx['kit_version']}.\n",
+             f"tbdkit {ctx['kit_version']}.\n", f"{ctx['grouping'].text}\n",
              "## The paper's observations, checked on these results\n",
              f"{ctx['counts']['holds']} hold · {ctx['counts']['fails']} do not hold · "
              f"{ctx['counts']['nodata']} lack the data to decide.\n"]
     for v in ctx["verdicts"]:
-        parts.append(f"**{v.n}. {v.claim}** — *{v.verdict}*  \nRule: {v.rule}\n")
+        parts.append(f"**{v.n}. {v.claim}** — *{v.verdict}*  \nRule: {v.rule}\n" + (f"\nNote: {v.note}\n" if v.note else ""))
         parts += [f"- {e}" for e in v.evidence]
         parts.append("")
     parts.append("## Figures\n")

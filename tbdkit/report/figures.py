@@ -18,7 +18,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from tbdkit.report.runs import MEMORY_CATEGORIES, Run, by_series, mean_by_batch, throughput  # noqa: E402
+from tbdkit.report.runs import MEMORY_CATEGORIES, Run, SeriesKey, by_series, mean_by_batch, throughput  # noqa: E402
 
 MEMORY_COLORS = {"weights": "#4c72b0", "weight_gradients": "#55a868", "feature_maps": "#c44e52",
                  "workspace": "#8172b2", "dynamic": "#ccb974"}
@@ -58,16 +58,23 @@ def _panels(n: int) -> tuple[Any, list[Any]]:
     return fig, flat[:n]
 
 
-def _label(series: tuple[str, str, str, str], models: int) -> str:
-    _, framework, precision, device = series
-    return f"{framework} {precision}" + (f" · {device}" if models else "")
+def _label(series: SeriesKey, varying: list[int]) -> str:
+    """A line's legend: its framework and precision, and every other key field that differs
+    between the lines of its panel (preset, variant, data, device...), so unlike lines read apart."""
+    return " ".join([series.framework, series.precision] + [str(series[i]) or "unshaped" for i in varying])
+
+
+def _varying(keys: list[SeriesKey]) -> list[int]:
+    """The key fields (other than model, framework and precision) whose values differ among keys."""
+    skip = {"model", "framework", "precision"}
+    return [i for i, f in enumerate(SeriesKey._fields) if f not in skip and len({k[i] for k in keys}) > 1]
 
 
 def _lines_vs_batch(runs: list[Run], key: str, title: str, caption: str, metrics: dict[str, str],
                     ylabel: Callable[[Run], str]) -> Result:
     """One panel per model, one line per (framework, precision, device[, metric]) over batch size."""
     series = by_series(runs)
-    lines: dict[str, list[tuple[tuple[str, str, str, str], str, list]]] = {}
+    lines: dict[str, list[tuple[SeriesKey, str, list]]] = {}
     for s, rs in series.items():
         for metric, style in metrics.items():
             points = mean_by_batch(rs, throughput if metric == "throughput" else (lambda r, m=metric: r.metric(m)))
@@ -77,15 +84,15 @@ def _lines_vs_batch(runs: list[Run], key: str, title: str, caption: str, metrics
         return Missing(key, title, f"no run holds a value for {', '.join(metrics)}: "
                                    f"{_reason_of(runs, next(iter(metrics)))}")
     fig, axes = _panels(len(lines))
-    devices = len({s[3] for s in series}) > 1
     for ax, (model, model_lines) in zip(axes, sorted(lines.items())):
-        colors: dict[tuple[str, str, str, str], str] = {}  # one color per series; the line style tells the metric
+        varying = _varying([s for s, _, _ in model_lines])
+        colors: dict[SeriesKey, str] = {}  # one color per series; the line style tells the metric
         for s, metric, points in model_lines:
             color = colors.setdefault(s, f"C{len(colors) % 10}")
             xs = [p[0] for p in points]
             ys = [p[1] for p in points]
             err = [p[2] for p in points]
-            label = _label(s, devices) + (f" ({metric.replace('_', ' ')})" if metric else "")
+            label = _label(s, varying) + (f" ({metric.replace('_', ' ')})" if metric else "")
             below = [min(e, y) for e, y in zip(err, ys)]  # a spread never reaches below zero
             ax.errorbar(xs, ys, yerr=[below, err], marker="o", capsize=3, label=label, color=color,
                         linestyle=metrics[metric or next(iter(metrics))])
@@ -129,35 +136,68 @@ def fp32_utilization_vs_batch(runs: list[Run]) -> Result:
         {"fp32_utilization": "-", "tensor_utilization": "--"}, lambda r: "utilization (%)")
 
 
+DEVICE_METRICS = (("throughput", "throughput"), ("gpu_utilization", "GPU utilization"),
+                  ("fp32_utilization", "FP32 utilization"))
+
+
 def across_devices(runs: list[Run]) -> Result:
-    key, title = "fig7_devices", "The same model across devices, normalized (paper Fig. 7)"
-    groups: dict[tuple[str, str, int, str], dict[str, float]] = {}
+    """Paper Fig. 7: like runs (same series but the GPU, same batch) on two or more GPUs,
+    throughput, GPU utilization and FP32 utilization each normalized to one baseline GPU: the GPU
+    in the most comparisons (a CPU is never a baseline nor a bar: the figure compares GPUs)."""
+    key, title = "fig7_devices", "The same model across GPUs, normalized (paper Fig. 7)"
+    groups: dict[tuple, dict[str, list[Run]]] = {}
     for r in runs:
-        if r.world_size == 1 and throughput(r) is not None:
-            groups.setdefault((r.model, r.framework, r.batch_size, r.precision), {}).setdefault(r.device_name, throughput(r))
+        if r.is_gpu and r.world_size == 1 and throughput(r) is not None:
+            groups.setdefault((*r.series.but("device"), r.batch_size), {}).setdefault(r.device_name, []).append(r)
     comparable = {k: v for k, v in groups.items() if len(v) > 1}
     if not comparable:
-        names = sorted({r.device_name for r in runs})
-        return Missing(key, title, "needs the same model, framework, batch and precision run on two or more "
-                                   f"devices; these results hold {len(names)} device(s): {', '.join(names) or 'none'}")
-    devices = sorted({d for v in comparable.values() for d in v})
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.4 * len(comparable)), 3.8))
+        names = sorted({r.device_name for r in runs if r.is_gpu})
+        cpus = sum(not r.is_gpu for r in runs)
+        return Missing(key, title, "needs like runs (same model, framework, preset, variant, data, batch and precision) on "
+                                   f"two or more GPUs; these results hold {len(names)} GPU(s): {', '.join(names) or 'none'}"
+                                   + (f" ({cpus} CPU run(s) are not compared with GPUs)" if cpus else ""))
+    counts: dict[str, int] = {}
+    for devs in comparable.values():
+        for d in devs:
+            counts[d] = counts.get(d, 0) + 1
+    base = min(counts, key=lambda d: (-counts[d], d))
+    drawn = {k: v for k, v in sorted(comparable.items()) if base in v}
+    devices = sorted({d for v in drawn.values() for d in v}, key=lambda d: (d != base, d))
+    fig, axes = plt.subplots(1, len(DEVICE_METRICS), figsize=(max(9.0, 3.2 * len(DEVICE_METRICS) * max(1, len(drawn)) ** 0.5), 3.8),
+                             squeeze=False)
     width = 0.8 / len(devices)
-    labels = []
-    for i, ((model, fw, batch, prec), values) in enumerate(sorted(comparable.items())):
-        base = values[devices[0]] if devices[0] in values else next(iter(values.values()))
-        for j, d in enumerate(devices):
-            if d in values:
-                ax.bar(i + j * width, values[d] / base, width, label=d if i == 0 else None,
-                       color=f"C{j}")
-        labels.append(f"{model}\n{fw} b{batch}")
-    ax.set_xticks([i + width * (len(devices) - 1) / 2 for i in range(len(comparable))], labels, fontsize=7)
-    ax.set_ylabel(f"throughput / {devices[0]}")
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.legend(fontsize=7)
-    ax.set_title(title, fontsize=10)
+    labels = [f"{k[0]}\n{k[1]} b{k[-1]}" for k in drawn]
+    unmeasured = []
+    for ax, (metric, what) in zip(axes[0], DEVICE_METRICS):
+        def value(rs: list[Run], metric: str = metric) -> float | None:
+            vals = [v for v in (throughput(r) if metric == "throughput" else r.metric(metric) for r in rs) if v is not None]
+            return sum(vals) / len(vals) if vals else None
+        bars, labelled = 0, set()
+        for i, devs in enumerate(drawn.values()):
+            ref = value(devs[base])
+            for j, d in enumerate(devices):
+                v = value(devs[d]) if d in devs else None
+                if v is not None and ref:
+                    ax.bar(i + j * width, v / ref, width, label=None if d in labelled else d, color=f"C{j}")
+                    labelled.add(d)
+                    bars += 1
+        if not bars:
+            unmeasured.append(what)
+            ax.text(0.5, 0.5, f"{what}: not measured\n({_reason_of(runs, metric)})", transform=ax.transAxes, ha="center",
+                    va="center", fontsize=7, color="#a33", wrap=True)
+        ax.set_xticks([i + width * (len(devices) - 1) / 2 for i in range(len(drawn))], labels, fontsize=7)
+        ax.set_ylabel(f"{what} / {base}", fontsize=8)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_title(what, fontsize=9)
+        if bars:
+            ax.legend(fontsize=6)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    return Figure(key, title, f"Each group normalized to {devices[0]}.", fig)
+    left_out = len(comparable) - len(drawn)
+    caption = (f"Each comparison normalized to {base} (the GPU in the most comparisons)."
+               + (f" {left_out} comparison(s) without {base} are not drawn." if left_out else "")
+               + (f" Not measured on these runs: {', '.join(unmeasured)}." if unmeasured else ""))
+    return Figure(key, title, caption, fig)
 
 
 def memory_breakdown(runs: list[Run]) -> Result:
@@ -180,7 +220,7 @@ def memory_breakdown(runs: list[Run]) -> Result:
                 vals.append((r.memory_bytes(c) or 0) / 2**20)
             ax.bar([str(b) for b in batches], vals, bottom=bottom, label=c.replace("_", " "), color=MEMORY_COLORS[c])
             bottom = [x + y for x, y in zip(bottom, vals)]
-        ax.set_title(f"{s[0]} · {s[1]} {s[2]}\n{s[3]}", fontsize=8)
+        ax.set_title(f"{s.model} · {s.framework} {s.precision} · {s.preset}\n{s.device}", fontsize=8)
         ax.set_xlabel("mini-batch size")
         ax.set_ylabel("MiB")
         ax.set_ylim(0, max(bottom) * 1.35 or 1.0)  # headroom: the legend sits above the bars, never on them
@@ -203,15 +243,18 @@ def scaling(runs: list[Run]) -> Result:
         return Missing(key, title, "no multi-worker run in these results (tbdkit bench --nodes/--gpus-per-node)")
     # One line per (model, framework, per-worker batch, one machine or several, link): the paper's
     # Fig. 9 separates GPUs in one machine from machines over a network.
-    groups: dict[tuple[str, str, int, bool, str], list[Run]] = {}
+    # Each line's one-worker point is the like single-worker run (same series but the layout).
+    groups: dict[tuple, list[Run]] = {}
     for r in multi:
-        groups.setdefault((r.model, r.framework, r.batch_size, r.nodes > 1, r.link_rate or ""), []).append(r)
+        groups.setdefault((r.model, r.framework, r.batch_size, r.nodes > 1, r.link_rate or "",
+                           *r.series.but("model", "framework", "nodes", "gpus_per_node", "link_rate")), []).append(r)
+    singles = {(r.series, r.batch_size): r for r in runs if r.world_size == 1}
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for (model, fw, batch, several, link), rs in sorted(groups.items()):
+    for (model, fw, batch, several, link, *_), rs in sorted(groups.items()):
         pts = sorted((r.world_size, r.metric("aggregate_throughput") or throughput(r) or 0.0) for r in rs)
-        single = [r for r in runs if (r.model, r.framework, r.batch_size) == (model, fw, batch) and r.world_size == 1]
-        if single:
-            pts.insert(0, (1, throughput(single[-1]) or 0.0))
+        single = singles.get((rs[0].series._replace(nodes=1, gpus_per_node=1, link_rate=""), batch))
+        if single is not None:
+            pts.insert(0, (1, throughput(single) or 0.0))
         where = "machines (netns)" if several else "one machine"
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
                 label=f"{model} {fw} b{batch}/worker, {where}" + (f", link {link}" if link else ""))

@@ -11,8 +11,9 @@ import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from tbdkit.analysis.peak import Device, peak_flops
 from tbdkit.store import Index
 
 # Model families the paper's observations talk about.
@@ -20,6 +21,36 @@ RNN_MODELS = frozenset({"deepspeech2", "seq2seq"})
 LSTM_MODELS = frozenset({"seq2seq"})
 CNN_MODELS = frozenset({"resnet50", "inception_v3", "faster_rcnn", "mask_rcnn", "efficientdet", "wgan_gp"})
 MEMORY_CATEGORIES = ("weights", "weight_gradients", "feature_maps", "workspace", "dynamic")
+UNRECORDED = "unrecorded"  # a field an older run did not write: never assumed equal to a recorded value
+
+
+class SeriesKey(NamedTuple):
+    """Everything that changes the work a run measures, except the batch size: runs that share a
+    key differ only in batch size (and repeat), so they are one line in a figure and one series in
+    a claim. Runs whose keys differ are never averaged or compared as if they were alike."""
+    model: str
+    framework: str
+    preset: str
+    variant: str
+    data: str
+    precision: str
+    device: str
+    nodes: int
+    gpus_per_node: int
+    link_rate: str
+
+    def but(self, *fields: str) -> tuple:
+        """The key without `fields`: what must match for runs compared across those fields."""
+        return tuple(v for f, v in zip(self._fields, self) if f not in fields)
+
+    @property
+    def label(self) -> str:
+        text = f"{self.model}/{self.framework}/{self.precision} [{self.preset}"
+        text += "" if self.variant == "default" else f", variant {self.variant}"
+        text += f", {self.data} data] on {self.device}"
+        if self.nodes * self.gpus_per_node > 1:
+            text += f" x{self.nodes} node(s) x{self.gpus_per_node} worker(s)" + (f", link {self.link_rate}" if self.link_rate else "")
+        return text
 
 
 @dataclass
@@ -75,9 +106,39 @@ class Run:
         return int(value) if isinstance(value, (int, float)) else None
 
     @property
-    def series(self) -> tuple[str, str, str, str]:
-        """Runs that differ only in batch size: one line in a figure."""
-        return (self.model, self.framework, self.precision, self.device_name)
+    def is_gpu(self) -> bool:
+        return self.device.startswith("cuda")
+
+    def _field(self, name: str) -> Any:
+        value = self.summary.get(name)
+        return self.spec.get(name) if value is None else value
+
+    @property
+    def gpus_per_node(self) -> int:
+        return int(self._field("gpus_per_node") or max(1, self.world_size // self.nodes))
+
+    @property
+    def series(self) -> SeriesKey:
+        """Runs that differ only in batch size: one line in a figure (see SeriesKey)."""
+        return SeriesKey(
+            self.model, self.framework, str(self._field("preset") or UNRECORDED),
+            str(self._field("variant") or "default"), str(self._field("data") or UNRECORDED), self.precision,
+            self.device_name, self.nodes, self.gpus_per_node, str(self.link_rate or ""))
+
+    def peak_flops(self) -> float | None:
+        """The GPU's peak FLOP/s in this run's math mode, from tbdkit's peak table
+        (tbdkit.analysis.peak): as the run recorded it beside its MFU, else computed from the
+        device properties env.json holds; None where neither is on disk."""
+        for value in (self.metric_entry("peak_flops").get("value"), self.metric_entry("mfu").get("peak_flops")):
+            if isinstance(value, (int, float)) and value > 0:
+                return float(value)
+        props = (self.env.get("framework") or {}).get("device_properties") or {}
+        clock = props.get("max_sm_clock_mhz")
+        if not (self.is_gpu and props.get("compute_capability") and props.get("sm_count") and clock):
+            return None
+        mode = {"fp32": "fp32", "tf32": "tf32"}.get(self.precision, "amp")
+        device = Device(self.device_name, str(props["compute_capability"]), int(props["sm_count"]), float(clock), "env.json")
+        return peak_flops(device, mode)[0]
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -103,11 +164,27 @@ def _kernels(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _nvml_name(env: dict[str, Any]) -> str | None:
+    """The GPU's product name as NVML gives it (the same string whatever the framework): the
+    device whose UUID the framework reported, else the only model the machine holds."""
+    devices = [d for d in ((env.get("gpu") or {}).get("devices") or []) if isinstance(d, dict) and d.get("name")]
+    uuid = str(((env.get("framework") or {}).get("device_properties") or {}).get("uuid") or "")
+    for d in devices:
+        if uuid and str(d.get("uuid", "")).removeprefix("GPU-").removeprefix("MIG-") == uuid.removeprefix("GPU-"):
+            return str(d["name"])
+    names = {str(d["name"]) for d in devices}
+    return names.pop() if len(names) == 1 else None
+
+
 def device_name(summary: dict[str, Any], env: dict[str, Any]) -> str:
-    """What the run ran on, as a person would name it: the GPU's name, or the CPU's model."""
+    """What the run ran on, as a person would name it: the GPU's product name (NVML's, so that
+    MXNet's "gpu(0)" and PyTorch's name of one GPU are the same device), or the CPU's model."""
     framework = env.get("framework") or {}
     if str(summary.get("device", "")).startswith("cuda"):
-        return str(framework.get("device_name") or (env.get("gpu") or {}).get("name") or summary.get("device"))
+        named = framework.get("device_name")
+        if not named or str(named).startswith("gpu("):
+            named = None
+        return str(_nvml_name(env) or named or (env.get("gpu") or {}).get("name") or summary.get("device"))
     cpu = env.get("cpu") or {}
     return f"CPU: {cpu.get('model') or 'unknown'} ({cpu.get('logical_cores', '?')} cores)"
 
@@ -154,13 +231,49 @@ def load_dirs(dirs: list[Path]) -> list[Run]:
     return _oldest_first(runs)
 
 
-def by_series(runs: list[Run]) -> dict[tuple[str, str, str, str], list[Run]]:
-    """Runs grouped into lines (model, framework, precision, device), single-worker only, by batch."""
-    groups: dict[tuple[str, str, str, str], list[Run]] = {}
+def by_series(runs: list[Run], multi_worker: bool = False) -> dict[SeriesKey, list[Run]]:
+    """Runs grouped into lines by SeriesKey (single-worker only unless asked), each by batch."""
+    groups: dict[SeriesKey, list[Run]] = {}
     for r in runs:
-        if r.world_size == 1:
+        if multi_worker or r.world_size == 1:
             groups.setdefault(r.series, []).append(r)
     return {k: sorted(v, key=lambda r: r.batch_size) for k, v in sorted(groups.items())}
+
+
+@dataclass
+class Grouping:
+    """How the report grouped the runs: the number of series and, for each model and framework
+    whose runs fell into more than one series, the fields that kept them apart."""
+    runs: int
+    groups: int
+    kept_apart: list[str]
+
+    @property
+    def text(self) -> str:
+        head = f"{self.runs} run(s) in {self.groups} group(s) of like runs (same {', '.join(_KEY_WORDS)}; only the batch size varies within one)"
+        return head + (". Kept apart: " + "; ".join(self.kept_apart) + "." if self.kept_apart else ".")
+
+
+_KEY_WORDS = ("model", "framework", "preset", "variant", "data source", "precision", "device", "nodes",
+              "workers per node", "link")
+
+
+def grouping(runs: list[Run]) -> Grouping:
+    keys = {r.series for r in runs}
+    by_pair: dict[tuple[str, str], list[SeriesKey]] = {}
+    for k in keys:
+        by_pair.setdefault((k.model, k.framework), []).append(k)
+    apart = []
+    for (model, framework), ks in sorted(by_pair.items()):
+        if len(ks) < 2:
+            continue
+        why = []
+        for i, f in enumerate(SeriesKey._fields[2:], start=2):
+            values = sorted({str(k[i]) or "none" for k in ks})
+            if len(values) > 1:
+                why.append(f"{_KEY_WORDS[i]} ({', '.join(values)})")
+        apart.append(f"{model}/{framework} into {len(ks)} groups by {' and '.join(why)}")
+    return Grouping(len(runs), len(keys), apart)
 
 
 def mean_by_batch(runs: list[Run], value: Any) -> list[tuple[int, float, float, bool]]:

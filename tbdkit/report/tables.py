@@ -7,7 +7,8 @@ from typing import Any
 from tbdkit.report.claims import long_kernels_below_average, reference
 from tbdkit.report.runs import MEMORY_CATEGORIES, Run, throughput
 
-SUMMARY_COLUMNS = ("run_id", "model", "framework", "batch_size", "precision", "device", "throughput",
+SUMMARY_COLUMNS = ("run_id", "model", "framework", "batch_size", "precision", "preset", "variant", "data", "device",
+                   "throughput",
                    "throughput_unit", "throughput_ci95_relative", "gpu_utilization_pct",
                    "gpu_utilization_trace_pct", "fp32_utilization_pct", "tensor_utilization_pct", "mfu_pct",
                    "cpu_utilization_pct", "peak_memory_mib", "feature_maps_mib", "world_size", "math_mode",
@@ -38,7 +39,8 @@ def summary_row(r: Run) -> dict[str, Any]:
     fm = r.memory_bytes("feature_maps")
     return {
         "run_id": r.run_id, "model": r.model, "framework": r.framework, "batch_size": r.batch_size,
-        "precision": r.precision, "device": r.device_name, "throughput": throughput(r), "throughput_unit": r.unit,
+        "precision": r.precision, "preset": r.series.preset, "variant": r.series.variant, "data": r.series.data,
+        "device": r.device_name, "throughput": throughput(r), "throughput_unit": r.unit,
         "throughput_ci95_relative": r.metric_entry("throughput").get("ci95_relative"),
         "gpu_utilization_pct": r.metric("gpu_utilization"), "gpu_utilization_trace_pct": r.metric("gpu_utilization_trace"),
         "fp32_utilization_pct": r.metric("fp32_utilization"), "tensor_utilization_pct": r.metric("tensor_utilization"),
@@ -71,7 +73,7 @@ def display_rows(runs: list[Run]) -> list[list[str]]:
     rows = []
     for r in runs:
         row = summary_row(r)
-        rows.append([r.run_id, r.model, r.framework, str(r.batch_size), r.precision, r.device_name,
+        rows.append([r.run_id, r.model, r.framework, str(r.batch_size), r.precision, r.series.preset, r.device_name,
                      throughput_text(r, row),
                      fmt(row["gpu_utilization_pct"]), fmt(row["fp32_utilization_pct"]),
                      fmt(row["cpu_utilization_pct"]), fmt(row["peak_memory_mib"]),
@@ -79,7 +81,7 @@ def display_rows(runs: list[Run]) -> list[list[str]]:
     return rows
 
 
-DISPLAY_HEADER = ["run", "model", "framework", "batch", "precision", "device", "throughput (95% CI)",
+DISPLAY_HEADER = ["run", "model", "framework", "batch", "precision", "preset", "device", "throughput (95% CI)",
                   "GPU util %", "FP32 util %", "CPU util %", "peak mem MiB", "flag"]
 
 
