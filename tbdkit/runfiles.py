@@ -18,6 +18,7 @@ SAMPLES = "samples.csv"       # the collectors' samples over the window (agent)
 SUMMARY = "summary.json"      # status and metrics, written last (agent, or the launcher if the agent died)
 MEMORY = "memory.json"        # the memory breakdown (agent analysis)
 KERNELS = "kernels.csv"       # the kernel table (agent analysis)
+KERNEL_LAUNCHES = "kernel_launches.csv"  # calls and time per kernel and launch configuration (agent analysis, CUDA)
 LOG = "log.txt"               # the command, then the agent's stderr (launchers)
 CONVERGENCE = "convergence.csv"  # the converge preset's quality curve (agent)
 CONTAINER_SPEC = "container-spec.json"  # what the docker launcher asked the container for
@@ -25,7 +26,7 @@ CONTAINER_STATE = "container.json"      # the container's end state (docker laun
 CONTAINER_LOG = "container.log"         # the container's own output (docker launcher)
 NCU_RAW = "ncu_raw.csv"       # Nsight Compute's raw export (reference runs)
 
-RUN_FILES: frozenset[str] = frozenset({SPEC, ENV, ITERATIONS, SAMPLES, SUMMARY, MEMORY, KERNELS, LOG, CONVERGENCE,
+RUN_FILES: frozenset[str] = frozenset({SPEC, ENV, ITERATIONS, SAMPLES, SUMMARY, MEMORY, KERNELS, KERNEL_LAUNCHES, LOG, CONVERGENCE,
                                        CONTAINER_SPEC, CONTAINER_STATE, CONTAINER_LOG, NCU_RAW})
 WORKERS = "workers"
 _NODE_LOG = re.compile(r"node[0-9]+\.log")

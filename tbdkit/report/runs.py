@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tbdkit.analysis.peak import Device, peak_flops
+from tbdkit.analysis.peak import Device, peak_flops, product_of
 from tbdkit.store import Index
 
 # Model families the paper's observations talk about.
@@ -132,11 +132,13 @@ class Run:
         for value in (self.metric_entry("peak_flops").get("value"), self.metric_entry("mfu").get("peak_flops")):
             if isinstance(value, (int, float)) and value > 0:
                 return float(value)
+        mode = {"fp32": "fp32", "tf32": "tf32"}.get(self.precision, "amp")
+        if self.is_gpu and product_of(self.device_name) is not None:   # a datasheet row needs no properties
+            return peak_flops(Device(self.device_name, "", 0, 0.0, "datasheet"), mode)[0]
         props = (self.env.get("framework") or {}).get("device_properties") or {}
         clock = props.get("max_sm_clock_mhz")
         if not (self.is_gpu and props.get("compute_capability") and props.get("sm_count") and clock):
             return None
-        mode = {"fp32": "fp32", "tf32": "tf32"}.get(self.precision, "amp")
         device = Device(self.device_name, str(props["compute_capability"]), int(props["sm_count"]), float(clock), "env.json")
         return peak_flops(device, mode)[0]
 
