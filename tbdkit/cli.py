@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from tbdkit import catalog, stacks
@@ -15,6 +16,7 @@ from tbdkit import spec as specs
 from tbdkit.console import console, convergence_table, err_console, make_progress, results_table, RunProgress
 from tbdkit.errors import UserError
 from tbdkit.paths import default_results_dir
+from tbdkit.results import summary as summaries
 from tbdkit.store import Index
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -223,7 +225,10 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
     path = Index(results).find(run)
     if path is None:
         raise UserError(f"No single run matches '{run}' in {results}: list them with `tbdkit runs`.")
-    summary = json.loads((path / "summary.json").read_text())
+    try:
+        summary = summaries.read(path)
+    except (OSError, summaries.Unreadable) as exc:
+        raise UserError(escape(f"{exc}: the run folder {path} is damaged; its other files are kept as they are.")) from None
     if as_json:
         print(json.dumps(summary, indent=2))
         return
@@ -235,13 +240,13 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
     for name, m in (summary.get("metrics") or {}).items():
         value = m.get("value")
         table.add_row(name, "null" if value is None else f"{value:,.4g}", m.get("unit", ""),
-                      m.get("reason") and f"[yellow]{m['reason']}[/]" or m.get("method", ""))
+                      m.get("reason") and f"[yellow]{escape(m['reason'])}[/]" or escape(m.get("method") or ""))
     console.print(table)
     for key in ("warmup", "window"):
         if summary.get(key):
-            console.print(f"[bold]{key}[/]: {summary[key]}", highlight=False)
+            console.print(f"[bold]{key}[/]: {escape(str(summary[key]))}", highlight=False)
     if summary.get("error"):
-        console.print(f"[red]error:[/] {summary['error']}", highlight=False)
+        console.print(f"[red]error:[/] {escape(summary['error'])}", highlight=False)
 
 
 @app.command()
@@ -255,6 +260,8 @@ def runs(results: ResultsOpt = default_results_dir(),
     if rebuild:
         console.print(f"indexed {index.rebuild()} runs")
     rows = index.runs(model=model)
+    for line in index.unreadable:  # a damaged run is named and skipped, never fatal
+        err_console.print(line, style="yellow", highlight=False, markup=False)
     if as_json:
         print(json.dumps(rows, indent=2))
         return
