@@ -45,6 +45,8 @@ class RunProgress:
             self.progress.console.print(
                 f"  {self.label}: warm-up ended after {event['iterations']} iterations "
                 f"({event['seconds']:.1f} s, {event['end_reason']})")
+        elif kind == "warning":  # the launcher's one sentence (e.g. where a refused summary was kept)
+            self.progress.console.print(f"  {self.label}: [yellow]{escape(str(event.get('message')))}[/]", highlight=False)
         elif kind == "interrupt":
             self.progress.console.print(f"  {self.label}: stopping (Ctrl-C again to stop at once)")
         elif kind == "done":
