@@ -206,6 +206,7 @@ class Index:
         self.results = Path(results)
         self.path = self.results / INDEX
         self.unreadable: list[str] = []  # `unreadable: <folder>: <why>` of the last read, one per damaged run
+        self.damaged: list[str] = []  # their folder names (keys)
 
     # -- connections
 
@@ -275,8 +276,9 @@ class Index:
                     _drop(conn, key)
                 for key in changed:
                     _take(conn, self.results, key, on_disk[key])
-        self.unreadable = [f"unreadable: {key}: {why}" for key, why in
-                           conn.execute("SELECT key, unreadable FROM seen WHERE unreadable IS NOT NULL ORDER BY key")]
+        damaged = conn.execute("SELECT key, unreadable FROM seen WHERE unreadable IS NOT NULL ORDER BY key").fetchall()
+        self.damaged = [key for key, _ in damaged]
+        self.unreadable = [f"unreadable: {key}: {why}" for key, why in damaged]
 
     def _query(self, sql: str, args: list[Any]) -> list[dict[str, Any]]:
         with closing(self._synced()) as conn:
@@ -338,6 +340,7 @@ class Index:
         runs = self.runs()
         if ref == "last" and runs:
             return Path(max(runs, key=lambda r: r["run_id"])["path"])
-        hits = [r for r in runs if r["run_id"] == ref] or \
-               [r for r in runs if r["run_id"].startswith(ref) or r["run_id"].endswith(ref)]
-        return Path(hits[0]["path"]) if len(hits) == 1 else None
+        # damaged runs are found too: reading one then says what is wrong with it
+        ids = [r["run_id"] for r in runs] + [k for k in self.damaged if not k.startswith(SWEEP_KEY)]
+        hits = [i for i in ids if i == ref] or [i for i in ids if i.startswith(ref) or i.endswith(ref)]
+        return self.results / hits[0] if len(hits) == 1 else None

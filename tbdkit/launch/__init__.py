@@ -69,6 +69,7 @@ def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
 
     check_results_folder(results, spec)  # a read-only, full or mistaken results path fails before training
     run_dir = new_run_dir(results, spec)
+    on_event({"event": "run_dir", "run_dir": str(run_dir)})  # a sweep records it before the run goes on
     try:
         sink.write_json(run_dir / "spec.json", spec.model_dump())
     except OSError as exc:
