@@ -28,6 +28,7 @@ from typing import Any
 from tbdkit import __version__
 from tbdkit.errors import UserError
 from tbdkit.paths import KIT_ROOT
+from tbdkit.results import summary as summaries
 
 PREFIX = "tbdkit-artifact"
 FORMAT = "tbdkit-artifact/1"
@@ -165,10 +166,13 @@ def recorded_runs(files: dict[str, bytes]) -> list[tuple[dict[str, Any], dict[st
     for name in sorted(files):
         parts = name.split("/")
         if len(parts) == 3 and parts[0] == "results" and parts[2] == "summary.json":
-            summary = json.loads(files[name])
-            spec_name = f"results/{parts[1]}/spec.json"
-            if summary.get("status") == "ok" and spec_name in files:
-                out.append((json.loads(files[spec_name]), summary))
+            try:  # a damaged run is not one to reproduce
+                summary = summaries.parse(files[name], parts[1])
+                spec = json.loads(files.get(f"results/{parts[1]}/spec.json", b""))
+            except (summaries.Unreadable, ValueError, RecursionError):
+                continue
+            if summary.get("status") == "ok" and isinstance(spec, dict):
+                out.append((spec, summary))
     return out
 
 
