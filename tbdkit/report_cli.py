@@ -7,8 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from tbdkit.console import console
+from tbdkit.console import console, err_console
 from tbdkit.paths import default_results_dir
+from tbdkit.store import Index
 
 
 def report(
@@ -20,6 +21,10 @@ def report(
 
     results = results or default_results_dir()
     html = build_report(results, out)
+    index = Index(results)
+    index.runs()
+    for line in index.unreadable:  # damaged runs are left out of the report, and named
+        err_console.print(line, style="yellow", highlight=False, markup=False)
     verdicts = claims.check_all(runs.load(results))
     for v in verdicts:
         color = {"holds": "green", "does not hold": "red"}.get(v.verdict, "yellow")

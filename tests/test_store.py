@@ -99,6 +99,7 @@ def test_a_damaged_summary_is_listed_unreadable_and_never_fatal(tmp_path):
     assert "unreadable: c-types: summary.json: batch_size: Input should be a valid integer" in shown.output
     report = runner.invoke(app, ["report", str(results), "-o", str(tmp_path / "rep")])
     assert report.exit_code == 0, (report.output, report.exception)
+    assert "unreadable: d-notjson: summary.json is not JSON" in report.output
 
 
 def test_the_index_follows_the_folder_on_every_read(tmp_path):
