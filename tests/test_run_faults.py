@@ -178,3 +178,21 @@ def test_a_real_agent_killed_by_sigkill_keeps_its_iterations(tmp_path):
     rows = (outcome.run_dir / "iterations.csv").read_text().splitlines()
     assert rows[0].startswith("iteration,phase") and sum(",measure," in r for r in rows) >= 1
     assert f"iterations.csv keeps the {len(rows) - 1} iteration(s)" in outcome.summary["error"]
+
+
+def test_a_tiny_disk_is_refused_before_training(tmp_path):
+    """A real 4 MiB tmpfs (where this machine lets us mount one): the run folder could not fit."""
+    import subprocess
+
+    from test_store import _mount
+
+    from tbdkit.launch import launch
+
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    _mount("-t", "tmpfs", "-o", "size=4m", "tmpfs", str(tiny))
+    try:
+        with pytest.raises(UserError, match=r"Only 4 MiB are free where the results go"):
+            launch(SPEC, tiny / "results", lambda e: None)
+    finally:
+        subprocess.run(["umount", str(tiny)], check=False)
