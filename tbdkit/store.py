@@ -254,13 +254,14 @@ class Index:
                 if _transient(exc) and attempt < RETRIES - 1:
                     time.sleep(0.05 * (attempt + 1))
                     continue
-                if "readonly" in str(exc).lower() or "unable to open" in str(exc).lower():
-                    break  # cannot write here after all: read without writing
-                raise
+                break  # cannot write it after all (read-only, a full disk, I/O): read without writing
             except sqlite3.DatabaseError:  # corrupt, or another layout: rebuilt from the folders
                 if conn is not None:
                     conn.close()
-                self.rebuild()
+                try:
+                    self.rebuild()
+                except (OSError, sqlite3.Error):
+                    break
         conn = self._in_memory()
         self._sync(conn)
         return conn
