@@ -170,13 +170,37 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _saved_state(path: Path) -> dict[str, Any]:
+    """A sweep's saved state, or a UserError naming the file if it is damaged."""
+    from tbdkit.errors import UserError
+
+    try:
+        data = sink.read_json(path)
+    except (OSError, ValueError, RecursionError) as exc:
+        data, why = None, str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+    else:
+        why = "not a sweep state"
+    shapes = isinstance(data, dict) and isinstance(data.get("points", {}), dict) and all(
+        isinstance(p, dict) and isinstance(p.get("attempts", []), list) and all(isinstance(a, dict) for a in
+                                                                                 p.get("attempts", []))
+        for p in data.get("points", {}).values()) and all(isinstance(data.get(k, {}), dict) for k in ("max_batch", "groups"))
+    if not shapes:
+        raise UserError(f"The sweep state {path} is damaged ({why}): move it away to run the sweep afresh "
+                        "(its run folders are kept).")
+    assert isinstance(data, dict)
+    data.setdefault("points", {})
+    data.setdefault("max_batch", {})
+    data.setdefault("groups", {})
+    return data
+
+
 class SweepState:
     def __init__(self, sweep: SweepSpec) -> None:
         self.sweep = sweep
         self.dir = sweep.state_dir()
         self.path = self.dir / STATE
         if self.path.is_file():
-            self.data = sink.read_json(self.path)
+            self.data = _saved_state(self.path)
             self.data["spec"] = sweep.model_dump(mode="json")
         else:
             self.data = {"format": FORMAT, "sweep_id": sweep.sweep_id(), "kit_version": __version__,

@@ -174,6 +174,10 @@ def sweep(
     else:
         chosen = choose_frameworks(m, requested, setup)
     spec = parse({**fields, "frameworks": chosen})
+    from tbdkit.results.space import check_results_folder
+
+    # the sweep's state is written before any run: a read-only, full or mistaken results path fails first
+    check_results_folder(spec.results, spec.run_spec(chosen[0], spec.precisions[0], (spec.int_batches or [1])[0]))
     state = run_sweep(spec, m.throughput_unit, quiet_stdout=as_json)
     if as_json:
         print(json.dumps(state, indent=2))

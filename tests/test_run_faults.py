@@ -196,3 +196,23 @@ def test_a_tiny_disk_is_refused_before_training(tmp_path):
             launch(SPEC, tiny / "results", lambda e: None)
     finally:
         subprocess.run(["umount", str(tiny)], check=False)
+
+
+def test_a_sweep_into_a_file_fails_before_writing_and_a_damaged_state_is_named(tmp_path):
+    from typer.testing import CliRunner
+
+    from tbdkit import stacks
+    from tbdkit.cli import app
+
+    spec = sweep_spec(tmp_path)
+    spec.state_dir().mkdir(parents=True)
+    (spec.state_dir() / "sweep.json").write_text('{"points": [1, 2]}')
+    with pytest.raises(UserError, match=r"The sweep state .*sweep.json is damaged \(not a sweep state\): move it away"):
+        SweepRun(spec)
+    if not stacks.is_installed("pytorch"):
+        pytest.skip("the PyTorch stack is not installed (TBDKIT_VENVS)")
+    (tmp_path / "afile").write_text("x")
+    out = CliRunner().invoke(app, ["sweep", "deepspeech2", "-f", "pytorch", "--device", "cpu", "--preset", "smoke",
+                                   "-b", "2", "-r", str(tmp_path / "afile")])
+    assert out.exit_code == 2 and "is a file, not a folder" in out.output, out.output
+    assert (tmp_path / "afile").read_text() == "x"

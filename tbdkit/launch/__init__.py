@@ -60,14 +60,15 @@ def stream(proc: subprocess.Popen[str], log: IO[str], on_event: EventHandler, in
 
 def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
     """Run one spec to completion (or failure) and return what its summary says."""
+    from tbdkit.results.space import check_results_folder
+
+    check_results_folder(results, spec)  # a read-only, full or mistaken results path fails before training
     if spec.launcher == "docker":
         from tbdkit.launch import docker
 
         return docker.launch(spec, results, on_event)
     from tbdkit.launch import native, netns
-    from tbdkit.results.space import check_results_folder
 
-    check_results_folder(results, spec)  # a read-only, full or mistaken results path fails before training
     run_dir = new_run_dir(results, spec)
     on_event({"event": "run_dir", "run_dir": str(run_dir)})  # a sweep records it before the run goes on
     try:
