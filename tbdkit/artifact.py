@@ -40,6 +40,7 @@ from typing import Any
 from tbdkit import __version__, runfiles
 from tbdkit.errors import UserError
 from tbdkit.paths import KIT_ROOT, venvs_dir
+from tbdkit.results import summary as summaries
 
 PREFIX = "tbdkit-artifact"
 FORMAT = "tbdkit-artifact/1"
@@ -380,9 +381,12 @@ def recorded_runs(files: dict[str, bytes]) -> list[tuple[dict[str, Any], dict[st
     for name in sorted(files):
         parts = name.split("/")
         if len(parts) == 3 and parts[0] == "results" and parts[2] == runfiles.SUMMARY:
-            summary = _object(files[name])
+            try:  # a damaged run is not one to reproduce
+                summary = summaries.parse(files[name], parts[1])
+            except (summaries.Unreadable, ValueError, RecursionError):
+                continue
             spec = _object(files.get(f"results/{parts[1]}/{runfiles.SPEC}", b""))
-            if summary is not None and summary.get("status") == "ok" and spec is not None:
+            if summary.get("status") == "ok" and spec is not None:
                 out.append((local_spec(spec), summary))
     return out
 

@@ -16,6 +16,7 @@ from tbdkit import spec as specs
 from tbdkit.console import console, convergence_table, err_console, make_progress, results_table, RunProgress
 from tbdkit.errors import UserError
 from tbdkit.paths import default_results_dir, existing_results_dir
+from tbdkit.results import summary as summaries
 from tbdkit.store import Index
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -285,7 +286,10 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
             raise UserError(f"'{run}' is ambiguous in {results}: it matches {len(hits)} runs ({shown}); "
                             "pass more of the run id.")
         raise UserError(f"No run matches '{run}' in {results}: list them with `tbdkit runs`.")
-    summary = json.loads((path / "summary.json").read_text())
+    try:
+        summary = summaries.read(path)
+    except (OSError, summaries.Unreadable) as exc:
+        raise UserError(escape(f"{exc}: the run folder {path} is damaged; its other files are kept as they are.")) from None
     if as_json:
         print(json.dumps(summary, indent=2))
         return
@@ -297,15 +301,15 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
     for name, m in (summary.get("metrics") or {}).items():
         value = m.get("value")
         table.add_row(name, "null" if value is None else f"{value:,.4g}", m.get("unit", ""),
-                      m.get("reason") and f"[yellow]{m['reason']}[/]" or m.get("method", ""))
+                      m.get("reason") and f"[yellow]{escape(m['reason'])}[/]" or escape(m.get("method") or ""))
     console.print(table)
     for key in ("warmup", "window"):
         if summary.get(key):
-            console.print(f"[bold]{key}[/]: {summary[key]}", highlight=False)
+            console.print(f"[bold]{key}[/]: {escape(str(summary[key]))}", highlight=False)
     if summary.get("unstable"):
         console.print(f"[yellow]unstable:[/] {escape(str(summary.get('instability_reason')))}", highlight=False)
     if summary.get("error"):
-        console.print(f"[red]error:[/] {summary['error']}", highlight=False)
+        console.print(f"[red]error:[/] {escape(summary['error'])}", highlight=False)
 
 
 @app.command()
@@ -319,6 +323,8 @@ def runs(results: ResultsOpt = default_results_dir(),
     if rebuild:
         console.print(f"indexed {index.rebuild()} runs")
     rows = index.runs(model=model)
+    for line in index.unreadable:  # a damaged run is named and skipped, never fatal
+        err_console.print(line, style="yellow", highlight=False, markup=False)
     if as_json:
         print(json.dumps(rows, indent=2))
         return

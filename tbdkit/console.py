@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -44,6 +45,8 @@ class RunProgress:
             self.progress.console.print(
                 f"  {self.label}: warm-up ended after {event['iterations']} iterations "
                 f"({event['seconds']:.1f} s, {event['end_reason']})")
+        elif kind == "warning":  # the launcher's one sentence (e.g. where a refused summary was kept)
+            self.progress.console.print(f"  {self.label}: [yellow]{escape(str(event.get('message')))}[/]", highlight=False)
         elif kind == "interrupt":
             self.progress.console.print(f"  {self.label}: stopping (Ctrl-C again to stop at once)")
         elif kind == "done":
@@ -81,15 +84,15 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
         style = {"ok": "green", "oom": "yellow", "interrupted": "yellow"}.get(status, "red")
         rel = thr.get("ci95_relative")
         table.add_row(
-            s.get("framework", "?"), str(s.get("batch_size", "?")), s.get("precision", "?"),
-            s.get("device") or "—", f"[{style}]{status}[/]",
-            f"{_fmt(thr.get('value'), 2)} {thr.get('unit', '')}".strip(),
+            escape(s.get("framework", "?")), str(s.get("batch_size", "?")), escape(s.get("precision") or "?"),
+            escape(s.get("device") or "—"), f"[{style}]{escape(status)}[/]",
+            escape(f"{_fmt(thr.get('value'), 2)} {thr.get('unit') or ''}".strip()),
             _fmt(rel * 100 if rel is not None else None, 2, "%"),
             _fmt((m.get("sample_throughput") or {}).get("value"), 2),
             _fmt((m.get("cpu_utilization") or {}).get("value"), 1, "%"),
             _fmt((m.get("gpu_utilization") or {}).get("value"), 1, "%"),
             f"{window['iterations']} it, {window['seconds']:.1f} s, {window['stop_reason']}" if window else "—",
-            s.get("run_id", "?").rsplit("-", 1)[-1],
+            escape(s.get("run_id") or "?").rsplit("-", 1)[-1],
         )
     table.caption = "run: the id's last part; `tbdkit show <run>` shows one run, `tbdkit runs` lists full ids"
     return table
@@ -108,9 +111,9 @@ def convergence_table(summaries: list[dict[str, Any]], title: str = "Convergence
         style = {"ok": "green", "interrupted": "yellow"}.get(status, "red")
         when = (f"{ttt['value']:,.0f} s ({ttt.get('steps')} steps)" if ttt.get("value") is not None
                 else ttt.get("reason") or s.get("error") or "—")
-        table.add_row(s.get("framework", "?"), str(s.get("batch_size", "?")), s.get("device") or "—",
-                      f"[{style}]{status}[/]", c.get("quality_metric", "—"), _fmt(c.get("target"), 3),
+        table.add_row(escape(s.get("framework", "?")), str(s.get("batch_size", "?")), escape(s.get("device") or "—"),
+                      f"[{style}]{escape(status)}[/]", escape(c.get("quality_metric") or "—"), _fmt(c.get("target"), 3),
                       f"{_fmt(c.get('first_quality'), 3)} → {_fmt(c.get('best_quality'), 3)}" if c else "—",
-                      when, str(c.get("evaluations", "—")), s.get("run_id", "?").rsplit("-", 1)[-1])
+                      escape(str(when)), str(c.get("evaluations", "—")), escape(s.get("run_id") or "?").rsplit("-", 1)[-1])
     table.caption = "training seconds exclude evaluations; the curve is each run's convergence.csv"
     return table

@@ -7,8 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from tbdkit.console import console
+from tbdkit.console import console, err_console
 from tbdkit.paths import default_results_dir, existing_results_dir
+from tbdkit.store import Index
 
 
 def report(
@@ -20,6 +21,10 @@ def report(
 
     results = existing_results_dir(results or default_results_dir())  # before anything is written
     html = build_report(results, out)
+    index = Index(results)
+    index.runs()
+    for line in index.unreadable:  # damaged runs are left out of the report, and named
+        err_console.print(line, style="yellow", highlight=False, markup=False)
     loaded = runs.load(results)
     verdicts = claims.check_all(loaded)
     console.print(runs.grouping(loaded).text, highlight=False)

@@ -4,7 +4,9 @@ The sweep's state lives in results/sweeps/<sweep-id>/sweep.json (written atomica
 change): each point (framework, precision, batch, repeat) with its status and run id, the
 max-batch searches with their probes, and each group's spread across repeats. Running the same
 sweep again skips points that ended `ok` or `oom` (a batch that does not fit is a result) and
-retries the others (failed, interrupted, or `running` when the sweep was killed). Run
+retries the others (failed, interrupted, or `running` when the sweep was killed). Each attempt is
+recorded before it starts and gets its run id as soon as its folder exists, so a sweep killed
+mid-run (kill -9) marks that attempt from its run folder when resumed and says so. Run
 directories already on disk are only read, never written.
 
 Probes of the max-batch search are short runs kept in results/sweeps/<sweep-id>/probes/ so they
@@ -118,6 +120,16 @@ def _cv(values: list[float]) -> float | None:
     return stdev(values) / fmean(values)
 
 
+def _summary_of(run_dir: Path) -> dict[str, Any] | None:
+    """A run folder's checked summary, or None when it has none or a damaged one."""
+    from tbdkit.results import summary as summaries
+
+    try:
+        return summaries.read(run_dir)
+    except (OSError, summaries.Unreadable):
+        return None
+
+
 def throughput_of(summary: dict[str, Any]) -> float | None:
     value = ((summary.get("metrics") or {}).get("throughput") or {}).get("value")
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
@@ -158,18 +170,43 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def _saved_state(path: Path) -> dict[str, Any]:
+    """A sweep's saved state, or a UserError naming the file if it is damaged."""
+    from tbdkit.errors import UserError
+
+    try:
+        data = sink.read_json(path)
+    except (OSError, ValueError, RecursionError) as exc:
+        data, why = None, str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+    else:
+        why = "not a sweep state"
+    shapes = isinstance(data, dict) and isinstance(data.get("points", {}), dict) and all(
+        isinstance(p, dict) and isinstance(p.get("attempts", []), list) and all(isinstance(a, dict) for a in
+                                                                                 p.get("attempts", []))
+        for p in data.get("points", {}).values()) and all(isinstance(data.get(k, {}), dict) for k in ("max_batch", "groups"))
+    if not shapes:
+        raise UserError(f"The sweep state {path} is damaged ({why}): move it away to run the sweep afresh "
+                        "(its run folders are kept).")
+    assert isinstance(data, dict)
+    data.setdefault("points", {})
+    data.setdefault("max_batch", {})
+    data.setdefault("groups", {})
+    return data
+
+
 class SweepState:
     def __init__(self, sweep: SweepSpec) -> None:
         self.sweep = sweep
         self.dir = sweep.state_dir()
         self.path = self.dir / STATE
         if self.path.is_file():
-            self.data = sink.read_json(self.path)
+            self.data = _saved_state(self.path)
             self.data["spec"] = sweep.model_dump(mode="json")
         else:
             self.data = {"format": FORMAT, "sweep_id": sweep.sweep_id(), "kit_version": __version__,
                          "created_utc": _now(), "spec": sweep.model_dump(mode="json"),
                          "points": {}, "max_batch": {}, "groups": {}}
+        self.recovered = self._recover_killed_attempts()
         for p in points(sweep):
             self.data["points"].setdefault(p.key, {
                 "framework": p.framework, "precision": p.precision, "batch": p.batch, "repeat": p.repeat,
@@ -180,6 +217,31 @@ class SweepState:
     @property
     def points(self) -> dict[str, dict[str, Any]]:
         return self.data["points"]
+
+    def _recover_killed_attempts(self) -> list[str]:
+        """Attempts still `running` on disk were cut off by the sweep's own death (kill -9, a lost
+        machine): each is marked with what its run folder says, and a sentence for the user."""
+        notes = []
+        for key, entry in (self.data.get("points") or {}).items():
+            for attempt in entry.get("attempts") or []:
+                if attempt.get("status") != "running":
+                    continue
+                run_id = attempt.get("run_id")
+                summary = _summary_of(self.sweep.results / run_id) if run_id else None
+                if summary is not None:
+                    attempt.update(status=summary["status"], note="the sweep was killed while this run went on; "
+                                   "its run folder has its summary")
+                    entry.update(status=summary["status"], run_id=run_id, error=summary.get("error"),
+                                 throughput=throughput_of(summary), window_cv=window_cv(self.sweep.results / run_id))
+                else:
+                    attempt.update(status="killed", note="the sweep was killed while this run went on; "
+                                   + ("its run folder has no summary" if run_id else "no run folder was made"))
+                    entry.update(status="killed", run_id=run_id, error=attempt["note"])
+                notes.append(f"{key}: the sweep was killed during run {run_id or '(none started)'}, "
+                             f"marked {attempt['status']}{'' if attempt['status'] in FINAL else ' (retried)'}")
+            if entry.get("status") == "running":  # killed before the attempt was recorded (an older kit)
+                entry.update(status="killed", error="the sweep was killed while this point ran")
+        return notes
 
     def save(self) -> None:
         self.data["updated_utc"] = _now()
@@ -217,6 +279,13 @@ class SweepRun:
         self.state = SweepState(sweep)
         self.probes_dir = self.state.dir / "probes"
         self.interrupted = False
+        self._attempt: dict[str, Any] | None = None
+
+    def run_dir_created(self, run_dir: Path) -> None:
+        """The runner made the current point's run folder: record its id before the run goes on."""
+        if self._attempt is not None:
+            self._attempt["run_id"] = Path(run_dir).name
+            self.state.save()
 
     def keys(self) -> list[str]:
         return [p.key for p in points(self.sweep)]
@@ -253,11 +322,19 @@ class SweepRun:
 
     def run_point(self, p: Point, entry: dict[str, Any], batch: int) -> None:
         entry.update(status="running", batch_size=batch, started_utc=_now())
+        # The attempt is on disk before it starts, and gets its run id as soon as its folder exists
+        # (run_dir_created): a sweep killed meanwhile knows, when resumed, which run it left.
+        attempt: dict[str, Any] = {"run_id": None, "status": "running", "batch_size": batch, "started_utc": _now()}
+        entry["attempts"].append(attempt)
+        self._attempt = attempt
         self.state.save()
         self.observer.point_started(p, batch)
         assert self.runner is not None
-        result = self.runner(self.sweep.run_spec(p.framework, p.precision, batch), self.sweep.results, False)
-        entry["attempts"].append({"run_id": result.run_id, "status": result.status})
+        try:
+            result = self.runner(self.sweep.run_spec(p.framework, p.precision, batch), self.sweep.results, False)
+        finally:
+            self._attempt = None
+        attempt.update(run_id=result.run_id, status=result.status)
         entry.update(status=result.status, run_id=result.run_id, error=result.summary.get("error"),
                      throughput=throughput_of(result.summary), window_cv=window_cv(result.run_dir))
         self.interrupted = result.status == "interrupted"

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -53,13 +54,24 @@ class SweepProgress:
         self.progress.update(self.task, rate=f"max-batch search {framework}/{precision}: probing batch {batch_size}")
 
 
-def bench_runner(results: Path, progress: SweepProgress) -> Runner:
-    """Each point through the bench machinery: the spec's launcher, then the results index."""
+def bench_runner(results: Path, progress: SweepProgress,
+                 run_dir_created: Callable[[Path], None] | None = None) -> Runner:
+    """Each point through the bench machinery: the spec's launcher, then the results index.
+    `run_dir_created` hears each measured point's run folder as soon as the launcher makes it."""
     from tbdkit.launch import launch
 
     def run(spec: RunSpec, where: Path, probe: bool) -> RunResult:
         label = f"{'probe ' if probe else ''}{spec.framework}/{spec.precision}/b{spec.batch_size}"
-        outcome = launch(spec, where, progress.handler(label))
+        shown = progress.handler(label)
+
+        def handler(event: dict[str, Any]) -> None:
+            if event.get("event") == "run_dir":
+                if run_dir_created is not None and not probe:
+                    run_dir_created(Path(event["run_dir"]))
+                return
+            shown(event)
+
+        outcome = launch(spec, where, handler)
         if not probe:
             Index(results).add(outcome.run_dir)
         return RunResult(outcome.status, outcome.run_id, outcome.run_dir, outcome.summary)
@@ -163,6 +175,10 @@ def sweep(
     else:
         chosen = choose_frameworks(m, requested, setup)
     spec = parse({**fields, "frameworks": chosen})
+    from tbdkit.results.space import check_results_folder
+
+    # the sweep's state is written before any run: a read-only, full or mistaken results path fails first
+    check_results_folder(spec.results, spec.run_spec(chosen[0], spec.precisions[0], (spec.int_batches or [1])[0]))
     state = run_sweep(spec, m.throughput_unit, quiet_stdout=as_json)
     if as_json:
         print(json.dumps(state, indent=2))
@@ -184,7 +200,9 @@ def run_sweep(spec: SweepSpec, unit: str, quiet_stdout: bool = False) -> dict[st
     )
     run = SweepRun(spec)
     observer = SweepProgress(progress, run, unit)
-    run.runner, run.observer = bench_runner(spec.results, observer), observer
+    run.runner, run.observer = bench_runner(spec.results, observer, run.run_dir_created), observer
+    for note in run.state.recovered:
+        progress.console.print(f"[yellow]resuming:[/] {escape(note)}", highlight=False)
     counts = run.state.counts(run.keys())
     if counts["done"] or counts["failed"]:
         progress.console.print(f"resuming sweep {spec.sweep_id()}: {counts['done']} point(s) done are kept, "

@@ -180,6 +180,8 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         source = synthetic_pool(batches, spec.measure.synthetic_pool) if spec.data == "synthetic" else Prefetcher(batches)
         loop = TrainingLoop(adapter, source, spec.measure, stop.requested,
                             agree=adapter.agree if worker is not None else None)
+        # Each iteration's row reaches iterations.csv as it is measured: a SIGKILL keeps them.
+        loop.result.iterations = sink.StreamedRows(run_dir / "iterations.csv", lambda i: i.row())
         loop.warm_up()
         if worker is not None and os.environ.get("TBDKIT_TEST_KILL_RANK") == str(worker.rank):
             os._exit(3)  # fault injection for the kit's own tests: this worker dies after warm-up
@@ -243,15 +245,40 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         if loop is not None:
             summary["warmup"] = loop.result.warmup or None
             summary["window"] = loop.result.window or None
-            sink.write_csv(run_dir / "iterations.csv", [i.row() for i in loop.result.iterations])
-            sink.write_csv(run_dir / "samples.csv", loop.result.samples)
+            if isinstance(loop.result.iterations, sink.StreamedRows):
+                loop.result.iterations.close()
+            _write_rows(run_dir, "iterations.csv", [i.row() for i in loop.result.iterations], summary)
+            _write_rows(run_dir, "samples.csv", loop.result.samples, summary)
         if env is not None:
             summary["math_mode"] = env["framework"].get("math_mode")
         summary["finished_utc"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         summary["wall_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 3)
-        sink.write_json(run_dir / "summary.json", summary)
+        _write_summary(run_dir, summary)
         events.emit("done", status=summary["status"], error=summary["error"])
     return _exit_code(summary["status"])
+
+
+def _write_rows(run_dir: Path, name: str, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    """A CSV of the run; if the disk refuses it the summary says so and the run still ends whole."""
+    try:
+        sink.write_csv(run_dir / name, rows)
+    except OSError as exc:
+        summary.setdefault("files_not_written", {})[name] = f"{exc.strerror or exc} ({len(rows)} rows lost)"
+        log.error("%s could not be written (%s): its %d rows are lost; the summary is written next",
+                  name, exc.strerror or exc, len(rows))
+
+
+def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    """summary.json in the run folder, or, if the disk refuses it, in the system temp folder (the
+    launcher finds it there and says where)."""
+    try:
+        where = sink.write_json_or_fallback(run_dir / "summary.json", summary)
+    except OSError as exc:
+        log.error("summary.json could not be written in the run folder nor in %s (%s)",
+                  sink.fallback_path(run_dir, "summary.json").parent, exc.strerror or exc)
+        return
+    if where != run_dir / "summary.json":
+        log.error("summary.json could not be written in the run folder (full disk?): it is kept at %s", where)
 
 
 def _exit_code(status: str) -> int:

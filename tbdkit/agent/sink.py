@@ -1,4 +1,10 @@
-"""Writing a run directory: every file lands whole (temp file + rename) or not at all."""
+"""Writing a run directory: every file lands whole (temp file + rename) or not at all.
+
+Two exceptions keep what a run measured when something goes wrong: iteration rows are appended to
+iterations.csv as they are measured (StreamedRows, flushed per row, replaced whole at the end), so an
+agent killed by SIGKILL keeps them; and a file its run folder refuses (a full disk) is written to the
+system temp folder instead (write_json_or_fallback), and the caller says where.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import IO, Any, Callable, Iterable
 
 
 def write_text(path: Path, text: str) -> None:
@@ -43,3 +49,60 @@ def write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
 
 def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
+
+
+def fallback_path(run_dir: Path, name: str) -> Path:
+    """Where a run file goes when its run folder refuses it (a full disk): the system temp folder."""
+    return Path(tempfile.gettempdir()) / "tbdkit-unsaved" / Path(run_dir).name / name
+
+
+def write_json_or_fallback(path: Path, data: Any) -> Path:
+    """Write `data` at `path`, or, if that fails (no space, read-only, quota), at its fallback path in
+    the system temp folder; returns where it landed. Raises only if both fail."""
+    try:
+        write_json(path, data)
+        return path
+    except OSError:
+        fallback = fallback_path(path.parent, path.name)
+        write_json(fallback, data)
+        return fallback
+
+
+class StreamedRows(list):  # type: ignore[type-arg]
+    """A list of records that also appends each one to a CSV file as it comes, flushed, so a process
+    killed at any moment leaves every row before it on disk. The header is the first row's columns
+    (later new columns wait for the whole file written at the end). A file that cannot be written
+    stops the streaming, never the run."""
+
+    def __init__(self, path: Path, row: Callable[[Any], dict[str, Any]]) -> None:
+        super().__init__()
+        self.path, self.row = Path(path), row
+        self._file: IO[str] | None = None
+        self._writer: csv.DictWriter[str] | None = None
+        self.broken: OSError | None = None
+
+    def append(self, item: Any) -> None:
+        super().append(item)
+        if self.broken is not None:
+            return
+        try:
+            row = self.row(item)
+            if self._writer is None:
+                self._file = self.path.open("w", newline="")
+                self._writer = csv.DictWriter(self._file, fieldnames=list(row), lineterminator="\n",
+                                              extrasaction="ignore")
+                self._writer.writeheader()
+            self._writer.writerow(row)
+            assert self._file is not None
+            self._file.flush()
+        except OSError as exc:
+            self.broken = exc
+            self.close()
+
+    def close(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None

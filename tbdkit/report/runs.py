@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tbdkit.analysis.peak import Device, peak_flops, product_of
+from tbdkit.results import summary as summaries
 from tbdkit.store import Index
 
 # Model families the paper's observations talk about.
@@ -145,24 +146,39 @@ class Run:
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):  # missing, unreadable, not JSON, not text
         return {}
     return data if isinstance(data, dict) else {}
 
 
+def _objects(data: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """`data` with each of `keys` that is not an object (damaged file) left out: read as not measured."""
+    return {k: v for k, v in data.items() if k not in keys or isinstance(v, dict)}
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text.strip()) if isinstance(text, str) and text.strip() else None
+    except ValueError:
+        return None
+
+
 def _kernels(path: Path) -> list[dict[str, Any]]:
+    """kernels.csv's rows; a damaged file or cell is read as not measured."""
     if not path.is_file():
         return []
     rows = []
-    with path.open(newline="") as fh:
-        for row in csv.DictReader(fh):
-            parsed: dict[str, Any] = {"kernel": row.get("kernel", ""), "method": row.get("method", "")}
-            for key in ("calls", "total_time_us", "time_share", "mean_time_us", "fp32_utilization",
-                        "tensor_utilization"):
-                text = (row.get(key) or "").strip()
-                parsed[key] = float(text) if text else None
-            rows.append(parsed)
+    try:
+        with path.open(newline="", errors="replace") as fh:
+            for row in csv.DictReader(fh):
+                parsed: dict[str, Any] = {"kernel": str(row.get("kernel") or ""), "method": str(row.get("method") or "")}
+                for key in ("calls", "total_time_us", "time_share", "mean_time_us", "fp32_utilization",
+                            "tensor_utilization"):
+                    parsed[key] = _number(row.get(key))
+                rows.append(parsed)
+    except (OSError, csv.Error):
+        return []
     return rows
 
 
@@ -192,17 +208,22 @@ def device_name(summary: dict[str, Any], env: dict[str, Any]) -> str:
 
 
 def from_dir(path: Path, run_id: str | None = None, flag: dict[str, Any] | None = None) -> Run | None:
-    """One run directory as a Run, or None where it holds no summary.json."""
-    summary = _json(path / "summary.json")
-    if not summary:
+    """One run directory as a Run, or None where it holds no summary.json or a damaged one (the
+    index lists those as unreadable)."""
+    try:
+        summary = summaries.read(path)
+    except (OSError, summaries.Unreadable):
         return None
-    env = _json(path / "env.json")
+    env = _objects(_json(path / "env.json"), "framework", "cpu", "gpu")
+    memory = _objects(_json(path / "memory.json"), "categories", "peak", "unattributed")
+    if isinstance(memory.get("categories"), dict):
+        memory["categories"] = {k: v for k, v in memory["categories"].items() if isinstance(v, dict)}
     return Run(
         run_id=run_id or str(summary.get("run_id") or path.name), path=path, model=str(summary.get("model")),
         framework=str(summary.get("framework")), batch_size=int(summary.get("batch_size") or 0),
         precision=str(summary.get("precision")), device=str(summary.get("device")),
         device_name=device_name(summary, env), summary=summary, env=env, spec=_json(path / "spec.json"),
-        memory=_json(path / "memory.json") or None, kernels=_kernels(path / "kernels.csv"),
+        memory=memory or None, kernels=_kernels(path / "kernels.csv"),
         unstable=bool(flag) or bool(summary.get("unstable")),
         unstable_reason=(flag or {}).get("unstable_reason") or summary.get("instability_reason"),
     )

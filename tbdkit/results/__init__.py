@@ -1,0 +1,1 @@
+"""The run folder: its file names, its readers and the Summary model (tbdkit.results.summary)."""

@@ -1,0 +1,132 @@
+"""summary.json, checked: the Summary model every reader goes through, and one run folder's summary.
+
+A run's summary is written by the agent (or by the launcher when the agent died first). Readers never
+trust it raw: `read(run_dir)` validates it and raises `Unreadable` (naming the folder and the first
+problems) for anything that is not a summary a kit writes, so one damaged run is listed and skipped
+instead of breaking `runs`, `show` or `report` for the whole folder. Fields the kit does not know are
+kept (a newer kit's additions pass through); known fields must have their types.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+SUMMARY = "summary.json"
+MAX_BYTES = 64 * 2**20  # far above any real summary; a bigger file is damage, not a summary
+
+
+class Metric(BaseModel):
+    """One number on disk: value + unit + method, or null + reason (tbdkit.metric)."""
+    model_config = ConfigDict(extra="allow", strict=True)
+    value: float | None = None
+    unit: str | None = None
+    method: str | None = None
+    reason: str | None = None
+    ci95_half_width: float | None = None
+    ci95_relative: float | None = None
+
+
+class Window(BaseModel):
+    """The sample window (tbdkit/agent/loop.py): how many iterations, how long, why it ended."""
+    model_config = ConfigDict(extra="allow", strict=True)
+    iterations: int
+    seconds: float
+    stop_reason: str
+    first_iteration: int | None = None
+    last_iteration: int | None = None
+
+
+class Convergence(BaseModel):
+    """The converge preset's outcome (tbdkit/agent/converge.py)."""
+    model_config = ConfigDict(extra="allow", strict=True)
+    quality_metric: str | None = None
+    target: float | None = None
+    reached: bool | None = None
+    first_quality: float | None = None
+    best_quality: float | None = None
+    final_quality: float | None = None
+    evaluations: int | None = None
+
+
+class Summary(BaseModel):
+    """What the agent (tbdkit/agent/run.py) and the launcher (tbdkit/launch) write as summary.json."""
+    model_config = ConfigDict(extra="allow", strict=True)
+    status: str
+    model: str
+    framework: str
+    run_id: str | None = None
+    error: str | None = None
+    batch_size: int | None = None
+    precision: str | None = None
+    preset: str | None = None
+    variant: str | None = None
+    device: str | None = None
+    data: str | None = None
+    seed: int | None = None
+    started_utc: str | None = None
+    finished_utc: str | None = None
+    wall_s: float | None = None
+    exit_code: int | None = None
+    metrics: dict[str, Metric] = {}
+    warmup: dict[str, Any] | None = None
+    window: Window | None = None
+    convergence: Convergence | None = None
+    loss: dict[str, Any] | None = None
+    world_size: int | None = None
+    nodes: int | None = None
+    link_rate: str | None = None
+    unstable: bool | None = None
+
+
+class Unreadable(Exception):
+    """A run folder whose summary.json exists but is not a summary: `unreadable: <folder>: <why>`."""
+
+    def __init__(self, folder: str, why: str) -> None:
+        super().__init__(f"unreadable: {folder}: {why}")
+        self.folder, self.why = folder, why
+
+
+def why_invalid(exc: ValidationError, limit: int = 3) -> str:
+    """The first few problems of a validation error, one line: 'batch_size: Input should be ...'."""
+    parts = [f"{'.'.join(str(p) for p in e['loc']) or 'summary'}: {e['msg']}" for e in exc.errors()[:limit]]
+    more = exc.error_count() - limit
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def parse(text: str | bytes, folder: str) -> dict[str, Any]:
+    """A summary's text as the dict a kit wrote (types checked), or Unreadable naming `folder`."""
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and undecodable bytes are ValueErrors
+        raise Unreadable(folder, f"{SUMMARY} is not JSON ({str(exc).splitlines()[0][:120]})") from None
+    if not isinstance(data, dict):
+        raise Unreadable(folder, f"{SUMMARY} holds {type(data).__name__ if data is not None else 'null'}, "
+                                 "not an object")
+    try:
+        return Summary.model_validate(data).model_dump(exclude_unset=True)
+    except ValidationError as exc:
+        raise Unreadable(folder, f"{SUMMARY}: {why_invalid(exc)}") from None
+    except RecursionError:
+        raise Unreadable(folder, f"{SUMMARY} is nested too deeply") from None
+
+
+def read(run_dir: Path) -> dict[str, Any]:
+    """The checked summary of one run folder. FileNotFoundError if it has none yet (a run still
+    going, or lost); Unreadable if it has one that is not a summary."""
+    path = Path(run_dir) / SUMMARY
+    folder = Path(run_dir).name
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise Unreadable(folder, f"{SUMMARY} is {path.stat().st_size:,} bytes, too large for a summary")
+        text = path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise Unreadable(folder, f"{SUMMARY} is a folder, not a file") from None
+    except OSError as exc:
+        raise Unreadable(folder, f"{SUMMARY} cannot be read ({exc.strerror or exc})") from None
+    return parse(text, folder)

@@ -1,0 +1,218 @@
+"""Faults around a run: a full disk, an agent killed by SIGKILL, a sweep killed mid-run. Each keeps
+what was measured and says where, in one sentence, without a traceback."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tbdkit.agent import sink
+from tbdkit.errors import UserError
+from tbdkit.launch import finalize
+from tbdkit.spec import RunSpec
+from tbdkit.sweep import RunResult, SweepRun
+from tbdkit.sweep_spec import parse
+
+SPEC = RunSpec(model="deepspeech2", batch_size=2, device="cpu", preset="smoke")
+
+
+def agents_summary(run_dir: Path, status: str = "ok") -> dict:
+    return {"run_id": run_dir.name, "status": status, "model": "deepspeech2", "framework": "pytorch",
+            "batch_size": 2, "error": None,
+            "metrics": {"throughput": {"value": 3.5, "unit": "audio_s/s", "method": "test"}}}
+
+
+@pytest.fixture
+def full_disk(monkeypatch, tmp_path):
+    """Every write under tmp_path/'results' fails as a full disk does; the system temp folder works."""
+    results = tmp_path / "results"
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    real = sink.write_text
+
+    def write_text(path: Path, text: str) -> None:
+        if results in Path(path).parents:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real(path, text)
+
+    monkeypatch.setattr(sink, "write_text", write_text)
+    return results
+
+
+def test_a_summary_the_disk_refuses_is_kept_in_the_temp_folder_and_the_user_told(full_disk, tmp_path):
+    from tbdkit.agent.run import _write_summary
+
+    run_dir = full_disk / "20260101-000000-deepspeech2-pytorch-b2-fp32-abcd"
+    run_dir.mkdir(parents=True)
+    _write_summary(run_dir, agents_summary(run_dir))  # the agent, at the end of its run
+    kept = tmp_path / "tmp" / "tbdkit-unsaved" / run_dir.name / "summary.json"
+    assert json.loads(kept.read_text())["metrics"]["throughput"]["value"] == 3.5
+    events: list[dict] = []
+    status, summary = finalize(run_dir, SPEC, 0, events.append)  # the launcher finds it there
+    assert status == "ok" and summary["metrics"]["throughput"]["value"] == 3.5
+    (warning,) = [e for e in events if e["event"] == "warning"]
+    assert warning["message"] == f"the results disk refused summary.json; the run's summary is kept at {kept}"
+
+
+def test_an_agent_that_wrote_nothing_on_a_full_disk_still_gets_a_summary_somewhere(full_disk, tmp_path):
+    run_dir = full_disk / "20260101-000000-x"
+    run_dir.mkdir(parents=True)
+    events: list[dict] = []
+    status, summary = finalize(run_dir, SPEC, 1, events.append)
+    assert status == "failed" and "exited with code 1" in summary["error"]
+    assert (tmp_path / "tmp" / "tbdkit-unsaved" / run_dir.name / "summary.json").is_file()
+    assert "kept at" in events[-1]["message"]
+
+
+def test_a_run_checks_the_free_space_before_training(monkeypatch, tmp_path):
+    import shutil
+
+    from tbdkit.launch import launch
+    from tbdkit.results import space
+
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(space.shutil, "disk_usage", lambda p: usage._replace(free=3 * 2**20))
+    with pytest.raises(UserError, match=r"Only 3 MiB are free where the results go .* a run folder can take up to "
+                                        r"\d+ MiB: free some space or pass another --results\."):
+        launch(SPEC, tmp_path / "results", lambda e: None)
+    assert not list((tmp_path / "results").iterdir())  # no run folder was made
+    assert space.run_folder_bytes(SPEC) > space.FIXED
+
+
+def test_iteration_rows_reach_the_file_as_they_are_measured(tmp_path):
+    rows = sink.StreamedRows(tmp_path / "iterations.csv", lambda i: {"iteration": i, "seconds": 0.5})
+    for i in range(3):
+        rows.append(i)
+        # before anything closes it (a SIGKILL now would keep these rows)
+        assert (tmp_path / "iterations.csv").read_text().splitlines() == ["iteration,seconds",
+                                                                          *[f"{j},0.5" for j in range(i + 1)]]
+    assert list(rows) == [0, 1, 2] and rows[1:] == [1, 2]
+
+
+def test_an_agent_killed_by_a_signal_is_failed_naming_it_and_the_rows_kept(tmp_path):
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "iterations.csv").write_text("iteration,phase\n0,warmup\n1,warmup\n2,measure\n")
+    status, summary = finalize(run_dir, SPEC, -9)
+    assert status == "failed" and summary["signal"] == "SIGKILL"
+    assert summary["error"] == ("the agent was killed by SIGKILL before writing its results; iterations.csv keeps "
+                                "the 3 iteration(s) it measured; see log.txt")
+
+
+def sweep_spec(tmp_path: Path):
+    return parse({"model": "deepspeech2", "frameworks": ["pytorch"], "batches": [2, 4], "precisions": ["fp32"],
+                  "device": "cpu", "results": str(tmp_path / "results")})
+
+
+class Killed(BaseException):
+    """Stands for the sweep process dying by SIGKILL: nothing after it runs."""
+
+
+def test_a_sweep_killed_mid_run_records_the_attempt_and_a_resume_reports_it(tmp_path):
+    spec = sweep_spec(tmp_path)
+    made: list[Path] = []
+
+    def runner(run_spec, where, probe):
+        run_dir = where / f"run-b{run_spec.batch_size}"
+        run_dir.mkdir(parents=True)
+        made.append(run_dir)
+        sweep.run_dir_created(run_dir)  # what the launcher's run_dir event does
+        if run_spec.batch_size == 4:
+            raise Killed  # killed while batch 4 trains: its folder has no summary
+        summary = agents_summary(run_dir)
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+        return RunResult("ok", run_dir.name, run_dir, summary)
+
+    sweep = SweepRun(spec, runner)
+    with pytest.raises(Killed):
+        sweep.run()
+    on_disk = json.loads((spec.state_dir() / "sweep.json").read_text())
+    (attempt,) = on_disk["points"]["pytorch/fp32/b4/r0"]["attempts"]
+    assert attempt["run_id"] == "run-b4" and attempt["status"] == "running"
+    resumed = SweepRun(sweep_spec(tmp_path))
+    assert resumed.state.recovered == ["pytorch/fp32/b4/r0: the sweep was killed during run run-b4, marked killed "
+                                       "(retried)"]
+    point = resumed.state.points["pytorch/fp32/b4/r0"]
+    assert point["status"] == "killed" and point["attempts"][0]["note"].endswith("its run folder has no summary")
+    # a run that finished before the sweep died is taken from its folder
+    (made[-1] / "summary.json").write_text(json.dumps(agents_summary(made[-1])))
+    on_disk["points"]["pytorch/fp32/b4/r0"]["attempts"][0]["status"] = "running"
+    (spec.state_dir() / "sweep.json").write_text(json.dumps(on_disk))
+    resumed = SweepRun(sweep_spec(tmp_path))
+    assert resumed.state.points["pytorch/fp32/b4/r0"]["status"] == "ok"
+    assert resumed.state.recovered[0].endswith("marked ok")
+
+
+@pytest.mark.slow
+def test_a_real_agent_killed_by_sigkill_keeps_its_iterations(tmp_path):
+    """deepspeech2 (smoke, CPU) through the native launcher; SIGKILL to the agent once it measures."""
+    import signal
+
+    import psutil
+
+    from tbdkit import stacks
+    from tbdkit.launch import launch
+
+    if not stacks.is_installed("pytorch"):
+        pytest.skip("the PyTorch stack is not installed (TBDKIT_VENVS)")
+    spec = RunSpec(model="deepspeech2", framework="pytorch", batch_size=2, device="cpu", preset="smoke",
+                   measure={"max_measure_s": 120, "target_ci": 0.0001})
+    seen = {"measuring": 0}
+
+    def on_event(event: dict) -> None:
+        if event.get("event") == "progress" and event.get("phase") == "measuring":
+            seen["measuring"] += 1
+            if seen["measuring"] == 3:
+                for child in psutil.Process().children(recursive=True):
+                    child.send_signal(signal.SIGKILL)
+
+    outcome = launch(spec, tmp_path / "results", on_event)
+    assert outcome.status == "failed" and outcome.summary["signal"] == "SIGKILL", outcome.summary
+    rows = (outcome.run_dir / "iterations.csv").read_text().splitlines()
+    assert rows[0].startswith("iteration,phase") and sum(",measure," in r for r in rows) >= 1
+    assert f"iterations.csv keeps the {len(rows) - 1} iteration(s)" in outcome.summary["error"]
+
+
+def test_a_tiny_disk_is_refused_before_training(tmp_path):
+    """A real 4 MiB tmpfs (where this machine lets us mount one): the run folder could not fit."""
+    import subprocess
+
+    from test_store import _mount
+
+    from tbdkit.launch import launch
+
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    _mount("-t", "tmpfs", "-o", "size=4m", "tmpfs", str(tiny))
+    try:
+        with pytest.raises(UserError, match=r"Only 4 MiB are free where the results go"):
+            launch(SPEC, tiny / "results", lambda e: None)
+    finally:
+        subprocess.run(["umount", str(tiny)], check=False)
+
+
+def test_a_sweep_into_a_file_fails_before_writing_and_a_damaged_state_is_named(tmp_path):
+    from typer.testing import CliRunner
+
+    from tbdkit import stacks
+    from tbdkit.cli import app
+
+    spec = sweep_spec(tmp_path)
+    spec.state_dir().mkdir(parents=True)
+    (spec.state_dir() / "sweep.json").write_text('{"points": [1, 2]}')
+    with pytest.raises(UserError, match=r"The sweep state .*sweep.json is damaged \(not a sweep state\): move it away"):
+        SweepRun(spec)
+    if not stacks.is_installed("pytorch"):
+        pytest.skip("the PyTorch stack is not installed (TBDKIT_VENVS)")
+    (tmp_path / "afile").write_text("x")
+    out = CliRunner().invoke(app, ["sweep", "deepspeech2", "-f", "pytorch", "--device", "cpu", "--preset", "smoke",
+                                   "-b", "2", "-r", str(tmp_path / "afile")])
+    assert out.exit_code == 2 and "is a file, not a folder" in out.output, out.output
+    assert (tmp_path / "afile").read_text() == "x"
