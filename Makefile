@@ -82,12 +82,12 @@ bench-overhead: $(KIT_STAMP)
 clean:
 	rm -rf $(VENV) .venvs
 
-# Issue 4's reference results on one NVIDIA GPU (README: "Reference results on an H100"): both models, or MODEL=m.
+# Reference results with an Nsight Compute pass on one NVIDIA GPU (docs/gpus-and-images.md): deepspeech2 and resnet50, or MODEL=m.
 # Runs under $(PYTHON) itself (it must have PyTorch); refuses without a GPU.
 reference:
 	$(PYTHON) -m tbdkit.reference $(foreach m,$(if $(filter command line,$(origin MODEL)),$(MODEL),deepspeech2 resnet50),--model $(call quote,$(m)))
 
-# Issue 5's reference results: every model's paper preset at two batch sizes (no ncu pass), then the README's table.
+# The whole suite's reference results: every model's paper preset at two batch sizes (no ncu pass), then the README's table.
 reference-suite:
 	$(PYTHON) -m tbdkit.reference --suite --no-ncu
 	$(PYTHON) -m tbdkit.reference --table --readme

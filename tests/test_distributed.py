@@ -1,4 +1,4 @@
-"""Data-parallel runs for real on this machine's CPU (issue 8): torchrun with 2 and 4 gloo
+"""Data-parallel runs for real on this machine's CPU: torchrun with 2 and 4 gloo
 workers, two "machines" as network namespaces over veth with and without a 1 Gbit/s link, a
 worker that dies, and the rendered Slurm, Kubernetes and compose files checked by their tools."""
 

@@ -1,4 +1,4 @@
-"""Issue 7 end to end on this machine's CPU: a small sweep over two models and two frameworks
+"""The report end to end on this machine's CPU: a small sweep over two models and two frameworks
 (Deep Speech 2 and ResNet-50 on PyTorch and TensorFlow), then `tbdkit report` over its results
 and `tbdkit bundle` with that report inside."""
 
