@@ -1,0 +1,87 @@
+"""The README stays a short front page: at most 200 lines, every Make variable a user can set is
+in it, and every relative link in it and in docs/ leads to a file (and heading) that exists."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+MAX_LINES = 200
+
+_LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+_FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+_CODE = re.compile(r"`[^`\n]*`")
+
+
+def markdown_files() -> list[Path]:
+    return [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def links(text: str) -> list[str]:
+    """The link targets of a Markdown text, outside code blocks and code spans."""
+    return _LINK.findall(_CODE.sub("", _FENCE.sub("", text)))
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = _FENCE.sub("", path.read_text())
+    return {slug(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, re.M)}
+
+
+def broken_links(path: Path) -> list[str]:
+    broken = []
+    for target in links(path.read_text()):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto: ...
+            continue
+        file_part, _, anchor = target.partition("#")
+        dest = (path.parent / file_part).resolve() if file_part else path
+        if not dest.exists():
+            broken.append(f"{path.relative_to(ROOT)}: {target} (no such file)")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{path.relative_to(ROOT)}: {target} (no such heading)")
+    return broken
+
+
+def make_variables() -> list[str]:
+    return re.findall(r"^([A-Z][A-Z0-9_]*)\s*\?=", (ROOT / "Makefile").read_text(), re.M)
+
+
+def test_readme_is_at_most_200_lines() -> None:
+    lines = len(README.read_text().splitlines())
+    assert lines <= MAX_LINES, f"README.md has {lines} lines; move depth into docs/"
+
+
+def test_every_make_variable_is_in_the_readme() -> None:
+    names = make_variables()
+    assert "MODEL" in names and "REPORT" in names, names  # the pattern still reads the Makefile
+    text = README.read_text()
+    missing = [name for name in names if f"`{name}`" not in text]
+    assert not missing, f"Make variables missing from README.md: {missing}"
+
+
+def test_relative_links_in_readme_and_docs_lead_somewhere() -> None:
+    broken = [b for path in markdown_files() for b in broken_links(path)]
+    assert not broken, "\n".join(broken)
+
+
+def test_a_missing_file_or_heading_is_found(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "a.md"
+    page.write_text("# A page\n\n[ok](#a-page) [gone](b.md) [no heading](#elsewhere) "
+                    "[web](https://example.org) `[code](c.md)`\n")
+    assert broken_links(page) == ["docs/a.md: b.md (no such file)", "docs/a.md: #elsewhere (no such heading)"]
+
+
+def test_slug_matches_githubs_anchors() -> None:
+    assert slug("Memory breakdown (`memory.json`)") == "memory-breakdown-memoryjson"
+    assert slug("FP32 utilization (eq. 2) over the whole iteration") == "fp32-utilization-eq-2-over-the-whole-iteration"
+    assert slug("Training to a target: the `converge` preset") == "training-to-a-target-the-converge-preset"
