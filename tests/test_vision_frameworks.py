@@ -15,7 +15,7 @@ from framework_parity import (assert_same_network, assert_smoke_flops, describe_
 from tbdkit import catalog
 
 # MXNet has no WGAN-GP: its gradient penalty needs the second derivative of a convolution, which
-# MXNet 1.9 does not have (README, support matrix).
+# MXNet 1.9 does not have (docs/models.md, support matrix).
 EXPECTED = {"resnet50": ("pytorch", "tensorflow", "mxnet"), "inception_v3": ("pytorch", "tensorflow", "mxnet"),
             "wgan_gp": ("pytorch", "tensorflow")}
 MODELS = list(EXPECTED)
