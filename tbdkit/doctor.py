@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tbdkit import stacks
+from tbdkit import images, stacks
 
 try:  # nvidia-ml-py; tests replace this module attribute with a fake
     import pynvml
@@ -28,7 +28,6 @@ except ImportError:  # pragma: no cover - it is a dependency, but doctor must st
 # Injectable for tests: the driver's module parameters and this process's status (capabilities).
 PARAMS_PATH = Path("/proc/driver/nvidia/params")
 PROC_STATUS = Path("/proc/self/status")
-CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 CMD_TIMEOUT_S = 5.0
 NVML_TIMEOUT_S = 15.0
 CAP_SYS_ADMIN = 21
@@ -258,45 +257,18 @@ def docker_daemon_check(client: Check) -> Check:
     return Check("docker", name, False, f"not reachable: {text}", fix)
 
 
-def _cdi_nvidia_specs(dirs: tuple[Path, ...] | None = None) -> list[str]:
-    """CDI spec files (used by Docker 25+ and Podman) that declare NVIDIA GPUs."""
-    found = []
-    for d in CDI_DIRS if dirs is None else dirs:
-        for path in sorted(glob.glob(str(d / "*.yaml")) + glob.glob(str(d / "*.yml")) + glob.glob(str(d / "*.json"))):
-            try:
-                if "nvidia.com/gpu" in Path(path).read_text(errors="replace"):
-                    found.append(path)
-            except OSError:
-                continue
-    return found
-
-
 def nvidia_runtime_check(daemon: Check) -> Check:
+    """How containers reach the GPUs: the launcher's own decision (images.gpu_access), so that
+    doctor and `tbdkit bench --launcher docker` never disagree."""
     name = "NVIDIA container runtime"
     if not daemon.ok:
         return Check("docker", name, None, "needs a running Docker daemon", None)
-    exe = shutil.which("docker") or "docker"
-    rc, out, err = _run([exe, "info", "--format", "{{json .Runtimes}}"])
-    runtimes: list[str] = []
-    if rc == 0:
-        try:
-            parsed = json.loads(out or "null")
-            runtimes = sorted(parsed) if isinstance(parsed, dict) else []
-        except json.JSONDecodeError:
-            runtimes = []
-    if any("nvidia" in r for r in runtimes):
-        return Check("docker", name, True, f"Docker runtimes: {', '.join(runtimes)}", None)
-    cdi = _cdi_nvidia_specs()
-    if cdi:
-        return Check("docker", name, True, f"CDI spec for nvidia.com/gpu: {', '.join(cdi)}", None)
-    hook = shutil.which("nvidia-container-runtime-hook")
-    if hook:  # Docker's --gpus uses this hook directly, without a registered runtime
-        return Check("docker", name, True, f"{hook} present (docker run --gpus uses it)", None)
-    seen = f"Docker runtimes: {', '.join(runtimes)}" if runtimes else \
-        (f"docker info failed: {_one_line(err)}" if rc != 0 else "Docker lists no runtimes")
-    return Check("docker", name, False, f"{seen}; no nvidia runtime or CDI spec for nvidia.com/gpu",
-                 "install nvidia-container-toolkit and run `sudo nvidia-ctk runtime configure --runtime=docker` "
-                 "then restart Docker, so containers can use the GPU")
+    access = images.gpu_access()
+    if access.ok:
+        return Check("docker", name, True, access.detail, None)
+    return Check("docker", name, False, access.detail,
+                 f"{images.GPU_FIX} (the package installs {images.NVIDIA_HOOK}, which `docker run --gpus` uses), "
+                 "so containers can use the GPU")
 
 
 # --------------------------------------------------------------------------------- frameworks
