@@ -7,7 +7,6 @@ so a wedged driver or Docker daemon cannot hang the command. No rendering here: 
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -18,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tbdkit import images, stacks
+from tbdkit import images, nsight, stacks
 
 try:  # nvidia-ml-py; tests replace this module attribute with a fake
     import pynvml
@@ -36,7 +35,6 @@ NO_DRIVER_FIX = ("no NVIDIA driver found: on a GPU machine install the NVIDIA dr
                  "without a GPU, runs use the CPU and GPU metrics are recorded as null")
 NSIGHT_FIX = ("install Nsight {what} from NVIDIA's CUDA packages "
               "(or use the kit's docker images, which include them)")
-OPTIONAL = "optional: needed for --trace/kernel analysis"
 FRAMEWORK_TITLES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
 
 
@@ -360,37 +358,23 @@ def counters_check(params_path: Path | None = None, euid: int | None = None,
 
 
 NSIGHT = {
-    "ncu": ("Nsight Compute (ncu)", "Compute",
-            ("/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu")),
-    "nsys": ("Nsight Systems (nsys)", "Systems",
-             ("/usr/local/cuda/bin/nsys", "/usr/local/cuda-*/bin/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys")),
+    "ncu": ("Nsight Compute (ncu)", "Compute", "needed for the hardware-counter pass of `python -m tbdkit.reference`"),
+    "nsys": ("Nsight Systems (nsys)", "Systems", "not used by the kit; reported for your own profiling"),
 }
 
 
-def _version_line(text: str) -> str:
-    """The line that names the version (ncu prints a banner first), else the first line."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for ln in lines:
-        if "version" in ln.lower():
-            return ln
-    return lines[0] if lines else ""
-
-
 def nsight_check(tool: str) -> Check:
-    title, what, candidates = NSIGHT[tool]
-    exe = shutil.which(tool)
+    """Where the profiler is and its version, found as the kit finds it (tbdkit.nsight)."""
+    title, what, use = NSIGHT[tool]
+    exe = nsight.find(tool)
     if exe is None:
-        elsewhere = sorted({p for pattern in candidates for p in glob.glob(pattern) if os.access(p, os.X_OK)})
-        if elsewhere:
-            return Check("profiling", title, False, f"not on PATH but found at {elsewhere[0]} ({OPTIONAL})",
-                         f"add {os.path.dirname(elsewhere[0])} to PATH")
-        return Check("profiling", title, False, f"not on PATH ({OPTIONAL})", NSIGHT_FIX.format(what=what))
-    rc, out, err = _run([exe, "--version"])
-    line = _version_line(out) or _version_line(err)
-    if rc == 0 and line:
-        return Check("profiling", title, True, f"{_one_line(line)} at {exe}", None)
-    return Check("profiling", title, False,
-                 f"{exe} --version failed: {_one_line(err) or f'exit {rc}'} ({OPTIONAL})",
+        return Check("profiling", title, False if tool == "ncu" else None, f"not found ({use})",
+                     NSIGHT_FIX.format(what=what) if tool == "ncu" else None)
+    found = nsight.version(exe)
+    where = exe if shutil.which(tool) else f"{exe} (not on PATH; the kit looks there)"
+    if found:
+        return Check("profiling", title, True, f"{tool} {found} at {where}", None)
+    return Check("profiling", title, False, f"{exe} --version did not report a version ({use})",
                  NSIGHT_FIX.format(what=what))
 
 

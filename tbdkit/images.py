@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 try:
-    import tomllib
+    import tomllib  # novermin
 except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same parser
     import tomli as tomllib  # type: ignore[no-redef]
 

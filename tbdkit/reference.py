@@ -120,16 +120,9 @@ def destination(model: str, batch: int, precision: str) -> Path:
 
 
 def find_ncu() -> str | None:
-    import glob
+    from tbdkit import nsight
 
-    found = shutil.which("ncu")
-    if found:
-        return found
-    for pattern in ("/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu"):
-        hits = sorted(glob.glob(pattern))
-        if hits:
-            return hits[-1]
-    return None
+    return nsight.find("ncu")
 
 
 def run_agent(cmd_prefix: list[str], spec: specs.RunSpec, run_dir: Path, env: dict[str, str],

@@ -328,15 +328,27 @@ def test_installed_pytorch_stack(monkeypatch, tmp_path):
 # ---------------------------------------------------------------------------------- Nsight
 
 def test_nsight_tools(monkeypatch, tmp_path):
+    from tbdkit import nsight
+
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))
-    monkeypatch.setitem(doctor.NSIGHT, "ncu", doctor.NSIGHT["ncu"][:2] + ((),))  # not in /usr/local/cuda either
+    layout = tmp_path / "opt" / "nvidia" / "nsight-compute"
+    monkeypatch.setitem(nsight.CANDIDATES, "ncu", (str(layout / "*" / "ncu"),))
+    monkeypatch.setitem(nsight.CANDIDATES, "nsys", ())
     missing = doctor.nsight_check("ncu")
-    assert missing.ok is False and "optional" in missing.detail and "Nsight Compute" in missing.fix
-    ncu = bin_dir / "ncu"
-    ncu.write_text("#!/bin/sh\necho 'NVIDIA (R) Nsight Compute Command Line Profiler'\n"
-                   "echo 'Copyright (c) 2018-2025 NVIDIA Corporation'\necho 'Version 2025.3.1.0 (build 36398880)'\n")
-    ncu.chmod(0o755)
+    assert missing.ok is False and "reference" in missing.detail and "Nsight Compute" in missing.fix
+    # nsys is never required: the kit does not call it
+    assert doctor.nsight_check("nsys").ok is None and doctor.nsight_check("nsys").fix is None
+    # NGC's layout: one folder per version, the binary inside, nothing on PATH; the newest wins
+    for ver in ("2024.1.0", "2025.3.1"):
+        ncu = layout / ver / "ncu"
+        ncu.parent.mkdir(parents=True)
+        ncu.write_text("#!/bin/sh\necho 'NVIDIA (R) Nsight Compute Command Line Profiler'\n"
+                       "echo 'Copyright (c) 2018-2025 NVIDIA Corporation'\n"
+                       f"echo 'Version {ver}.0 (build 36398880) (public-release)'\n")
+        ncu.chmod(0o755)
     found = doctor.nsight_check("ncu")
-    assert found.ok is True and "Version 2025.3.1.0" in found.detail
+    assert found.ok is True and "ncu 2025.3.1.0" in found.detail and "2025.3.1/ncu" in found.detail
+    assert nsight.tools()["ncu"] == {"path": str(layout / "2025.3.1" / "ncu"), "version": "2025.3.1.0",
+                                     "required": "yes"}

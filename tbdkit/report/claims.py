@@ -9,10 +9,14 @@ this kit's, stated in each verdict so that a reader can disagree with them.
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+try:
+    import tomllib  # novermin
+except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same parser
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from tbdkit.report.runs import CNN_MODELS, LSTM_MODELS, MEMORY_CATEGORIES, RNN_MODELS, Run, by_series, mean_by_batch, throughput
 

@@ -5,11 +5,15 @@ hyperparameters `hp` (workload.toml's [hparams] merged with a preset); batches c
 log spectrograms shaped (N, 1, F, T) plus CTC targets.
 """
 
-import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+try:
+    import tomllib  # novermin
+except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same parser
+    import tomli as tomllib  # type: ignore[no-redef]
 
 import numpy as np
 
