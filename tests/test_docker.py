@@ -176,11 +176,23 @@ def test_bad_lock_file_is_a_user_error(tmp_path, monkeypatch):
 
 def test_build_command_pins_base_and_args():
     s = images.get_spec("pytorch")
-    cmd = images.build_command(s, "t:1", base="b@sha256:" + "1" * 64, build_args={"REQUIRE_NSIGHT": "0"}, commit="abc")
+    cmd = images.build_command(s, "t:1", base="b@sha256:" + "1" * 64, build_args={"REQUIRE_NCU": "0"}, commit="abc")
     args = dict(v.split("=", 1) for v in flag(cmd, "--build-arg"))
-    assert args == {"BASE_IMAGE": "b@sha256:" + "1" * 64, "BASE_DIGEST": "sha256:" + "1" * 64, "REQUIRE_NSIGHT": "0"}
+    assert args == {"BASE_IMAGE": "b@sha256:" + "1" * 64, "BASE_DIGEST": "sha256:" + "1" * 64, "REQUIRE_NCU": "0"}
     assert flag(cmd, "--label") == ["org.opencontainers.image.revision=abc"]
     assert flag(cmd, "--file") == [str(ROOT / "docker/pytorch.Dockerfile")] and cmd[-1] == str(ROOT)
+
+
+@pytest.mark.parametrize("stack", ["pytorch", "tensorflow", "mxnet"])
+def test_images_require_only_the_tools_the_kit_calls(stack):
+    """The kit calls ncu, never nsys: no image refuses to build without nsys, none puts NVIDIA's
+    version folders (/opt/nvidia/nsight-compute holds <version>/ncu) on PATH, and ncu is found the
+    way NVIDIA lays it out (tbdkit.nsight, run by docker/stack-env.sh)."""
+    text = (ROOT / "docker" / f"{stack}.Dockerfile").read_text()
+    assert "nsys" not in text and "REQUIRE_NSIGHT" not in text and "ARG REQUIRE_NCU=1" in text
+    assert "/opt/nvidia/nsight-compute" not in text.split("ENV ", 1)[1].split("\n\n", 1)[0]
+    script = (ROOT / "docker" / "stack-env.sh").read_text()
+    assert 'nsight.find("ncu")' in script and "REQUIRE_NCU" in script and "command -v nsys" not in script
 
 
 def test_image_ref_override(monkeypatch):
@@ -314,4 +326,5 @@ def test_images_install_the_workloads_libraries_of_their_stack():
         text = (ROOT / "docker" / f"{stack}.Dockerfile").read_text()
         (default,) = re.findall(r'^ARG WORKLOAD_REQUIREMENTS="([^"]*)"', text, flags=re.M)
         assert sorted(default.split()) == sorted(r for r in extras[stack] if not framework.match(r)), stack
-        assert "${WORKLOAD_REQUIREMENTS}" in text
+        assert "stack-env.sh deps" in text  # which installs ${WORKLOAD_REQUIREMENTS}
+    assert "${WORKLOAD_REQUIREMENTS:-}" in (ROOT / "docker" / "stack-env.sh").read_text()
