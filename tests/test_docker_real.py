@@ -161,7 +161,7 @@ def test_bench_in_a_container(ci_image, user_kit, results):
     assert container["image"] == TAG and container["launcher"] == "docker"
     assert container["image_id"] == ci_image["id"] and container["image_id"].startswith("sha256:")
     assert container["image_digest"] is None and "content digest" in container["image_digest_note"]
-    assert container["base_image"] == "tbdkit-ci/bookworm-base"
+    assert container["base_image"] == "tbdkit-ci/pytorch-base"
     assert env["host"]["in_container"] is True
     assert env["framework"]["framework_version"].startswith("2.13.0")
     # the base's own framework build, not one the image installed over it (NGC's torch stays)
