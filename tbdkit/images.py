@@ -200,11 +200,6 @@ def _json_or_none(text: str) -> Any:
     return parsed if isinstance(parsed, (dict, list)) else None
 
 
-def has_nvidia_runtime() -> bool:
-    """Whether containers can reach the GPUs (see `gpu_access`)."""
-    return gpu_access().ok
-
-
 IMAGE_LABELS = ("org.opencontainers.image.base.name", "org.opencontainers.image.base.digest",
                 "org.opencontainers.image.revision")
 
