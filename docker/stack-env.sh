@@ -13,7 +13,7 @@
 # is made without pip and runs the base's own pip, seen through --system-site-packages.
 # Build args arrive as environment: PIP_OPTIONS, FRAMEWORK_REQUIREMENTS, WORKLOAD_REQUIREMENTS,
 # KIT_REQUIREMENTS, REQUIRE_NCU.
-set -euo pipefail
+set -euo pipefail -f  # -f: requirement words such as "numpy<1.24" are never globbed
 step="${1:?usage: stack-env.sh deps|kit STACK}"
 stack="${2:?usage: stack-env.sh deps|kit STACK}"
 venv="${VIRTUAL_ENV:?VIRTUAL_ENV must name the environment}"
@@ -35,8 +35,10 @@ for req in sys.argv[1:]:
         print(req)
 PY
 )
-    if [ -n "$missing${WORKLOAD_REQUIREMENTS:-}" ]; then
-      "$python" -m pip install ${PIP_OPTIONS:-} $missing ${WORKLOAD_REQUIREMENTS:-}
+    # one word list, blanks collapsed (an empty build arg leaves nothing to install)
+    reqs=$(echo $missing ${WORKLOAD_REQUIREMENTS:-})
+    if [ -n "$reqs" ]; then
+      "$python" -m pip install ${PIP_OPTIONS:-} $reqs
     fi
     ;;
   kit)
