@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+try:
+    import tomllib  # novermin
+except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same parser
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from tbdkit.errors import UserError
 from tbdkit.paths import workloads_dir

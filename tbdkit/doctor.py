@@ -7,7 +7,6 @@ so a wedged driver or Docker daemon cannot hang the command. No rendering here: 
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -18,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tbdkit import stacks
+from tbdkit import images, nsight, stacks
 
 try:  # nvidia-ml-py; tests replace this module attribute with a fake
     import pynvml
@@ -28,7 +27,6 @@ except ImportError:  # pragma: no cover - it is a dependency, but doctor must st
 # Injectable for tests: the driver's module parameters and this process's status (capabilities).
 PARAMS_PATH = Path("/proc/driver/nvidia/params")
 PROC_STATUS = Path("/proc/self/status")
-CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 CMD_TIMEOUT_S = 5.0
 NVML_TIMEOUT_S = 15.0
 CAP_SYS_ADMIN = 21
@@ -37,7 +35,6 @@ NO_DRIVER_FIX = ("no NVIDIA driver found: on a GPU machine install the NVIDIA dr
                  "without a GPU, runs use the CPU and GPU metrics are recorded as null")
 NSIGHT_FIX = ("install Nsight {what} from NVIDIA's CUDA packages "
               "(or use the kit's docker images, which include them)")
-OPTIONAL = "optional: needed for --trace/kernel analysis"
 FRAMEWORK_TITLES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
 
 
@@ -258,45 +255,18 @@ def docker_daemon_check(client: Check) -> Check:
     return Check("docker", name, False, f"not reachable: {text}", fix)
 
 
-def _cdi_nvidia_specs(dirs: tuple[Path, ...] | None = None) -> list[str]:
-    """CDI spec files (used by Docker 25+ and Podman) that declare NVIDIA GPUs."""
-    found = []
-    for d in CDI_DIRS if dirs is None else dirs:
-        for path in sorted(glob.glob(str(d / "*.yaml")) + glob.glob(str(d / "*.yml")) + glob.glob(str(d / "*.json"))):
-            try:
-                if "nvidia.com/gpu" in Path(path).read_text(errors="replace"):
-                    found.append(path)
-            except OSError:
-                continue
-    return found
-
-
 def nvidia_runtime_check(daemon: Check) -> Check:
+    """How containers reach the GPUs: the launcher's own decision (images.gpu_access), so that
+    doctor and `tbdkit bench --launcher docker` never disagree."""
     name = "NVIDIA container runtime"
     if not daemon.ok:
         return Check("docker", name, None, "needs a running Docker daemon", None)
-    exe = shutil.which("docker") or "docker"
-    rc, out, err = _run([exe, "info", "--format", "{{json .Runtimes}}"])
-    runtimes: list[str] = []
-    if rc == 0:
-        try:
-            parsed = json.loads(out or "null")
-            runtimes = sorted(parsed) if isinstance(parsed, dict) else []
-        except json.JSONDecodeError:
-            runtimes = []
-    if any("nvidia" in r for r in runtimes):
-        return Check("docker", name, True, f"Docker runtimes: {', '.join(runtimes)}", None)
-    cdi = _cdi_nvidia_specs()
-    if cdi:
-        return Check("docker", name, True, f"CDI spec for nvidia.com/gpu: {', '.join(cdi)}", None)
-    hook = shutil.which("nvidia-container-runtime-hook")
-    if hook:  # Docker's --gpus uses this hook directly, without a registered runtime
-        return Check("docker", name, True, f"{hook} present (docker run --gpus uses it)", None)
-    seen = f"Docker runtimes: {', '.join(runtimes)}" if runtimes else \
-        (f"docker info failed: {_one_line(err)}" if rc != 0 else "Docker lists no runtimes")
-    return Check("docker", name, False, f"{seen}; no nvidia runtime or CDI spec for nvidia.com/gpu",
-                 "install nvidia-container-toolkit and run `sudo nvidia-ctk runtime configure --runtime=docker` "
-                 "then restart Docker, so containers can use the GPU")
+    access = images.gpu_access()
+    if access.ok:
+        return Check("docker", name, True, access.detail, None)
+    return Check("docker", name, False, access.detail,
+                 f"{images.GPU_FIX} (the package installs {images.NVIDIA_HOOK}, which `docker run --gpus` uses), "
+                 "so containers can use the GPU")
 
 
 # --------------------------------------------------------------------------------- frameworks
@@ -388,37 +358,23 @@ def counters_check(params_path: Path | None = None, euid: int | None = None,
 
 
 NSIGHT = {
-    "ncu": ("Nsight Compute (ncu)", "Compute",
-            ("/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu")),
-    "nsys": ("Nsight Systems (nsys)", "Systems",
-             ("/usr/local/cuda/bin/nsys", "/usr/local/cuda-*/bin/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys")),
+    "ncu": ("Nsight Compute (ncu)", "Compute", "needed for the hardware-counter pass of `python -m tbdkit.reference`"),
+    "nsys": ("Nsight Systems (nsys)", "Systems", "not used by the kit; reported for your own profiling"),
 }
 
 
-def _version_line(text: str) -> str:
-    """The line that names the version (ncu prints a banner first), else the first line."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    for ln in lines:
-        if "version" in ln.lower():
-            return ln
-    return lines[0] if lines else ""
-
-
 def nsight_check(tool: str) -> Check:
-    title, what, candidates = NSIGHT[tool]
-    exe = shutil.which(tool)
+    """Where the profiler is and its version, found as the kit finds it (tbdkit.nsight)."""
+    title, what, use = NSIGHT[tool]
+    exe = nsight.find(tool)
     if exe is None:
-        elsewhere = sorted({p for pattern in candidates for p in glob.glob(pattern) if os.access(p, os.X_OK)})
-        if elsewhere:
-            return Check("profiling", title, False, f"not on PATH but found at {elsewhere[0]} ({OPTIONAL})",
-                         f"add {os.path.dirname(elsewhere[0])} to PATH")
-        return Check("profiling", title, False, f"not on PATH ({OPTIONAL})", NSIGHT_FIX.format(what=what))
-    rc, out, err = _run([exe, "--version"])
-    line = _version_line(out) or _version_line(err)
-    if rc == 0 and line:
-        return Check("profiling", title, True, f"{_one_line(line)} at {exe}", None)
-    return Check("profiling", title, False,
-                 f"{exe} --version failed: {_one_line(err) or f'exit {rc}'} ({OPTIONAL})",
+        return Check("profiling", title, False if tool == "ncu" else None, f"not found ({use})",
+                     NSIGHT_FIX.format(what=what) if tool == "ncu" else None)
+    found = nsight.version(exe)
+    where = exe if shutil.which(tool) else f"{exe} (not on PATH; the kit looks there)"
+    if found:
+        return Check("profiling", title, True, f"{tool} {found} at {where}", None)
+    return Check("profiling", title, False, f"{exe} --version did not report a version ({use})",
                  NSIGHT_FIX.format(what=what))
 
 

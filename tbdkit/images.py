@@ -14,10 +14,14 @@ import os
 import re
 import shutil
 import subprocess
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+try:
+    import tomllib  # novermin
+except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same parser
+    import tomli as tomllib  # type: ignore[no-redef]
 
 import tbdkit
 from tbdkit.errors import UserError
@@ -119,10 +123,111 @@ def daemon_version() -> str:
     return docker("version", "--format", "{{.Server.Version}}").stdout.strip()
 
 
-def has_nvidia_runtime() -> bool:
-    """Whether `--gpus` can work: the daemon knows the nvidia runtime (NVIDIA Container Toolkit)."""
+NVIDIA_HOOK = "nvidia-container-runtime-hook"
+CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
+CDI_GPUS = "nvidia.com/gpu=all"
+GPU_FIX = ("install the NVIDIA Container Toolkit and run `sudo nvidia-ctk runtime configure --runtime=docker`, "
+           "then restart Docker")
+
+
+@dataclass(frozen=True)
+class GpuAccess:
+    """How a container gets the GPUs, decided once for the launcher and `tbdkit doctor`.
+
+    As Docker's daemon does it (moby daemon/nvidia_linux.go): `--gpus` works only when the daemon
+    found NVIDIA's prestart hook (nvidia-container-runtime-hook) on its PATH; a registered `nvidia`
+    runtime works without it through `--runtime nvidia` and NVIDIA_VISIBLE_DEVICES; a CDI spec
+    for nvidia.com/gpu works through `--device nvidia.com/gpu=all` when the daemon has CDI on."""
+
+    mode: str | None   # "gpus", "runtime", "cdi"; None: no way to the GPUs
+    detail: str
+
+    @property
+    def ok(self) -> bool:
+        return self.mode is not None
+
+    def run_args(self) -> list[str]:
+        """The `docker run` arguments that hand the container every GPU."""
+        return {"gpus": ["--gpus", "all"],
+                "runtime": ["--runtime", "nvidia", "--env", "NVIDIA_VISIBLE_DEVICES=all",
+                            "--env", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"],
+                "cdi": ["--device", CDI_GPUS]}.get(self.mode or "", [])
+
+
+def cdi_nvidia_specs(dirs: tuple[Path, ...] | None = None) -> list[str]:
+    """CDI spec files that declare NVIDIA GPUs (nvidia-ctk cdi generate writes them)."""
+    found = []
+    for d in CDI_DIRS if dirs is None else dirs:
+        for path in sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml")) + sorted(d.glob("*.json")):
+            try:
+                if "nvidia.com/gpu" in path.read_text(errors="replace"):
+                    found.append(str(path))
+            except OSError:
+                continue
+    return found
+
+
+def gpu_access() -> GpuAccess:
+    """The one decision of how (and whether) containers reach the GPUs; `docker info` answers
+    for the runtimes and CDI, this machine's PATH for the hook (the daemon runs here)."""
     proc = docker("info", "--format", "{{json .Runtimes}}", check=False)
-    return proc.returncode == 0 and "nvidia" in proc.stdout
+    runtimes = sorted(_json_or_none(proc.stdout) or {}) if proc.returncode == 0 else []
+    # CDISpecDirs is in `docker info` from Docker 25 on; older daemons reject the field (no CDI)
+    cdi = docker("info", "--format", "{{json .CDISpecDirs}}", check=False)
+    found_dirs = _json_or_none(cdi.stdout) if cdi.returncode == 0 else None
+    cdi_dirs = found_dirs if isinstance(found_dirs, list) else []
+    hook = shutil.which(NVIDIA_HOOK)
+    if hook:
+        return GpuAccess("gpus", f"{hook} present: docker run --gpus all")
+    if "nvidia" in runtimes:
+        return GpuAccess("runtime", f"Docker runtimes: {', '.join(runtimes)}: docker run --runtime nvidia")
+    specs = cdi_nvidia_specs()
+    if specs and cdi_dirs:
+        return GpuAccess("cdi", f"CDI spec for nvidia.com/gpu ({', '.join(specs)}): docker run --device {CDI_GPUS}")
+    if specs:
+        return GpuAccess(None, f"CDI spec for nvidia.com/gpu ({', '.join(specs)}) but Docker's CDI support is off "
+                               '(add `"features": {"cdi": true}` to /etc/docker/daemon.json, Docker 25+)')
+    seen = f"Docker runtimes: {', '.join(runtimes)}" if runtimes else \
+        ("docker info failed" if proc.returncode != 0 else "Docker lists no runtimes")
+    return GpuAccess(None, f"{seen}; no {NVIDIA_HOOK}, nvidia runtime or CDI spec for nvidia.com/gpu")
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        parsed = json.loads(text or "null")
+    except json.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, (dict, list)) else None
+
+
+IMAGE_LABELS = ("org.opencontainers.image.base.name", "org.opencontainers.image.base.digest",
+                "org.opencontainers.image.revision")
+
+
+def _validate_revision(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-f]{4,64}", value):
+        raise UserError(f"{value!r} is not a git commit")
+    return value
+
+
+def checked_labels(image: dict[str, Any]) -> dict[str, str]:
+    """The image's labels that the launcher passes into the run, each checked for its form (a
+    label is anyone's text: a newline there must not become a `docker run` flag)."""
+    from tbdkit import oci
+
+    labels = image.get("labels") or {}
+    out = {key: str(labels.get(key) or "") for key in IMAGE_LABELS}
+    bad = f"The image {image.get('ref')} carries a malformed label {{key}}={{value!r}}: rebuild it with `tbdkit images build`."
+    checks = {"org.opencontainers.image.base.name": oci.validate_image_reference,
+              "org.opencontainers.image.base.digest": oci.validate_digest,
+              "org.opencontainers.image.revision": _validate_revision}
+    for key, check in checks.items():
+        if out[key]:
+            try:
+                check(out[key])
+            except UserError:
+                raise UserError(bad.format(key=key, value=out[key])) from None
+    return out
 
 
 def inspect_image(ref: str) -> dict[str, Any] | None:
@@ -246,9 +351,8 @@ def doctor_checks() -> list[dict[str, Any]]:
     except UserError as exc:
         row("docker", False, "not usable", str(exc))
         return rows
-    nvidia = has_nvidia_runtime()
-    row("NVIDIA container runtime", nvidia, "nvidia runtime registered" if nvidia else "none",
-        "install the NVIDIA Container Toolkit, then `sudo nvidia-ctk runtime configure --runtime=docker`")
+    access = gpu_access()
+    row("NVIDIA container runtime", access.ok, access.detail, GPU_FIX)
     for name in load_lock():
         ref = image_ref(name)
         found = inspect_image(ref)

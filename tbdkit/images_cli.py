@@ -20,7 +20,7 @@ def parse_build_args(values: list[str] | None) -> dict[str, str]:
     for raw in values or []:
         key, sep, value = raw.partition("=")
         if not sep or not key:
-            raise UserError(f"Build argument '{raw}' is not KEY=VALUE: pass e.g. --build-arg REQUIRE_NSIGHT=0.")
+            raise UserError(f"Build argument '{raw}' is not KEY=VALUE: pass e.g. --build-arg REQUIRE_NCU=0.")
         out[key] = value
     return out
 

@@ -54,3 +54,14 @@ def validate_image_reference(ref: str) -> str:
         raise UserError(f"The image name in {ref[:40]!r}... is {len(match['name'])} characters long, more than "
                         f"the {NAME_TOTAL_LENGTH_MAX} a registry accepts: pass a shorter image name.")
     return ref
+
+
+_DIGEST_RE = re.compile(_DIGEST, re.ASCII)
+
+
+def validate_digest(value: str, what: str = "image digest") -> str:
+    """A content digest such as `sha256:<64 hex>`; else one sentence with the fix."""
+    if not isinstance(value, str) or not _DIGEST_RE.fullmatch(value):
+        raise UserError(f"The {what} {value!r} is not a content digest (algorithm:hex, e.g. sha256:...): "
+                        "rebuild the image with `tbdkit images build`.")
+    return value

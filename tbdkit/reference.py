@@ -24,8 +24,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -125,16 +127,9 @@ def destination(model: str, batch: int, precision: str) -> Path:
 
 
 def find_ncu() -> str | None:
-    import glob
+    from tbdkit import nsight
 
-    found = shutil.which("ncu")
-    if found:
-        return found
-    for pattern in ("/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu"):
-        hits = sorted(glob.glob(pattern))
-        if hits:
-            return hits[-1]
-    return None
+    return nsight.find("ncu")
 
 
 def run_agent(cmd_prefix: list[str], spec: specs.RunSpec, run_dir: Path, env: dict[str, str],
@@ -146,11 +141,46 @@ def run_agent(cmd_prefix: list[str], spec: specs.RunSpec, run_dir: Path, env: di
     with (run_dir / "log.txt").open("a") as log:
         log.write("$ " + " ".join(cmd) + "\n")
         log.flush()
+        # Its own process group: ncu forks the agent (--target-processes all), and a timeout or a
+        # Ctrl-C must end the agent on the GPU too, not only the ncu in front of it.
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, start_new_session=True)
         try:
-            return subprocess.run(cmd, stdout=log, stderr=log, env=env, timeout=timeout_s).returncode
+            return proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            log.write(f"timed out after {timeout_s} s\n")
+            log.write(f"timed out after {timeout_s} s: ending its process group\n")
+            end_group(proc)
             return 124
+        except BaseException:
+            end_group(proc)
+            raise
+
+
+def end_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
+    """SIGTERM to the whole process group `proc` leads, SIGKILL to what is left after `grace_s`."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        if sig == signal.SIGKILL:
+            break
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and _group_alive(proc.pid):
+            proc.poll()
+            time.sleep(0.1)
+        if not _group_alive(proc.pid):
+            break
+    proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def device_from_env(env_json: dict[str, Any]) -> Device | None:

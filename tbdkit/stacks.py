@@ -15,9 +15,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import tomllib  # novermin
+except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same parser
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from tbdkit.errors import UserError
 from tbdkit.paths import KIT_ROOT, venvs_dir

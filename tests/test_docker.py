@@ -22,6 +22,10 @@ IMAGE = {"ref": "tbdkit/pytorch:0.1.0", "id": "sha256:" + "ab" * 32, "repo_diges
                     "org.opencontainers.image.revision": "c0ffee"}}
 
 
+HOOK = images.GpuAccess("gpus", "hook present")
+NO_GPU = images.GpuAccess(None, "nothing")
+
+
 def make_spec(**kw):
     return spec.build(**{"model": "deepspeech2", "batch_size": 2, "launcher": "docker", **kw})
 
@@ -31,9 +35,11 @@ def flag(argv: list[str], name: str) -> list[str]:
 
 
 def test_render_cpu_run(tmp_path):
-    argv = dl.render(make_spec(device="cpu"), tmp_path / "run1", IMAGE, nvidia=True, uid=1234, gid=99)
+    argv = dl.render(make_spec(device="cpu"), tmp_path / "run1", IMAGE, HOOK, uid=1234, gid=99)
     assert argv[0] == "run" and "--init" in argv
     assert flag(argv, "--user") == ["1234:99"]
+    assert flag(argv, "--cap-drop") == ["ALL"] and flag(argv, "--security-opt") == ["no-new-privileges"]
+    assert "--ipc" not in argv
     assert flag(argv, "--network") == ["none"]
     assert flag(argv, "--shm-size") == [dl.SHM_SIZE]
     assert "--gpus" not in argv and "--cap-add" not in argv and "--rm" not in argv
@@ -49,30 +55,78 @@ def test_render_cpu_run(tmp_path):
     assert flag(argv, "--name") == ["tbdkit-run1"]
 
 
-def test_render_gpu_counters_and_data(tmp_path):
+def test_render_gpu_and_data(tmp_path):
     data = tmp_path / "LibriSpeech"
     data.mkdir()
     s = make_spec(device="cuda", data=str(data))
-    argv = dl.render(s, tmp_path / "r", IMAGE, nvidia=True, hardware_counters=True)
+    argv = dl.render(s, tmp_path / "r", IMAGE, HOOK)
     assert flag(argv, "--gpus") == ["all"]
-    assert flag(argv, "--cap-add") == ["SYS_ADMIN"]
+    # no capability comes back: the docker launcher runs no Nsight Compute pass
+    assert "--cap-add" not in argv and "--privileged" not in argv
     assert f"{data}:{dl.CONTAINER_DATA_DIR}:ro" in flag(argv, "--volume")
     assert dl.container_spec(s)["data"] == dl.CONTAINER_DATA_DIR and s.data == str(data)
     # auto: GPUs when the runtime is there, the CPU when not
-    assert flag(dl.render(make_spec(), tmp_path / "a", IMAGE, nvidia=True), "--gpus") == ["all"]
-    assert "--gpus" not in dl.render(make_spec(), tmp_path / "b", IMAGE, nvidia=False)
+    assert flag(dl.render(make_spec(), tmp_path / "a", IMAGE, HOOK), "--gpus") == ["all"]
+    assert "--gpus" not in dl.render(make_spec(), tmp_path / "b", IMAGE, NO_GPU)
 
 
 def test_cuda_without_nvidia_runtime_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="no NVIDIA runtime.*--device cpu.*LAUNCHER=native"):
-        dl.render(make_spec(device="cuda:0"), tmp_path / "r", IMAGE, nvidia=False)
+        dl.render(make_spec(device="cuda:0"), tmp_path / "r", IMAGE, NO_GPU)
 
 
 def test_path_docker_cannot_mount(tmp_path):
     odd = tmp_path / "a:b"
     odd.mkdir()
     with pytest.raises(UserError, match="colon"):
-        dl.render(make_spec(device="cpu", data=str(odd)), tmp_path / "r", IMAGE, nvidia=False)
+        dl.render(make_spec(device="cpu", data=str(odd)), tmp_path / "r", IMAGE, NO_GPU)
+
+
+@pytest.mark.parametrize("label, value", [
+    ("org.opencontainers.image.base.name", "x\n--privileged\n--volume\n/:/host\n--network\nhost"),
+    ("org.opencontainers.image.base.name", "x; touch PWNED"),
+    ("org.opencontainers.image.base.digest", "sha256:00\n--privileged"),
+    ("org.opencontainers.image.revision", "c0ffee\n--network\nhost"),
+])
+def test_a_label_with_newlines_is_refused_not_turned_into_flags(tmp_path, label, value):
+    image = {**IMAGE, "labels": {**IMAGE["labels"], label: value}}
+    with pytest.raises(UserError, match="malformed label.*tbdkit images build"):
+        dl.render(make_spec(device="cpu"), tmp_path / "r", image, NO_GPU)
+
+
+def test_argv_is_a_list_whatever_the_values_hold(tmp_path, monkeypatch):
+    # a spec field cannot add flags either: every value is one argument
+    argv = dl.render(make_spec(device="cpu"), tmp_path / "r", IMAGE, NO_GPU, uid=1, gid=1)
+    assert all(a not in argv for a in ("--privileged", "host", "/:/host"))
+    assert argv.count("--volume") == 1 and flag(argv, "--network") == ["none"]
+
+
+@pytest.mark.parametrize("euid, sudo, expected", [
+    (1000, {}, (1000, 100)),                                    # the invoking user
+    (0, {"SUDO_UID": "1234", "SUDO_GID": "55"}, (1234, 55)),    # sudo: the user behind it
+    (0, {}, (dl.UNPRIVILEGED_UID, dl.UNPRIVILEGED_UID)),        # plain root: never 0:0
+])
+def test_the_container_never_runs_as_root(tmp_path, monkeypatch, euid, sudo, expected):
+    monkeypatch.setattr(dl.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(dl.os, "getuid", lambda: euid)
+    monkeypatch.setattr(dl.os, "getgid", lambda: 100 if euid else 0)
+    monkeypatch.delenv("SUDO_UID", raising=False)
+    monkeypatch.delenv("SUDO_GID", raising=False)
+    for key, value in sudo.items():
+        monkeypatch.setenv(key, value)
+    argv = dl.render(make_spec(device="cpu"), tmp_path / "r", IMAGE, NO_GPU)
+    assert flag(argv, "--user") == [f"{expected[0]}:{expected[1]}"] and flag(argv, "--user") != ["0:0"]
+
+
+def test_a_root_launch_hands_the_run_folder_to_the_container_user(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "spec.json").write_text("{}")
+    seen = []
+    monkeypatch.setattr(dl.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(dl.os, "chown", lambda path, uid, gid, follow_symlinks=True: seen.append((Path(path).name, uid, gid)))
+    dl.hand_over(run, dl.UNPRIVILEGED_UID, dl.UNPRIVILEGED_UID)
+    assert sorted(seen) == [("run", 65532, 65532), ("spec.json", 65532, 65532)]
 
 
 @pytest.mark.parametrize("stderr, words", [
@@ -122,11 +176,23 @@ def test_bad_lock_file_is_a_user_error(tmp_path, monkeypatch):
 
 def test_build_command_pins_base_and_args():
     s = images.get_spec("pytorch")
-    cmd = images.build_command(s, "t:1", base="b@sha256:" + "1" * 64, build_args={"REQUIRE_NSIGHT": "0"}, commit="abc")
+    cmd = images.build_command(s, "t:1", base="b@sha256:" + "1" * 64, build_args={"REQUIRE_NCU": "0"}, commit="abc")
     args = dict(v.split("=", 1) for v in flag(cmd, "--build-arg"))
-    assert args == {"BASE_IMAGE": "b@sha256:" + "1" * 64, "BASE_DIGEST": "sha256:" + "1" * 64, "REQUIRE_NSIGHT": "0"}
+    assert args == {"BASE_IMAGE": "b@sha256:" + "1" * 64, "BASE_DIGEST": "sha256:" + "1" * 64, "REQUIRE_NCU": "0"}
     assert flag(cmd, "--label") == ["org.opencontainers.image.revision=abc"]
     assert flag(cmd, "--file") == [str(ROOT / "docker/pytorch.Dockerfile")] and cmd[-1] == str(ROOT)
+
+
+@pytest.mark.parametrize("stack", ["pytorch", "tensorflow", "mxnet"])
+def test_images_require_only_the_tools_the_kit_calls(stack):
+    """The kit calls ncu, never nsys: no image refuses to build without nsys, none puts NVIDIA's
+    version folders (/opt/nvidia/nsight-compute holds <version>/ncu) on PATH, and ncu is found the
+    way NVIDIA lays it out (tbdkit.nsight, run by docker/stack-env.sh)."""
+    text = (ROOT / "docker" / f"{stack}.Dockerfile").read_text()
+    assert "nsys" not in text and "REQUIRE_NSIGHT" not in text and "ARG REQUIRE_NCU=1" in text
+    assert "/opt/nvidia/nsight-compute" not in text.split("ENV ", 1)[1].split("\n\n", 1)[0]
+    script = (ROOT / "docker" / "stack-env.sh").read_text()
+    assert 'nsight.find("ncu")' in script and "REQUIRE_NCU" in script and "command -v nsys" not in script
 
 
 def test_image_ref_override(monkeypatch):
@@ -239,6 +305,18 @@ def test_compose_config_validates(tmp_path):
     for service in ("pytorch:", "pytorch-cu12:", "tensorflow:", "mxnet:"):
         assert service in proc.stdout
     assert "capabilities:" in proc.stdout and "network_mode: none" in proc.stdout
+    # the host's IPC namespace stays closed: a large /dev/shm instead, and no capabilities
+    assert "ipc:" not in proc.stdout and "shm_size" in proc.stdout and "no-new-privileges" in proc.stdout
+
+
+def test_rendered_compose_has_no_host_ipc():
+    import yaml
+
+    from tbdkit import render
+
+    text = render.render(make_spec(), "compose", image="tbdkit/pytorch:0.1.0")
+    for service in yaml.safe_load(text)["services"].values():
+        assert "ipc" not in service and service["shm_size"] == "8gb"
 
 
 def test_images_install_the_workloads_libraries_of_their_stack():
@@ -253,4 +331,5 @@ def test_images_install_the_workloads_libraries_of_their_stack():
         text = (ROOT / "docker" / f"{stack}.Dockerfile").read_text()
         (default,) = re.findall(r'^ARG WORKLOAD_REQUIREMENTS="([^"]*)"', text, flags=re.M)
         assert sorted(default.split()) == sorted(r for r in extras[stack] if not framework.match(r)), stack
-        assert "${WORKLOAD_REQUIREMENTS}" in text
+        assert "stack-env.sh deps" in text  # which installs ${WORKLOAD_REQUIREMENTS}
+    assert "${WORKLOAD_REQUIREMENTS:-}" in (ROOT / "docker" / "stack-env.sh").read_text()

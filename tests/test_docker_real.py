@@ -57,6 +57,8 @@ def ci_image():
     found = images.inspect_image(TAG)
     assert found is not None
     print(f"CI image {TAG}: built in {time.monotonic() - t0:.0f} s, {found['size_bytes'] / 2**20:.0f} MiB")
+    state = stack_state(TAG, "pytorch")
+    assert state["installed"] is True and state["file"].startswith(SYSTEM_SITE), state
     return found
 
 
@@ -125,6 +127,20 @@ def assert_removed(name: str, within_s: float = 300) -> None:
         time.sleep(2)
 
 
+# Where the stand-in base's pip put the framework (NGC's images: the system Python's site-packages).
+SYSTEM_SITE = "/usr/local/lib/python3"
+
+
+def stack_state(image: str, stack: str) -> dict:
+    """Inside the image: the stack registered (so `tbdkit bench` there, as under compose, runs
+    natively) and the framework imported from the base's site-packages."""
+    probe = ("import json, importlib; from tbdkit import stacks; s = stacks.get('%s'); "
+             "m = importlib.import_module(s.module); "
+             "print(json.dumps({'installed': stacks.is_installed(s.name), 'file': m.__file__}))") % stack
+    proc = images.docker("run", "--rm", "--network", "none", image, "python", "-c", probe, timeout=300)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def only_run(results: Path) -> Path:
     (run,) = [p for p in results.iterdir() if p.is_dir()]
     return run
@@ -145,15 +161,21 @@ def test_bench_in_a_container(ci_image, user_kit, results):
     assert container["image"] == TAG and container["launcher"] == "docker"
     assert container["image_id"] == ci_image["id"] and container["image_id"].startswith("sha256:")
     assert container["image_digest"] is None and "content digest" in container["image_digest_note"]
-    assert container["base_image"] == "tbdkit-ci/bookworm-base"
+    assert container["base_image"] == "tbdkit-ci/pytorch-base"
     assert env["host"]["in_container"] is True
     assert env["framework"]["framework_version"].startswith("2.13.0")
+    # the base's own framework build, not one the image installed over it (NGC's torch stays)
+    build = env["framework_build"]
+    assert build["version"] == "2.13.0+cpu" and build["file"].startswith(SYSTEM_SITE), build
+    assert env["tools"]["ncu"] == {"path": None, "version": None, "required": "yes"}
     assert env["kit"]["git"]["source"] == "launcher" and env["kit"]["git"]["commit"]
     uid = os.getuid() and os.getuid() or UID  # the invoking user: 4242 when the test runs as root
     for path in run.iterdir():
         st = path.stat()
         assert (st.st_uid, path.name) == (uid, path.name)
-    assert "$ " in (run / "log.txt").read_text() and "--network none" in (run / "log.txt").read_text()
+    log = (run / "log.txt").read_text()
+    assert "$ " in log and "--network none" in log
+    assert "--cap-drop ALL" in log and "--security-opt no-new-privileges" in log and "SYS_ADMIN" not in log
     assert not (run / "container.log").exists()
     assert_removed(f"tbdkit-{run.name}")
 
@@ -205,6 +227,8 @@ def test_the_other_stacks_images_build_and_bench(stack, ci_image, user_kit, resu
     built = images.inspect_image(tag)
     assert built is not None
     print(f"CI image {tag}: built in {time.monotonic() - t0:.0f} s, {built['size_bytes'] / 2**20:.0f} MiB")
+    state = stack_state(tag, stack)
+    assert state["installed"] is True and state["file"].startswith(SYSTEM_SITE), state
     t0 = time.monotonic()
     proc = bench_as_user(user_kit, results, tag, stack)
     print(f"docker bench ({stack}): {time.monotonic() - t0:.1f} s")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit import doctor, stacks
+from tbdkit import doctor, images, stacks
 from tbdkit.doctor import Check
 
 NAMES = [
@@ -160,8 +160,9 @@ def test_no_docker_client(monkeypatch):
     assert c["NVIDIA container runtime"].ok is None
 
 
-def fake_docker(bin_dir: Path, server: str, runtimes: str) -> None:
-    """A docker on PATH answering `version` and `info` as a daemon would (server '' = down)."""
+def fake_docker(bin_dir: Path, server: str, runtimes: str, cdi_dirs: str | None = None) -> None:
+    """A docker on PATH answering `version` and `info` as a daemon would (server '' = down;
+    cdi_dirs None: a daemon older than Docker 25, whose `info` has no CDISpecDirs field)."""
     bin_dir.mkdir(exist_ok=True)
     server_part = f"echo {server}" if server else \
         "echo 'permission denied while trying to connect to the Docker daemon socket' >&2; exit 1"
@@ -171,6 +172,7 @@ case "$*" in
   *Client.Version*) echo 27.5.1 ;;
   *Server.Version*) {server_part} ;;
   *Runtimes*) echo '{runtimes}' ;;
+  *CDISpecDirs*) {f"echo '{cdi_dirs}'" if cdi_dirs is not None else "echo 'template: :1:8: no field CDISpecDirs' >&2; exit 1"} ;;
   *) exit 2 ;;
 esac
 """)
@@ -190,17 +192,66 @@ def test_fake_docker_with_nvidia_runtime(monkeypatch, tmp_path):
 
 
 def test_fake_docker_without_nvidia_runtime_then_cdi(monkeypatch, tmp_path):
-    fake_docker(tmp_path / "bin", "27.5.1", '{"runc":{"path":"runc"}}')
+    fake_docker(tmp_path / "bin", "27.5.1", '{"runc":{"path":"runc"}}', '["/etc/cdi","/var/run/cdi"]')
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
     cdi = tmp_path / "cdi"
     cdi.mkdir()
-    monkeypatch.setattr(doctor, "CDI_DIRS", (cdi,))
+    monkeypatch.setattr(images, "CDI_DIRS", (cdi,))
     daemon = doctor.docker_daemon_check(doctor.docker_client_check())
     runtime = doctor.nvidia_runtime_check(daemon)
-    assert runtime.ok is False and "nvidia-container-toolkit" in runtime.fix
+    assert runtime.ok is False and "NVIDIA Container Toolkit" in runtime.fix
     (cdi / "nvidia.yaml").write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n")
     runtime = doctor.nvidia_runtime_check(daemon)
     assert runtime.ok is True and "nvidia.yaml" in runtime.detail
+
+
+CDI_SPEC = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n"
+
+
+@pytest.mark.parametrize("hook, runtimes, cdi_spec, cdi_dirs, expected", [
+    # Docker's --gpus: the daemon registers its nvidia device driver only when it finds the hook
+    (True, '{"runc":{}}', False, None, ["--gpus", "all"]),
+    # a registered nvidia runtime without the hook on PATH: --gpus would fail, --runtime works
+    (False, '{"runc":{},"nvidia":{"path":"nvidia-container-runtime"}}', False, None,
+     ["--runtime", "nvidia", "--env", "NVIDIA_VISIBLE_DEVICES=all", "--env", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]),
+    # CDI only (nvidia-container-toolkit-base): --device nvidia.com/gpu=all, when the daemon has CDI on
+    (False, '{"runc":{}}', True, '["/etc/cdi","/var/run/cdi"]', ["--device", "nvidia.com/gpu=all"]),
+    # a CDI spec that a daemon without CDI support cannot use, and nothing at all
+    (False, '{"runc":{}}', True, None, None),
+    (False, '{"runc":{}}', True, "[]", None),
+    (False, '{"runc":{}}', False, None, None),
+])
+def test_doctor_and_the_docker_launcher_agree_on_the_gpus(monkeypatch, tmp_path, hook, runtimes, cdi_spec,
+                                                           cdi_dirs, expected):
+    from tbdkit import spec
+    from tbdkit.errors import UserError
+    from tbdkit.launch import docker as dl
+
+    bin_dir = tmp_path / "bin"
+    fake_docker(bin_dir, "27.5.1", runtimes, cdi_dirs)
+    if hook:
+        (bin_dir / images.NVIDIA_HOOK).write_text("#!/bin/sh\n")
+        (bin_dir / images.NVIDIA_HOOK).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("TBDKIT_DOCKER", raising=False)
+    cdi = tmp_path / "cdi"
+    cdi.mkdir()
+    if cdi_spec:
+        (cdi / "nvidia.yaml").write_text(CDI_SPEC)
+    monkeypatch.setattr(images, "CDI_DIRS", (cdi,))
+    daemon = doctor.docker_daemon_check(doctor.docker_client_check())
+    check = doctor.nvidia_runtime_check(daemon)
+    image = {"ref": "tbdkit/pytorch:0.1.0", "id": "sha256:" + "ab" * 32, "labels": {}}
+    run = spec.build(model="deepspeech2", batch_size=2, launcher="docker", device="cuda")
+    if expected is None:
+        assert check.ok is False and check.fix
+        with pytest.raises(UserError, match="no NVIDIA runtime"):
+            dl.render(run, tmp_path / "r", image, images.gpu_access())
+    else:
+        assert check.ok is True
+        argv = dl.render(run, tmp_path / "r", image, images.gpu_access())
+        i = argv.index(expected[0])
+        assert argv[i:i + len(expected)] == expected
 
 
 def test_docker_daemon_permission_denied(monkeypatch, tmp_path):
@@ -277,15 +328,27 @@ def test_installed_pytorch_stack(monkeypatch, tmp_path):
 # ---------------------------------------------------------------------------------- Nsight
 
 def test_nsight_tools(monkeypatch, tmp_path):
+    from tbdkit import nsight
+
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     monkeypatch.setenv("PATH", str(bin_dir))
-    monkeypatch.setitem(doctor.NSIGHT, "ncu", doctor.NSIGHT["ncu"][:2] + ((),))  # not in /usr/local/cuda either
+    layout = tmp_path / "opt" / "nvidia" / "nsight-compute"
+    monkeypatch.setitem(nsight.CANDIDATES, "ncu", (str(layout / "*" / "ncu"),))
+    monkeypatch.setitem(nsight.CANDIDATES, "nsys", ())
     missing = doctor.nsight_check("ncu")
-    assert missing.ok is False and "optional" in missing.detail and "Nsight Compute" in missing.fix
-    ncu = bin_dir / "ncu"
-    ncu.write_text("#!/bin/sh\necho 'NVIDIA (R) Nsight Compute Command Line Profiler'\n"
-                   "echo 'Copyright (c) 2018-2025 NVIDIA Corporation'\necho 'Version 2025.3.1.0 (build 36398880)'\n")
-    ncu.chmod(0o755)
+    assert missing.ok is False and "reference" in missing.detail and "Nsight Compute" in missing.fix
+    # nsys is never required: the kit does not call it
+    assert doctor.nsight_check("nsys").ok is None and doctor.nsight_check("nsys").fix is None
+    # NGC's layout: one folder per version, the binary inside, nothing on PATH; the newest wins
+    for ver in ("2024.1.0", "2025.3.1"):
+        ncu = layout / ver / "ncu"
+        ncu.parent.mkdir(parents=True)
+        ncu.write_text("#!/bin/sh\necho 'NVIDIA (R) Nsight Compute Command Line Profiler'\n"
+                       "echo 'Copyright (c) 2018-2025 NVIDIA Corporation'\n"
+                       f"echo 'Version {ver}.0 (build 36398880) (public-release)'\n")
+        ncu.chmod(0o755)
     found = doctor.nsight_check("ncu")
-    assert found.ok is True and "Version 2025.3.1.0" in found.detail
+    assert found.ok is True and "ncu 2025.3.1.0" in found.detail and "2025.3.1/ncu" in found.detail
+    assert nsight.tools()["ncu"] == {"path": str(layout / "2025.3.1" / "ncu"), "version": "2025.3.1.0",
+                                     "required": "yes"}

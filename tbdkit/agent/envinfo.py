@@ -8,12 +8,14 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 import tbdkit
+from tbdkit import nsight
 from tbdkit.paths import KIT_ROOT
 
 
@@ -116,6 +118,45 @@ def launch_env() -> dict[str, Any]:
     return env
 
 
+def _torch_build(torch: Any) -> dict[str, Any]:
+    nccl = torch.cuda.nccl.version() if hasattr(torch._C, "_nccl_version") else None
+    return {"cuda": torch.version.cuda, "git": getattr(torch.version, "git_version", None),
+            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+            "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl}
+
+
+def _tensorflow_build(tf: Any) -> dict[str, Any]:
+    info = dict(tf.sysconfig.get_build_info())
+    return {"cuda": info.get("cuda_version"), "cudnn": info.get("cudnn_version"), "nccl": None,
+            "cuda_build": info.get("is_cuda_build")}
+
+
+def _mxnet_build(mx: Any) -> dict[str, Any]:
+    features = mx.runtime.Features()
+    return {"cuda": features.is_enabled("CUDA"), "cudnn": features.is_enabled("CUDNN"),
+            "nccl": features.is_enabled("NCCL"), "note": "MXNet reports what it was built with, not versions"}
+
+
+BUILDS = {"torch": _torch_build, "tensorflow": _tensorflow_build, "mxnet": _mxnet_build}
+
+
+def framework_build() -> dict[str, Any] | None:
+    """The framework build this process imported (an NGC image's own, or a wheel): its version,
+    the file it was loaded from and the CUDA, cuDNN and NCCL it was built with."""
+    for name, build in BUILDS.items():
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        out: dict[str, Any] = {"module": name, "version": str(getattr(module, "__version__", "")) or None,
+                               "file": getattr(module, "__file__", None)}
+        try:
+            out.update(build(module))
+        except Exception as exc:  # a build that lacks one of these queries still says what it is
+            out["build_error"] = f"{type(exc).__name__}: {exc}"
+        return out
+    return None
+
+
 def collect(framework_env: dict[str, Any], seed: int) -> dict[str, Any]:
     mem = psutil.virtual_memory()
     return {
@@ -139,6 +180,8 @@ def collect(framework_env: dict[str, Any], seed: int) -> dict[str, Any]:
         "container": container(),
         "framework": framework_env,
         "launch_env": launch_env(),
+        "framework_build": framework_build(),
+        "tools": nsight.tools(),
         "seed": seed,
         "packages": packages(),
     }

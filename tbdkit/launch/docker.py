@@ -1,16 +1,18 @@
 """The docker launcher: the agent runs inside the stack's pinned image.
 
-The container's command, mounts and devices are rendered from the RunSpec by a Jinja2 template
-(templates/docker_run.j2) and run with the docker CLI (see tbdkit/images.py for why the CLI and
-not the SDK). Only the run directory is mounted, read-write, as the invoking user's uid:gid; a
-real dataset is mounted read-only; the network is off. The agent's stdout carries the progress
-events as in the native launcher, its stderr goes to log.txt. When the container fails, its
-`docker logs` and `docker inspect` state are kept in the run directory before it is removed.
+The container's command, mounts and devices are built from the RunSpec as an argument list
+(never text split into lines: an image label holding a newline stays one argument) and run with
+the docker CLI (see tbdkit/images.py for why the CLI and not the SDK). The container runs as the
+invoking user (under sudo, the user who called sudo; as plain root, a fixed unprivileged uid
+that is given the run directory), with every capability dropped and no privilege gain; only the
+run directory is mounted read-write, a real dataset read-only; the network is off. The agent's
+stdout carries the progress events as in the native launcher, its stderr goes to log.txt. When
+the container fails, its `docker logs` and `docker inspect` state are kept in the run directory
+before it is removed.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shlex
@@ -18,9 +20,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
-from tbdkit import catalog, images, stacks
+from tbdkit import catalog, images, oci, stacks
 from tbdkit.agent import sink
 from tbdkit.errors import UserError
 from tbdkit.launch import EventHandler, Outcome, finalize, new_run_dir, stream
@@ -30,25 +30,41 @@ CONTAINER_RUN_DIR = "/tbdkit/run"
 CONTAINER_DATA_DIR = "/tbdkit/data"
 CONTAINER_SPEC = "container-spec.json"
 SHM_SIZE = "8g"
+# The container's user when the launcher runs as root without sudo: no account on the host or
+# in the image, owns nothing but the run directory it is given.
+UNPRIVILEGED_UID = 65532
 
 
-@functools.cache
-def _template() -> jinja2.Template:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("tbdkit", "templates"), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=False, autoescape=False)
-    return env.get_template("docker_run.j2")
+def gpu_args(device: str, access: images.GpuAccess) -> list[str]:
+    """The GPU arguments for the spec's device: none for the CPU; every GPU for auto when the
+    containers can reach them (the agent then picks cuda:0, as natively); a cuda device needs them."""
+    if device == "cpu" or (device == "auto" and not access.ok):
+        return []
+    if not access.ok:
+        raise UserError(f"The run asks for device {device} but Docker has no NVIDIA runtime ({access.detail}): "
+                        f"{images.GPU_FIX}, pass --device cpu, {images.NATIVE_HINT}.")
+    return access.run_args()
 
 
-def gpus_flag(device: str, nvidia: bool) -> str | None:
-    """`--gpus` for the spec's device: none for the CPU; all GPUs for auto when the NVIDIA runtime
-    is there (the agent then picks cuda:0, as natively); a cuda device needs the runtime."""
-    if device == "cpu" or (device == "auto" and not nvidia):
-        return None
-    if not nvidia:
-        raise UserError(f"The run asks for device {device} but Docker has no NVIDIA runtime: install the NVIDIA "
-                        "Container Toolkit (`sudo nvidia-ctk runtime configure --runtime=docker`), pass --device cpu, "
-                        f"{images.NATIVE_HINT}.")
-    return "all"
+def container_user(uid: int | None = None, gid: int | None = None) -> tuple[int, int]:
+    """Who the container runs as: the invoking user; under sudo the user behind it (SUDO_UID);
+    as plain root a fixed unprivileged uid. Never root."""
+    if uid is not None:
+        return uid, uid if gid is None else gid
+    if os.geteuid() != 0:
+        return os.getuid(), os.getgid()
+    sudo_uid, sudo_gid = os.environ.get("SUDO_UID", ""), os.environ.get("SUDO_GID", "")
+    if sudo_uid.isdigit() and int(sudo_uid) != 0:
+        return int(sudo_uid), int(sudo_gid) if sudo_gid.isdigit() else int(sudo_uid)
+    return UNPRIVILEGED_UID, UNPRIVILEGED_UID
+
+
+def hand_over(run_dir: Path, uid: int, gid: int) -> None:
+    """Give the run directory and what is in it to the container's user (root launching only)."""
+    if os.geteuid() != 0:
+        return
+    for path in [run_dir, *run_dir.rglob("*")]:
+        os.chown(path, uid, gid, follow_symlinks=False)
 
 
 def container_spec(spec: RunSpec) -> dict[str, Any]:
@@ -59,44 +75,48 @@ def container_spec(spec: RunSpec) -> dict[str, Any]:
     return data
 
 
-def render(spec: RunSpec, run_dir: Path, image: dict[str, Any], nvidia: bool, *,
-           uid: int | None = None, gid: int | None = None, hardware_counters: bool | None = None) -> list[str]:
+def _mount_path(path: str) -> str:
+    if "\n" in path or ":" in path:
+        raise UserError(f"The path {path!r} holds a newline or a colon, which a Docker volume cannot "
+                        "mount: move it to a plain path, or use LAUNCHER=native.")
+    return path
+
+
+def render(spec: RunSpec, run_dir: Path, image: dict[str, Any], access: images.GpuAccess, *,
+           uid: int | None = None, gid: int | None = None) -> list[str]:
     """The docker CLI arguments (after `docker`) that run this spec's agent in `image`."""
-    labels = image.get("labels") or {}
+    labels = images.checked_labels(image)
+    image_id = oci.validate_digest(str(image["id"]), "image ID")
+    oci.validate_image_reference(str(image["ref"]))
     env = {
+        "HOME": "/tmp",
         "TBDKIT_LAUNCHER": "docker",
         "TBDKIT_IMAGE": image["ref"],
-        "TBDKIT_IMAGE_ID": image["id"],
-        "TBDKIT_IMAGE_DIGEST": ",".join(image.get("repo_digests") or []),
-        "TBDKIT_BASE_IMAGE": labels.get("org.opencontainers.image.base.name", ""),
-        "TBDKIT_BASE_DIGEST": labels.get("org.opencontainers.image.base.digest", ""),
+        "TBDKIT_IMAGE_ID": image_id,
+        "TBDKIT_IMAGE_DIGEST": ",".join(oci.validate_image_reference(d) for d in image.get("repo_digests") or []),
+        "TBDKIT_BASE_IMAGE": labels["org.opencontainers.image.base.name"],
+        "TBDKIT_BASE_DIGEST": labels["org.opencontainers.image.base.digest"],
     }
-    if labels.get("org.opencontainers.image.revision"):
+    if labels["org.opencontainers.image.revision"]:
         env["TBDKIT_GIT_COMMIT"] = labels["org.opencontainers.image.revision"]
-    if hardware_counters is None:  # a spec field for Nsight Compute runs, once the spec has one
-        hardware_counters = bool(getattr(spec, "hardware_counters", False))
-    values = {
-        "name": f"tbdkit-{run_dir.name}",
-        "uid": os.getuid() if uid is None else uid,
-        "gid": os.getgid() if gid is None else gid,
-        "network": "none",
-        "ipc_host": False,
-        "shm_size": SHM_SIZE,
-        "gpus": gpus_flag(spec.device, nvidia),
-        "hardware_counters": hardware_counters,
-        "run_dir": str(run_dir.resolve()),
-        "container_run_dir": CONTAINER_RUN_DIR,
-        "data_dir": None if spec.data == "synthetic" else str(Path(spec.data).resolve()),
-        "container_data_dir": CONTAINER_DATA_DIR,
-        "env": env,
-        "image": image["id"],  # the exact image inspected, even if the tag moves meanwhile
-        "spec_file": CONTAINER_SPEC,
-    }
-    for key in ("run_dir", "data_dir"):
-        if values[key] and ("\n" in values[key] or ":" in values[key]):
-            raise UserError(f"The path {values[key]!r} holds a newline or a colon, which a Docker volume cannot "
-                            "mount: move it to a plain path, or use LAUNCHER=native.")
-    return [line for line in (raw.strip() for raw in _template().render(**values).splitlines()) if line]
+    user = container_user(uid, gid)
+    run_path = _mount_path(str(run_dir.resolve()))
+    argv = ["run", "--name", f"tbdkit-{run_dir.name}", "--init",
+            "--user", f"{user[0]}:{user[1]}",
+            # no capabilities and no way to gain any (setuid binaries): the agent needs none
+            "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+            # the agent needs no network: synthetic data, or a dataset mounted read-only
+            "--network", "none",
+            # data loader workers share batches through /dev/shm; the host's IPC stays closed
+            "--shm-size", SHM_SIZE,
+            *gpu_args(spec.device, access),
+            "--volume", f"{run_path}:{CONTAINER_RUN_DIR}"]
+    if spec.data != "synthetic":
+        argv += ["--volume", f"{_mount_path(str(Path(spec.data).resolve()))}:{CONTAINER_DATA_DIR}:ro"]
+    for key, value in env.items():
+        argv += ["--env", f"{key}={value}"]
+    return argv + [image_id, "python", "-u", "-m", "tbdkit.agent",
+                   "--spec", f"{CONTAINER_RUN_DIR}/{CONTAINER_SPEC}", "--run-dir", CONTAINER_RUN_DIR]
 
 
 def frameworks(model: catalog.Model, requested: list[str]) -> list[str]:
@@ -112,22 +132,25 @@ def frameworks(model: catalog.Model, requested: list[str]) -> list[str]:
     return chosen
 
 
-def preflight(framework: str, device: str) -> tuple[dict[str, Any], bool]:
+def preflight(framework: str, device: str) -> tuple[dict[str, Any], images.GpuAccess]:
     """Docker present, its daemon up, the stack's image built, GPUs usable if asked for: each a
-    one-sentence error with the fix. Returns the image and whether the NVIDIA runtime is there."""
+    one-sentence error with the fix. Returns the image and how containers reach the GPUs."""
     images.daemon_version()
     image = images.require_image(framework)
-    nvidia = images.has_nvidia_runtime()
-    gpus_flag(device, nvidia)
-    return image, nvidia
+    access = images.gpu_access()
+    gpu_args(device, access)
+    return image, access
 
 
 def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
-    image, nvidia = preflight(spec.framework, spec.device)
+    image, access = preflight(spec.framework, spec.device)
     run_dir = new_run_dir(results, spec)
     sink.write_json(run_dir / "spec.json", spec.model_dump())
     sink.write_json(run_dir / CONTAINER_SPEC, container_spec(spec))
-    args = render(spec, run_dir, image, nvidia)
+    args = render(spec, run_dir, image, access)
+    uid, gid = container_user()
+    (run_dir / "log.txt").touch()
+    hand_over(run_dir, uid, gid)
     exit_code = run(args, run_dir, on_event)
     had_summary = (run_dir / "summary.json").is_file()
     status, summary = finalize(run_dir, spec, exit_code)
@@ -138,6 +161,7 @@ def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
             summary["error"] = container_error(container, exit_code)
             sink.write_json(run_dir / "summary.json", summary)
     remove_container(f"tbdkit-{run_dir.name}")
+    hand_over(run_dir, uid, gid)
     return Outcome(run_dir, status, summary)
 
 

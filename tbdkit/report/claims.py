@@ -14,10 +14,14 @@ from __future__ import annotations
 import functools
 import math
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+try:
+    import tomllib  # novermin
+except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same parser
+    import tomli as tomllib  # type: ignore[no-redef]
 
 from tbdkit.report.runs import (LSTM_MODELS, MEMORY_CATEGORIES, RNN_MODELS, Run, SeriesKey, by_series, mean_by_batch,
                                 throughput)

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The kit's environment inside a framework image, the same for every stack (run by the Dockerfiles).
+#   stack-env.sh deps STACK   a virtual environment on top of the base's Python that sees the base's
+#                             packages; the framework is installed only when the base lacks it (NGC's
+#                             images bring their own CUDA build, pinned in PIP_CONSTRAINT, which pip
+#                             respects here); then the workloads' libraries, under the same constraints.
+#   stack-env.sh kit STACK    the kit, editable from /opt/tbdkit/src; the environment registered as the
+#                             stack (so `tbdkit bench` inside the container, e.g. under compose, runs
+#                             natively there); Nsight Compute linked onto PATH from where NVIDIA's images
+#                             put it (/opt/nvidia/nsight-compute/<version>/ncu); REQUIRE_NCU=1 fails
+#                             the build without it. Nsight Systems is never required: the kit never calls it.
+# NGC's MXNet image (Ubuntu 22.04, Python 3.10) has no python3.10-venv, so no ensurepip: the environment
+# is made without pip and runs the base's own pip, seen through --system-site-packages.
+# Build args arrive as environment: PIP_OPTIONS, FRAMEWORK_REQUIREMENTS, WORKLOAD_REQUIREMENTS,
+# KIT_REQUIREMENTS, REQUIRE_NCU.
+set -euo pipefail -f  # -f: requirement words such as "numpy<1.24" are never globbed
+step="${1:?usage: stack-env.sh deps|kit STACK}"
+stack="${2:?usage: stack-env.sh deps|kit STACK}"
+venv="${VIRTUAL_ENV:?VIRTUAL_ENV must name the environment}"
+python="$venv/bin/python"
+# shellcheck disable=SC2086  # PIP_OPTIONS and the requirement lists are word lists
+case "$step" in
+  deps)
+    python3 -m venv --without-pip --system-site-packages "$venv"
+    "$python" -m pip --version
+    echo "stack-env: PIP_CONSTRAINT=${PIP_CONSTRAINT:-(none)}"
+    # Only what the base lacks: a requirement whose distribution is installed (any version) is kept.
+    missing=$("$python" - ${FRAMEWORK_REQUIREMENTS:-} <<'PY'
+import importlib.metadata, re, sys
+for req in sys.argv[1:]:
+    name = re.match(r"[A-Za-z0-9._-]+", req).group(0)
+    try:
+        print(f"stack-env: keeping the base's {name} {importlib.metadata.version(name)}", file=sys.stderr)
+    except importlib.metadata.PackageNotFoundError:
+        print(req)
+PY
+)
+    # one word list, blanks collapsed (an empty build arg leaves nothing to install)
+    reqs=$(echo $missing ${WORKLOAD_REQUIREMENTS:-})
+    if [ -n "$reqs" ]; then
+      "$python" -m pip install ${PIP_OPTIONS:-} $reqs
+    fi
+    ;;
+  kit)
+    "$python" -m pip install ${PIP_OPTIONS:-} -e /opt/tbdkit/src ${KIT_REQUIREMENTS:-}
+    mkdir -p /opt/tbdkit/src/.venvs
+    ln -sfn "$venv" "/opt/tbdkit/src/.venvs/$stack"
+    "$python" - "$stack" <<'PY'
+import importlib, json, os, sys
+from tbdkit import nsight, stacks
+stack = stacks.get(sys.argv[1])
+module = importlib.import_module(stack.module)
+venv = os.environ["VIRTUAL_ENV"]
+record = {"stack": stack.name, "framework_version": str(module.__version__), "framework_file": module.__file__,
+          "python": f"{venv}/bin/python", "kit_root": "/opt/tbdkit/src",
+          "requirements_digest": stacks._requirements_digest(stack)}
+with open(os.path.join(venv, stacks.MARKER), "w") as f:
+    json.dump(record, f, indent=2)
+print(json.dumps(record))
+ncu = nsight.find("ncu")
+if ncu and not nsight.find("ncu", path_only=True):
+    os.symlink(ncu, os.path.join(venv, "bin", "ncu"))
+print(f"stack-env: ncu {nsight.version(ncu) if ncu else None} at {ncu}")
+if stack.name == "tensorflow":  # the workloads are Keras 3 code (`import keras`, keras.Variable)
+    import keras
+    if int(keras.__version__.split(".")[0]) < 3:
+        sys.exit(f"stack-env: this base's Keras is {keras.__version__} and the TensorFlow workloads need Keras 3: "
+                 "build with --build-arg KERAS_REQUIREMENT='keras>=3.5' on a base that allows it")
+if not ncu and os.environ.get("REQUIRE_NCU") == "1":
+    sys.exit("stack-env: Nsight Compute (ncu) is missing from the base image, and the kit's hardware-counter "
+             "pass calls it: use an NGC base (they ship it), or build with --build-arg REQUIRE_NCU=0")
+PY
+    ;;
+  *) echo "stack-env: unknown step '$step' (deps or kit)" >&2; exit 2 ;;
+esac
