@@ -22,8 +22,9 @@ Only stdlib and NumPy: this module runs in every stack's environment and on the 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -13,7 +14,7 @@ from rich.table import Table
 
 from tbdkit import catalog, stacks
 from tbdkit import spec as specs
-from tbdkit.console import console, convergence_table, err_console, make_progress, results_table, RunProgress
+from tbdkit.console import RunProgress, console, convergence_table, err_console, make_progress, results_table
 from tbdkit.errors import UserError
 from tbdkit.paths import default_results_dir, existing_results_dir
 from tbdkit.results import summary as summaries
@@ -147,25 +148,25 @@ def choose_frameworks(model: catalog.Model, requested: list[str], setup: bool) -
 @_friendly
 def bench(
     model: Annotated[str, typer.Option("--model", "-m", help="model to train (see `tbdkit list`)")] = "deepspeech2",
-    framework: Annotated[Optional[list[str]], typer.Option("--framework", "-f",
+    framework: Annotated[list[str] | None, typer.Option("--framework", "-f",
                          help="framework(s), comma list or 'all'; default: every installed one the model has")] = None,
-    batch: Annotated[Optional[list[str]], typer.Option("--batch", "-b", help="batch size(s), e.g. 8,16,32")] = None,
+    batch: Annotated[list[str] | None, typer.Option("--batch", "-b", help="batch size(s), e.g. 8,16,32")] = None,
     precision: Annotated[str, typer.Option(help="fp32 (TF32 off) | tf32 | amp")] = "fp32",
     preset: Annotated[str, typer.Option(help="smoke | paper | auto (paper with a GPU, else smoke) | converge "
                                         "(train to the model's quality target and record the curve; PyTorch)")] = "auto",
-    variant: Annotated[Optional[str], typer.Option(help="another setting of the model ([setting.<name>] in its "
+    variant: Annotated[str | None, typer.Option(help="another setting of the model ([setting.<name>] in its "
                                                    "workload.toml, e.g. bert's pretrain512 or squad)")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     launcher: Annotated[str, typer.Option(help="auto (netns for several nodes, else native) | native | docker | netns")] = "auto",
     nodes: Annotated[int, typer.Option(help="machines of a data-parallel job (with --launcher netns here)")] = 1,
     gpus_per_node: Annotated[int, typer.Option(help="workers per machine (GPUs; processes on CPUs); batch is per worker")] = 1,
-    link_rate: Annotated[Optional[str], typer.Option(help="shape each node's link, e.g. 1gbit (--launcher netns)")] = None,
+    link_rate: Annotated[str | None, typer.Option(help="shape each node's link, e.g. 1gbit (--launcher netns)")] = None,
     data: Annotated[str, typer.Option(help="'synthetic' or the path of the real dataset")] = "synthetic",
     seed: Annotated[int, typer.Option(help="random seed (recorded in env.json)")] = 0,
-    max_measure_s: Annotated[Optional[float], typer.Option(help="cap on the sample window, seconds")] = None,
-    max_warmup_s: Annotated[Optional[float], typer.Option(help="cap on warm-up, seconds")] = None,
-    target_ci: Annotated[Optional[float], typer.Option(help="stop when the 95% CI half-width is below this fraction")] = None,
-    memory_limit_mb: Annotated[Optional[int], typer.Option(
+    max_measure_s: Annotated[float | None, typer.Option(help="cap on the sample window, seconds")] = None,
+    max_warmup_s: Annotated[float | None, typer.Option(help="cap on warm-up, seconds")] = None,
+    target_ci: Annotated[float | None, typer.Option(help="stop when the 95% CI half-width is below this fraction")] = None,
+    memory_limit_mb: Annotated[int | None, typer.Option(
         help="fail as out-of-memory past this many MiB of growth (CPU runs; protects the host)")] = None,
     results: ResultsOpt = default_results_dir(),
     setup: Annotated[bool, typer.Option("--setup/--no-setup", help="install missing framework stacks first")] = False,
@@ -315,7 +316,7 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
 @app.command()
 @_friendly
 def runs(results: ResultsOpt = default_results_dir(),
-         model: Annotated[Optional[str], typer.Option(help="only this model")] = None,
+         model: Annotated[str | None, typer.Option(help="only this model")] = None,
          rebuild: Annotated[bool, typer.Option("--rebuild", help="rebuild the index from the run folders")] = False,
          as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """The results index (SQLite, rebuilt from the run folders when lost)."""
@@ -359,7 +360,7 @@ def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 
 @app.command()
 @_friendly
-def setup(names: Annotated[Optional[list[str]], typer.Argument(help="stacks to install, or 'all' (default: pytorch)")] = None,
+def setup(names: Annotated[list[str] | None, typer.Argument(help="stacks to install, or 'all' (default: pytorch)")] = None,
           force: Annotated[bool, typer.Option(help="reinstall even if current")] = False) -> None:
     """Create each framework stack's virtual environment (idempotent)."""
     for name in [n for raw in _split(names) or ["pytorch"] for n in (stacks.STACKS if raw == "all" else [raw])]:
@@ -445,6 +446,7 @@ def _sub_apps() -> None:
 
 _sub_apps()
 from tbdkit import artifact_cli, render_cli, report_cli, sweep_cli  # noqa: E402  (commands in their own modules)
+
 for _command in (sweep_cli.sweep, report_cli.report, artifact_cli.bundle, artifact_cli.reproduce, render_cli.render):
     app.command()(_friendly(_command))
 

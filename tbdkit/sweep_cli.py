@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -122,11 +123,11 @@ def _cell(group: dict[str, Any], statuses: list[str]) -> str:
 
 def sweep(
     model: Annotated[str, typer.Argument(help="model to sweep (see `tbdkit list`)")],
-    frameworks: Annotated[Optional[list[str]], typer.Option("--frameworks", "--framework", "-f",
+    frameworks: Annotated[list[str] | None, typer.Option("--frameworks", "--framework", "-f",
                           help="comma list or 'all'; default: every installed one the model has")] = None,
-    batch: Annotated[Optional[list[str]], typer.Option("--batch", "-b",
+    batch: Annotated[list[str] | None, typer.Option("--batch", "-b",
                      help="batch sizes, e.g. 8,16,32,max (max: the largest that fits); default: the preset's list")] = None,
-    precision: Annotated[Optional[list[str]], typer.Option("--precision", help="comma list of fp32 | tf32 | amp")] = None,
+    precision: Annotated[list[str] | None, typer.Option("--precision", help="comma list of fp32 | tf32 | amp")] = None,
     repeat: Annotated[int, typer.Option(help="runs per grid point (their spread is reported)")] = 1,
     preset: Annotated[str, typer.Option(help="smoke | paper | auto (paper with a GPU, else smoke)")] = "auto",
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
@@ -135,9 +136,9 @@ def sweep(
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
     cv_limit: Annotated[float, typer.Option(help="flag a point unstable above this coefficient of variation")] = 0.05,
     max_batch_limit: Annotated[int, typer.Option(help="the max-batch search doubles no further than this")] = 4096,
-    max_measure_s: Annotated[Optional[float], typer.Option(help="cap on each sample window, seconds")] = None,
-    max_warmup_s: Annotated[Optional[float], typer.Option(help="cap on each warm-up, seconds")] = None,
-    memory_limit_mb: Annotated[Optional[int], typer.Option(
+    max_measure_s: Annotated[float | None, typer.Option(help="cap on each sample window, seconds")] = None,
+    max_warmup_s: Annotated[float | None, typer.Option(help="cap on each warm-up, seconds")] = None,
+    memory_limit_mb: Annotated[int | None, typer.Option(
         help="fail as out-of-memory past this many MiB of growth (CPU runs)")] = None,
     results: Annotated[Path, typer.Option("--results", "-r", help="results folder")] = default_results_dir(),
     setup: Annotated[bool, typer.Option("--setup/--no-setup", help="install missing framework stacks first")] = False,

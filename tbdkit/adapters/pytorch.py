@@ -7,8 +7,9 @@ import datetime as dt
 import os
 import random
 import time
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable, ContextManager
+from typing import Any, ContextManager
 
 import numpy as np
 import torch

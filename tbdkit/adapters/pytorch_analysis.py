@@ -6,7 +6,8 @@ and the CUDA kernel timeline (torch.profiler)."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -93,7 +94,7 @@ class SavedTensors:
         return saved.tensor
 
     @contextlib.contextmanager
-    def hooks(self) -> Iterator["SavedTensors"]:
+    def hooks(self) -> Iterator[SavedTensors]:
         self.live.clear()
         self.current = self.peak = 0
         self.session += 1

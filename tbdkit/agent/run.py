@@ -18,7 +18,7 @@ from typing import Any
 from tbdkit import catalog
 from tbdkit.adapters import load as load_adapter
 from tbdkit.agent import analysis, converge, distributed, envinfo, events, sink
-from tbdkit.agent.loop import StopRequested, TrainingLoop, synthetic_pool, throughput_metrics, Prefetcher
+from tbdkit.agent.loop import Prefetcher, StopRequested, TrainingLoop, synthetic_pool, throughput_metrics
 from tbdkit.spec import RunSpec
 
 log = logging.getLogger("tbdkit.agent")
@@ -139,7 +139,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
     stop = StopFlag()
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    started = dt.datetime.now(dt.timezone.utc)
+    started = dt.datetime.now(dt.UTC)
     model = catalog.get(spec.model)
     hp = model.hp(spec.preset, spec.variant)
     summary: dict[str, Any] = {
@@ -251,8 +251,8 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             _write_rows(run_dir, "samples.csv", loop.result.samples, summary)
         if env is not None:
             summary["math_mode"] = env["framework"].get("math_mode")
-        summary["finished_utc"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        summary["wall_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 3)
+        summary["finished_utc"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        summary["wall_s"] = round((dt.datetime.now(dt.UTC) - started).total_seconds(), 3)
         _write_summary(run_dir, summary)
         events.emit("done", status=summary["status"], error=summary["error"])
     return _exit_code(summary["status"])

@@ -20,8 +20,9 @@ from __future__ import annotations
 import csv
 import io
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from tbdkit.analysis.timeline import launch_config, loose_name
 

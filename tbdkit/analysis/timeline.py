@@ -4,8 +4,9 @@ running / elapsed) and the per-kernel table (paper Tables V/VI) from kernel inte
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 KERNEL_COLUMNS = ("kernel", "calls", "total_time_us", "time_share", "mean_time_us",
                   "fp32_utilization", "tensor_utilization", "method")

@@ -16,10 +16,10 @@ import shlex
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from tbdkit import stacks
 from tbdkit.errors import UserError

@@ -15,12 +15,20 @@ import functools
 import math
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from tbdkit.report.runs import (LSTM_MODELS, MEMORY_CATEGORIES, RNN_MODELS, Run, SeriesKey, by_series, mean_by_batch,
-                                throughput)
+from tbdkit.report.runs import (
+    LSTM_MODELS,
+    MEMORY_CATEGORIES,
+    RNN_MODELS,
+    Run,
+    SeriesKey,
+    by_series,
+    mean_by_batch,
+    throughput,
+)
 
 HOLDS, FAILS, NO_DATA, NEEDS_GPU = "holds", "does not hold", "not enough data", "needs GPU runs"
 UNDECIDED = (NO_DATA, NEEDS_GPU)
