@@ -362,7 +362,8 @@ def obs9_faster_gpu_lower_util(runs: list[Run]) -> Verdict:
             continue
         fast, slow = max(known, key=lambda d: known[d]), min(known, key=lambda d: known[d])
 
-        def point(d: str, value: Callable[[Run], float | None]) -> tuple[float, float] | None:
+        def point(d: str, value: Callable[[Run], float | None],
+                  devs: dict[str, list[Run]] = devs) -> tuple[float, float] | None:
             pts = mean_by_batch(devs[d], value)
             return (pts[0][1], pts[0][2]) if pts else None
 

@@ -77,7 +77,7 @@ def _lines_vs_batch(runs: list[Run], key: str, title: str, caption: str, metrics
     series = by_series(runs)
     lines: dict[str, list[tuple[SeriesKey, str, list]]] = {}
     for s, rs in series.items():
-        for metric, style in metrics.items():
+        for metric in metrics:
             points = mean_by_batch(rs, throughput if metric == "throughput" else (lambda r, m=metric: r.metric(m)))
             if points:
                 lines.setdefault(s[0], []).append((s, metric if len(metrics) > 1 else "", points))
