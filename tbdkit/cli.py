@@ -294,8 +294,8 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
     if as_json:
         print(json.dumps(summary, indent=2))
         return
-    table = convergence_table if summary.get("preset") == "converge" else results_table
-    console.print(table([summary], title=str(path)))
+    overview = convergence_table if summary.get("preset") == "converge" else results_table
+    console.print(overview([summary], title=str(path)))
     table = Table(title="Metrics")
     for col in ("metric", "value", "unit", "method / reason"):
         table.add_column(col)
@@ -440,7 +440,8 @@ def _sub_apps() -> None:
 
     for sub, name in ((images_cli.app, "images"), (data_cli.app, "data")):
         for command in sub.registered_commands:
-            command.callback = _friendly(command.callback)
+            if command.callback is not None:
+                command.callback = _friendly(command.callback)
         app.add_typer(sub, name=name)
 
 
@@ -456,4 +457,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
