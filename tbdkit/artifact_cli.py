@@ -53,7 +53,7 @@ def reproduce(
     as_json: Annotated[bool, typer.Option("--json", help="print the comparison as JSON")] = False,
 ) -> None:
     """Re-run every ok run of ARTIFACT with the same spec here; report new / recorded, point by point."""
-    from tbdkit.cli import run_all
+    from tbdkit.run_list import run_all
 
     results = results or default_results_dir()
     if not bundle_path.is_file():

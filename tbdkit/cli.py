@@ -13,10 +13,19 @@ from rich.table import Table
 
 from tbdkit import catalog, stacks
 from tbdkit import spec as specs
-from tbdkit.console import RunProgress, console, convergence_table, err_console, make_progress, results_table
+from tbdkit.choice import (
+    choose_frameworks,
+    framework_gpus,
+    parse_batches,
+    require_framework_gpus,
+    resolve_auto_preset,
+    split_list,
+)
+from tbdkit.console import console, convergence_table, err_console, results_table
 from tbdkit.errors import UserError
 from tbdkit.paths import default_results_dir, existing_results_dir
 from tbdkit.results import summary as summaries
+from tbdkit.run_list import run_all
 from tbdkit.store import Index
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -41,106 +50,6 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
             err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
             raise typer.Exit(2) from None
     return wrapper
-
-
-def _split(values: list[str] | None) -> list[str]:
-    return [v.strip() for raw in values or [] for v in raw.split(",") if v.strip()]
-
-
-def parse_batches(values: list[str] | None) -> list[int]:
-    out = []
-    for v in _split(values):
-        try:
-            out.append(int(v))
-        except ValueError:
-            raise UserError(f"Batch size '{v}' is not a whole number: pass e.g. --batch 8 or BATCH=8,16,32.") from None
-    return out
-
-
-def gpu_count() -> int:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return 0
-
-
-def framework_gpus(fw: str) -> tuple[int | None, str | None]:
-    """(GPUs the framework sees, why none), asked of the stack's own interpreter (tbdkit.adapters.probe);
-    None when its stack is not installed here (nothing to ask)."""
-    import subprocess
-
-    if fw not in stacks.STACKS or not stacks.is_installed(fw):
-        return None, None
-    try:
-        proc = subprocess.run([str(stacks.python_of(fw)), "-m", "tbdkit.adapters.probe", fw], capture_output=True,
-                              text=True, timeout=600, env=stacks.agent_env())
-    except subprocess.TimeoutExpired:
-        return 0, f"the {fw} stack did not answer within 600 s whether it sees a GPU"
-    try:
-        answer = json.loads(proc.stdout.strip().splitlines()[-1])
-        return int(answer["gpus"]), answer.get("reason")
-    except (IndexError, KeyError, ValueError):
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return 0, f"asking the {fw} stack for its GPUs failed ({tail})"
-
-
-def require_framework_gpus(device: str, answers: dict[str, tuple[int | None, str | None]]) -> dict[str, str | None]:
-    """The frameworks that see no GPU, and why; with --device cuda[:N] the first of them stops the command."""
-    blind = {fw: why for fw, (n, why) in answers.items() if n == 0}
-    if blind and device.startswith("cuda"):
-        fw, why = next(iter(blind.items()))
-        raise UserError(f"--device {device}: {fw} sees no GPU: {why}.")
-    return blind
-
-
-def resolve_auto_preset(device: str, frameworks: list[str], launcher: str) -> str:
-    """`--preset auto`: paper where every framework to run sees a GPU itself, else smoke (a CPU-only
-    build, a driver too old for the build, a container without the GPU: said, never silently paper-sized
-    on the CPU). `--device cuda` with a framework that sees no GPU fails here, naming the cause."""
-    if device == "cpu":
-        return "smoke"
-    if launcher == "docker":  # the image's framework is asked by the container preflight; the host's GPUs here
-        return "paper" if gpu_count() > 0 else "smoke"
-    answers = {fw: framework_gpus(fw) for fw in frameworks}
-    blind = require_framework_gpus(device, answers)
-    if blind:
-        for fw, why in blind.items():
-            err_console.print(f"[yellow]{fw} sees no GPU ({why}): --preset auto runs the smoke preset[/]", highlight=False)
-        return "smoke"
-    if any(n is None for n, _ in answers.values()):  # a stack not installed yet: the host's GPUs decide
-        return "paper" if gpu_count() > 0 else "smoke"
-    return "paper" if answers else "smoke"
-
-
-def choose_frameworks(model: catalog.Model, requested: list[str], setup: bool) -> list[str]:
-    if requested == ["all"]:
-        requested = list(model.frameworks)
-    for fw in requested:
-        catalog.check_framework(model, fw)
-    if requested:
-        chosen = requested
-    else:
-        chosen = [fw for fw in model.frameworks if fw in stacks.STACKS and stacks.is_installed(fw)]
-        if not chosen:
-            first = next((fw for fw in model.frameworks if fw in stacks.STACKS), None)
-            if first is None or not setup:
-                raise UserError(
-                    f"No framework stack for {model.name} is installed: run `tbdkit setup "
-                    f"{first or 'pytorch'}` or pass --setup.")
-            chosen = [first]
-    for fw in chosen:
-        stacks.get(fw)
-        if setup and not stacks.is_current(fw):
-            with console.status(f"setting up the {stacks.STACKS[fw].title} stack in {stacks.venv_path(fw)} ..."):
-                stacks.setup(fw)
-        stacks.require(fw)
-    return chosen
 
 
 @app.command()
@@ -175,7 +84,7 @@ def bench(
     m = catalog.get(model)
     if launcher == "auto":  # several "machines" here are network namespaces; one is this machine
         launcher = "netns" if nodes > 1 else "native"
-    wanted = _split(framework)
+    wanted = split_list(framework)
     candidates = (list(m.frameworks) if wanted == ["all"] else wanted or
                   [fw for fw in m.frameworks if fw in stacks.STACKS and stacks.is_installed(fw)] or list(m.frameworks[:1]))
     if preset == "auto":
@@ -196,7 +105,7 @@ def bench(
                            link_rate=link_rate)
 
     # Validate every spec of the grid before anything installs or runs.
-    requested = _split(framework) or (["pytorch"] if preset == "converge" else [])
+    requested = split_list(framework) or (["pytorch"] if preset == "converge" else [])
     for fw in (list(m.frameworks) if requested == ["all"] else requested or list(m.frameworks[:1])):
         for b in batches:
             make(fw, b)
@@ -219,32 +128,6 @@ def bench(
         console.print(table(summaries, title=f"{m.info.get('title', model)} ({preset} preset) — results in {results}"))
     statuses = {s["status"] for s in summaries}
     raise typer.Exit(0 if statuses == {"ok"} else 130 if "interrupted" in statuses else 1)
-
-
-def run_all(run_specs: list[specs.RunSpec], results: Path, unit: str,
-            quiet_stdout: bool = False) -> list[dict[str, Any]]:
-    from tbdkit.launch import launch
-
-    index = Index(results)
-    summaries = []
-    with make_progress(quiet_stdout) as progress:
-        for s in run_specs:
-            label = f"{s.model}/{s.framework}/b{s.batch_size}"
-            outcome = launch(s, results, RunProgress(progress, label, unit))
-            summary = outcome.summary
-            if s.world_size > 1:
-                from tbdkit.scaling import add_scaling_efficiency
-
-                summary = add_scaling_efficiency(outcome.run_dir, index)
-            index.add(outcome.run_dir)
-            summaries.append(summary)
-            if outcome.status == "interrupted":
-                progress.console.print("[yellow]interrupted: the remaining runs were not started[/]")
-                break
-            if outcome.status != "ok":
-                progress.console.print(f"[red]{label}: {outcome.status}[/]: {outcome.summary.get('error')}",
-                                       highlight=False)
-    return summaries
 
 
 @app.command("list")
@@ -362,7 +245,7 @@ def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 def setup(names: Annotated[list[str] | None, typer.Argument(help="stacks to install, or 'all' (default: pytorch)")] = None,
           force: Annotated[bool, typer.Option(help="reinstall even if current")] = False) -> None:
     """Create each framework stack's virtual environment (idempotent)."""
-    for name in [n for raw in _split(names) or ["pytorch"] for n in (stacks.STACKS if raw == "all" else [raw])]:
+    for name in [n for raw in split_list(names) or ["pytorch"] for n in (stacks.STACKS if raw == "all" else [raw])]:
         stack = stacks.get(name)
         if stacks.is_current(name) and not force:
             console.print(f"{stack.title} stack: already installed in {stacks.venv_path(name)}")

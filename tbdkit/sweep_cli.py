@@ -13,16 +13,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from tbdkit import catalog
+from tbdkit.choice import choose_frameworks, resolve_auto_preset, split_list
 from tbdkit.console import RunProgress, console, err_console
 from tbdkit.paths import default_results_dir
 from tbdkit.spec import RunSpec
 from tbdkit.store import Index
 from tbdkit.sweep import FINAL, Runner, RunResult, SweepRun
 from tbdkit.sweep_spec import MAX, Point, SweepSpec, parse, parse_batch_list
-
-
-def _split(values: list[str] | None) -> list[str]:
-    return [v.strip() for raw in values or [] for v in raw.split(",") if v.strip()]
 
 
 class SweepProgress:
@@ -145,13 +142,11 @@ def sweep(
     as_json: Annotated[bool, typer.Option("--json", help="print the sweep's state as JSON")] = False,
 ) -> None:
     """Run MODEL over a grid of frameworks x precisions x batch sizes (x repeats); rerun to resume."""
-    from tbdkit.cli import choose_frameworks, resolve_auto_preset
-
     m = catalog.get(model)
     if preset == "auto":  # every framework of the sweep is asked whether it sees a GPU
-        wanted = _split(frameworks)
+        wanted = split_list(frameworks)
         preset = resolve_auto_preset(device, wanted if wanted and wanted != ["all"] else list(m.frameworks), launcher)
-    requested = _split(frameworks)
+    requested = split_list(frameworks)
     launcher = "native" if launcher == "auto" else launcher  # a sweep's points run on one machine
     measure = {k: v for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s}.items()
                if v is not None}
@@ -159,8 +154,8 @@ def sweep(
         data = str(Path(data).expanduser().resolve())
     fields: dict[str, Any] = {
         "model": model, "frameworks": requested if requested and requested != ["all"] else list(m.frameworks),
-        "batches": parse_batch_list(_split(batch)) or list(m.hp(preset).get("batch_sizes") or [m.default_batch(preset)]),
-        "precisions": _split(precision) or ["fp32"], "preset": preset, "repeat": repeat, "launcher": launcher,
+        "batches": parse_batch_list(split_list(batch)) or list(m.hp(preset).get("batch_sizes") or [m.default_batch(preset)]),
+        "precisions": split_list(precision) or ["fp32"], "preset": preset, "repeat": repeat, "launcher": launcher,
         "results": str(results), "device": device, "data": data, "seed": seed, "cv_limit": cv_limit,
         "max_batch_limit": max_batch_limit, "memory_limit_mb": memory_limit_mb, "measure": measure,
     }
