@@ -394,8 +394,9 @@ def recorded_runs(files: dict[str, bytes]) -> list[tuple[dict[str, Any], dict[st
 def _number(summary: dict[str, Any], metric: str) -> tuple[float | None, str | None]:
     m = (summary.get("metrics") or {}).get(metric) or {}
     value = m.get("value")
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return (float(value) if ok else None), m.get("unit")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value), m.get("unit")
+    return None, m.get("unit")
 
 
 def compare(recorded: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

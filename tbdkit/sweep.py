@@ -299,7 +299,7 @@ class SweepRun:
             entry = self.state.points[p.key]
             if entry["status"] in FINAL:
                 continue
-            batch = self.max_batch(p.framework, p.precision) if p.batch == MAX else p.batch
+            batch = p.batch if isinstance(p.batch, int) else self.max_batch(p.framework, p.precision)  # or MAX
             if self.interrupted:
                 break
             if batch is None:

@@ -61,7 +61,8 @@ def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: 
     curve = Curve(float(hp["target"]), str(hp["quality_metric"]))
     every, cap = float(hp["eval_every_s"]), float(hp["max_train_s"])
     started = time.perf_counter()
-    train_s, steps, samples, work, losses = 0.0, 0, 0, 0.0, []
+    train_s, steps, samples, work = 0.0, 0, 0, 0.0
+    losses: list[float] = []
 
     def checkpoint() -> bool:
         quality = evaluate(adapter, data, task)
