@@ -58,16 +58,16 @@ def from_chrome_trace(doc: dict[str, Any] | list[Any]) -> tuple[list[Kernel], fl
 def busy_time(kernels: Iterable[Kernel]) -> float:
     """Length of the union of the kernels' intervals (overlapping streams count once)."""
     spans = sorted((k.start_us, k.start_us + k.duration_us) for k in kernels if k.duration_us > 0)
-    total, cur_start, cur_end = 0.0, None, None
+    total, cur = 0.0, None  # cur: the (start, end) of the union's current piece
     for start, end in spans:
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
+        if cur is None or start > cur[1]:
+            if cur is not None:
+                total += cur[1] - cur[0]
+            cur = (start, end)
         else:
-            cur_end = max(cur_end, end)
-    if cur_end is not None:
-        total += cur_end - cur_start
+            cur = (cur[0], max(cur[1], end))
+    if cur is not None:
+        total += cur[1] - cur[0]
     return total
 
 
@@ -130,8 +130,9 @@ def merge_utilization(rows: list[dict[str, Any]], per_kernel: dict[str, dict[str
         if got is not None:
             row = dict(row)
             for col in ("fp32_utilization", "tensor_utilization"):
-                if got.get(col) is not None:
-                    row[col] = round(float(got[col]), 3)
+                value = got.get(col)
+                if value is not None:
+                    row[col] = round(float(value), 3)
             row["method"] = f"{row['method']}; {method}"
         out.append(row)
     return out
