@@ -64,7 +64,15 @@ images: $(KIT_STAMP)
 # Host-side tests run in the kit's environment (the cross-framework ones need every stack);
 # framework tests in that framework's stack.
 FRAMEWORK_TESTS := pytorch tensorflow mxnet
-test: test-host $(addprefix test-,$(FRAMEWORK_TESTS))
+# Each suite in turn, its time printed, then the total; the first failing suite stops the run.
+test:
+	@start=$$(date +%s); \
+	for s in host $(FRAMEWORK_TESTS); do \
+		t0=$$(date +%s); \
+		$(MAKE) --no-print-directory test-$$s || { echo "test-$$s FAILED after $$(( $$(date +%s) - t0 )) s"; exit 1; }; \
+		echo "test-$$s: $$(( $$(date +%s) - t0 )) s"; \
+	done; \
+	echo "make test: $$(( $$(date +%s) - start )) s in all"
 
 test-host: $(KIT_STAMP)
 	$(TBDKIT) setup $(FRAMEWORK_TESTS)

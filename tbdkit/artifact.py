@@ -67,7 +67,7 @@ def build_report_into(results: Path, out_dir: Path) -> dict[str, Any]:
     """The report, made by the report package when this kit has it: {included, path | reason}."""
     try:
         report = importlib.import_module("tbdkit.report")
-        build = getattr(report, "build_report")
+        build = report.build_report
     except (ImportError, AttributeError):
         return {"included": False, "reason": "this kit has no report builder (tbdkit.report.build_report)"}
     try:
@@ -284,7 +284,7 @@ def bundle(results: Path, out: Path) -> dict[str, Any]:
             report["reason"] = scrub.text(report["reason"])
     manifest = {
         "format": FORMAT, "kit_version": __version__,
-        "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "runs": sorted(collected.runs),
         "sweeps": sorted({n.split("/")[2] for n in files if n.startswith("results/sweeps/")}),
         "report": report,
@@ -317,7 +317,7 @@ def _safe_name(name: str) -> str:
 
 def read(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     """A bundle's manifest and files, every member checked against it; UserError if anything is off."""
-    how = f"a tbdkit artifact made by `tbdkit bundle`"
+    how = "a tbdkit artifact made by `tbdkit bundle`"
     try:
         tar = tarfile.open(path, "r:gz")
     except (OSError, tarfile.TarError, EOFError) as exc:
@@ -394,8 +394,9 @@ def recorded_runs(files: dict[str, bytes]) -> list[tuple[dict[str, Any], dict[st
 def _number(summary: dict[str, Any], metric: str) -> tuple[float | None, str | None]:
     m = (summary.get("metrics") or {}).get(metric) or {}
     value = m.get("value")
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return (float(value) if ok else None), m.get("unit")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value), m.get("unit")
+    return None, m.get("unit")
 
 
 def compare(recorded: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -22,7 +22,7 @@ SHOWN = 10  # excluded files printed by `tbdkit bundle`; the manifest lists all
 
 
 def bundle(
-    results: Annotated[Optional[Path], typer.Argument(help="results folder (default: results)")] = None,
+    results: Annotated[Path | None, typer.Argument(help="results folder (default: results)")] = None,
     out: Annotated[Path, typer.Option("--output", "-o", help="the bundle to write")] = Path("artifact.tar.gz"),
 ) -> None:
     """Bundle RESULTS (specs, env, raw results, sweeps, report, images.lock, kit version) with a sha256 manifest."""
@@ -48,12 +48,12 @@ def bundle(
 
 def reproduce(
     bundle_path: Annotated[Path, typer.Argument(metavar="ARTIFACT", help="a bundle made by `tbdkit bundle`")],
-    results: Annotated[Optional[Path], typer.Option("--results", "-r",
+    results: Annotated[Path | None, typer.Option("--results", "-r",
                        help="where the new runs go (default: results)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the comparison as JSON")] = False,
 ) -> None:
     """Re-run every ok run of ARTIFACT with the same spec here; report new / recorded, point by point."""
-    from tbdkit.cli import run_all
+    from tbdkit.run_list import run_all
 
     results = results or default_results_dir()
     if not bundle_path.is_file():
@@ -70,10 +70,10 @@ def reproduce(
         if new.get("status") == "interrupted":
             break
     report = {"bundle": str(bundle_path), "bundle_kit_version": manifest.get("kit_version"),
-              "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
               "results": str(results), "method": "ratio = new / recorded value of each metric, same spec",
               "points": points}
-    out = results / f"reproduce-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}.json"
+    out = results / f"reproduce-{dt.datetime.now(dt.UTC).strftime('%Y%m%d-%H%M%S')}.json"
     sink.write_json(out, report)
     if as_json:
         print(json.dumps(report, indent=2))

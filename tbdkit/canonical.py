@@ -22,8 +22,9 @@ Only stdlib and NumPy: this module runs in every stack's environment and on the 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,12 +35,12 @@ LAYOUTS: dict[str, dict[str, str]] = {
     # its input: each input position multiplies every weight once (torch.utils.flop_counter's rule)
     "conv_transpose2d": {"weight": "(in_channels, out_channels, kernel_h, kernel_w)", "bias": "(out_channels,)"},
     "batchnorm": {"gamma": "(channels,)", "beta": "(channels,)"},
-    # normalizes each sample over all of (C, H, W), then scales and shifts per channel (PyTorch's
-    # GroupNorm(1, C), Keras' GroupNormalization(groups=1))
-    "layernorm": {"gamma": "(channels,)", "beta": "(channels,)"},
+    # one kind for two layers: a LayerNorm over the last axis (dim), and GroupNorm(1, C) (Keras'
+    # GroupNormalization(groups=1)), which normalizes each sample over all of (C, H, W), then scales
+    # and shifts per channel
+    "layernorm": {"gamma": "(dim,) or (channels,) for GroupNorm(1, C)",
+                  "beta": "(dim,) or (channels,) for GroupNorm(1, C)"},
     "dense": {"weight": "(out_features, in_features)", "bias": "(out_features,)"},
-    "embedding": {"weight": "(num_embeddings, dim)"},
-    "layernorm": {"gamma": "(dim,)", "beta": "(dim,)"},
     "gru": {  # one direction of one layer; gate blocks in the order reset, update, new (PyTorch's, cuDNN's)
         "w_input": "(3*hidden, input)", "w_hidden": "(3*hidden, hidden)",
         "b_input": "(3*hidden,)", "b_hidden": "(3*hidden,)",

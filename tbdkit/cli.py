@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -13,10 +13,19 @@ from rich.table import Table
 
 from tbdkit import catalog, stacks
 from tbdkit import spec as specs
-from tbdkit.console import console, convergence_table, err_console, make_progress, results_table, RunProgress
+from tbdkit.choice import (
+    choose_frameworks,
+    framework_gpus,
+    parse_batches,
+    require_framework_gpus,
+    resolve_auto_preset,
+    split_list,
+)
+from tbdkit.console import console, convergence_table, err_console, results_table
 from tbdkit.errors import UserError
 from tbdkit.paths import default_results_dir, existing_results_dir
 from tbdkit.results import summary as summaries
+from tbdkit.run_list import run_all
 from tbdkit.store import Index
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -43,129 +52,29 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _split(values: list[str] | None) -> list[str]:
-    return [v.strip() for raw in values or [] for v in raw.split(",") if v.strip()]
-
-
-def parse_batches(values: list[str] | None) -> list[int]:
-    out = []
-    for v in _split(values):
-        try:
-            out.append(int(v))
-        except ValueError:
-            raise UserError(f"Batch size '{v}' is not a whole number: pass e.g. --batch 8 or BATCH=8,16,32.") from None
-    return out
-
-
-def gpu_count() -> int:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return 0
-
-
-def framework_gpus(fw: str) -> tuple[int | None, str | None]:
-    """(GPUs the framework sees, why none), asked of the stack's own interpreter (tbdkit.adapters.probe);
-    None when its stack is not installed here (nothing to ask)."""
-    import subprocess
-
-    if fw not in stacks.STACKS or not stacks.is_installed(fw):
-        return None, None
-    try:
-        proc = subprocess.run([str(stacks.python_of(fw)), "-m", "tbdkit.adapters.probe", fw], capture_output=True,
-                              text=True, timeout=600, env=stacks.agent_env())
-    except subprocess.TimeoutExpired:
-        return 0, f"the {fw} stack did not answer within 600 s whether it sees a GPU"
-    try:
-        answer = json.loads(proc.stdout.strip().splitlines()[-1])
-        return int(answer["gpus"]), answer.get("reason")
-    except (IndexError, KeyError, ValueError):
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return 0, f"asking the {fw} stack for its GPUs failed ({tail})"
-
-
-def require_framework_gpus(device: str, answers: dict[str, tuple[int | None, str | None]]) -> dict[str, str | None]:
-    """The frameworks that see no GPU, and why; with --device cuda[:N] the first of them stops the command."""
-    blind = {fw: why for fw, (n, why) in answers.items() if n == 0}
-    if blind and device.startswith("cuda"):
-        fw, why = next(iter(blind.items()))
-        raise UserError(f"--device {device}: {fw} sees no GPU: {why}.")
-    return blind
-
-
-def resolve_auto_preset(device: str, frameworks: list[str], launcher: str) -> str:
-    """`--preset auto`: paper where every framework to run sees a GPU itself, else smoke (a CPU-only
-    build, a driver too old for the build, a container without the GPU: said, never silently paper-sized
-    on the CPU). `--device cuda` with a framework that sees no GPU fails here, naming the cause."""
-    if device == "cpu":
-        return "smoke"
-    if launcher == "docker":  # the image's framework is asked by the container preflight; the host's GPUs here
-        return "paper" if gpu_count() > 0 else "smoke"
-    answers = {fw: framework_gpus(fw) for fw in frameworks}
-    blind = require_framework_gpus(device, answers)
-    if blind:
-        for fw, why in blind.items():
-            err_console.print(f"[yellow]{fw} sees no GPU ({why}): --preset auto runs the smoke preset[/]", highlight=False)
-        return "smoke"
-    if any(n is None for n, _ in answers.values()):  # a stack not installed yet: the host's GPUs decide
-        return "paper" if gpu_count() > 0 else "smoke"
-    return "paper" if answers else "smoke"
-
-
-def choose_frameworks(model: catalog.Model, requested: list[str], setup: bool) -> list[str]:
-    if requested == ["all"]:
-        requested = list(model.frameworks)
-    for fw in requested:
-        catalog.check_framework(model, fw)
-    if requested:
-        chosen = requested
-    else:
-        chosen = [fw for fw in model.frameworks if fw in stacks.STACKS and stacks.is_installed(fw)]
-        if not chosen:
-            first = next((fw for fw in model.frameworks if fw in stacks.STACKS), None)
-            if first is None or not setup:
-                raise UserError(
-                    f"No framework stack for {model.name} is installed: run `tbdkit setup "
-                    f"{first or 'pytorch'}` or pass --setup.")
-            chosen = [first]
-    for fw in chosen:
-        stacks.get(fw)
-        if setup and not stacks.is_current(fw):
-            with console.status(f"setting up the {stacks.STACKS[fw].title} stack in {stacks.venv_path(fw)} ..."):
-                stacks.setup(fw)
-        stacks.require(fw)
-    return chosen
-
-
 @app.command()
 @_friendly
 def bench(
     model: Annotated[str, typer.Option("--model", "-m", help="model to train (see `tbdkit list`)")] = "deepspeech2",
-    framework: Annotated[Optional[list[str]], typer.Option("--framework", "-f",
+    framework: Annotated[list[str] | None, typer.Option("--framework", "-f",
                          help="framework(s), comma list or 'all'; default: every installed one the model has")] = None,
-    batch: Annotated[Optional[list[str]], typer.Option("--batch", "-b", help="batch size(s), e.g. 8,16,32")] = None,
+    batch: Annotated[list[str] | None, typer.Option("--batch", "-b", help="batch size(s), e.g. 8,16,32")] = None,
     precision: Annotated[str, typer.Option(help="fp32 (TF32 off) | tf32 | amp")] = "fp32",
     preset: Annotated[str, typer.Option(help="smoke | paper | auto (paper with a GPU, else smoke) | converge "
                                         "(train to the model's quality target and record the curve; PyTorch)")] = "auto",
-    variant: Annotated[Optional[str], typer.Option(help="another setting of the model ([setting.<name>] in its "
+    variant: Annotated[str | None, typer.Option(help="another setting of the model ([setting.<name>] in its "
                                                    "workload.toml, e.g. bert's pretrain512 or squad)")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     launcher: Annotated[str, typer.Option(help="auto (netns for several nodes, else native) | native | docker | netns")] = "auto",
     nodes: Annotated[int, typer.Option(help="machines of a data-parallel job (with --launcher netns here)")] = 1,
     gpus_per_node: Annotated[int, typer.Option(help="workers per machine (GPUs; processes on CPUs); batch is per worker")] = 1,
-    link_rate: Annotated[Optional[str], typer.Option(help="shape each node's link, e.g. 1gbit (--launcher netns)")] = None,
+    link_rate: Annotated[str | None, typer.Option(help="shape each node's link, e.g. 1gbit (--launcher netns)")] = None,
     data: Annotated[str, typer.Option(help="'synthetic' or the path of the real dataset")] = "synthetic",
     seed: Annotated[int, typer.Option(help="random seed (recorded in env.json)")] = 0,
-    max_measure_s: Annotated[Optional[float], typer.Option(help="cap on the sample window, seconds")] = None,
-    max_warmup_s: Annotated[Optional[float], typer.Option(help="cap on warm-up, seconds")] = None,
-    target_ci: Annotated[Optional[float], typer.Option(help="stop when the 95% CI half-width is below this fraction")] = None,
-    memory_limit_mb: Annotated[Optional[int], typer.Option(
+    max_measure_s: Annotated[float | None, typer.Option(help="cap on the sample window, seconds")] = None,
+    max_warmup_s: Annotated[float | None, typer.Option(help="cap on warm-up, seconds")] = None,
+    target_ci: Annotated[float | None, typer.Option(help="stop when the 95% CI half-width is below this fraction")] = None,
+    memory_limit_mb: Annotated[int | None, typer.Option(
         help="fail as out-of-memory past this many MiB of growth (CPU runs; protects the host)")] = None,
     results: ResultsOpt = default_results_dir(),
     setup: Annotated[bool, typer.Option("--setup/--no-setup", help="install missing framework stacks first")] = False,
@@ -175,7 +84,7 @@ def bench(
     m = catalog.get(model)
     if launcher == "auto":  # several "machines" here are network namespaces; one is this machine
         launcher = "netns" if nodes > 1 else "native"
-    wanted = _split(framework)
+    wanted = split_list(framework)
     candidates = (list(m.frameworks) if wanted == ["all"] else wanted or
                   [fw for fw in m.frameworks if fw in stacks.STACKS and stacks.is_installed(fw)] or list(m.frameworks[:1]))
     if preset == "auto":
@@ -196,7 +105,7 @@ def bench(
                            link_rate=link_rate)
 
     # Validate every spec of the grid before anything installs or runs.
-    requested = _split(framework) or (["pytorch"] if preset == "converge" else [])
+    requested = split_list(framework) or (["pytorch"] if preset == "converge" else [])
     for fw in (list(m.frameworks) if requested == ["all"] else requested or list(m.frameworks[:1])):
         for b in batches:
             make(fw, b)
@@ -219,32 +128,6 @@ def bench(
         console.print(table(summaries, title=f"{m.info.get('title', model)} ({preset} preset) — results in {results}"))
     statuses = {s["status"] for s in summaries}
     raise typer.Exit(0 if statuses == {"ok"} else 130 if "interrupted" in statuses else 1)
-
-
-def run_all(run_specs: list[specs.RunSpec], results: Path, unit: str,
-            quiet_stdout: bool = False) -> list[dict[str, Any]]:
-    from tbdkit.launch import launch
-
-    index = Index(results)
-    summaries = []
-    with make_progress(quiet_stdout) as progress:
-        for s in run_specs:
-            label = f"{s.model}/{s.framework}/b{s.batch_size}"
-            outcome = launch(s, results, RunProgress(progress, label, unit))
-            summary = outcome.summary
-            if s.world_size > 1:
-                from tbdkit.scaling import add_scaling_efficiency
-
-                summary = add_scaling_efficiency(outcome.run_dir, index)
-            index.add(outcome.run_dir)
-            summaries.append(summary)
-            if outcome.status == "interrupted":
-                progress.console.print("[yellow]interrupted: the remaining runs were not started[/]")
-                break
-            if outcome.status != "ok":
-                progress.console.print(f"[red]{label}: {outcome.status}[/]: {outcome.summary.get('error')}",
-                                       highlight=False)
-    return summaries
 
 
 @app.command("list")
@@ -293,8 +176,8 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
     if as_json:
         print(json.dumps(summary, indent=2))
         return
-    table = convergence_table if summary.get("preset") == "converge" else results_table
-    console.print(table([summary], title=str(path)))
+    overview = convergence_table if summary.get("preset") == "converge" else results_table
+    console.print(overview([summary], title=str(path)))
     table = Table(title="Metrics")
     for col in ("metric", "value", "unit", "method / reason"):
         table.add_column(col)
@@ -315,7 +198,7 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
 @app.command()
 @_friendly
 def runs(results: ResultsOpt = default_results_dir(),
-         model: Annotated[Optional[str], typer.Option(help="only this model")] = None,
+         model: Annotated[str | None, typer.Option(help="only this model")] = None,
          rebuild: Annotated[bool, typer.Option("--rebuild", help="rebuild the index from the run folders")] = False,
          as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """The results index (SQLite, rebuilt from the run folders when lost)."""
@@ -359,10 +242,10 @@ def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 
 @app.command()
 @_friendly
-def setup(names: Annotated[Optional[list[str]], typer.Argument(help="stacks to install, or 'all' (default: pytorch)")] = None,
+def setup(names: Annotated[list[str] | None, typer.Argument(help="stacks to install, or 'all' (default: pytorch)")] = None,
           force: Annotated[bool, typer.Option(help="reinstall even if current")] = False) -> None:
     """Create each framework stack's virtual environment (idempotent)."""
-    for name in [n for raw in _split(names) or ["pytorch"] for n in (stacks.STACKS if raw == "all" else [raw])]:
+    for name in [n for raw in split_list(names) or ["pytorch"] for n in (stacks.STACKS if raw == "all" else [raw])]:
         stack = stacks.get(name)
         if stacks.is_current(name) and not force:
             console.print(f"{stack.title} stack: already installed in {stacks.venv_path(name)}")
@@ -439,12 +322,14 @@ def _sub_apps() -> None:
 
     for sub, name in ((images_cli.app, "images"), (data_cli.app, "data")):
         for command in sub.registered_commands:
-            command.callback = _friendly(command.callback)
+            if command.callback is not None:
+                command.callback = _friendly(command.callback)
         app.add_typer(sub, name=name)
 
 
 _sub_apps()
 from tbdkit import artifact_cli, render_cli, report_cli, sweep_cli  # noqa: E402  (commands in their own modules)
+
 for _command in (sweep_cli.sweep, report_cli.report, artifact_cli.bundle, artifact_cli.reproduce, render_cli.render):
     app.command()(_friendly(_command))
 
@@ -454,4 +339,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -21,7 +21,7 @@ app = typer.Typer(help="Real datasets: their expected layout, checked before any
 @app.command()
 def prepare(
     model: Annotated[str, typer.Argument(help="model (see `tbdkit list`)")],
-    source: Annotated[Optional[Path], typer.Option("--from", help="the folder holding the dataset")] = None,
+    source: Annotated[Path | None, typer.Option("--from", help="the folder holding the dataset")] = None,
     preset: Annotated[str, typer.Option(help="smoke | paper: the sizes the check uses")] = "paper",
 ) -> None:
     """Explain MODEL's dataset layout; with --from, check that folder as a run would read it."""

@@ -38,6 +38,8 @@ def describe(model_name: str, framework: str, preset: str, weights_from: Path | 
     if weights_from is not None:
         with np.load(weights_from) as given:
             for layer in layers:
+                if layer.assign is None:  # every adapter's canonical_layers gives each layer its setter
+                    raise TypeError(f"{framework}'s canonical layer {layer.name} cannot be assigned weights")
                 layer.assign({k: given[f"{layer.name}/{k}"] for k in layer.params})
         layers = read()  # read back from the framework: what it now holds, in canonical layout
     if save is not None:
@@ -48,7 +50,7 @@ def describe(model_name: str, framework: str, preset: str, weights_from: Path | 
         outputs = (out if isinstance(out, dict) else dict(zip(("log_probs", "lengths"), out))
                    if isinstance(out, tuple) else {"output": out})
         arrays = {f"{layer.name}/{k}": v for layer in layers for k, v in layer.params.items()}
-        np.savez(save, **arrays, **outputs)
+        np.savez(save, **arrays, **outputs)  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle's bool
     if isinstance(getattr(batch, "images", None), list):  # detection: images of their own sizes, or (EfficientDet)
         # scaled and padded to the network's square input
         shape = [3, hp["image_size"], hp["image_size"]] if "image_size" in hp else list(batch.images[0].shape)

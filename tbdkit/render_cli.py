@@ -3,31 +3,39 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from tbdkit import catalog, spec as specs
+from tbdkit import catalog
+from tbdkit import spec as specs
 from tbdkit.console import console
 from tbdkit.errors import UserError
 from tbdkit.render import TARGETS, write
+
+# Names that look like a launch file rather than the folder -o takes.
+FILE_SUFFIXES = (".sbatch", ".sh", ".yaml", ".yml")
 
 
 def render(
     target: Annotated[str, typer.Option(help="torchrun | slurm | k8s | compose")],
     model: Annotated[str, typer.Option("--model", "-m")] = "resnet50",
     framework: Annotated[str, typer.Option("--framework", "-f")] = "pytorch",
-    batch: Annotated[Optional[int], typer.Option("--batch", "-b", help="per-worker batch (default: the preset's)")] = None,
+    batch: Annotated[int | None, typer.Option("--batch", "-b", help="per-worker batch (default: the preset's)")] = None,
     precision: Annotated[str, typer.Option(help="fp32 | tf32 | amp")] = "fp32",
     preset: Annotated[str, typer.Option(help="smoke | paper")] = "paper",
     nodes: Annotated[int, typer.Option(help="machines")] = 2,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs (workers) per machine")] = 1,
-    image: Annotated[Optional[str], typer.Option(help="container image (default: the kit's image of the stack)")] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="folder for the file and the spec.json it reads")] = Path("render"),
+    image: Annotated[str | None, typer.Option(help="container image (default: the kit's image of the stack)")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="a folder (made if missing) for the launch file and the "
+                                      "spec.json it reads; the file's name is the target's")] = Path("render"),
 ) -> None:
     """Write TARGET's launch file for MODEL on NODES x GPUS_PER_NODE workers (and the spec.json it runs)."""
     if target not in TARGETS:
         raise UserError(f"Unknown render target '{target}': choose one of {', '.join(TARGETS)}.")
+    if out.is_file() or (not out.is_dir() and out.suffix.lower() in FILE_SUFFIXES):
+        raise UserError(f"-o takes a folder, not a file ('{out}'): pass a folder, e.g. -o {out.parent / out.stem}, "
+                        f"and the launch file is written in it as {TARGETS[target]}.")
     hp = catalog.get(model).hp(preset)
     # Validated as a job on real machines; the launcher field is not used by rendered files.
     run_spec = specs.build(model=model, framework=framework, batch_size=batch or int(hp["default_batch"]),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,7 +13,7 @@ from tbdkit.store import Index
 
 
 def report(
-    results: Annotated[Optional[Path], typer.Argument(help="results folder (default: results)")] = None,
+    results: Annotated[Path | None, typer.Argument(help="results folder (default: results)")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="folder for report.html, report.md, summary.csv, figures/")] = Path("report"),
 ) -> None:
     """The paper's figures, tables and claim checks for the runs in RESULTS."""

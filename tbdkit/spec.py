@@ -97,7 +97,7 @@ class RunSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _distributed(self) -> "RunSpec":
+    def _distributed(self) -> RunSpec:
         if self.world_size > 1 and self.framework != "pytorch":
             raise ValueError(f"framework: runs with several workers exist for pytorch only (DistributedDataParallel "
                              f"through torchrun); {self.framework} is not built yet: use --nodes 1 --gpus-per-node 1")
@@ -149,7 +149,7 @@ class RunSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _framework_of_model(self) -> "RunSpec":
+    def _framework_of_model(self) -> RunSpec:
         model = catalog.get(self.model)
         if self.framework not in model.frameworks:
             raise ValueError(

@@ -161,8 +161,8 @@ def _take(conn: sqlite3.Connection, results: Path, key: str, stamp: str) -> None
     why = None
     try:
         if key.startswith(SWEEP_KEY):
-            for row in _sweep_rows_of(results / key / "sweep.json", key):
-                _insert(conn, "sweep_points", {**row, "source": key})
+            for point in _sweep_rows_of(results / key / "sweep.json", key):
+                _insert(conn, "sweep_points", {**point, "source": key})
         else:
             row = row_of(results / key)
             if row is not None:
@@ -239,11 +239,11 @@ class Index:
     def _synced(self) -> sqlite3.Connection:
         """A connection to the index, reconciled with the folder; the caller closes it."""
         if not self._writable():
-            conn = self._in_memory()
-            self._sync(conn)
-            return conn
+            memory = self._in_memory()
+            self._sync(memory)
+            return memory
         for attempt in range(RETRIES):
-            conn = None
+            conn: sqlite3.Connection | None = None
             try:
                 conn = self._on_disk()
                 self._sync(conn)
@@ -326,7 +326,7 @@ class Index:
 
     def runs(self, model: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
         """Rows of the index, each with `path` the run folder's path (results folder / its name)."""
-        query, args = "SELECT * FROM runs WHERE 1=1", []
+        query, args = "SELECT * FROM runs WHERE 1=1", list[str]()
         if model:
             query, args = query + " AND model = ?", [*args, model]
         if status:

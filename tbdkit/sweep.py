@@ -18,10 +18,11 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean, stdev
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from tbdkit import __version__
 from tbdkit.agent import sink
@@ -167,7 +168,7 @@ def group_stats(entries: list[dict[str, Any]], cv_limit: float) -> dict[str, Any
 # ---------------------------------------------------------------- the state on disk
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def _saved_state(path: Path) -> dict[str, Any]:
@@ -298,7 +299,7 @@ class SweepRun:
             entry = self.state.points[p.key]
             if entry["status"] in FINAL:
                 continue
-            batch = self.max_batch(p.framework, p.precision) if p.batch == MAX else p.batch
+            batch = p.batch if isinstance(p.batch, int) else self.max_batch(p.framework, p.precision)  # or MAX
             if self.interrupted:
                 break
             if batch is None:

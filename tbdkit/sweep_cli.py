@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -12,16 +13,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from tbdkit import catalog
+from tbdkit.choice import choose_frameworks, resolve_auto_preset, split_list
 from tbdkit.console import RunProgress, console, err_console
 from tbdkit.paths import default_results_dir
 from tbdkit.spec import RunSpec
 from tbdkit.store import Index
 from tbdkit.sweep import FINAL, Runner, RunResult, SweepRun
 from tbdkit.sweep_spec import MAX, Point, SweepSpec, parse, parse_batch_list
-
-
-def _split(values: list[str] | None) -> list[str]:
-    return [v.strip() for raw in values or [] for v in raw.split(",") if v.strip()]
 
 
 class SweepProgress:
@@ -122,11 +120,11 @@ def _cell(group: dict[str, Any], statuses: list[str]) -> str:
 
 def sweep(
     model: Annotated[str, typer.Argument(help="model to sweep (see `tbdkit list`)")],
-    frameworks: Annotated[Optional[list[str]], typer.Option("--frameworks", "--framework", "-f",
+    frameworks: Annotated[list[str] | None, typer.Option("--frameworks", "--framework", "-f",
                           help="comma list or 'all'; default: every installed one the model has")] = None,
-    batch: Annotated[Optional[list[str]], typer.Option("--batch", "-b",
+    batch: Annotated[list[str] | None, typer.Option("--batch", "-b",
                      help="batch sizes, e.g. 8,16,32,max (max: the largest that fits); default: the preset's list")] = None,
-    precision: Annotated[Optional[list[str]], typer.Option("--precision", help="comma list of fp32 | tf32 | amp")] = None,
+    precision: Annotated[list[str] | None, typer.Option("--precision", help="comma list of fp32 | tf32 | amp")] = None,
     repeat: Annotated[int, typer.Option(help="runs per grid point (their spread is reported)")] = 1,
     preset: Annotated[str, typer.Option(help="smoke | paper | auto (paper with a GPU, else smoke)")] = "auto",
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
@@ -135,22 +133,20 @@ def sweep(
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
     cv_limit: Annotated[float, typer.Option(help="flag a point unstable above this coefficient of variation")] = 0.05,
     max_batch_limit: Annotated[int, typer.Option(help="the max-batch search doubles no further than this")] = 4096,
-    max_measure_s: Annotated[Optional[float], typer.Option(help="cap on each sample window, seconds")] = None,
-    max_warmup_s: Annotated[Optional[float], typer.Option(help="cap on each warm-up, seconds")] = None,
-    memory_limit_mb: Annotated[Optional[int], typer.Option(
+    max_measure_s: Annotated[float | None, typer.Option(help="cap on each sample window, seconds")] = None,
+    max_warmup_s: Annotated[float | None, typer.Option(help="cap on each warm-up, seconds")] = None,
+    memory_limit_mb: Annotated[int | None, typer.Option(
         help="fail as out-of-memory past this many MiB of growth (CPU runs)")] = None,
     results: Annotated[Path, typer.Option("--results", "-r", help="results folder")] = default_results_dir(),
     setup: Annotated[bool, typer.Option("--setup/--no-setup", help="install missing framework stacks first")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the sweep's state as JSON")] = False,
 ) -> None:
     """Run MODEL over a grid of frameworks x precisions x batch sizes (x repeats); rerun to resume."""
-    from tbdkit.cli import choose_frameworks, resolve_auto_preset
-
     m = catalog.get(model)
     if preset == "auto":  # every framework of the sweep is asked whether it sees a GPU
-        wanted = _split(frameworks)
+        wanted = split_list(frameworks)
         preset = resolve_auto_preset(device, wanted if wanted and wanted != ["all"] else list(m.frameworks), launcher)
-    requested = _split(frameworks)
+    requested = split_list(frameworks)
     launcher = "native" if launcher == "auto" else launcher  # a sweep's points run on one machine
     measure = {k: v for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s}.items()
                if v is not None}
@@ -158,8 +154,8 @@ def sweep(
         data = str(Path(data).expanduser().resolve())
     fields: dict[str, Any] = {
         "model": model, "frameworks": requested if requested and requested != ["all"] else list(m.frameworks),
-        "batches": parse_batch_list(_split(batch)) or list(m.hp(preset).get("batch_sizes") or [m.default_batch(preset)]),
-        "precisions": _split(precision) or ["fp32"], "preset": preset, "repeat": repeat, "launcher": launcher,
+        "batches": parse_batch_list(split_list(batch)) or list(m.hp(preset).get("batch_sizes") or [m.default_batch(preset)]),
+        "precisions": split_list(precision) or ["fp32"], "preset": preset, "repeat": repeat, "launcher": launcher,
         "results": str(results), "device": device, "data": data, "seed": seed, "cv_limit": cv_limit,
         "max_batch_limit": max_batch_limit, "memory_limit_mb": memory_limit_mb, "measure": measure,
     }

@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -18,7 +18,7 @@ from tbdkit import catalog
 from tbdkit import spec as specs
 from tbdkit.errors import UserError
 
-MAX = "max"
+MAX: Final = "max"
 BatchEntry = int | Literal["max"]
 
 # A probe of the max-batch search only has to show that a batch trains without running out of
@@ -34,7 +34,7 @@ class SweepSpec(BaseModel):
     model: str
     frameworks: list[str] = Field(min_length=1)
     batches: list[BatchEntry] = Field(min_length=1, description="batch sizes; 'max' is the largest that fits")
-    precisions: list[specs.Precision] = Field(default_factory=lambda: ["fp32"], min_length=1)
+    precisions: list[specs.Precision] = Field(default_factory=lambda: list[specs.Precision](["fp32"]), min_length=1)
     preset: specs.Preset = "smoke"
     repeat: int = Field(1, ge=1, le=100, description="runs per grid point")
     launcher: specs.Launcher = "native"

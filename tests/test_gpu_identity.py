@@ -62,7 +62,7 @@ def test_auto_preset_asks_the_framework_not_the_host(fake_nvml, capsys):
     """The host's NVML sees a GPU; the installed PyTorch stack here sees none: auto is the smoke
     preset, and --device cuda stops with the framework's reason."""
     from tbdkit import stacks
-    from tbdkit.cli import gpu_count, resolve_auto_preset
+    from tbdkit.choice import gpu_count, resolve_auto_preset
     from tbdkit.errors import UserError
 
     if not stacks.is_installed("pytorch"):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 class Adapter(Protocol):
@@ -21,6 +21,19 @@ class Adapter(Protocol):
     def model_info(self) -> dict[str, Any]: ...
     def memory(self) -> dict[str, Any]: ...
     def is_oom(self, exc: BaseException) -> bool: ...
+
+
+@runtime_checkable
+class Distributed(Adapter, Protocol):
+    """An adapter that runs one worker of a data-parallel job (PyTorch's): what the agent calls on it."""
+
+    comm: Any              # the gradient-communication timer (.seconds, .method), None before join()
+    backend: str | None    # the process group's backend, None before join()
+
+    def join(self, world_size: int) -> None: ...
+    def agree(self, flags: list[bool]) -> list[bool]: ...   # every worker's flags, OR-ed
+    def gather(self, value: Any) -> list[Any]: ...
+    def leave(self) -> None: ...
 
 
 def load(framework: str, **kwargs: Any) -> Adapter:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+from collections.abc import Iterator
 from types import ModuleType
-from typing import Any, ContextManager, Iterator
+from typing import Any
 
 import mxnet as mx
 import numpy as np

@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import mxnet as mx
 import numpy as np

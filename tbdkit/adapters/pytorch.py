@@ -7,8 +7,9 @@ import datetime as dt
 import os
 import random
 import time
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable, ContextManager
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,7 +32,7 @@ class Precision:
         self.amp_dtype = amp_dtype if mode == "amp" else None
         self.scaler = torch.amp.GradScaler(device.type, enabled=(mode == "amp" and device.type == "cuda"))
 
-    def autocast(self) -> ContextManager[Any]:
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.amp_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.amp_dtype)
@@ -309,7 +310,7 @@ class PyTorchAdapter:
 
         return count_flops(self.device, step, self.training.model)
 
-    def kernel_trace(self) -> ContextManager[dict[str, Any]]:
+    def kernel_trace(self) -> contextlib.AbstractContextManager[dict[str, Any]]:
         from tbdkit.adapters.pytorch_analysis import kernel_trace
 
         return kernel_trace(self.device)
@@ -398,7 +399,8 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
         prev = seen.get(id(mod), (mod, 0))[1]
         if isinstance(mod, torch.nn.MultiheadAttention):
             query, key = args[0], args[1]
-            tokens = (lambda x: int(x.shape[0] * x.shape[1]) if x.dim() == 3 else int(x.shape[0]))
+            def tokens(x: torch.Tensor) -> int:
+                return int(x.shape[0] * x.shape[1]) if x.dim() == 3 else int(x.shape[0])
             seen[id(mod)] = (mod, prev + tokens(query))
             key_positions[id(mod)] = key_positions.get(id(mod), 0) + tokens(key)
             return

@@ -6,7 +6,8 @@ and the CUDA kernel timeline (torch.profiler)."""
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -93,7 +94,7 @@ class SavedTensors:
         return saved.tensor
 
     @contextlib.contextmanager
-    def hooks(self) -> Iterator["SavedTensors"]:
+    def hooks(self) -> Iterator[SavedTensors]:
         self.live.clear()
         self.current = self.peak = 0
         self.session += 1
@@ -123,7 +124,7 @@ def workspace_peak(trace: list[dict[str, Any]]) -> int:
     """Max bytes of workspace allocations live at once in an allocator history (one device's
     TraceEntry list of torch.cuda.memory._snapshot()['device_traces']): counted from 'alloc' to
     'free_requested' (its user released it)."""
-    live: dict[int, int] = {}
+    live: dict[Any, int] = {}  # by address, as the trace gives it
     current = peak = 0
     for e in trace:
         action, addr = e.get("action"), e.get("addr")
@@ -167,7 +168,8 @@ def memory_breakdown(training: Any, device: torch.device, step: Callable[[], Any
     params = [p for p in model.parameters()]
     saved = SavedTensors(params)
     cuda = device.type == "cuda"
-    history = allocator_history(device) if cuda else contextlib.nullcontext({})
+    history: contextlib.AbstractContextManager[dict[str, Any]] = (
+        allocator_history(device) if cuda else contextlib.nullcontext({}))
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)

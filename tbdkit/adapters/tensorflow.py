@@ -245,6 +245,7 @@ def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
         for layer in sublayers:
             object.__delattr__(layer, "call")
     layers: list[Any] = []
+    canon: dict[str, tuple[Any, Any, Any]]  # canonical name: (variable, to canonical layout, back)
     for layer, positions in seen.values():
         if isinstance(layer, keras.layers.RNN) and id(layer.cell) in wrapped:
             layer = layer.cell

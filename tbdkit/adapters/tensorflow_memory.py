@@ -19,7 +19,8 @@ window:
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import tensorflow as tf
 

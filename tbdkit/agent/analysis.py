@@ -14,8 +14,9 @@ itself still completes.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tbdkit.agent import sink
 from tbdkit.agent.collectors.device import nvml_handle

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tbdkit.agent import events, sink
 from tbdkit.metric import metric, missing
@@ -60,7 +61,8 @@ def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: 
     curve = Curve(float(hp["target"]), str(hp["quality_metric"]))
     every, cap = float(hp["eval_every_s"]), float(hp["max_train_s"])
     started = time.perf_counter()
-    train_s, steps, samples, work, losses = 0.0, 0, 0, 0.0, []
+    train_s, steps, samples, work = 0.0, 0, 0, 0.0
+    losses: list[float] = []
 
     def checkpoint() -> bool:
         quality = evaluate(adapter, data, task)

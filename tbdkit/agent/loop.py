@@ -13,17 +13,18 @@ import math
 import queue
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from statistics import fmean, median
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from tbdkit.agent import events
 from tbdkit.agent.collectors import Collector, Sampler
 from tbdkit.agent.collectors.cpu import CpuCollector
 from tbdkit.agent.collectors.gpm import GpmCollector
 from tbdkit.agent.collectors.nvml import NvmlCollector
-from tbdkit.metric import metric
 from tbdkit.agent.stats import DRIFT_PROJECTION, MAX_HORIZON, Estimate, RunningRatio, warmup_done
+from tbdkit.metric import metric
 from tbdkit.spec import MeasurePolicy
 
 
@@ -76,7 +77,7 @@ class Prefetcher:
             self.error = exc
             self.queue.put(None)
 
-    def __iter__(self) -> "Prefetcher":
+    def __iter__(self) -> Prefetcher:
         return self
 
     def __next__(self) -> Any:

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit import catalog
+from tbdkit.adapters import Distributed
 from tbdkit.adapters import load as load_adapter
 from tbdkit.agent import analysis, converge, distributed, envinfo, events, sink
-from tbdkit.agent.loop import StopRequested, TrainingLoop, synthetic_pool, throughput_metrics, Prefetcher
+from tbdkit.agent.loop import Prefetcher, StopRequested, TrainingLoop, synthetic_pool, throughput_metrics
 from tbdkit.spec import RunSpec
 
 log = logging.getLogger("tbdkit.agent")
@@ -139,7 +140,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
     stop = StopFlag()
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    started = dt.datetime.now(dt.timezone.utc)
+    started = dt.datetime.now(dt.UTC)
     model = catalog.get(spec.model)
     hp = model.hp(spec.preset, spec.variant)
     summary: dict[str, Any] = {
@@ -149,6 +150,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         "started_utc": started.isoformat(timespec="seconds"),
     }
     adapter = None
+    dist: Distributed | None = None  # the adapter, as one worker of a data-parallel job
     loop: TrainingLoop | None = None
     env: dict[str, Any] | None = None
     try:
@@ -159,7 +161,10 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         adapter = load_adapter(spec.framework, workload=workload, hp=hp, device=spec.device,
                                precision=spec.precision, seed=spec.seed)
         if worker is not None:
-            adapter.join(worker.world_size)
+            if not isinstance(adapter, Distributed):
+                raise TypeError(f"the {spec.framework} adapter does not run data-parallel jobs")
+            dist = adapter
+            dist.join(worker.world_size)
             summary.update(world_size=worker.world_size, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
                            link_rate=spec.link_rate, worker=worker.label)
         if spec.memory_limit_mb:
@@ -179,7 +184,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         batches = data.batches(spec.data, hp, spec.batch_size, spec.seed + (worker.rank if worker else 0))
         source = synthetic_pool(batches, spec.measure.synthetic_pool) if spec.data == "synthetic" else Prefetcher(batches)
         loop = TrainingLoop(adapter, source, spec.measure, stop.requested,
-                            agree=adapter.agree if worker is not None else None)
+                            agree=dist.agree if dist is not None else None)
         # Each iteration's row reaches iterations.csv as it is measured: a SIGKILL keeps them.
         loop.result.iterations = sink.StreamedRows(run_dir / "iterations.csv", lambda i: i.row())
         loop.warm_up()
@@ -199,13 +204,13 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                 **loop.result.metrics,
                 **adapter.memory(),
             }
-            if worker is not None:
+            if worker is not None and dist is not None:
                 window_s = sum(i.seconds for i in window)
-                comm = adapter.comm.seconds / window_s * 100 if adapter.comm is not None and window_s else None
-                gathered = adapter.gather((estimate.throughput, comm))
+                comm = dist.comm.seconds / window_s * 100 if dist.comm is not None and window_s else None
+                gathered = dist.gather((estimate.throughput, comm))
                 summary["metrics"].update(distributed.job_metrics(
                     [g[0] for g in gathered], model.throughput_unit, [g[1] for g in gathered], window_s,
-                    getattr(adapter.comm, "method", None)))
+                    getattr(dist.comm, "method", None)))
                 # The job's throughput is what all workers train together; rank 0's own estimate stays beside it.
                 summary["metrics"]["worker0_throughput"] = summary["metrics"]["throughput"]
                 summary["metrics"]["throughput"] = {**summary["metrics"]["aggregate_throughput"],
@@ -214,7 +219,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                     "gpu_link": None, "gpu_link_reason": ("NVLink/PCIe topology is read only on GPUs"
                                                           if adapter.cuda_index is None else "not read by this kit version"),
                     "network": distributed.interface_towards(worker.master_addr), "link_rate": spec.link_rate,
-                    "backend": adapter.backend}
+                    "backend": dist.backend}
             if spec.analyses and worker is None:
                 events.emit("phase", phase="analysis")
                 summary["metrics"].update(analysis.run(adapter, loop, env, run_dir, summary["metrics"]["throughput"],
@@ -235,9 +240,9 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         if loop is not None and loop.result.metrics:
             summary["metrics"] = loop.result.metrics
     finally:
-        if worker is not None and adapter is not None:
+        if dist is not None:
             try:
-                adapter.leave()
+                dist.leave()
             except Exception:  # a broken process group must not keep the run directory from being finished
                 log.warning("leaving the process group failed:\n%s", traceback.format_exc())
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -251,8 +256,8 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             _write_rows(run_dir, "samples.csv", loop.result.samples, summary)
         if env is not None:
             summary["math_mode"] = env["framework"].get("math_mode")
-        summary["finished_utc"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-        summary["wall_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 3)
+        summary["finished_utc"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        summary["wall_s"] = round((dt.datetime.now(dt.UTC) - started).total_seconds(), 3)
         _write_summary(run_dir, summary)
         events.emit("done", status=summary["status"], error=summary["error"])
     return _exit_code(summary["status"])

@@ -13,8 +13,9 @@ import io
 import json
 import os
 import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable
+from typing import IO, Any
 
 
 def write_text(path: Path, text: str) -> None:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import csv
 import io
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from tbdkit.analysis.timeline import launch_config, loose_name
 
@@ -101,10 +102,10 @@ def overall(kernels: list[KernelCounters], peak_fp32: float) -> dict[str, Any]:
     seconds = sum(k.seconds for k in kernels)
     if seconds <= 0:
         raise ValueError("the profiled kernels have no duration")
-    timed = [k for k in kernels if k.tensor_percent is not None]
-    tsec = sum(k.seconds for k in timed)
+    timed = [(k.tensor_percent, k.seconds) for k in kernels if k.tensor_percent is not None]
+    tsec = sum(s for _, s in timed)
     return {"fp32_utilization": 100.0 * sum(k.fp32_flops for k in kernels) / (peak_fp32 * seconds),
-            "tensor_utilization": sum(k.tensor_percent * k.seconds for k in timed) / tsec if tsec > 0 else None,
+            "tensor_utilization": sum(p * s for p, s in timed) / tsec if tsec > 0 else None,
             "kernels": len(kernels), "active_seconds": seconds}
 
 
@@ -162,9 +163,9 @@ def whole_iteration(timeline: Iterable[TimelineEntry], sampled: list[KernelCount
         covered += 1
         flops_by[e.name] += e.calls * sum(k.fp32_flops for k in got) / len(got)
         secs_by[e.name] += e.seconds
-        timed = [k for k in got if k.tensor_percent is not None and k.seconds > 0]
+        timed = [(k.tensor_percent, k.seconds) for k in got if k.tensor_percent is not None and k.seconds > 0]
         if timed:  # the samples' duration-weighted tensor share, applied to the timeline's time
-            share = sum(k.tensor_percent * k.seconds for k in timed) / sum(k.seconds for k in timed)
+            share = sum(p * s for p, s in timed) / sum(s for _, s in timed)
             tensor_by[e.name] += share * e.seconds
             tsecs_by[e.name] += e.seconds
     total = sum(all_by.values())

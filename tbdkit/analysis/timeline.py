@@ -4,8 +4,9 @@ running / elapsed) and the per-kernel table (paper Tables V/VI) from kernel inte
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 KERNEL_COLUMNS = ("kernel", "calls", "total_time_us", "time_share", "mean_time_us",
                   "fp32_utilization", "tensor_utilization", "method")
@@ -57,16 +58,16 @@ def from_chrome_trace(doc: dict[str, Any] | list[Any]) -> tuple[list[Kernel], fl
 def busy_time(kernels: Iterable[Kernel]) -> float:
     """Length of the union of the kernels' intervals (overlapping streams count once)."""
     spans = sorted((k.start_us, k.start_us + k.duration_us) for k in kernels if k.duration_us > 0)
-    total, cur_start, cur_end = 0.0, None, None
+    total, cur = 0.0, None  # cur: the (start, end) of the union's current piece
     for start, end in spans:
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
+        if cur is None or start > cur[1]:
+            if cur is not None:
+                total += cur[1] - cur[0]
+            cur = (start, end)
         else:
-            cur_end = max(cur_end, end)
-    if cur_end is not None:
-        total += cur_end - cur_start
+            cur = (cur[0], max(cur[1], end))
+    if cur is not None:
+        total += cur[1] - cur[0]
     return total
 
 
@@ -129,8 +130,9 @@ def merge_utilization(rows: list[dict[str, Any]], per_kernel: dict[str, dict[str
         if got is not None:
             row = dict(row)
             for col in ("fp32_utilization", "tensor_utilization"):
-                if got.get(col) is not None:
-                    row[col] = round(float(got[col]), 3)
+                value = got.get(col)
+                if value is not None:
+                    row[col] = round(float(value), 3)
             row["method"] = f"{row['method']}; {method}"
         out.append(row)
     return out

@@ -6,8 +6,8 @@ import ctypes
 import shlex
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from tbdkit import stacks
 from tbdkit.launch import EventHandler, stream

@@ -16,10 +16,10 @@ import shlex
 import shutil
 import signal
 import subprocess
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from tbdkit import stacks
 from tbdkit.errors import UserError
@@ -167,7 +167,12 @@ def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
                     procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True,
                                                   start_new_session=True, env=stacks.agent_env()))
             head = procs[-1]
-            code = stream(head, log, on_event, lambda: [_signal(p, signal.SIGINT) for p in procs])
+
+            def interrupt() -> None:
+                for p in procs:
+                    _signal(p, signal.SIGINT)
+
+            code = stream(head, log, on_event, interrupt)
             others = [p.wait(timeout=180) for p in procs[:-1]]
             return code or next((c for c in others if c), 0)
         finally:

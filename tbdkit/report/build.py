@@ -17,7 +17,8 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from tbdkit import __version__
 from tbdkit.errors import UserError
-from tbdkit.report import claims, figures, runs as runs_mod, tables
+from tbdkit.report import claims, figures, tables
+from tbdkit.report import runs as runs_mod
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -38,7 +39,7 @@ def build_report(results_dir: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     drawn = figures.draw(runs, out_dir)
     verdicts = claims.check_all(runs)
-    generated = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    generated = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     context = {
         "results": str(results_dir), "generated": generated, "kit_version": __version__, "runs": runs,
         "verdicts": verdicts,

@@ -14,17 +14,25 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 try:
     import tomllib  # novermin
 except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same parser
     import tomli as tomllib  # type: ignore[no-redef]
 
-from tbdkit.report.runs import (LSTM_MODELS, MEMORY_CATEGORIES, RNN_MODELS, Run, SeriesKey, by_series, mean_by_batch,
-                                throughput)
+from tbdkit.report.runs import (
+    LSTM_MODELS,
+    MEMORY_CATEGORIES,
+    RNN_MODELS,
+    Run,
+    SeriesKey,
+    by_series,
+    mean_by_batch,
+    throughput,
+)
 
 HOLDS, FAILS, NO_DATA, NEEDS_GPU = "holds", "does not hold", "not enough data", "needs GPU runs"
 UNDECIDED = (NO_DATA, NEEDS_GPU)
@@ -313,7 +321,8 @@ def obs8_long_low_kernels(runs: list[Run]) -> Verdict:
     rule = (f"every run with FP32 kernel data of each CNN the paper names ({', '.join(OBS8_CNNS)}): a kernel with FP32 "
             f"utilization < {LOW_FP32:g} x the run's time-weighted average takes >= {MATERIAL_SHARE:.0%} of GPU time, and a "
             f"batch-norm kernel below the average takes >= {MATERIAL_SHARE:.0%}")
-    evidence, per_model = [], {m: [] for m in OBS8_CNNS}
+    evidence: list[str] = []
+    per_model: dict[str, list[bool]] = {m: [] for m in OBS8_CNNS}
     for r in runs:
         measured, average = _measured_kernels(r)
         if r.model not in per_model or average is None:
@@ -358,14 +367,17 @@ def obs9_faster_gpu_lower_util(runs: list[Run]) -> Verdict:
             continue
         fast, slow = max(known, key=lambda d: known[d]), min(known, key=lambda d: known[d])
 
-        def point(d: str, value: Callable[[Run], float | None]) -> tuple[float, float] | None:
+        def point(d: str, value: Callable[[Run], float | None],
+                  devs: dict[str, list[Run]] = devs) -> tuple[float, float] | None:
             pts = mean_by_batch(devs[d], value)
             return (pts[0][1], pts[0][2]) if pts else None
 
         tf, ts = point(fast, throughput), point(slow, throughput)
-        utils = [(m, point(slow, lambda r, m=m: r.metric(m)), point(fast, lambda r, m=m: r.metric(m)))
-                 for m in ("gpu_utilization", "fp32_utilization")]
-        utils = [(m, a[0], b[0]) for m, a, b in utils if a is not None and b is not None]
+        utils: list[tuple[str, float, float]] = []  # (metric, slow device's, fast device's)
+        for m in ("gpu_utilization", "fp32_utilization"):
+            a, b = point(slow, functools.partial(Run.metric, name=m)), point(fast, functools.partial(Run.metric, name=m))
+            if a is not None and b is not None:
+                utils.append((m, a[0], b[0]))
         if tf is None or ts is None or not utils:
             continue
         ok = _beyond_noise(tf[0], tf[1], ts[0], ts[1]) and all(b < a for _, a, b in utils)
@@ -436,7 +448,7 @@ def obs11_feature_maps_linear(runs: list[Run]) -> Verdict:
     return _decide(11, rule, verdicts, evidence, ["no series has feature-map bytes at two or more batch sizes"])
 
 
-def _r_squared(xs: list[float], ys: list[float]) -> float:
+def _r_squared(xs: Sequence[float], ys: Sequence[float]) -> float:
     n = len(xs)
     if n < 3:
         return 1.0

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from tbdkit.report.runs import MEMORY_CATEGORIES, Run, SeriesKey, by_series, mean_by_batch, throughput  # noqa: E402
 
@@ -76,7 +78,7 @@ def _lines_vs_batch(runs: list[Run], key: str, title: str, caption: str, metrics
     series = by_series(runs)
     lines: dict[str, list[tuple[SeriesKey, str, list]]] = {}
     for s, rs in series.items():
-        for metric, style in metrics.items():
+        for metric in metrics:
             points = mean_by_batch(rs, throughput if metric == "throughput" else (lambda r, m=metric: r.metric(m)))
             if points:
                 lines.setdefault(s[0], []).append((s, metric if len(metrics) > 1 else "", points))
@@ -258,7 +260,9 @@ def scaling(runs: list[Run]) -> Result:
         where = "machines (netns)" if several else "one machine"
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
                 label=f"{model} {fw} b{batch}/worker, {where}" + (f", link {link}" if link else ""))
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    locator = ax.xaxis.get_major_locator()
+    if isinstance(locator, MaxNLocator):  # the default AutoLocator is one: whole numbers of workers
+        locator.set_params(integer=True)
     ax.set_xlabel("workers")
     units = sorted({r.unit for r in multi if r.unit})
     ax.set_ylabel("aggregate throughput" + (f" ({', '.join(units)})" if units else ""))

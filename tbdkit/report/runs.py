@@ -291,7 +291,7 @@ def grouping(runs: list[Run]) -> Grouping:
         if len(ks) < 2:
             continue
         why = []
-        for i, f in enumerate(SeriesKey._fields[2:], start=2):
+        for i in range(2, len(SeriesKey._fields)):
             values = sorted({str(k[i]) or "none" for k in ks})
             if len(values) > 1:
                 why.append(f"{_KEY_WORDS[i]} ({', '.join(values)})")

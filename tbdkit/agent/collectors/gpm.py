@@ -39,9 +39,10 @@ class GpmCollector:
             return
         try:
             if nvml is None:
-                import pynvml as nvml
+                import pynvml
 
-                nvml.nvmlInit()
+                pynvml.nvmlInit()
+                nvml = pynvml
             self.nvml = nvml
             self.handle, self.selected = nvml_handle(nvml, cuda_index, uuid, pci_bus_id)
             if not nvml.nvmlGpmQueryDeviceSupport(self.handle).isSupportedDevice:

@@ -95,7 +95,7 @@ class NvmlCollector:
     def sample(self) -> dict[str, Any]:
         if self.handle is None:
             return {}
-        n, row = self.nvml, {}
+        n, row = self.nvml, dict[str, Any]()
         util = self._query("nvmlDeviceGetUtilizationRates", n.nvmlDeviceGetUtilizationRates, self.handle)
         if util is not None:
             self.polled_util.append(float(util.gpu))

@@ -1,0 +1,38 @@
+"""Running a list of run specs one after another with live progress, each added to the results index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tbdkit import spec as specs
+from tbdkit.console import RunProgress, make_progress
+from tbdkit.store import Index
+
+
+def run_all(run_specs: list[specs.RunSpec], results: Path, unit: str,
+            quiet_stdout: bool = False) -> list[dict[str, Any]]:
+    from tbdkit.launch import launch
+
+    index = Index(results)
+    summaries = []
+    with make_progress(quiet_stdout) as progress:
+        for s in run_specs:
+            label = f"{s.model}/{s.framework}/b{s.batch_size}"
+            outcome = launch(s, results, RunProgress(progress, label, unit))
+            summary = outcome.summary
+            if s.world_size > 1:
+                from tbdkit.scaling import add_scaling_efficiency
+
+                summary = add_scaling_efficiency(outcome.run_dir, index)
+            index.add(outcome.run_dir)
+            summaries.append(summary)
+            if outcome.status == "interrupted":
+                progress.console.print("[yellow]interrupted: the remaining runs were not started[/]")
+                break
+            if outcome.status != "ok":
+                progress.console.print(f"[red]{label}: {outcome.status}[/]: {outcome.summary.get('error')}",
+                                       highlight=False)
+    return summaries
+
+

@@ -1,0 +1,41 @@
+"""`tbdkit render -o` takes a folder: a file's name there is refused in one sentence, before anything is written."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from tbdkit.cli import app
+
+
+def _render(out: str):
+    return CliRunner().invoke(app, ["render", "--target", "slurm", "--preset", "smoke", "-o", out])
+
+
+@pytest.mark.parametrize("name", ["job.sbatch", "run.sh", "job.yaml", "compose.YML"])
+def test_a_file_like_name_is_refused(tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    result = _render(name)
+    assert result.exit_code == 2, result.output
+    assert "-o takes a folder" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / name).exists()
+
+
+def test_an_existing_file_is_refused_and_kept(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job").write_text("mine\n")
+    result = _render("job")
+    assert result.exit_code == 2 and "-o takes a folder" in result.output, result.output
+    assert (tmp_path / "job").read_text() == "mine\n"
+
+
+def test_a_folder_gets_the_launch_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = _render("out")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "job.sbatch").is_file() and (tmp_path / "out" / "spec.json").is_file()
+
+
+def test_help_says_out_is_a_folder():
+    result = CliRunner().invoke(app, ["render", "--help"], terminal_width=200)
+    assert "a folder" in result.output
