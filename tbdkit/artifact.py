@@ -284,7 +284,7 @@ def bundle(results: Path, out: Path) -> dict[str, Any]:
             report["reason"] = scrub.text(report["reason"])
     manifest = {
         "format": FORMAT, "kit_version": __version__,
-        "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "runs": sorted(collected.runs),
         "sweeps": sorted({n.split("/")[2] for n in files if n.startswith("results/sweeps/")}),
         "report": report,

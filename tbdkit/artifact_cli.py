@@ -70,10 +70,10 @@ def reproduce(
         if new.get("status") == "interrupted":
             break
     report = {"bundle": str(bundle_path), "bundle_kit_version": manifest.get("kit_version"),
-              "created_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+              "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "results": str(results), "method": "ratio = new / recorded value of each metric, same spec",
               "points": points}
-    out = results / f"reproduce-{dt.datetime.now(dt.UTC).strftime('%Y%m%d-%H%M%S')}.json"
+    out = results / f"reproduce-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}.json"
     sink.write_json(out, report)
     if as_json:
         print(json.dumps(report, indent=2))

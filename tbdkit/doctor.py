@@ -7,6 +7,7 @@ so a wedged driver or Docker daemon cannot hang the command. No rendering here: 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -407,11 +408,11 @@ def checks() -> list[Check]:
 
     for fw in stacks.KNOWN_FRAMEWORKS:
         title = FRAMEWORK_TITLES.get(fw, fw)
-        out.append(_safe("frameworks", f"{title} stack", lambda fw=fw: framework_check(fw)))
+        out.append(_safe("frameworks", f"{title} stack", functools.partial(framework_check, fw)))
 
     out.append(_safe("profiling", "GPU performance counters", counters_check))
     for tool in NSIGHT:
-        out.append(_safe("profiling", NSIGHT[tool][0], lambda tool=tool: nsight_check(tool)))
+        out.append(_safe("profiling", NSIGHT[tool][0], functools.partial(nsight_check, tool)))
     return out
 
 

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -218,7 +219,7 @@ def checked_labels(image: dict[str, Any]) -> dict[str, str]:
     labels = image.get("labels") or {}
     out = {key: str(labels.get(key) or "") for key in IMAGE_LABELS}
     bad = f"The image {image.get('ref')} carries a malformed label {{key}}={{value!r}}: rebuild it with `tbdkit images build`."
-    checks = {"org.opencontainers.image.base.name": oci.validate_image_reference,
+    checks: dict[str, Callable[[str], str]] = {"org.opencontainers.image.base.name": oci.validate_image_reference,
               "org.opencontainers.image.base.digest": oci.validate_digest,
               "org.opencontainers.image.revision": _validate_revision}
     for key, check in checks.items():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -27,10 +27,10 @@ def parse_build_args(values: list[str] | None) -> dict[str, str]:
 
 @app.command("build")
 def build_cmd(
-    names: Annotated[Optional[list[str]], typer.Argument(help="images to build (default: pytorch)")] = None,
-    base_image: Annotated[Optional[str], typer.Option("--base-image", help="build on this base instead of the locked one")] = None,
-    build_arg: Annotated[Optional[list[str]], typer.Option("--build-arg", help="KEY=VALUE, passed to docker build")] = None,
-    tag: Annotated[Optional[str], typer.Option(help="tag the image so (default: tbdkit/<stack>:<kit version>)")] = None,
+    names: Annotated[list[str] | None, typer.Argument(help="images to build (default: pytorch)")] = None,
+    base_image: Annotated[str | None, typer.Option("--base-image", help="build on this base instead of the locked one")] = None,
+    build_arg: Annotated[list[str] | None, typer.Option("--build-arg", help="KEY=VALUE, passed to docker build")] = None,
+    tag: Annotated[str | None, typer.Option(help="tag the image so (default: tbdkit/<stack>:<kit version>)")] = None,
 ) -> None:
     """Build framework images from their Dockerfiles, on the locked NGC base by default."""
     args = parse_build_args(build_arg)
@@ -45,7 +45,7 @@ def build_cmd(
 
 
 @app.command("lock")
-def lock_cmd(names: Annotated[Optional[list[str]], typer.Argument(help="images to lock (default: all)")] = None) -> None:
+def lock_cmd(names: Annotated[list[str] | None, typer.Argument(help="images to lock (default: all)")] = None) -> None:
     """Pull each base image by tag and record its digest in docker/images.lock."""
     for name in names or list(images.load_lock()):
         with console.status(f"pulling the base of {name} ..."):

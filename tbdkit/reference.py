@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tbdkit import catalog, spec as specs
+from tbdkit import catalog
+from tbdkit import spec as specs
 from tbdkit.agent import sink
 from tbdkit.analysis import ncu
 from tbdkit.analysis.peak import Device, peak_flops

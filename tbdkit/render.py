@@ -49,7 +49,7 @@ def _env() -> jinja2.Environment:
 
 
 def job_name(spec: RunSpec) -> str:
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{spec.model}-{spec.framework}-b{spec.batch_size}-{spec.nodes}x{spec.gpus_per_node}"
 
 

@@ -168,7 +168,7 @@ def group_stats(entries: list[dict[str, Any]], cv_limit: float) -> dict[str, Any
 # ---------------------------------------------------------------- the state on disk
 
 def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _saved_state(path: Path) -> dict[str, Any]:

@@ -140,7 +140,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
     stop = StopFlag()
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
-    started = dt.datetime.now(dt.UTC)
+    started = dt.datetime.now(dt.timezone.utc)
     model = catalog.get(spec.model)
     hp = model.hp(spec.preset, spec.variant)
     summary: dict[str, Any] = {
@@ -256,8 +256,8 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             _write_rows(run_dir, "samples.csv", loop.result.samples, summary)
         if env is not None:
             summary["math_mode"] = env["framework"].get("math_mode")
-        summary["finished_utc"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        summary["wall_s"] = round((dt.datetime.now(dt.UTC) - started).total_seconds(), 3)
+        summary["finished_utc"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        summary["wall_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 3)
         _write_summary(run_dir, summary)
         events.emit("done", status=summary["status"], error=summary["error"])
     return _exit_code(summary["status"])

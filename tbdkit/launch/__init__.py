@@ -38,7 +38,7 @@ RUN_DIR_ATTEMPTS = 8
 def new_run_dir(results: Path, spec: RunSpec) -> Path:
     """A new, empty run directory; a name already taken (two runs in the same second drew the
     same suffix) is retried with a fresh suffix, never reused."""
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     for _ in range(RUN_DIR_ATTEMPTS):
         suffix = secrets.token_hex(RUN_ID_RANDOM_BYTES)
         path = results / f"{stamp}-{spec.model}-{spec.framework}-b{spec.batch_size}-{spec.precision}-{suffix}"

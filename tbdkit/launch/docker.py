@@ -175,7 +175,11 @@ def run(args: list[str], run_dir: Path, on_event: EventHandler) -> int:
         log.write("$ " + shlex.join(cmd) + "\n")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
                                 start_new_session=True)
-        return stream(proc, log, on_event, lambda: images.docker("kill", "--signal", "INT", name, check=False))
+
+        def interrupt() -> None:  # Ctrl-C: SIGINT to the agent inside the container
+            images.docker("kill", "--signal", "INT", name, check=False)
+
+        return stream(proc, log, on_event, interrupt)
 
 
 def keep_container_record(run_dir: Path, name: str, exit_code: int) -> dict[str, Any]:

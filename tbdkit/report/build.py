@@ -39,7 +39,7 @@ def build_report(results_dir: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     drawn = figures.draw(runs, out_dir)
     verdicts = claims.check_all(runs)
-    generated = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    generated = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     context = {
         "results": str(results_dir), "generated": generated, "kit_version": __version__, "runs": runs,
         "verdicts": verdicts,
