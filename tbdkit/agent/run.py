@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit import catalog
-from tbdkit.adapters import load as load_adapter
+from tbdkit.adapters import Capabilities, Distributed, capabilities, load as load_adapter
 from tbdkit.agent import analysis, converge, distributed, envinfo, events, sink
 from tbdkit.agent.loop import StopRequested, TrainingLoop, synthetic_pool, throughput_metrics, Prefetcher
 from tbdkit.spec import RunSpec
@@ -109,11 +109,13 @@ def profile_iterations() -> int:
     return int(value) if value.isdigit() else 0
 
 
-def _profiled_pass(adapter: Any, loop: TrainingLoop, n: int, summary: dict[str, Any]) -> None:
-    if not hasattr(adapter, "profiler_range"):
+def _profiled_pass(adapter: Any, loop: TrainingLoop, n: int, summary: dict[str, Any],
+                   caps: Capabilities | None = None) -> None:
+    ranged = (caps if caps is not None else capabilities(adapter)).profiler_range
+    if ranged is None:
         raise RuntimeError(f"{adapter.framework}: tbdkit has no profiler start/stop range for this framework")
     events.emit("phase", phase="profiled")
-    with adapter.profiler_range():
+    with ranged.profiler_range():
         for _ in range(n):
             loop.one_more("profiled")
     summary["profiled_iterations"] = n
@@ -149,6 +151,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         "started_utc": started.isoformat(timespec="seconds"),
     }
     adapter = None
+    dist: Distributed | None = None  # the adapter's data-parallel half, on a worker of a job
     loop: TrainingLoop | None = None
     env: dict[str, Any] | None = None
     try:
@@ -158,8 +161,12 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         workload = catalog.load_module(model, spec.framework)
         adapter = load_adapter(spec.framework, workload=workload, hp=hp, device=spec.device,
                                precision=spec.precision, seed=spec.seed)
+        caps = capabilities(adapter)
         if worker is not None:
-            adapter.join(worker.world_size)
+            if caps.distributed is None:
+                raise RuntimeError(f"{spec.framework}: tbdkit runs data-parallel jobs only on PyTorch so far")
+            dist = caps.distributed
+            dist.join(worker.world_size)
             summary.update(world_size=worker.world_size, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
                            link_rate=spec.link_rate, worker=worker.label)
         if spec.memory_limit_mb:
@@ -179,7 +186,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         batches = data.batches(spec.data, hp, spec.batch_size, spec.seed + (worker.rank if worker else 0))
         source = synthetic_pool(batches, spec.measure.synthetic_pool) if spec.data == "synthetic" else Prefetcher(batches)
         loop = TrainingLoop(adapter, source, spec.measure, stop.requested,
-                            agree=adapter.agree if worker is not None else None)
+                            agree=dist.agree if dist is not None else None, caps=caps)
         # Each iteration's row reaches iterations.csv as it is measured: a SIGKILL keeps them.
         loop.result.iterations = sink.StreamedRows(run_dir / "iterations.csv", lambda i: i.row())
         loop.warm_up()
@@ -187,7 +194,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             os._exit(3)  # fault injection for the kit's own tests: this worker dies after warm-up
         profiled = profile_iterations()
         if profiled:
-            _profiled_pass(adapter, loop, profiled, summary)
+            _profiled_pass(adapter, loop, profiled, summary, caps)
         else:
             estimate = loop.measure()
             window = loop.result.iterations[loop.result.window["first_iteration"]:loop.result.window["last_iteration"] + 1]
@@ -199,13 +206,13 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                 **loop.result.metrics,
                 **adapter.memory(),
             }
-            if worker is not None:
+            if worker is not None and dist is not None:
                 window_s = sum(i.seconds for i in window)
-                comm = adapter.comm.seconds / window_s * 100 if adapter.comm is not None and window_s else None
-                gathered = adapter.gather((estimate.throughput, comm))
+                comm = dist.comm.seconds / window_s * 100 if dist.comm is not None and window_s else None
+                gathered = dist.gather((estimate.throughput, comm))
                 summary["metrics"].update(distributed.job_metrics(
                     [g[0] for g in gathered], model.throughput_unit, [g[1] for g in gathered], window_s,
-                    getattr(adapter.comm, "method", None)))
+                    getattr(dist.comm, "method", None)))
                 # The job's throughput is what all workers train together; rank 0's own estimate stays beside it.
                 summary["metrics"]["worker0_throughput"] = summary["metrics"]["throughput"]
                 summary["metrics"]["throughput"] = {**summary["metrics"]["aggregate_throughput"],
@@ -214,11 +221,11 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                     "gpu_link": None, "gpu_link_reason": ("NVLink/PCIe topology is read only on GPUs"
                                                           if adapter.cuda_index is None else "not read by this kit version"),
                     "network": distributed.interface_towards(worker.master_addr), "link_rate": spec.link_rate,
-                    "backend": adapter.backend}
+                    "backend": dist.backend}
             if spec.analyses and worker is None:
                 events.emit("phase", phase="analysis")
                 summary["metrics"].update(analysis.run(adapter, loop, env, run_dir, summary["metrics"]["throughput"],
-                                                       spec.precision))
+                                                       spec.precision, caps))
         losses = [i.loss for i in loop.result.iterations if i.loss is not None]
         summary["loss"] = {"first": losses[0] if losses else None, "last": losses[-1] if losses else None}
         summary["status"] = "ok"
@@ -235,9 +242,9 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         if loop is not None and loop.result.metrics:
             summary["metrics"] = loop.result.metrics
     finally:
-        if worker is not None and adapter is not None:
+        if dist is not None:
             try:
-                adapter.leave()
+                dist.leave()
             except Exception:  # a broken process group must not keep the run directory from being finished
                 log.warning("leaving the process group failed:\n%s", traceback.format_exc())
         signal.signal(signal.SIGINT, signal.SIG_IGN)

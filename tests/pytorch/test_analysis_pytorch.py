@@ -210,3 +210,14 @@ def test_workspace_is_the_most_library_workspace_live_at_once() -> None:
     assert workspace_peak(trace) == 2000 + 512
     assert workspace_peak([e for e in trace if e["frames"] is not conv]) == 512
     assert workspace_peak([]) == 0
+
+
+def test_the_pytorch_adapter_has_the_core_and_every_capability() -> None:
+    from tbdkit import adapters, catalog
+
+    model = catalog.get("a3c")
+    a = adapters.load("pytorch", workload=catalog.load_module(model, "pytorch"), hp=model.hp("smoke"),
+                      device="cpu", precision="fp32", seed=0)
+    caps = adapters.capabilities(a)
+    assert isinstance(a, adapters.Adapter)
+    assert all(getattr(caps, f) is a for f in caps.__dataclass_fields__ if f != "optimizer_state")

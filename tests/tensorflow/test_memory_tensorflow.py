@@ -68,3 +68,15 @@ def test_a_loss_scale_wrapper_and_its_inner_optimizer_count_each_gradient_once()
     t = training(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]), tf.ones((2, 4)), loss_scale=True)
     cats = breakdown(t.weights, [t.optimizer], lambda: state_of(t.optimizer), None, t.step)["categories"]
     assert cats["weight_gradients"]["bytes"] == (4 * 3 + 3) * 4
+
+
+def test_the_tensorflow_adapter_has_the_core_and_its_capabilities() -> None:
+    from tbdkit import adapters, catalog
+
+    model = catalog.get("a3c")
+    a = adapters.load("tensorflow", workload=catalog.load_module(model, "tensorflow"), hp=model.hp("smoke"),
+                      device="cpu", precision="fp32", seed=0)
+    caps = adapters.capabilities(a)
+    assert isinstance(a, adapters.Adapter)
+    assert caps.memory_breakdown is a and caps.optimizer_state is a
+    assert caps.kernel_trace is None and caps.flop_count is None and caps.distributed is None
