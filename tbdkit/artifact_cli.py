@@ -13,7 +13,7 @@ from rich.table import Table
 
 from tbdkit import artifact, catalog
 from tbdkit import spec as specs
-from tbdkit.agent import sink
+from tbdkit.results import sink
 from tbdkit.console import console, err_console
 from tbdkit.errors import UserError
 from tbdkit.paths import default_results_dir, existing_results_dir

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit import catalog, spec as specs
-from tbdkit.agent import sink
+from tbdkit.results import sink
 from tbdkit.analysis import ncu
 from tbdkit.analysis.peak import Device, peak_flops
 from tbdkit.analysis.timeline import KERNEL_COLUMNS, merge_utilization

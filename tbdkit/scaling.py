@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tbdkit.agent import sink
+from tbdkit.results import sink
 from tbdkit.metric import metric
 from tbdkit.store import Index
 

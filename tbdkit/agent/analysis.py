@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tbdkit.adapters import Capabilities, capabilities
-from tbdkit.agent import sink
+from tbdkit.results import sink
 from tbdkit.agent.collectors.device import nvml_handle
 from tbdkit.analysis import memory as memory_doc
 from tbdkit.analysis.peak import Device, mfu_metric, peak_metric

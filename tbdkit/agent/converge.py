@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tbdkit.agent import events, sink
+from tbdkit.agent import events
+from tbdkit.results import sink
 from tbdkit.metric import metric, missing
 
 log = logging.getLogger("tbdkit.agent")

@@ -17,7 +17,8 @@ from typing import Any
 
 from tbdkit import catalog
 from tbdkit.adapters import Capabilities, Distributed, capabilities, load as load_adapter
-from tbdkit.agent import analysis, converge, distributed, envinfo, events, sink
+from tbdkit.agent import analysis, converge, distributed, envinfo, events
+from tbdkit.results import sink
 from tbdkit.agent.loop import StopRequested, TrainingLoop, synthetic_pool, throughput_metrics, Prefetcher
 from tbdkit.spec import RunSpec
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from tbdkit import stacks
-from tbdkit.launch import EventHandler, stream
+from tbdkit.launch.base import EventHandler, stream
 from tbdkit.spec import RunSpec
 
 
