@@ -13,10 +13,10 @@ from rich.table import Table
 
 from tbdkit import artifact, catalog
 from tbdkit import spec as specs
-from tbdkit.agent import sink
 from tbdkit.console import console, err_console
 from tbdkit.errors import UserError
 from tbdkit.paths import default_results_dir, existing_results_dir
+from tbdkit.results import sink
 
 SHOWN = 10  # excluded files printed by `tbdkit bundle`; the manifest lists all
 

@@ -292,7 +292,7 @@ def overhead(model: Annotated[str, typer.Option("--model", "-m")] = "deepspeech2
     """Benchmark the collectors' cost: instrumented throughput / bare loop throughput, one run."""
     import subprocess
 
-    from tbdkit.agent import events
+    from tbdkit.launch.base import parse_event
 
     m = catalog.get(model)
     catalog.check_framework(m, framework)
@@ -303,7 +303,7 @@ def overhead(model: Annotated[str, typer.Option("--model", "-m")] = "deepspeech2
     result = None
     assert proc.stdout is not None
     for line in proc.stdout:
-        event = events.parse(line)
+        event = parse_event(line)
         if event and event.get("event") == "overhead":
             result = event
     if proc.wait() != 0 or result is None:

@@ -5,8 +5,8 @@ paper preset) at two batch sizes (the preset's default and the one below it, or 
 none is below):
   1. a measured run with every analysis on: throughput, NVML and trace GPU utilization, GPM pipes,
      memory.json, kernels.csv, model FLOPs and MFU;
-  2. a separate Nsight Compute pass over a few iterations after warm-up (never during the timed
-     run) that samples a few launches of each kernel and launch configuration; the samples are
+  2. a separate Nsight Compute pass (the native launcher with ncu in front of the agent) over a
+     few iterations after warm-up (never during the timed run) that samples a few launches of each kernel and launch configuration; the samples are
      weighted by the measured run's kernel timeline (kernel_launches.csv: calls and time of every
      kernel of the traced iterations), so FP32 utilization (paper eq. 2) and tensor-pipe
      utilization, overall and per kernel, cover the whole iteration; merged into that run's
@@ -24,22 +24,20 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from tbdkit import catalog
 from tbdkit import spec as specs
-from tbdkit.agent import sink
 from tbdkit.analysis import ncu
 from tbdkit.analysis.peak import Device, peak_flops
 from tbdkit.analysis.timeline import KERNEL_COLUMNS, merge_utilization
 from tbdkit.errors import UserError
 from tbdkit.metric import metric, missing
 from tbdkit.paths import KIT_ROOT
+from tbdkit.results import sink
 
 MODELS = ("deepspeech2", "resnet50")  # the pair `make reference` runs by default (with an ncu pass)
 # Sized so one model (two batch sizes, two processes each) fits a 10-minute call on an H100.
@@ -135,53 +133,20 @@ def find_ncu() -> str | None:
 
 def run_agent(cmd_prefix: list[str], spec: specs.RunSpec, run_dir: Path, env: dict[str, str],
               timeout_s: float) -> int:
+    """The agent through the native launcher in this reference's Python, `cmd_prefix` (ncu) in front;
+    past `timeout_s` its whole process group ends (ncu forks the agent) and the exit code is 124. A
+    Ctrl-C ends the group too, and the reference with it."""
+    from tbdkit.launch.native import NativeLauncher
+
     sink.write_json(run_dir / "spec.json", spec.model_dump())
-    cmd = [*cmd_prefix, agent_python(), "-u", "-m", "tbdkit.agent", "--spec", str(run_dir / "spec.json"),
-           "--run-dir", str(run_dir)]
-    print("$ " + " ".join(cmd), flush=True)
-    with (run_dir / "log.txt").open("a") as log:
-        log.write("$ " + " ".join(cmd) + "\n")
-        log.flush()
-        # Its own process group: ncu forks the agent (--target-processes all), and a timeout or a
-        # Ctrl-C must end the agent on the GPU too, not only the ncu in front of it.
-        proc = subprocess.Popen(cmd, stdout=log, stderr=log, env=env, start_new_session=True)
-        try:
-            return proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            log.write(f"timed out after {timeout_s} s: ending its process group\n")
-            end_group(proc)
-            return 124
-        except BaseException:
-            end_group(proc)
-            raise
+    launcher = NativeLauncher(prefix=tuple(cmd_prefix), python=agent_python(), env=env, timeout_s=timeout_s)
+    print("$ " + " ".join(launcher.command(spec, run_dir)), flush=True)
+    return launcher.run(spec, run_dir, _stop_on_interrupt)
 
 
-def end_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
-    """SIGTERM to the whole process group `proc` leads, SIGKILL to what is left after `grace_s`."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        if sig == signal.SIGKILL:
-            break
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and _group_alive(proc.pid):
-            proc.poll()
-            time.sleep(0.1)
-        if not _group_alive(proc.pid):
-            break
-    proc.wait()
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _stop_on_interrupt(event: dict[str, Any]) -> None:
+    if event.get("event") == "interrupt":  # Ctrl-C: no clean stop under ncu, the whole reference ends
+        raise KeyboardInterrupt
 
 
 def device_from_env(env_json: dict[str, Any]) -> Device | None:

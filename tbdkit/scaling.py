@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tbdkit.agent import sink
 from tbdkit.metric import metric
+from tbdkit.results import sink
 from tbdkit.store import Index
 
 

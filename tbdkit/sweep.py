@@ -25,7 +25,7 @@ from statistics import fmean, stdev
 from typing import Any, Protocol
 
 from tbdkit import __version__
-from tbdkit.agent import sink
+from tbdkit.results import sink
 from tbdkit.spec import RunSpec
 from tbdkit.sweep_spec import MAX, Point, SweepSpec, points
 

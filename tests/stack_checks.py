@@ -25,6 +25,17 @@ def adapter(name: str, framework: str, hp: dict[str, Any] | None = None, precisi
                 device="cpu", precision=precision, seed=0)
 
 
+
+def assert_capabilities(framework: str, expected: set[str]) -> None:
+    """The framework's adapter (A3C's, on the CPU) implements the core protocol and exactly the
+    optional capabilities named (tbdkit.adapters.Capabilities' fields)."""
+    from tbdkit import adapters
+
+    a = adapter("a3c", framework)
+    caps = adapters.capabilities(a)
+    assert isinstance(a, adapters.Adapter)
+    assert {f for f in caps.__dataclass_fields__ if getattr(caps, f) is a} == expected
+
 def assert_learns(a: Any, data: Any, hp: dict[str, Any], batch_size: int, steps: int, factor: float) -> list[float]:
     """`steps` steps through the adapter on one synthetic batch (seed 1): finite losses, the last below
     factor x the first."""

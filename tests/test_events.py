@@ -34,3 +34,32 @@ def events_prefix() -> str:
     from tbdkit.agent.events import PREFIX
 
     return PREFIX
+
+
+def test_the_launcher_reads_what_the_agent_emits(capsys) -> None:
+    """The two sides of the process boundary share no import, only the line format."""
+    from tbdkit.agent import events
+    from tbdkit.launch.base import EVENT_PREFIX, parse_event
+
+    assert EVENT_PREFIX == events.PREFIX
+    events.emit("phase", phase="measuring", cap_s=2.5)
+    line = capsys.readouterr().out
+    assert parse_event(line) == {"event": "phase", "phase": "measuring", "cap_s": 2.5}
+    assert parse_event("a library's own print\n") is None
+    assert parse_event(EVENT_PREFIX + "{broken\n") is None
+    assert parse_event(EVENT_PREFIX + "[1, 2]\n") is None  # not an event: it goes to the log
+
+
+def test_no_launcher_imports_the_agent() -> None:
+    """launch -> agent is a process boundary: `python -m tbdkit.agent`, never an import."""
+    import ast
+    from pathlib import Path
+
+    import tbdkit.launch
+
+    for path in Path(tbdkit.launch.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                     if isinstance(node, ast.ImportFrom) else [])
+            assert not [n for n in names if n == "tbdkit.agent" or n.startswith("tbdkit.agent.")], path

@@ -47,3 +47,21 @@ def test_an_ncu_timeout_ends_the_forked_agent_too(monkeypatch, tmp_path: Path) -
         if alive(child):
             os.kill(child, 9)
     assert "timed out after 1.0 s" in (tmp_path / "log.txt").read_text()
+
+
+def test_the_profiled_agent_runs_through_the_native_launcher(monkeypatch, tmp_path: Path) -> None:
+    """ncu is a command prefix of the native launcher: the agent's event lines are read as events
+    (not copied into log.txt), its other output goes to the log, its exit code comes back."""
+    ncu = tmp_path / "ncu"
+    ncu.write_text('#!/bin/sh\necho "ncu: profiling" >&2\nexec "$@"\n')
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\necho \'@@tbdkit {"event": "phase", "phase": "profiled"}\'\n'
+                      'echo "a library prints"\nexit 3\n')
+    for exe in (ncu, python):
+        exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setattr(reference, "agent_python", lambda: str(python))
+    spec = specs.build(model="deepspeech2", batch_size=2, device="cpu")
+    assert reference.run_agent([str(ncu)], spec, tmp_path, dict(os.environ), timeout_s=30.0) == 3
+    log = (tmp_path / "log.txt").read_text()
+    assert "a library prints" in log and "ncu: profiling" in log and "@@tbdkit" not in log
+    assert log.startswith(f"$ {ncu} {python} -u -m tbdkit.agent --spec ")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit.agent import sink
+from tbdkit.results import sink
 from tbdkit.errors import UserError
 from tbdkit.launch import finalize
 from tbdkit.spec import RunSpec

@@ -18,12 +18,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tbdkit.agent import sink
+from tbdkit.adapters import Capabilities, capabilities
 from tbdkit.agent.collectors.device import nvml_handle
 from tbdkit.analysis import memory as memory_doc
 from tbdkit.analysis.peak import Device, mfu_metric, peak_metric
 from tbdkit.analysis.timeline import KERNEL_COLUMNS, LAUNCH_COLUMNS, kernel_table, launch_table, utilization
 from tbdkit.metric import metric, missing
+from tbdkit.results import sink
 
 log = logging.getLogger("tbdkit.agent")
 
@@ -53,7 +54,7 @@ def device_of(env: dict[str, Any], cuda_index: int | None) -> tuple[Device | Non
                   "NVML nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM)"), None
 
 
-def fallback_memory(adapter: Any) -> dict[str, Any]:
+def fallback_memory(adapter: Any, caps: Capabilities) -> dict[str, Any]:
     """An adapter without a memory probe of its own: weights from its variables; gradients and the
     rest are null with the reason (a gradient is never assumed to be the size of its weight: sparse
     and frozen parameters break that)."""
@@ -66,15 +67,15 @@ def fallback_memory(adapter: Any) -> dict[str, Any]:
         "weight_gradients": entry(None, "gradient tensors as the framework holds them", why),
         "feature_maps": entry(None, "tensors held for backward", why),
         "workspace": entry(None, "library workspaces", why),
-        "dynamic": _optimizer_state(adapter, why),
+        "dynamic": _optimizer_state(adapter, why, caps),
     }
     return {"categories": cats, "peak": entry(None, "allocator peak", why)}
 
 
-def _optimizer_state(adapter: Any, why: str) -> dict[str, Any]:
+def _optimizer_state(adapter: Any, why: str, caps: Capabilities) -> dict[str, Any]:
     """The optimizer's state (momentum buffers, moments) from its own variables, once the steps made it;
     the rest of what iterations allocate is not measurable without the framework's allocator."""
-    state = adapter.optimizer_state_bytes() if hasattr(adapter, "optimizer_state_bytes") else None
+    state = caps.optimizer_state.optimizer_state_bytes() if caps.optimizer_state is not None else None
     if state is None:
         return memory_doc.entry(None, "optimizer state", why)
     return memory_doc.entry(state, f"{adapter.framework}: bytes of the optimizer's state variables after the "
@@ -82,17 +83,19 @@ def _optimizer_state(adapter: Any, why: str) -> dict[str, Any]:
 
 
 def run(adapter: Any, loop: Any, env: dict[str, Any], run_dir: Path, throughput: dict[str, Any],
-        math_mode: str) -> dict[str, dict[str, Any]]:
-    """Take the analyses, write memory.json (and kernels.csv on CUDA); return the summary metrics."""
+        math_mode: str, caps: Capabilities | None = None) -> dict[str, dict[str, Any]]:
+    """Take the analyses, write memory.json (and kernels.csv on CUDA); return the summary metrics.
+    `caps`: the adapter's capabilities where the caller has checked them already."""
+    caps = caps if caps is not None else capabilities(adapter)
     metrics: dict[str, dict[str, Any]] = {}
     last: dict[str, Any] = {}
 
     def step() -> None:
         last["it"] = loop.one_more("analysis")
 
-    metrics.update(_memory(adapter, step, run_dir))
-    metrics.update(_flops(adapter, step, last, env, throughput, math_mode))
-    metrics.update(_trace(adapter, step, run_dir))
+    metrics.update(_memory(adapter, caps, step, run_dir))
+    metrics.update(_flops(adapter, caps, step, last, env, throughput, math_mode))
+    metrics.update(_trace(adapter, caps, step, run_dir))
     metrics.update(_pipe_utilization(adapter))
     return metrics
 
@@ -118,11 +121,11 @@ def _guard(name: str, fn: Callable[[], Any], fallback: Callable[[str], Any]) -> 
         return fallback(f"the {name} analysis failed ({type(exc).__name__}: {exc})")
 
 
-def _memory(adapter: Any, step: Callable[[], None], run_dir: Path) -> dict[str, dict[str, Any]]:
+def _memory(adapter: Any, caps: Capabilities, step: Callable[[], None], run_dir: Path) -> dict[str, dict[str, Any]]:
     def measure() -> dict[str, Any]:
-        if hasattr(adapter, "memory_breakdown"):
-            return adapter.memory_breakdown(step)
-        return fallback_memory(adapter)
+        if caps.memory_breakdown is not None:
+            return caps.memory_breakdown.memory_breakdown(step)
+        return fallback_memory(adapter, caps)
 
     def failed(reason: str) -> dict[str, Any]:
         e = memory_doc.entry
@@ -134,19 +137,20 @@ def _memory(adapter: Any, step: Callable[[], None], run_dir: Path) -> dict[str, 
     return {}
 
 
-def _flops(adapter: Any, step: Callable[[], None], last: dict[str, Any], env: dict[str, Any],
+def _flops(adapter: Any, caps: Capabilities, step: Callable[[], None], last: dict[str, Any], env: dict[str, Any],
            throughput: dict[str, Any], math_mode: str) -> dict[str, dict[str, Any]]:
     device, why = device_of(env, adapter.cuda_index)
     peak = peak_metric(device, math_mode, why)
     out: dict[str, dict[str, Any]] = {}
-    if not hasattr(adapter, "count_flops"):
+    counter = caps.flop_count
+    if counter is None:
         reason = f"{adapter.framework}: tbdkit counts model FLOPs only on PyTorch so far"
         out["model_flops_per_sample"] = missing("FLOP/sample", FLOPS_METHOD, reason)
         out["mfu"] = mfu_metric(None, None, peak, reason)
         return out
 
     def count() -> tuple[float, float]:
-        flops = adapter.count_flops(step)
+        flops = counter.count_flops(step)
         it = last["it"]
         return flops / it.samples, flops / it.work
 
@@ -160,15 +164,16 @@ def _flops(adapter: Any, step: Callable[[], None], last: dict[str, Any], env: di
     return out
 
 
-def _trace(adapter: Any, step: Callable[[], None], run_dir: Path) -> dict[str, dict[str, Any]]:
+def _trace(adapter: Any, caps: Capabilities, step: Callable[[], None], run_dir: Path) -> dict[str, dict[str, Any]]:
     method = TRACE_METHOD.format(n=TRACE_ITERATIONS)
-    if adapter.cuda_index is None or not hasattr(adapter, "kernel_trace"):
+    tracer = caps.kernel_trace
+    if adapter.cuda_index is None or tracer is None:
         reason = ("the run is on the CPU: there are no GPU kernels to trace" if adapter.cuda_index is None
                   else f"{adapter.framework}: tbdkit traces kernels only on PyTorch so far")
         return {"gpu_utilization_trace": missing("%", method, reason)}
 
     def trace() -> dict[str, dict[str, Any]]:
-        with adapter.kernel_trace() as got:
+        with tracer.kernel_trace() as got:
             for _ in range(TRACE_ITERATIONS):
                 step()
         kernels = got["kernels"]

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tbdkit.agent import events, sink
+from tbdkit.agent import events
 from tbdkit.metric import metric, missing
+from tbdkit.results import sink
 
 log = logging.getLogger("tbdkit.agent")
 

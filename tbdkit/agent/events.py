@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-PREFIX = "@@tbdkit "
+PREFIX = "@@tbdkit "  # the launcher reads the lines by it: tbdkit.launch.base.EVENT_PREFIX
 ENABLED = True  # off in the workers of a data-parallel job other than rank 0: one progress stream
 
 
@@ -37,11 +37,3 @@ def _stop_emitting() -> None:
     logging.getLogger("tbdkit.agent").warning("the launcher stopped reading progress (broken pipe): "
                                               "events go to this log only")
 
-
-def parse(line: str) -> dict[str, Any] | None:
-    if not line.startswith(PREFIX):
-        return None
-    try:
-        return json.loads(line[len(PREFIX):])
-    except json.JSONDecodeError:
-        return None

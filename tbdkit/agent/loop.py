@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from statistics import fmean, median
 from typing import Any
 
+from tbdkit.adapters import Capabilities, capabilities
 from tbdkit.agent import events
 from tbdkit.agent.collectors import Collector, Sampler
 from tbdkit.agent.collectors.cpu import CpuCollector
@@ -99,8 +100,10 @@ class LoopResult:
 class TrainingLoop:
     def __init__(self, adapter: Any, batches: Iterator[Any], policy: MeasurePolicy,
                  stop_requested: Callable[[], bool], collectors: list[Collector] | None = None,
-                 agree: Callable[[list[bool]], list[bool]] | None = None) -> None:
+                 agree: Callable[[list[bool]], list[bool]] | None = None, caps: Capabilities | None = None) -> None:
         self.adapter = adapter
+        # the allocator's peak restarts with the window where the adapter can (caps: checked by the caller, else here)
+        self._peaks = (caps if caps is not None else capabilities(adapter)).peak_reset
         # Workers of a data-parallel job must stop at the same iteration: each decision (stop
         # requested, warm-up stable, window done, a cap reached) is agreed across them after
         # every iteration (true on any worker -> true on all). None for a single worker.
@@ -195,8 +198,8 @@ class TrainingLoop:
         first = len(self.result.iterations)
         running = RunningRatio()
         sampler = Sampler(self.collectors, p.sample_interval_s)
-        if hasattr(self.adapter, "reset_peaks"):
-            self.adapter.reset_peaks()
+        if self._peaks is not None:
+            self._peaks.reset_peaks()
         sampler.start()
         start = time.perf_counter()
         reason = "iteration_cap"

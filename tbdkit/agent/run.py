@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit import catalog
-from tbdkit.adapters import Distributed
+from tbdkit.adapters import Capabilities, Distributed, capabilities
 from tbdkit.adapters import load as load_adapter
-from tbdkit.agent import analysis, converge, distributed, envinfo, events, sink
+from tbdkit.agent import analysis, converge, distributed, envinfo, events
 from tbdkit.agent.loop import Prefetcher, StopRequested, TrainingLoop, synthetic_pool, throughput_metrics
+from tbdkit.results import sink
 from tbdkit.spec import RunSpec
 
 log = logging.getLogger("tbdkit.agent")
@@ -110,11 +111,13 @@ def profile_iterations() -> int:
     return int(value) if value.isdigit() else 0
 
 
-def _profiled_pass(adapter: Any, loop: TrainingLoop, n: int, summary: dict[str, Any]) -> None:
-    if not hasattr(adapter, "profiler_range"):
+def _profiled_pass(adapter: Any, loop: TrainingLoop, n: int, summary: dict[str, Any],
+                   caps: Capabilities | None = None) -> None:
+    ranged = (caps if caps is not None else capabilities(adapter)).profiler_range
+    if ranged is None:
         raise RuntimeError(f"{adapter.framework}: tbdkit has no profiler start/stop range for this framework")
     events.emit("phase", phase="profiled")
-    with adapter.profiler_range():
+    with ranged.profiler_range():
         for _ in range(n):
             loop.one_more("profiled")
     summary["profiled_iterations"] = n
@@ -150,7 +153,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         "started_utc": started.isoformat(timespec="seconds"),
     }
     adapter = None
-    dist: Distributed | None = None  # the adapter, as one worker of a data-parallel job
+    dist: Distributed | None = None  # the adapter's data-parallel half, on a worker of a job
     loop: TrainingLoop | None = None
     env: dict[str, Any] | None = None
     try:
@@ -160,10 +163,11 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         workload = catalog.load_module(model, spec.framework)
         adapter = load_adapter(spec.framework, workload=workload, hp=hp, device=spec.device,
                                precision=spec.precision, seed=spec.seed)
+        caps = capabilities(adapter)
         if worker is not None:
-            if not isinstance(adapter, Distributed):
-                raise TypeError(f"the {spec.framework} adapter does not run data-parallel jobs")
-            dist = adapter
+            if caps.distributed is None:
+                raise RuntimeError(f"{spec.framework}: tbdkit runs data-parallel jobs only on PyTorch so far")
+            dist = caps.distributed
             dist.join(worker.world_size)
             summary.update(world_size=worker.world_size, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
                            link_rate=spec.link_rate, worker=worker.label)
@@ -184,7 +188,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         batches = data.batches(spec.data, hp, spec.batch_size, spec.seed + (worker.rank if worker else 0))
         source = synthetic_pool(batches, spec.measure.synthetic_pool) if spec.data == "synthetic" else Prefetcher(batches)
         loop = TrainingLoop(adapter, source, spec.measure, stop.requested,
-                            agree=dist.agree if dist is not None else None)
+                            agree=dist.agree if dist is not None else None, caps=caps)
         # Each iteration's row reaches iterations.csv as it is measured: a SIGKILL keeps them.
         loop.result.iterations = sink.StreamedRows(run_dir / "iterations.csv", lambda i: i.row())
         loop.warm_up()
@@ -192,7 +196,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             os._exit(3)  # fault injection for the kit's own tests: this worker dies after warm-up
         profiled = profile_iterations()
         if profiled:
-            _profiled_pass(adapter, loop, profiled, summary)
+            _profiled_pass(adapter, loop, profiled, summary, caps)
         else:
             estimate = loop.measure()
             window = loop.result.iterations[loop.result.window["first_iteration"]:loop.result.window["last_iteration"] + 1]
@@ -223,7 +227,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             if spec.analyses and worker is None:
                 events.emit("phase", phase="analysis")
                 summary["metrics"].update(analysis.run(adapter, loop, env, run_dir, summary["metrics"]["throughput"],
-                                                       spec.precision))
+                                                       spec.precision, caps))
         losses = [i.loss for i in loop.result.iterations if i.loss is not None]
         summary["loss"] = {"first": losses[0] if losses else None, "last": losses[-1] if losses else None}
         summary["status"] = "ok"

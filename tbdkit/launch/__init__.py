@@ -1,23 +1,20 @@
 """Launchers: start the agent for a RunSpec where its framework lives, and finish the run
-directory if the agent could not."""
+directory if the agent could not. Each launcher implements tbdkit.launch.base.Launcher."""
 
 from __future__ import annotations
 
 import datetime as dt
 import secrets
 import signal
-import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from tbdkit.agent import events, sink
 from tbdkit.errors import UserError
+from tbdkit.launch.base import EventHandler, Launcher
+from tbdkit.results import sink
 from tbdkit.results import summary as summaries
 from tbdkit.spec import RunSpec
-
-EventHandler = Callable[[dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -50,26 +47,6 @@ def new_run_dir(results: Path, spec: RunSpec) -> Path:
     raise FileExistsError(f"{RUN_DIR_ATTEMPTS} new run directory names in {results} were all taken")
 
 
-def stream(proc: subprocess.Popen[str], log: IO[str], on_event: EventHandler, interrupt: Callable[[], None]) -> int:
-    """Pass the agent's events to `on_event` and its other stdout lines to the log until it
-    exits; each Ctrl-C calls `interrupt` (the agent stops at the next iteration, or at once on
-    a second) and the stream goes on."""
-    assert proc.stdout is not None
-    while True:
-        try:
-            for line in proc.stdout:
-                event = events.parse(line)
-                if event is None:
-                    log.write(line)
-                else:
-                    on_event(event)
-            return proc.wait()
-        except KeyboardInterrupt:
-            if proc.poll() is None:
-                interrupt()
-            on_event({"event": "interrupt"})
-
-
 def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
     """Run one spec to completion (or failure) and return what its summary says."""
     from tbdkit.results.space import check_results_folder
@@ -88,7 +65,8 @@ def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
     except OSError as exc:
         raise UserError(f"The run folder {run_dir} cannot be written ({exc.strerror or exc}): free some space "
                         "or pass another --results.") from None
-    exit_code = (netns.run if spec.launcher == "netns" else native.run)(spec, run_dir, on_event)
+    launcher: Launcher = netns if spec.launcher == "netns" else native
+    exit_code = launcher.run(spec, run_dir, on_event)
     status, summary = finalize(run_dir, spec, exit_code, on_event)
     if spec.world_size > 1:
         from tbdkit.launch.workers import name_failed_workers

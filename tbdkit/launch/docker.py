@@ -17,13 +17,15 @@ import json
 import os
 import shlex
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tbdkit import catalog, images, oci, stacks
-from tbdkit.agent import sink
 from tbdkit.errors import UserError
-from tbdkit.launch import EventHandler, Outcome, finalize, new_run_dir, stream
+from tbdkit.launch import Outcome, finalize, new_run_dir
+from tbdkit.launch.base import EventHandler, stream
+from tbdkit.results import sink
 from tbdkit.spec import RunSpec
 
 CONTAINER_RUN_DIR = "/tbdkit/run"
@@ -142,16 +144,29 @@ def preflight(framework: str, device: str) -> tuple[dict[str, Any], images.GpuAc
     return image, access
 
 
+@dataclass(frozen=True)
+class DockerLauncher:
+    """The launcher (tbdkit.launch.base.Launcher) for the image and GPU access `preflight` checked."""
+
+    image: dict[str, Any]
+    access: images.GpuAccess
+
+    def run(self, spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
+        """Run the spec's container in the foreground, its events to `on_event` and everything
+        else to log.txt; a container that failed leaves its record (container.json, .log)."""
+        sink.write_json(run_dir / CONTAINER_SPEC, container_spec(spec))
+        args = render(spec, run_dir, self.image, self.access)
+        uid, gid = container_user()
+        (run_dir / "log.txt").touch()
+        hand_over(run_dir, uid, gid)
+        return run(args, run_dir, on_event)
+
+
 def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
-    image, access = preflight(spec.framework, spec.device)
+    launcher = DockerLauncher(*preflight(spec.framework, spec.device))
     run_dir = new_run_dir(results, spec)
     sink.write_json(run_dir / "spec.json", spec.model_dump())
-    sink.write_json(run_dir / CONTAINER_SPEC, container_spec(spec))
-    args = render(spec, run_dir, image, access)
-    uid, gid = container_user()
-    (run_dir / "log.txt").touch()
-    hand_over(run_dir, uid, gid)
-    exit_code = run(args, run_dir, on_event)
+    exit_code = launcher.run(spec, run_dir, on_event)
     had_summary = (run_dir / "summary.json").is_file()
     status, summary = finalize(run_dir, spec, exit_code)
     if exit_code != 0:
@@ -161,13 +176,13 @@ def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
             summary["error"] = container_error(container, exit_code)
             sink.write_json(run_dir / "summary.json", summary)
     remove_container(f"tbdkit-{run_dir.name}")
-    hand_over(run_dir, uid, gid)
+    hand_over(run_dir, *container_user())
     return Outcome(run_dir, status, summary)
 
 
 def run(args: list[str], run_dir: Path, on_event: EventHandler) -> int:
-    """Run the container in the foreground, its events to `on_event` and everything else to
-    log.txt. Each Ctrl-C is passed to the agent as SIGINT: the first stops it at the next
+    """Run the container of `docker args` in the foreground, its events to `on_event` and everything
+    else to log.txt. Each Ctrl-C is passed to the agent as SIGINT: the first stops it at the next
     iteration, a second at once."""
     cmd = [images.docker_binary(), *args]
     name = args[args.index("--name") + 1]

@@ -1,26 +1,37 @@
-"""The native launcher: the agent runs in the framework stack's own virtual environment."""
+"""The native launcher: the agent runs in a local Python, by default the framework stack's own
+virtual environment; `tbdkit.reference` runs it under Nsight Compute with a command prefix."""
 
 from __future__ import annotations
 
 import ctypes
+import os
 import shlex
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tbdkit import stacks
-from tbdkit.launch import EventHandler, stream
+from tbdkit.launch.base import EventHandler, stream
 from tbdkit.spec import RunSpec
+
+TIMED_OUT = 124  # the exit code of a run ended at its time limit (as timeout(1))
 
 
 def command(spec: RunSpec, run_dir: Path) -> list[str]:
-    python = stacks.require(spec.framework)
+    """The agent's command line in the framework stack's virtual environment."""
+    return agent_command(str(stacks.require(spec.framework)), spec, run_dir)
+
+
+def agent_command(python: str, spec: RunSpec, run_dir: Path) -> list[str]:
     agent = ["-m", "tbdkit.agent", "--spec", str(run_dir / "spec.json"), "--run-dir", str(run_dir)]
     if spec.world_size > 1:  # several workers on this machine: torchrun starts them
-        return [str(python), "-u", "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+        return [python, "-u", "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
                 f"--nproc-per-node={spec.gpus_per_node}", *agent]
-    return [str(python), "-u", *agent]
+    return [python, "-u", *agent]
 
 
 def _libc_prctl() -> Callable[..., int] | None:
@@ -40,13 +51,82 @@ def _stop_with_parent() -> None:
         _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+@dataclass(frozen=True)
+class NativeLauncher:
+    """The launcher (tbdkit.launch.base.Launcher) for a local Python. `prefix` runs in front of the
+    agent (ncu, which forks it); `python` and `env` replace the stack's; past `timeout_s` the run's
+    whole process group is ended and the exit code is TIMED_OUT."""
+
+    prefix: tuple[str, ...] = ()
+    python: str | None = None
+    env: dict[str, str] | None = None
+    timeout_s: float | None = None
+
+    def command(self, spec: RunSpec, run_dir: Path) -> list[str]:
+        own = command(spec, run_dir) if self.python is None else agent_command(self.python, spec, run_dir)
+        return [*self.prefix, *own]
+
+    def run(self, spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
+        """Start the agent in its own session (so a terminal's Ctrl-C reaches only us) and pass each
+        Ctrl-C on to it: the first stops it at the next iteration, a second stops it at once. An
+        exception out of `on_event` ends the run's process group and goes on up."""
+        cmd = self.command(spec, run_dir)
+        with (run_dir / "log.txt").open("a", buffering=1) as log:
+            log.write("$ " + shlex.join(cmd) + "\n")
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
+                                    start_new_session=True, env=self.env if self.env is not None else stacks.agent_env(),
+                                    preexec_fn=_stop_with_parent)
+            expired = threading.Event()
+
+            def expire() -> None:
+                expired.set()
+                log.write(f"timed out after {self.timeout_s} s: ending its process group\n")
+                end_group(proc)
+
+            timer = threading.Timer(self.timeout_s, expire) if self.timeout_s is not None else None
+            if timer is not None:
+                timer.daemon = True
+                timer.start()
+            try:
+                code = stream(proc, log, on_event, lambda: proc.send_signal(signal.SIGINT))
+            except BaseException:
+                end_group(proc)
+                raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            return TIMED_OUT if expired.is_set() else code
+
+
 def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
-    """Start the agent in its own session (so a terminal's Ctrl-C reaches only us) and pass each
-    Ctrl-C on to it: the first stops it at the next iteration, a second stops it at once."""
-    cmd = command(spec, run_dir)
-    with (run_dir / "log.txt").open("a", buffering=1) as log:
-        log.write("$ " + shlex.join(cmd) + "\n")
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
-                                start_new_session=True, env=stacks.agent_env(),
-                                preexec_fn=_stop_with_parent)
-        return stream(proc, log, on_event, lambda: proc.send_signal(signal.SIGINT))
+    """The agent in the framework stack's virtual environment (the launcher `bench` and sweeps use)."""
+    return NativeLauncher().run(spec, run_dir, on_event)
+
+
+def end_group(proc: subprocess.Popen[str], grace_s: float = 10.0) -> None:
+    """SIGTERM to the whole process group `proc` leads, SIGKILL to what is left after `grace_s`:
+    a prefix such as ncu forks the agent, and ending the prefix alone would leave it on the GPU."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        if sig == signal.SIGKILL:
+            break
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and _group_alive(proc.pid):
+            proc.poll()
+            time.sleep(0.1)
+        if not _group_alive(proc.pid):
+            break
+    proc.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

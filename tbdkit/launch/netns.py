@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tbdkit import stacks
 from tbdkit.errors import UserError
-from tbdkit.launch import EventHandler, stream
+from tbdkit.launch.base import EventHandler, stream
 from tbdkit.spec import RunSpec
 
 PREFIX = "tbdkit-"  # every namespace this launcher makes starts with it (tests check none is left)

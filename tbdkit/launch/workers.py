@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tbdkit.agent import sink
+from tbdkit.results import sink
 from tbdkit.spec import RunSpec
 
 # torchrun's failure report: "rank: 1 (local_rank: 1)\n  exitcode: 3 (pid: 123)"

@@ -9,8 +9,9 @@ import pytest
 from mxnet import gluon
 
 from tbdkit import catalog
-from tbdkit.adapters.mxnet import MXNetAdapter, Precision, canonical_layers
-from tbdkit.canonical import reference_gru
+from tbdkit.adapters.mxnet import MXNetAdapter, Precision
+from tbdkit.describe.mxnet import canonical_layers
+from tbdkit.describe.canonical import reference_gru
 from stack_checks import (assert_learns, assert_padding_does_not_change_an_utterance,
                           assert_workload_file_is_clean)
 

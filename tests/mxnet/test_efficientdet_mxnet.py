@@ -141,7 +141,7 @@ def test_workload_file_is_clean():
 def test_depthwise_convolution_has_pytorchs_grouped_layout():
     """A Gluon Conv2D with groups = channels is listed as PyTorch's Conv2d(groups=C): weight (C, 1, kh, kw),
     its output positions counted; assigning the canonical weight back round-trips."""
-    from tbdkit.adapters.mxnet import canonical_layers
+    from tbdkit.describe.mxnet import canonical_layers
 
     model = mx.gluon.nn.HybridSequential()
     model.add(mx.gluon.nn.Conv2D(6, 3, 2, 1, groups=3, use_bias=False, in_channels=3))
@@ -158,7 +158,7 @@ def test_depthwise_convolution_has_pytorchs_grouped_layout():
 
 def test_fusion_weights_are_a_canonical_layer():
     """BiFPN's fast normalized fusion: sum relu(w_i) x_i / (sum relu(w_i) + 1e-4), listed as a "fusion" layer."""
-    from tbdkit.adapters.mxnet import canonical_layers
+    from tbdkit.describe.mxnet import canonical_layers
 
     class Holder(mx.gluon.HybridBlock):
         def __init__(self):

@@ -71,3 +71,9 @@ def test_held_bytes_are_read_at_each_record_end():
               {"ph": "C", "name": "Memory: cpu/0", "ts": 6, "args": {"Memory: cpu/0": 10**9}}]
     assert held_at_record_ends(events, c) == 800
     assert held_at_record_ends(events[:3], c) is None
+
+
+def test_the_mxnet_adapter_has_the_core_and_its_capabilities() -> None:
+    from stack_checks import assert_capabilities
+
+    assert_capabilities("mxnet", {"memory_breakdown", "optimizer_state"})

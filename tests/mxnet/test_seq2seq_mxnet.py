@@ -8,8 +8,9 @@ import pytest
 from mxnet import gluon
 
 from tbdkit import catalog
-from tbdkit.adapters.mxnet import MXNetAdapter, canonical_layers
-from tbdkit.canonical import reference_lstm
+from tbdkit.adapters.mxnet import MXNetAdapter
+from tbdkit.describe.mxnet import canonical_layers
+from tbdkit.describe.canonical import reference_lstm
 from stack_checks import (assert_learns, assert_padding_does_not_change_a_sentence,
                           assert_translation_outputs, assert_workload_file_is_clean)
 

@@ -210,3 +210,9 @@ def test_workspace_is_the_most_library_workspace_live_at_once() -> None:
     assert workspace_peak(trace) == 2000 + 512
     assert workspace_peak([e for e in trace if e["frames"] is not conv]) == 512
     assert workspace_peak([]) == 0
+
+
+def test_the_pytorch_adapter_has_the_core_and_its_capabilities() -> None:
+    from stack_checks import assert_capabilities
+
+    assert_capabilities("pytorch", {"distributed", "flop_count", "inference", "kernel_trace", "memory_breakdown", "peak_reset", "profiler_range"})

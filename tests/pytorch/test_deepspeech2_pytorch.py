@@ -116,8 +116,8 @@ def test_workload_files_hold_no_timing_logging_or_profiling():
 
 
 def test_gru_canonical_form_matches_the_reference_gru():
-    from tbdkit.adapters.pytorch import canonical_layers
-    from tbdkit.canonical import reference_gru
+    from tbdkit.describe.pytorch import canonical_layers
+    from tbdkit.describe.canonical import reference_gru
 
     gru = torch.nn.GRU(4, 5, bidirectional=True)
     x = torch.randn(7, 1, 4)
@@ -129,7 +129,7 @@ def test_gru_canonical_form_matches_the_reference_gru():
 
 
 def test_analytical_flops_agree_with_torch_flop_counter():
-    """tbdkit.canonical's forward FLOPs for the reference sample vs PyTorch's own count of the same pass."""
+    """tbdkit.describe.canonical's forward FLOPs for the reference sample vs PyTorch's own count of the same pass."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from tbdkit.describe import describe

@@ -89,8 +89,8 @@ def test_lstm_canonical_form_matches_the_reference_lstm():
     """PyTorch's bidirectional LSTM in canonical form (gates i, f, g, o, two biases) against the NumPy LSTM."""
     import numpy as np
 
-    from tbdkit.adapters.pytorch import canonical_layers
-    from tbdkit.canonical import reference_lstm
+    from tbdkit.describe.pytorch import canonical_layers
+    from tbdkit.describe.canonical import reference_lstm
 
     lstm = torch.nn.LSTM(4, 5, bidirectional=True)
     x = torch.randn(7, 1, 4, generator=torch.Generator().manual_seed(0))

@@ -8,8 +8,9 @@ import numpy as np
 import tensorflow as tf
 
 from tbdkit import catalog
-from tbdkit.adapters.tensorflow import Precision, TensorFlowAdapter, canonical_layers
-from tbdkit.canonical import reference_gru
+from tbdkit.adapters.tensorflow import Precision, TensorFlowAdapter
+from tbdkit.describe.tensorflow import canonical_layers
+from tbdkit.describe.canonical import reference_gru
 from stack_checks import (assert_learns, assert_padding_does_not_change_an_utterance,
                           assert_workload_file_is_clean)
 

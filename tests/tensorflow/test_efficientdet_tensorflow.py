@@ -97,7 +97,7 @@ def test_depthwise_convolution_has_pytorchs_grouped_layout():
     output positions counted; assigning the canonical weight back round-trips."""
     import keras
     import tensorflow as tf
-    from tbdkit.adapters.tensorflow import canonical_layers
+    from tbdkit.describe.tensorflow import canonical_layers
 
     layer = keras.layers.DepthwiseConv2D(3, 2, padding="same", depth_multiplier=2, use_bias=False)
     x = tf.constant(np.random.default_rng(0).normal(size=(1, 8, 8, 3)).astype(np.float32))
@@ -118,7 +118,7 @@ def test_fusion_weights_are_a_canonical_layer():
     """BiFPN's fast normalized fusion: sum relu(w_i) x_i / (sum relu(w_i) + 1e-4), listed as a "fusion" layer."""
     import keras
     import tensorflow as tf
-    from tbdkit.adapters.tensorflow import canonical_layers
+    from tbdkit.describe.tensorflow import canonical_layers
 
     class Holder(keras.Model):
         def __init__(self):

@@ -68,3 +68,9 @@ def test_a_loss_scale_wrapper_and_its_inner_optimizer_count_each_gradient_once()
     t = training(keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]), tf.ones((2, 4)), loss_scale=True)
     cats = breakdown(t.weights, [t.optimizer], lambda: state_of(t.optimizer), None, t.step)["categories"]
     assert cats["weight_gradients"]["bytes"] == (4 * 3 + 3) * 4
+
+
+def test_the_tensorflow_adapter_has_the_core_and_its_capabilities() -> None:
+    from stack_checks import assert_capabilities
+
+    assert_capabilities("tensorflow", {"memory_breakdown", "optimizer_state", "peak_reset"})

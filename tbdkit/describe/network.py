@@ -1,18 +1,20 @@
 """python -m tbdkit.describe --model M --framework F [--preset P]: the network as built by one
-framework, in canonical form (tbdkit.canonical), as JSON on stdout. Runs in that framework's stack."""
+framework, in canonical form (tbdkit.describe.canonical), as JSON on stdout. Runs in that framework's
+stack; tbdkit.describe.<framework> reads the framework's layers."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tbdkit import canonical, catalog
+from tbdkit import catalog
 from tbdkit.adapters import load as load_adapter
+from tbdkit.describe import canonical
 
 
 def describe(model_name: str, framework: str, preset: str, weights_from: Path | None = None,
@@ -30,8 +32,10 @@ def describe(model_name: str, framework: str, preset: str, weights_from: Path | 
     adapter: Any = load_adapter(framework, workload=workload, hp=hp, device="cpu", precision="fp32", seed=0)
     batch = data.reference_batch(hp)
     inputs = adapter.prepare(batch)
+    layers_of = importlib.import_module(f"tbdkit.describe.{framework}").canonical_layers
+
     def read() -> list[canonical.Layer]:
-        return canonical.name_layers(sys.modules[type(adapter).__module__].canonical_layers(
+        return canonical.name_layers(layers_of(
             adapter.training.model, lambda: workload.forward(adapter.training, inputs)))
 
     layers = read()
@@ -96,7 +100,3 @@ def in_stack(model_name: str, framework: str, preset: str) -> dict[str, Any]:
         raise UserError(f"Describing {model_name} on {framework} failed in its stack (exit {proc.returncode}: "
                         f"{last}): run `tbdkit setup {framework} --force` if the stack is damaged.")
     return json.loads(proc.stdout)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,180 @@
+"""TensorFlow's (Keras 3) network in canonical form (tbdkit.describe.canonical): its layers in
+forward order, their parameters in the canonical layouts, for `tbdkit describe` and the parity tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import numpy as np
+
+
+def _is_lstm_cell(layer: Any) -> bool:
+    """A cell with PyTorch's LSTM parameters (kernel, recurrent_kernel, bias_input, bias_hidden; gates i, f, g, o)."""
+    return all(hasattr(layer, a) for a in ("kernel", "recurrent_kernel", "bias_input", "bias_hidden"))
+
+
+def _is_fusion(layer: Any) -> bool:
+    """A layer holding the weights of a weighted sum of its inputs (BiFPN's fast normalized fusion)."""
+    return isinstance(getattr(layer, "edge_weights", None), keras.Variable)
+
+
+def _positions(layer: Any, out: Any) -> int:
+    if isinstance(layer, (keras.layers.Conv2D, keras.layers.DepthwiseConv2D)):
+        return int(out.shape[0] * out.shape[1] * out.shape[2])  # every map in the batch (a detector head: one per RoI)
+    if isinstance(layer, (keras.layers.Dense, keras.layers.Embedding)):
+        return int(np.prod(out.shape[:-1]))
+    if isinstance(layer, keras.layers.GRU):
+        sequence = out[0] if isinstance(out, (list, tuple)) else out
+        return int(sequence.shape[1])
+    if _is_lstm_cell(layer):
+        return int(out[0].shape[0])
+    if isinstance(layer, keras.layers.RNN):  # wrapping an LSTM cell: its steps, from the output sequence
+        return int((out[0] if isinstance(out, (list, tuple)) else out).shape[1])
+    return 0
+
+
+def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
+    """The model's layers in forward order, parameters in tbdkit.describe.canonical's layouts, with the output
+    positions each layer's weights were applied at during `forward()` (run eagerly on one sample),
+    summed over the layer's calls. A layer with a `tied_to` embedding is a dense layer using that
+    embedding's table as its weight (BERT's decoder). Learned scalars held by the model itself come
+    last ("scale")."""
+    from tbdkit.describe.canonical import Layer, gates_from_canonical, reorder_gates
+
+    kinds = (keras.layers.Conv2D, keras.layers.Conv2DTranspose, keras.layers.DepthwiseConv2D, keras.layers.BatchNormalization, keras.layers.GRU, keras.layers.Dense,
+             keras.layers.Embedding, keras.layers.LayerNormalization,
+             keras.layers.GroupNormalization)
+    everything = list(model._flatten_layers(include_self=True, recursive=True))
+    # An LSTM cell inside a keras RNN is counted by the RNN's output (the RNN calls it once more
+    # than there are steps, to learn its output's shape); a cell called directly, by its calls.
+    wrapped = {id(x.cell) for x in everything if isinstance(x, keras.layers.RNN) and _is_lstm_cell(x.cell)}
+    # (an RNN over an LSTM cell counts even when it is the model handed in, as a test's lone layer)
+    sublayers = [x for x in everything if (
+                 (x is not model and (isinstance(x, kinds) or hasattr(x, "tied_to") or _is_fusion(x)
+                                      or (_is_lstm_cell(x) and id(x) not in wrapped)))
+                 or (isinstance(x, keras.layers.RNN) and id(getattr(x, "cell", None)) in wrapped))]
+    in_bidirectional = {id(b.forward_layer) for b in everything if isinstance(b, keras.layers.Bidirectional)}
+    seen: dict[int, tuple[Any, int]] = {}  # insertion order = order of first call
+
+    def hook(layer: Any) -> None:
+        original = layer.call
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            out = original(*args, **kwargs)
+            if isinstance(layer, keras.layers.Conv2DTranspose):  # counted at its input (canonical.LAYOUTS)
+                n = int(np.prod(args[0].shape[:3]))
+            else:
+                n = int(np.prod(out.shape[:-1])) if hasattr(layer, "tied_to") else _positions(layer, out)
+            seen[id(layer)] = (layer, seen.get(id(layer), (layer, 0))[1] + n)
+            return out
+        object.__setattr__(layer, "call", call)
+
+    for layer in sublayers:
+        hook(layer)
+    try:
+        forward()
+    finally:
+        for layer in sublayers:
+            object.__delattr__(layer, "call")
+    layers: list[Any] = []
+    canon: dict[str, tuple[Any, Any, Any]]  # canonical name: (variable, to canonical layout, back)
+    for layer, positions in seen.values():
+        if isinstance(layer, keras.layers.RNN) and id(layer.cell) in wrapped:
+            layer = layer.cell
+        if hasattr(layer, "tied_to"):  # with a bias of its own (BERT's decoder) or none (the Transformer's)
+            canon = {"bias": (layer.bias, None, None)} if getattr(layer, "bias", None) is not None else {}
+            layers.append(Layer("dense", {k: v.numpy() for k, (v, _, _) in canon.items()}, positions=positions,
+                                tied={"weight": tuple(layer.tied_to.embeddings.shape)}, assign=_setter(canon)))
+            continue
+        if _is_fusion(layer):  # fusion weights (BiFPN's edge_weights): one per input
+            canon = {"weights": (layer.edge_weights, None, None)}
+            layers.append(Layer("fusion", {"weights": layer.edge_weights.numpy()}, assign=_setter(canon)))
+            continue
+        if isinstance(layer, keras.layers.Conv2D):
+            canon = {"weight": (layer.kernel, lambda a: np.transpose(a, (3, 2, 0, 1)),
+                                lambda a: np.transpose(a, (2, 3, 1, 0)))}
+            kind = "conv2d"
+        elif isinstance(layer, keras.layers.Conv2DTranspose):  # (kh, kw, out, in) -> PyTorch's (in, out, kh, kw)
+            canon = {"weight": (layer.kernel, lambda a: np.transpose(a, (3, 2, 0, 1)),
+                                lambda a: np.transpose(a, (2, 3, 1, 0)))}
+            kind = "conv_transpose2d"
+        elif isinstance(layer, keras.layers.DepthwiseConv2D):  # PyTorch's grouped conv: (C x M, 1, kh, kw)
+            canon = {"weight": (layer.kernel, _depthwise_to_canonical,
+                                lambda a, shape=tuple(layer.kernel.shape): _depthwise_from_canonical(a, shape))}
+            kind = "conv2d"
+        elif isinstance(layer, keras.layers.BatchNormalization):  # scale/center off: no gamma/beta
+            canon = {k: (v, None, None) for k, v in (("gamma", layer.gamma), ("beta", layer.beta)) if v is not None}
+            kind, positions = "batchnorm", 0
+        elif isinstance(layer, (keras.layers.LayerNormalization, keras.layers.GroupNormalization)):
+            if isinstance(layer, keras.layers.GroupNormalization) and layer.groups != 1:
+                raise ValueError(f"{layer.name}: only GroupNormalization(groups=1), a layer norm, has a canonical layout")
+            canon = {"gamma": (layer.gamma, None, None), "beta": (layer.beta, None, None)}
+            kind, positions = "layernorm", 0
+        elif isinstance(layer, keras.layers.Dense):
+            canon = {"weight": (layer.kernel, np.transpose, np.transpose)}
+            kind = "dense"
+        elif isinstance(layer, keras.layers.Embedding):
+            canon, kind = {"weight": (layer.embeddings, None, None)}, "embedding"
+        elif _is_lstm_cell(layer):
+            canon = {"w_input": (layer.kernel, np.transpose, np.transpose),
+                     "w_hidden": (layer.recurrent_kernel, np.transpose, np.transpose),
+                     "b_input": (layer.bias_input, None, None), "b_hidden": (layer.bias_hidden, None, None)}
+            layers.append(Layer("lstm", {k: (to(v.numpy()) if to else v.numpy()) for k, (v, to, _) in canon.items()},
+                                positions=positions, direction=getattr(layer, "direction", None),
+                                assign=_setter(canon)))
+            continue
+        else:
+            layers.append(_canonical_gru(layer, positions, id(layer) in in_bidirectional, Layer, reorder_gates,
+                                         gates_from_canonical))
+            continue
+        if kind in ("conv2d", "conv_transpose2d", "dense") and layer.use_bias:
+            canon["bias"] = (layer.bias, None, None)
+        layers.append(Layer(kind, {k: (to(v.numpy()) if to else v.numpy()) for k, (v, to, _) in canon.items()},
+                            positions=positions, assign=_setter(canon)))
+    held = {id(w) for layer in everything if layer is not model for w in layer.trainable_weights}
+    for w in model.trainable_weights:
+        if id(w) not in held and int(np.prod(w.shape)) == 1:
+            canon = {"value": (w, lambda a: np.reshape(a, ()), lambda a, shape=tuple(w.shape): np.reshape(a, shape))}
+            layers.append(Layer("scale", {"value": np.reshape(w.numpy(), ())}, assign=_setter(canon)))
+    return layers
+
+
+def _depthwise_to_canonical(kernel: np.ndarray) -> np.ndarray:
+    """A depthwise kernel (kh, kw, C, M) as PyTorch's Conv2d(groups=C) weight (C x M, 1, kh, kw)."""
+    kh, kw, c, m = kernel.shape
+    return np.transpose(kernel, (2, 3, 0, 1)).reshape(c * m, 1, kh, kw)
+
+
+def _depthwise_from_canonical(weight: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    kh, kw, c, m = shape
+    return np.transpose(np.reshape(weight, (c, m, kh, kw)), (2, 3, 0, 1))
+
+
+def _setter(canon: dict[str, tuple[Any, Any, Any]]) -> Any:
+    """Assigns canonical arrays to Keras variables, each through its inverse layout change."""
+    def assign(arrays: dict[str, np.ndarray]) -> None:
+        for key, (variable, _, back) in canon.items():
+            variable.assign(back(arrays[key]) if back else arrays[key])
+    return assign
+
+
+def _canonical_gru(layer: Any, steps: int, in_bidirectional: bool, Layer: Any, reorder: Any, unorder: Any) -> Any:
+    cell = layer.cell
+    if not cell.reset_after:
+        raise ValueError(f"{layer.name}: a GRU with reset_after=False is a different network from "
+                         "PyTorch's and cuDNN's; build it with reset_after=True")
+    direction = "backward" if layer.go_backwards else "forward" if in_bidirectional else None
+    bias = cell.bias.numpy()
+    params = {
+        "w_input": reorder(cell.kernel.numpy().T, "zrn"),
+        "w_hidden": reorder(cell.recurrent_kernel.numpy().T, "zrn"),
+        "b_input": reorder(bias[0], "zrn"),
+        "b_hidden": reorder(bias[1], "zrn"),
+    }
+
+    def assign(arrays: dict[str, np.ndarray]) -> None:
+        cell.kernel.assign(unorder(arrays["w_input"], "zrn").T)
+        cell.recurrent_kernel.assign(unorder(arrays["w_hidden"], "zrn").T)
+        cell.bias.assign(np.stack([unorder(arrays["b_input"], "zrn"), unorder(arrays["b_hidden"], "zrn")]))
+    return Layer("gru", params, positions=steps, direction=direction, assign=assign)

@@ -1,0 +1,57 @@
+"""The one launcher interface. A launcher starts the agent (`python -m tbdkit.agent`) for a spec
+whose run folder holds spec.json, passes the agent's progress events on, and returns the agent's
+exit code; the run folder's summary is finished by `tbdkit.launch.finalize`, the same for all.
+
+The launcher reaches the agent only as a process: the agent's stdout lines that start with
+EVENT_PREFIX are its events (tbdkit.agent.events writes them), every other line goes to the log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from tbdkit.spec import RunSpec
+
+EventHandler = Callable[[dict[str, Any]], None]
+
+EVENT_PREFIX = "@@tbdkit "  # the agent's side: tbdkit.agent.events.PREFIX (a test holds the two equal)
+
+
+class Launcher(Protocol):
+    """native, netns (modules) and docker (DockerLauncher, which holds the image it checked)."""
+
+    def run(self, spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int: ...
+
+
+def parse_event(line: str) -> dict[str, Any] | None:
+    """The event an agent's stdout line carries, or None for any other line."""
+    if not line.startswith(EVENT_PREFIX):
+        return None
+    try:
+        event = json.loads(line[len(EVENT_PREFIX):])
+    except json.JSONDecodeError:
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def stream(proc: subprocess.Popen[str], log: IO[str], on_event: EventHandler, interrupt: Callable[[], None]) -> int:
+    """Pass the agent's events to `on_event` and its other stdout lines to the log until it
+    exits; each Ctrl-C calls `interrupt` (the agent stops at the next iteration, or at once on
+    a second) and the stream goes on."""
+    assert proc.stdout is not None
+    while True:
+        try:
+            for line in proc.stdout:
+                event = parse_event(line)
+                if event is None:
+                    log.write(line)
+                else:
+                    on_event(event)
+            return proc.wait()
+        except KeyboardInterrupt:
+            if proc.poll() is None:
+                interrupt()
+            on_event({"event": "interrupt"})
