@@ -1,6 +1,6 @@
 """The canonical layouts `describe` prints: one entry per layer kind, each covering every layer mapped to it."""
 
-from tbdkit import canonical
+from tbdkit.describe import canonical
 
 
 def test_layernorm_layout_covers_groupnorm_channels():
