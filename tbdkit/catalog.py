@@ -107,8 +107,17 @@ def check_framework(model: Model, framework: str) -> None:
         )
 
 
+def workloads_on_path() -> None:
+    """Put workloads/ on the import path, once, so that a workload file can import the package its
+    family shares (`from _shared import ...`); no workload file touches sys.path itself."""
+    root = str(workloads_dir())
+    if root not in sys.path:
+        sys.path.append(root)
+
+
 def load_module(model: Model, part: str) -> ModuleType:
     """Import workloads/<model>/<part>.py by path (workloads are files, not an installed package)."""
+    workloads_on_path()
     path = model.folder / f"{part}.py"
     name = f"tbdkit_workloads.{model.name}.{part}"
     if name in sys.modules:

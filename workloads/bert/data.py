@@ -7,7 +7,6 @@ BertForQuestionAnswering take them (labels + next_sentence_label, or start/end p
 """
 
 import json
-import sys
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,9 +15,7 @@ from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import chosen, how_checked, utf8_problem  # noqa: E402
+from _shared.checks import chosen, how_checked, utf8_problem
 
 Hparams = Mapping[str, Any]
 

@@ -6,7 +6,6 @@ log spectrograms shaped (N, 1, F, T) plus CTC targets.
 """
 
 import logging
-import sys
 import tomllib
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -16,9 +15,7 @@ from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import chosen, how_checked  # noqa: E402
+from _shared.checks import chosen, how_checked
 
 Hparams = Mapping[str, Any]
 

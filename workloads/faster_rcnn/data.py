@@ -6,7 +6,6 @@ one target per image: "boxes" (K, 4) float32 as (x1, y1, x2, y2) in pixels and "
 int64 in 1..num_classes-1 (0 is the background). Mask R-CNN's pipeline builds on this module.
 """
 
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,9 +14,7 @@ from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import chosen, how_checked, image_errors, image_problem  # noqa: E402
+from _shared.checks import chosen, how_checked, image_errors, image_problem
 
 Hparams = Mapping[str, Any]
 Target = dict[str, np.ndarray]

@@ -7,20 +7,16 @@ times, logs or profiles.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 import torchvision
 from torch import nn
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the classifiers' shared pieces
-    sys.path.append(str(Path(__file__).parents[1]))
-from _vision import torch_classifier as classifier  # noqa: E402
+from _shared import torch_classifier as classifier
 
-# the batch layout and the inference pass are the shared classifier's (workloads/_vision)
+# the batch layout and the inference pass are the shared classifier's (workloads/_shared)
 to_device, forward = classifier.to_device, classifier.forward
 
 

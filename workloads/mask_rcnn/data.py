@@ -8,7 +8,6 @@ Labels are COCO category ids (1..90), as torchvision's detectors and effdet use.
 """
 
 import json
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +15,8 @@ from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: Faster R-CNN's detection pipeline
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import how_checked  # noqa: E402
-from _common.sibling import load  # noqa: E402
+from _shared.checks import how_checked
+from _shared.sibling import load
 
 _detection = load("faster_rcnn", "data")
 Batch = _detection.Batch

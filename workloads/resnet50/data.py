@@ -6,7 +6,6 @@ RGB crops shaped (N, 3, S, S) float32 and int64 class labels. Inception-v3 reads
 (its workload loads this module) with its own crop size.
 """
 
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,9 +13,7 @@ from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import chosen, exclude_hint, how_checked, image_errors, image_problem  # noqa: E402
+from _shared.checks import chosen, exclude_hint, how_checked, image_errors, image_problem
 
 Hparams = Mapping[str, Any]
 

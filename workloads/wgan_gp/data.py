@@ -5,7 +5,6 @@ of one WGAN-GP iteration: hp["critic_iters"] slices of `batch_size` images, shap
 (critic_iters, N, 3, S, S) float32 in [-1, 1] (gan_64x64.py scales 0..255 as 2 * (x / 255 - 0.5)).
 """
 
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +12,7 @@ from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import chosen, exclude_hint, how_checked, image_errors  # noqa: E402
+from _shared.checks import chosen, exclude_hint, how_checked, image_errors
 
 Hparams = Mapping[str, Any]
 

@@ -15,7 +15,6 @@ masked by the lengths (sources padded with </s>, labels with -100), so no id is 
 from __future__ import annotations
 
 import mmap
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,9 +23,7 @@ from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import utf8_problem  # noqa: E402
+from _shared.checks import utf8_problem
 
 Hparams = Mapping[str, Any]
 
