@@ -115,6 +115,14 @@ def workloads_on_path() -> None:
         sys.path.append(root)
 
 
+def is_data_error(exc: BaseException) -> bool:
+    """Whether `exc` is the workloads' DataError (workloads/_shared/errors.py): a problem with the data
+    that its user can fix, reported as its one sentence without a traceback. A raised DataError's
+    module is already imported, so this imports nothing."""
+    shared = sys.modules.get("_shared.errors")
+    return shared is not None and isinstance(exc, shared.DataError)
+
+
 def load_module(model: Model, part: str) -> ModuleType:
     """Import workloads/<model>/<part>.py by path (workloads are files, not an installed package)."""
     workloads_on_path()

@@ -17,3 +17,23 @@ def test_the_shared_code_lives_in_one_package() -> None:
     shared = sorted(p.name for p in WORKLOADS.iterdir() if p.is_dir() and p.name.startswith("_"))
     assert shared == ["_shared"], shared
     assert (WORKLOADS / "_shared" / "__init__.py").is_file()
+
+
+def test_every_reader_raises_the_one_shared_data_error() -> None:
+    from tbdkit import catalog
+    from workload_data import load_data
+
+    readers = {m: load_data(m) for m in catalog.models()}
+    from _shared.errors import DataError  # on the path now, as the catalog's loader puts it
+
+    assert {m: d.DataError is DataError for m, d in readers.items()} == {m: True for m in readers}
+
+
+def test_the_kit_tells_the_shared_data_error_from_a_lookalike() -> None:
+    from tbdkit import catalog
+    from workload_data import load_data
+
+    shared = load_data("deepspeech2").DataError
+    lookalike = type("DataError", (Exception,), {})
+    assert catalog.is_data_error(shared("no utterances: pass a LibriSpeech folder"))
+    assert not catalog.is_data_error(lookalike("x")) and not catalog.is_data_error(ValueError("x"))

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from _shared.checks import utf8_problem
+from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 
@@ -33,10 +34,6 @@ SPECIALS = (UNK, BOS, EOS)
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 IGNORE = -100  # label of padded target positions (PyTorch's cross-entropy ignore_index)
 CHUNK_BYTES = 1 << 26  # line_offsets reads 64 MiB at a time: WMT14's 600 MB sides never sit in memory whole
-
-
-class DataError(Exception):
-    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
 
 
 @dataclass(frozen=True, eq=False)

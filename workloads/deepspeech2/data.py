@@ -16,16 +16,13 @@ from typing import Any
 import numpy as np
 
 from _shared.checks import chosen, how_checked
+from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 
 SYNTHETIC = "synthetic"
 MAX_UTTERANCE_S = 3600.0  # longer than any LibriSpeech utterance (35 s): a header beyond it is damaged
 log = logging.getLogger("tbdkit.workloads.deepspeech2")
-
-
-class DataError(Exception):
-    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,7 +376,6 @@ def reference_batch(hp: Hparams) -> Batch:
     frames = frames_for(duration, hp)
     labels = np.ones(_synthetic_label_length(duration, frames, hp), dtype=np.int32)
     return collate([np.zeros((int(hp["frequency_bins"]), frames), dtype=np.float32)], [labels], [duration])
-
 
 
 def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:

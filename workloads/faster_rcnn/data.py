@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from _shared.checks import chosen, how_checked, image_errors, image_problem
+from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 Target = dict[str, np.ndarray]
@@ -25,10 +26,6 @@ VOC_CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "
                "train", "tvmonitor")
 VOC_HINT = ("pass the VOC2007 folder of VOCdevkit, which holds Annotations/*.xml, JPEGImages/*.jpg "
             "and ImageSets/Main/trainval.txt")
-
-
-class DataError(Exception):
-    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from _shared.checks import chosen, exclude_hint, how_checked
+from _shared.errors import DataError
 from _shared.sibling import load
 
 go = load("minigo", "go_rules")  # go_rules.py: the rules of Go, in NumPy
@@ -24,10 +25,6 @@ go = load("minigo", "go_rules")  # go_rules.py: the rules of Go, in NumPy
 Hparams = Mapping[str, Any]
 
 SYNTHETIC = "synthetic"
-
-
-class DataError(Exception):
-    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
 
 
 @dataclass(frozen=True, eq=False)

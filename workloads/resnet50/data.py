@@ -14,16 +14,13 @@ from typing import Any
 import numpy as np
 
 from _shared.checks import chosen, exclude_hint, how_checked, image_errors, image_problem
+from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 
 SYNTHETIC = "synthetic"
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 LAYOUT_HINT = "pass the ImageNet train folder whose class subfolders (n01440764, ...) hold the JPEGs"
-
-
-class DataError(Exception):
-    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
 
 
 @dataclass(frozen=True, eq=False)

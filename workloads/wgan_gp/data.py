@@ -13,15 +13,12 @@ from typing import Any
 import numpy as np
 
 from _shared.checks import chosen, exclude_hint, how_checked, image_errors
+from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 
 SYNTHETIC = "synthetic"
 LAYOUT_HINT = "pass the train_64x64 folder of Downsampled ImageNet 64x64 (image-net.org/small), which holds the PNGs"
-
-
-class DataError(Exception):
-    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
 
 
 @dataclass(frozen=True, eq=False)
