@@ -34,6 +34,12 @@ class Model:
         return str(self.info["throughput_unit"])
 
     @property
+    def dominant_layer(self) -> str:
+        """The layer kind that dominates the model's compute, as the TBD paper classifies it (Table I):
+        "CONV", "LSTM", "Attention", "RNN (GRU)", ...; the report groups models by it."""
+        return str(self.info["dominant_layer"])
+
+    @property
     def sample_unit(self) -> str:
         return str(self.info.get("sample_unit", "samples/s"))
 
@@ -63,6 +69,9 @@ class Model:
 
 def _load(folder: Path) -> Model:
     data = tomllib.loads((folder / "workload.toml").read_text())
+    if "dominant_layer" not in data.get("model", {}):
+        raise UserError(f"{folder / 'workload.toml'} has no [model] dominant_layer: add the layer kind that "
+                        "dominates its compute (\"CONV\", \"LSTM\", \"Attention\", ...), as the paper's Table I.")
     frameworks = tuple(f for f in KNOWN_FRAMEWORKS if (folder / f"{f}.py").is_file())
     return Model(
         name=data["model"]["name"],

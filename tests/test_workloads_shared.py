@@ -37,3 +37,37 @@ def test_the_kit_tells_the_shared_data_error_from_a_lookalike() -> None:
     lookalike = type("DataError", (Exception,), {})
     assert catalog.is_data_error(shared("no utterances: pass a LibriSpeech folder"))
     assert not catalog.is_data_error(lookalike("x")) and not catalog.is_data_error(ValueError("x"))
+
+
+def test_each_workload_toml_names_the_papers_dominant_layer() -> None:
+    import tomllib
+
+    from tbdkit import catalog
+    paper = tomllib.loads((Path(__file__).resolve().parents[1] / "tbdkit" / "report" / "tbd-paper.toml").read_text())
+    assert {m.name: m.dominant_layer for m in catalog.models().values()} == \
+        {m["name"]: m["dominant_layer"] for m in paper["model"]}
+
+
+def test_the_reports_model_families_come_from_each_workload_toml(tmp_path, monkeypatch) -> None:
+    from tbdkit.report import runs
+
+    for name, layer in (("gru_net", "RNN (GRU)"), ("lstm_net", "LSTM"), ("conv_net", "CONV")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "workload.toml").write_text(f'[model]\nname = "{name}"\ndominant_layer = "{layer}"\n')
+    monkeypatch.setenv("TBDKIT_WORKLOADS", str(tmp_path))
+    assert runs.layer_family("RNN", "LSTM") == {"gru_net", "lstm_net"} and runs.layer_family("LSTM") == {"lstm_net"}
+    monkeypatch.delenv("TBDKIT_WORKLOADS")
+    assert runs.RNN_MODELS == {"deepspeech2", "seq2seq"} and runs.LSTM_MODELS == {"seq2seq"}
+
+
+def test_a_workload_toml_without_its_dominant_layer_is_one_clear_error(tmp_path, monkeypatch) -> None:
+    import pytest
+
+    from tbdkit import catalog
+    from tbdkit.errors import UserError
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "workload.toml").write_text('[model]\nname = "m"\n')
+    monkeypatch.setenv("TBDKIT_WORKLOADS", str(tmp_path))
+    with pytest.raises(UserError, match="dominant_layer"):
+        catalog.models()
