@@ -71,3 +71,9 @@ def test_a_workload_toml_without_its_dominant_layer_is_one_clear_error(tmp_path,
     monkeypatch.setenv("TBDKIT_WORKLOADS", str(tmp_path))
     with pytest.raises(UserError, match="dominant_layer"):
         catalog.models()
+
+
+def test_the_readers_share_one_dispatcher_and_one_synthetic_name() -> None:
+    texts = {p.parent.name: p.read_text() for p in sorted(WORKLOADS.glob("*/data.py"))}
+    assert [m for m, t in texts.items() if 'SYNTHETIC = "synthetic"' in t] == []
+    assert [m for m, t in texts.items() if "if source == SYNTHETIC:\n        return synthetic_batches" in t] == []

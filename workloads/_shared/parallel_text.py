@@ -23,12 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from _shared.batches import SYNTHETIC, dispatch
 from _shared.checks import utf8_problem
 from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 
-SYNTHETIC = "synthetic"
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
 SPECIALS = (UNK, BOS, EOS)
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
@@ -253,11 +253,7 @@ def file_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterato
 
 def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
     """Batches from "synthetic" or from a folder of tokenized parallel text."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if source == SYNTHETIC:
-        return synthetic_batches(hp, batch_size, seed)
-    return file_batches(Path(source), hp, batch_size, seed)
+    return dispatch(source, hp, batch_size, seed, synthetic_batches, file_batches)
 
 
 def describe_synthetic(hp: Hparams, corpus: str) -> str:

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from _shared.batches import SYNTHETIC
 from _shared.checks import chosen, how_checked, utf8_problem
 from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 
-SYNTHETIC = "synthetic"
 SAMPLE_BYTES = 1 << 20  # of each sampled shard, the check before a run decodes the first MiB
 IGNORE = -100
 SPECIAL_TOKENS = {"pad_id": "[PAD]", "unk_id": "[UNK]", "cls_id": "[CLS]", "sep_id": "[SEP]", "mask_id": "[MASK]"}

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from _shared.batches import SYNTHETIC, dispatch
 from _shared.checks import chosen, how_checked
 from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 
-SYNTHETIC = "synthetic"
 MAX_UTTERANCE_S = 3600.0  # longer than any LibriSpeech utterance (35 s): a header beyond it is damaged
 log = logging.getLogger("tbdkit.workloads.deepspeech2")
 
@@ -380,11 +380,7 @@ def reference_batch(hp: Hparams) -> Batch:
 
 def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
     """Batches from "synthetic" or from a LibriSpeech folder path."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if source == SYNTHETIC:
-        return synthetic_batches(hp, batch_size, seed)
-    return librispeech_batches(Path(source), hp, batch_size, seed)
+    return dispatch(source, hp, batch_size, seed, synthetic_batches, librispeech_batches)
 
 
 def check_source(source: str, hp: Hparams, full: bool = False) -> str:

@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from _shared.batches import SYNTHETIC, dispatch
 from _shared.checks import chosen, how_checked, image_errors, image_problem
 from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 Target = dict[str, np.ndarray]
 
-SYNTHETIC = "synthetic"
 VOC_CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
                "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
                "train", "tvmonitor")
@@ -273,11 +273,7 @@ def voc_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterator
 
 def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
     """Batches from "synthetic" or from a Pascal VOC folder path."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if source == SYNTHETIC:
-        return synthetic_batches(hp, batch_size, seed)
-    return voc_batches(Path(source), hp, batch_size, seed)
+    return dispatch(source, hp, batch_size, seed, synthetic_batches, voc_batches)
 
 
 def check_source(source: str, hp: Hparams, full: bool = False) -> str:

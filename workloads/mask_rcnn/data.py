@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from _shared.batches import SYNTHETIC, dispatch
 from _shared.checks import how_checked
 from _shared.sibling import load
 
@@ -24,7 +25,6 @@ DataError = _detection.DataError
 Hparams = Mapping[str, Any]
 Target = dict[str, np.ndarray]
 
-SYNTHETIC = "synthetic"
 COCO_HINT = ("pass the COCO folder that holds annotations/instances_train2017.json and the train2017 "
              "folder of images it names")
 
@@ -190,11 +190,7 @@ def coco_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterato
 
 def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
     """Batches from "synthetic" or from a COCO-format dataset folder."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if source == SYNTHETIC:
-        return synthetic_batches(hp, batch_size, seed)
-    return coco_batches(Path(source), hp, batch_size, seed)
+    return dispatch(source, hp, batch_size, seed, synthetic_batches, coco_batches)
 
 
 def check_source(source: str, hp: Hparams, full: bool = False) -> str:

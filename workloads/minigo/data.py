@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from _shared.batches import SYNTHETIC
 from _shared.checks import chosen, exclude_hint, how_checked
 from _shared.errors import DataError
 from _shared.sibling import load
@@ -23,8 +24,6 @@ from _shared.sibling import load
 go = load("minigo", "go_rules")  # go_rules.py: the rules of Go, in NumPy
 
 Hparams = Mapping[str, Any]
-
-SYNTHETIC = "synthetic"
 
 
 @dataclass(frozen=True, eq=False)

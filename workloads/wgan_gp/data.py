@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from _shared.batches import SYNTHETIC, dispatch
 from _shared.checks import chosen, exclude_hint, how_checked, image_errors
 from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 
-SYNTHETIC = "synthetic"
 LAYOUT_HINT = "pass the train_64x64 folder of Downsampled ImageNet 64x64 (image-net.org/small), which holds the PNGs"
 
 
@@ -138,11 +138,7 @@ def folder_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Itera
 
 def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
     """Batches from "synthetic" or from a Downsampled ImageNet folder path."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if source == SYNTHETIC:
-        return synthetic_batches(hp, batch_size, seed)
-    return folder_batches(Path(source), hp, batch_size, seed)
+    return dispatch(source, hp, batch_size, seed, synthetic_batches, folder_batches)
 
 
 def check_source(source: str, hp: Hparams, full: bool = False) -> str:
