@@ -77,3 +77,10 @@ def test_the_readers_share_one_dispatcher_and_one_synthetic_name() -> None:
     texts = {p.parent.name: p.read_text() for p in sorted(WORKLOADS.glob("*/data.py"))}
     assert [m for m, t in texts.items() if 'SYNTHETIC = "synthetic"' in t] == []
     assert [m for m, t in texts.items() if "if source == SYNTHETIC:\n        return synthetic_batches" in t] == []
+
+
+def test_the_pytorch_amp_update_is_written_once() -> None:
+    copies = [p.parent.name for p in sorted(WORKLOADS.glob("*/pytorch.py"))
+              if "precision.scaler.scale(loss).backward()" in p.read_text()]
+    assert copies == []
+    assert "precision.scaler.scale(loss).backward()" in (WORKLOADS / "_shared" / "torch_amp.py").read_text()

@@ -13,6 +13,7 @@ import torch
 import torchvision
 from torch import nn
 
+from _shared import torch_amp as amp
 from _shared import torch_classifier as classifier
 
 # the batch layout and the inference pass are the shared classifier's (workloads/_shared)
@@ -45,7 +46,5 @@ def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: A
     with precision.autocast():
         logits = training.model(inputs["images"])
     loss = training.loss(logits.float(), inputs["labels"])
-    precision.scaler.scale(loss).backward()
-    precision.scaler.step(training.optimizer)
-    precision.scaler.update()
+    amp.scaled_update(loss, training.optimizer, precision)
     return loss.detach()
