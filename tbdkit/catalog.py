@@ -38,6 +38,12 @@ class Model:
         return str(self.info["throughput_unit"])
 
     @property
+    def dominant_layer(self) -> str:
+        """The layer kind that dominates the model's compute, as the TBD paper classifies it (Table I):
+        "CONV", "LSTM", "Attention", "RNN (GRU)", ...; the report groups models by it."""
+        return str(self.info["dominant_layer"])
+
+    @property
     def sample_unit(self) -> str:
         return str(self.info.get("sample_unit", "samples/s"))
 
@@ -67,6 +73,9 @@ class Model:
 
 def _load(folder: Path) -> Model:
     data = tomllib.loads((folder / "workload.toml").read_text())
+    if "dominant_layer" not in data.get("model", {}):
+        raise UserError(f"{folder / 'workload.toml'} has no [model] dominant_layer: add the layer kind that "
+                        "dominates its compute (\"CONV\", \"LSTM\", \"Attention\", ...), as the paper's Table I.")
     frameworks = tuple(f for f in KNOWN_FRAMEWORKS if (folder / f"{f}.py").is_file())
     return Model(
         name=data["model"]["name"],
@@ -111,8 +120,25 @@ def check_framework(model: Model, framework: str) -> None:
         )
 
 
+def workloads_on_path() -> None:
+    """Put workloads/ on the import path, once, so that a workload file can import the package its
+    family shares (`from _shared import ...`); no workload file touches sys.path itself."""
+    root = str(workloads_dir())
+    if root not in sys.path:
+        sys.path.append(root)
+
+
+def is_data_error(exc: BaseException) -> bool:
+    """Whether `exc` is the workloads' DataError (workloads/_shared/errors.py): a problem with the data
+    that its user can fix, reported as its one sentence without a traceback. A raised DataError's
+    module is already imported, so this imports nothing."""
+    shared = sys.modules.get("_shared.errors")
+    return shared is not None and isinstance(exc, shared.DataError)
+
+
 def load_module(model: Model, part: str) -> ModuleType:
     """Import workloads/<model>/<part>.py by path (workloads are files, not an installed package)."""
+    workloads_on_path()
     path = model.folder / f"{part}.py"
     name = f"tbdkit_workloads.{model.name}.{part}"
     if name in sys.modules:

@@ -45,7 +45,7 @@ def _friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except Exception as exc:
             # UserError, and a workload's DataError (workloads cannot import the kit's class)
-            if not isinstance(exc, UserError) and type(exc).__name__ != "DataError":
+            if not isinstance(exc, UserError) and not catalog.is_data_error(exc):
                 raise
             err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
             raise typer.Exit(2) from None

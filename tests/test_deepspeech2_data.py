@@ -11,10 +11,13 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from tbdkit import catalog
+
 WORKLOAD = Path(__file__).parents[1] / "workloads" / "deepspeech2"
 
 
 def _load_data():
+    catalog.workloads_on_path()  # the workloads' shared package, as the catalog's loader has it
     spec = importlib.util.spec_from_file_location("ds2_data_under_test", WORKLOAD / "data.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

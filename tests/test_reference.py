@@ -49,7 +49,7 @@ def test_the_suite_is_every_pytorch_model() -> None:
 def _third_party_imports(path: Path) -> set[str]:
     """Root modules a workload file imports when loaded (module level; a reader's lazy imports, such
     as soundfile or PIL for real data, are not needed by the synthetic reference runs), less the
-    standard library and the workloads' own modules (_common, _vision, go_rules, ...)."""
+    standard library and the workloads' own modules (_shared, ...)."""
     roots = set()
     for node in ast.parse(path.read_text()).body:
         if isinstance(node, ast.Import):

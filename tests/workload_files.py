@@ -8,10 +8,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tbdkit import catalog
+
 WORKLOADS = Path(__file__).parents[1] / "workloads"
 
 
 def load_data(model: str) -> ModuleType:
+    catalog.workloads_on_path()  # the workloads' shared package, as the catalog's loader has it
     spec = importlib.util.spec_from_file_location(f"{model}_data_under_test", WORKLOADS / model / "data.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -72,7 +72,7 @@ def _classify(exc: BaseException, adapter: Any, memory_limited: bool = False) ->
     if oom:
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return "oom", f"out of memory ({detail})"
-    if type(exc).__name__ == "DataError":
+    if catalog.is_data_error(exc):
         return "failed", str(exc)
     return "failed", f"{type(exc).__name__}: {exc}"
 
@@ -234,7 +234,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
     except BaseException as exc:  # the run directory must say what happened, whatever it was
         status, message = _classify(exc, adapter, bool(spec.memory_limit_mb))
         summary["status"], summary["error"] = status, message
-        if status == "failed" and type(exc).__name__ != "DataError":
+        if status == "failed" and not catalog.is_data_error(exc):
             log.error("run failed:\n%s", traceback.format_exc())
         else:
             log.error("run %s: %s", status, message)

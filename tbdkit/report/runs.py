@@ -13,14 +13,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from tbdkit import catalog
 from tbdkit.analysis.peak import Device, peak_flops, product_of
 from tbdkit.results import summary as summaries
 from tbdkit.store import Index
 
-# Model families the paper's observations talk about.
-RNN_MODELS = frozenset({"deepspeech2", "seq2seq"})
-LSTM_MODELS = frozenset({"seq2seq"})
-CNN_MODELS = frozenset({"resnet50", "inception_v3", "faster_rcnn", "mask_rcnn", "efficientdet", "wgan_gp"})
+
+def layer_family(*kinds: str) -> frozenset[str]:
+    """The models whose workload.toml names one of `kinds` as its dominant layer ("RNN" matches
+    "RNN (GRU)"): the model families the paper's observations talk about."""
+    return frozenset(m.name for m in catalog.models().values() if m.dominant_layer.split(" ")[0] in kinds)
+
+
+RNN_MODELS = layer_family("RNN", "LSTM")  # recurrent: DeepSpeech2's GRUs, Seq2Seq's LSTMs
+LSTM_MODELS = layer_family("LSTM")
 MEMORY_CATEGORIES = ("weights", "weight_gradients", "feature_maps", "workspace", "dynamic")
 UNRECORDED = "unrecorded"  # a field an older run did not write: never assumed equal to a recorded value
 

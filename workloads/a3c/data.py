@@ -22,13 +22,10 @@ from typing import Any
 
 import numpy as np
 
+from _shared.batches import SYNTHETIC  # the kit's default source; for A3C it means "the live environment"
+from _shared.errors import DataError
+
 Hparams = Mapping[str, Any]
-
-SYNTHETIC = "synthetic"  # the kit's default source; for A3C it means "the live environment"
-
-
-class DataError(Exception):
-    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
 
 
 # --------------------------------------------------------------------------------------------

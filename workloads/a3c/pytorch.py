@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from _shared import torch_amp as amp
+
 
 def _conv_out(size: int, kernel: int, stride: int) -> int:
     return (size - kernel) // stride + 1
@@ -119,11 +121,8 @@ def update(training: Training, rollout: Rollout, precision: Any) -> torch.Tensor
     advantage = returns - values
     policy_loss = -(dist.log_prob(rollout.actions.flatten()) * advantage.detach()).mean()
     loss = policy_loss - hp["entropy_beta"] * dist.entropy().mean() + hp["value_loss_coef"] * advantage.pow(2).mean()
-    precision.scaler.scale(loss).backward()
-    precision.scaler.unscale_(optimizer)
-    nn.utils.clip_grad_norm_(model.parameters(), hp["max_grad_norm"])
-    precision.scaler.step(optimizer)
-    precision.scaler.update()
+    amp.scaled_update(loss, optimizer, precision,
+                      clip=lambda: nn.utils.clip_grad_norm_(model.parameters(), hp["max_grad_norm"]))
     return loss.detach()
 
 

@@ -7,7 +7,6 @@ BertForQuestionAnswering take them (labels + next_sentence_label, or start/end p
 """
 
 import json
-import sys
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,20 +15,15 @@ from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import chosen, how_checked, utf8_problem  # noqa: E402
+from _shared.batches import SYNTHETIC
+from _shared.checks import chosen, how_checked, utf8_problem
+from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 
-SYNTHETIC = "synthetic"
 SAMPLE_BYTES = 1 << 20  # of each sampled shard, the check before a run decodes the first MiB
 IGNORE = -100
 SPECIAL_TOKENS = {"pad_id": "[PAD]", "unk_id": "[UNK]", "cls_id": "[CLS]", "sep_id": "[SEP]", "mask_id": "[MASK]"}
-
-
-class DataError(Exception):
-    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -17,6 +17,8 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from transformers import BertConfig, BertForPreTraining, BertForQuestionAnswering  # noqa: E402
 
+from _shared import torch_amp as amp
+
 CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
                "type_vocab_size", "initializer_range", "layer_norm_eps", "pad_token_id")
@@ -90,10 +92,7 @@ def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: A
     optimizer.zero_grad(set_to_none=True)
     with precision.autocast():
         loss = model(**inputs).loss
-    precision.scaler.scale(loss).backward()
-    precision.scaler.unscale_(optimizer)
-    nn.utils.clip_grad_norm_(model.parameters(), training.max_grad_norm)
-    precision.scaler.step(optimizer)
-    precision.scaler.update()
+    amp.scaled_update(loss, optimizer, precision,
+                      clip=lambda: nn.utils.clip_grad_norm_(model.parameters(), training.max_grad_norm))
     training.schedule.step()
     return loss.detach().float()

@@ -6,7 +6,6 @@ log spectrograms shaped (N, 1, F, T) plus CTC targets.
 """
 
 import logging
-import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,19 +19,14 @@ except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same 
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import chosen, how_checked  # noqa: E402
+from _shared.batches import SYNTHETIC, dispatch
+from _shared.checks import chosen, how_checked
+from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 
-SYNTHETIC = "synthetic"
 MAX_UTTERANCE_S = 3600.0  # longer than any LibriSpeech utterance (35 s): a header beyond it is damaged
 log = logging.getLogger("tbdkit.workloads.deepspeech2")
-
-
-class DataError(Exception):
-    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -388,14 +382,9 @@ def reference_batch(hp: Hparams) -> Batch:
     return collate([np.zeros((int(hp["frequency_bins"]), frames), dtype=np.float32)], [labels], [duration])
 
 
-
 def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
     """Batches from "synthetic" or from a LibriSpeech folder path."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if source == SYNTHETIC:
-        return synthetic_batches(hp, batch_size, seed)
-    return librispeech_batches(Path(source), hp, batch_size, seed)
+    return dispatch(source, hp, batch_size, seed, synthetic_batches, librispeech_batches)
 
 
 def check_source(source: str, hp: Hparams, full: bool = False) -> str:

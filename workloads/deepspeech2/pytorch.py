@@ -13,6 +13,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from _shared import torch_amp as amp
+
 
 def _conv_out(length: int | torch.Tensor, kernel: int, stride: int) -> Any:
     return (length + 2 * (kernel // 2) - kernel) // stride + 1
@@ -102,9 +104,6 @@ def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: A
     with precision.autocast():
         log_probs, lengths = model(inputs["features"], inputs["frames"])
     loss = training.loss(log_probs.float(), inputs["labels"], lengths, inputs["label_lengths"])
-    precision.scaler.scale(loss).backward()
-    precision.scaler.unscale_(optimizer)
-    nn.utils.clip_grad_value_(model.parameters(), training.clip_value)
-    precision.scaler.step(optimizer)
-    precision.scaler.update()
+    amp.scaled_update(loss, optimizer, precision,
+                      clip=lambda: nn.utils.clip_grad_value_(model.parameters(), training.clip_value))
     return loss.detach()

@@ -4,12 +4,8 @@ This module re-exports the Mask R-CNN workload's pipeline (synthetic COCO-sized 
 boxes, and the COCO-format JSON reader); the network's fixed square input is made in pytorch.py.
 """
 
-import sys
-from pathlib import Path
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: Mask R-CNN's COCO pipeline
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.sibling import load  # noqa: E402
+from _shared.sibling import load
 
 _pipeline = load("mask_rcnn", "data")
 SYNTHETIC = _pipeline.SYNTHETIC

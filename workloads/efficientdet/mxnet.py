@@ -19,21 +19,24 @@ hyperparameters handed in (workload.toml); nothing here times, logs or profiles.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-if str(Path(__file__).parent) not in sys.path:  # effdet_d0.py: the structure and anchor labelling, in NumPy
-    sys.path.append(str(Path(__file__).parent))
-from effdet_d0 import (  # noqa: E402
-    BLOCKS, FEATURE_STAGES, STEM, SE_RATIO, DROP_PATH, MIN_LEVEL, MAX_LEVEL, FPN_CHANNELS,
-    FPN_CELLS, HEAD_REPEATS, ALPHA, GAMMA, DELTA, BOX_LOSS_WEIGHT, FUSION_EPS, PRIOR,
-    BACKBONE_MOMENTUM, FPN_MOMENTUM, NORM_EPS, ANCHORS, NODES, anchor_boxes, label_anchors)
+from _shared.sibling import load
+
+_D0 = load("efficientdet", "effdet_d0")  # effdet_d0.py: the structure and anchor labelling, in NumPy
+BLOCKS, FEATURE_STAGES, STEM = _D0.BLOCKS, _D0.FEATURE_STAGES, _D0.STEM
+SE_RATIO, DROP_PATH, MIN_LEVEL = _D0.SE_RATIO, _D0.DROP_PATH, _D0.MIN_LEVEL
+MAX_LEVEL, FPN_CHANNELS, FPN_CELLS = _D0.MAX_LEVEL, _D0.FPN_CHANNELS, _D0.FPN_CELLS
+HEAD_REPEATS, ALPHA, GAMMA = _D0.HEAD_REPEATS, _D0.ALPHA, _D0.GAMMA
+DELTA, BOX_LOSS_WEIGHT, FUSION_EPS = _D0.DELTA, _D0.BOX_LOSS_WEIGHT, _D0.FUSION_EPS
+PRIOR, BACKBONE_MOMENTUM, FPN_MOMENTUM = _D0.PRIOR, _D0.BACKBONE_MOMENTUM, _D0.FPN_MOMENTUM
+NORM_EPS, ANCHORS, NODES = _D0.NORM_EPS, _D0.ANCHORS, _D0.NODES
+anchor_boxes, label_anchors = _D0.anchor_boxes, _D0.label_anchors
 
 
 def same_pads(size: int, kernel: int, stride: int) -> tuple[int, int]:

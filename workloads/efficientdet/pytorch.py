@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from effdet import DetBenchTrain, EfficientDet, get_efficientdet_config
 from torch import nn
 
+from _shared import torch_amp as amp
+
 
 def network(hp: dict[str, Any]) -> EfficientDet:
     """effdet's EfficientDet for hp["config"] at hp["image_size"], random weights (nothing downloaded)."""
@@ -98,7 +100,5 @@ def train_step(training: Training, inputs: dict[str, Any], precision: Any) -> to
     training.optimizer.zero_grad(set_to_none=True)
     with precision.autocast():
         loss = training.model(images, target)["loss"].float()
-    precision.scaler.scale(loss).backward()
-    precision.scaler.step(training.optimizer)
-    precision.scaler.update()
+    amp.scaled_update(loss, training.optimizer, precision)
     return loss.detach()

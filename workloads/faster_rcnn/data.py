@@ -6,7 +6,6 @@ one target per image: "boxes" (K, 4) float32 as (x1, y1, x2, y2) in pixels and "
 int64 in 1..num_classes-1 (0 is the background). Mask R-CNN's pipeline builds on this module.
 """
 
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,23 +14,18 @@ from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import chosen, how_checked, image_errors, image_problem  # noqa: E402
+from _shared.batches import SYNTHETIC, dispatch
+from _shared.checks import chosen, how_checked, image_errors, image_problem
+from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 Target = dict[str, np.ndarray]
 
-SYNTHETIC = "synthetic"
 VOC_CLASSES = ("aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car", "cat", "chair", "cow",
                "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
                "train", "tvmonitor")
 VOC_HINT = ("pass the VOC2007 folder of VOCdevkit, which holds Annotations/*.xml, JPEGImages/*.jpg "
             "and ImageSets/Main/trainval.txt")
-
-
-class DataError(Exception):
-    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -279,11 +273,7 @@ def voc_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterator
 
 def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
     """Batches from "synthetic" or from a Pascal VOC folder path."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if source == SYNTHETIC:
-        return synthetic_batches(hp, batch_size, seed)
-    return voc_batches(Path(source), hp, batch_size, seed)
+    return dispatch(source, hp, batch_size, seed, synthetic_batches, voc_batches)
 
 
 def check_source(source: str, hp: Hparams, full: bool = False) -> str:

@@ -15,18 +15,14 @@ from the hyperparameters handed in (workload.toml); nothing here times, logs or 
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the shared Gluon ResNet
-    sys.path.append(str(Path(__file__).parents[1]))
-from _vision import gluon_resnet as resnet  # noqa: E402
+from _shared import gluon_resnet as resnet
 
 RPN_WEIGHTS = (1.0, 1.0, 1.0, 1.0)
 ROI_WEIGHTS = (10.0, 10.0, 5.0, 5.0)  # torchvision's RoIHeads box coder

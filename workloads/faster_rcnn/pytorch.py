@@ -17,6 +17,8 @@ from torchvision.models.detection.faster_rcnn import FastRCNNPredictor
 from torchvision.models.detection.rpn import AnchorGenerator
 from torchvision.ops import MultiScaleRoIAlign
 
+from _shared import torch_amp as amp
+
 
 def c4_parts(hp: dict[str, Any]) -> tuple[nn.Sequential, nn.Sequential, int]:
     """Split a torchvision ResNet: conv1-conv4 (stride 16, shared by the RPN and the detector)
@@ -100,7 +102,5 @@ def train_step(training: Training, inputs: dict[str, Any], precision: Any) -> to
     with precision.autocast():
         losses = training.model(inputs["images"], inputs["targets"])
     loss = sum(value.float() for value in losses.values())
-    precision.scaler.scale(loss).backward()
-    precision.scaler.step(training.optimizer)
-    precision.scaler.update()
+    amp.scaled_update(loss, training.optimizer, precision)
     return loss.detach()

@@ -14,19 +14,15 @@ times, logs or profiles.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the shared ResNet and weight decay
-    sys.path.append(str(Path(__file__).parents[1]))
-from _vision.keras_classifier import l2_penalty  # noqa: E402
-from _vision.keras_resnet import run, stages, stem, width  # noqa: E402
+from _shared.keras_classifier import l2_penalty
+from _shared.keras_resnet import run, stages, stem, width
 
 BBOX_CLIP = math.log(1000.0 / 16)  # torchvision's BoxCoder clamp on dw, dh
 RPN_WEIGHTS, ROI_WEIGHTS = (1.0, 1.0, 1.0, 1.0), (10.0, 10.0, 5.0, 5.0)

@@ -4,12 +4,8 @@ This module re-exports the ResNet-50 workload's ImageNet pipeline (synthetic cro
 class-folder reader) so that both models read the same data the same way.
 """
 
-import sys
-from pathlib import Path
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: ResNet-50's ImageNet pipeline
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.sibling import load  # noqa: E402
+from _shared.sibling import load
 
 _pipeline = load("resnet50", "data")
 SYNTHETIC = _pipeline.SYNTHETIC

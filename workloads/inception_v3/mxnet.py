@@ -10,18 +10,14 @@ nothing here times, logs or profiles.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import mxnet as mx
 from mxnet import autograd, gluon
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the classifiers' shared training step
-    sys.path.append(str(Path(__file__).parents[1]))
-from _vision import gluon_classifier as classifier  # noqa: E402
+from _shared import gluon_classifier as classifier
 
-# the loss, the step and the batch layout are the shared classifier's (workloads/_vision)
+# the loss, the step and the batch layout are the shared classifier's (workloads/_shared)
 to_device, forward, train_step = classifier.to_device, classifier.forward, classifier.train_step
 
 

@@ -8,7 +8,6 @@ Labels are COCO category ids (1..90), as torchvision's detectors and effdet use.
 """
 
 import json
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +15,9 @@ from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: Faster R-CNN's detection pipeline
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import how_checked  # noqa: E402
-from _common.sibling import load  # noqa: E402
+from _shared.batches import SYNTHETIC, dispatch
+from _shared.checks import how_checked
+from _shared.sibling import load
 
 _detection = load("faster_rcnn", "data")
 Batch = _detection.Batch
@@ -27,7 +25,6 @@ DataError = _detection.DataError
 Hparams = Mapping[str, Any]
 Target = dict[str, np.ndarray]
 
-SYNTHETIC = "synthetic"
 COCO_HINT = ("pass the COCO folder that holds annotations/instances_train2017.json and the train2017 "
              "folder of images it names")
 
@@ -193,11 +190,7 @@ def coco_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterato
 
 def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
     """Batches from "synthetic" or from a COCO-format dataset folder."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if source == SYNTHETIC:
-        return synthetic_batches(hp, batch_size, seed)
-    return coco_batches(Path(source), hp, batch_size, seed)
+    return dispatch(source, hp, batch_size, seed, synthetic_batches, coco_batches)
 
 
 def check_source(source: str, hp: Hparams, full: bool = False) -> str:

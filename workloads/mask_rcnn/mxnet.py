@@ -1,7 +1,7 @@
 """Mask R-CNN on MXNet 1.9 Gluon: torchvision's maskrcnn_resnet50_fpn(weights=None, weights_backbone=None)
 written out in Gluon, SGD with momentum and coupled weight decay, one training step.
 
-The same network and algorithm as pytorch.py and tensorflow.py: a ResNet-50 (workloads/_vision/gluon_resnet.py;
+The same network and algorithm as pytorch.py and tensorflow.py: a ResNet-50 (workloads/_shared/gluon_resnet.py;
 trainable batch norm in every layer, all five stages trained, as torchvision without pretrained weights), the
 FPN (1x1 lateral and 3x3 output convolutions of 256 channels, nearest top-down upsampling, P6 = P5 sub-sampled
 by 2 for the RPN only: LastLevelMaxPool), the RPN head shared by P2-P6 with one anchor size per level and three
@@ -23,19 +23,15 @@ on the host, as in faster_rcnn/mxnet.py. Every size and rate comes from the hype
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the shared Gluon ResNet
-    sys.path.append(str(Path(__file__).parents[1]))
-from _vision import gluon_resnet as resnet  # noqa: E402
-from _common.sibling import load  # noqa: E402
+from _shared import gluon_resnet as resnet
+from _shared.sibling import load
 
 _det = load("faster_rcnn", "mxnet")  # box IoU and coding, anchors, the matcher, the sampler, the losses
 # Faster R-CNN's inputs (targets, masks included, stay NumPy on the host) and its step: one SGD step

@@ -7,8 +7,6 @@ hyperparameters handed in (workload.toml); nothing here times, logs or profiles.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -16,9 +14,7 @@ from torch import nn
 from torchvision.models.detection import maskrcnn_resnet50_fpn
 from torchvision.models.detection.rpn import AnchorGenerator
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: Faster R-CNN's training step
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.sibling import load  # noqa: E402
+from _shared.sibling import load
 
 _steps = load("faster_rcnn", "pytorch")
 Training = _steps.Training

@@ -1,7 +1,7 @@
 """Mask R-CNN on TensorFlow 2 / Keras 3: torchvision's maskrcnn_resnet50_fpn(weights=None,
 weights_backbone=None) rebuilt from TF ops, SGD with momentum and coupled weight decay, one training step.
 
-The same network and algorithm as pytorch.py: a ResNet-50 (workloads/_vision/keras_resnet.py; trainable
+The same network and algorithm as pytorch.py: a ResNet-50 (workloads/_shared/keras_resnet.py; trainable
 batch norm in every layer, all five stages trained, as torchvision without pretrained weights), the FPN
 (1x1 lateral and 3x3 output convolutions of 256 channels, nearest top-down upsampling, P6 = P5 sub-sampled
 by 2 for the RPN only: LastLevelMaxPool), the RPN head shared by P2-P6 with one anchor size per level and
@@ -23,20 +23,16 @@ times, logs or profiles.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the shared ResNet and weight decay
-    sys.path.append(str(Path(__file__).parents[1]))
-from _vision.keras_classifier import l2_penalty  # noqa: E402
-from _vision.keras_resnet import CONV_INIT, run, stages, stem  # noqa: E402
-from _common.sibling import load  # noqa: E402
+from _shared.keras_classifier import l2_penalty
+from _shared.keras_resnet import CONV_INIT, run, stages, stem
+from _shared.sibling import load
 
 _det = load("faster_rcnn", "tensorflow")  # box coding, anchors, the RPN's and RoI sampling, the four losses
 encode, decode, RPN_WEIGHTS, ROI_WEIGHTS = _det.encode, _det.decode, _det.RPN_WEIGHTS, _det.ROI_WEIGHTS

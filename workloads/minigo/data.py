@@ -8,7 +8,6 @@ shapes and follow the rules, but no MCTS is run, so they are not MiniGo-strength
 """
 
 import re
-import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -17,20 +16,14 @@ from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parent) not in sys.path:
-    sys.path.append(str(Path(__file__).parent))
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
-    sys.path.append(str(Path(__file__).parents[1]))
-import go_rules as go  # noqa: E402
-from _common.checks import chosen, exclude_hint, how_checked  # noqa: E402
+from _shared.batches import SYNTHETIC
+from _shared.checks import chosen, exclude_hint, how_checked
+from _shared.errors import DataError
+from _shared.sibling import load
+
+go = load("minigo", "go_rules")  # go_rules.py: the rules of Go, in NumPy
 
 Hparams = Mapping[str, Any]
-
-SYNTHETIC = "synthetic"
-
-
-class DataError(Exception):
-    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from _shared import torch_amp as amp
+
 
 def _bn(hp: dict[str, Any], channels: int, affine: bool = True) -> nn.BatchNorm2d:
     return nn.BatchNorm2d(channels, eps=hp["batchnorm_epsilon"], momentum=1.0 - hp["batchnorm_momentum"],
@@ -106,8 +108,6 @@ def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: A
     policy_cost = nn.functional.cross_entropy(logits.float(), inputs["moves"])
     value_cost = (value.float() - inputs["values"]).pow(2).mean()
     loss = policy_cost + training.value_weight * value_cost + training.l2 * l2_penalty(model)
-    precision.scaler.scale(loss).backward()
-    precision.scaler.step(optimizer)
-    precision.scaler.update()
+    amp.scaled_update(loss, optimizer, precision)
     training.schedule.step()
     return loss.detach()

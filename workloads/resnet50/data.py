@@ -6,7 +6,6 @@ RGB crops shaped (N, 3, S, S) float32 and int64 class labels. Inception-v3 reads
 (its workload loads this module) with its own crop size.
 """
 
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,19 +13,14 @@ from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import chosen, exclude_hint, how_checked, image_errors, image_problem  # noqa: E402
+from _shared.batches import SYNTHETIC, dispatch
+from _shared.checks import chosen, exclude_hint, how_checked, image_errors, image_problem
+from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 
-SYNTHETIC = "synthetic"
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 LAYOUT_HINT = "pass the ImageNet train folder whose class subfolders (n01440764, ...) hold the JPEGs"
-
-
-class DataError(Exception):
-    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -234,11 +228,7 @@ def quality(outputs: list[np.ndarray], held_out: list[Batch]) -> float:
 
 def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
     """Batches from "synthetic" or from an ImageNet folder path."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if source == SYNTHETIC:
-        return synthetic_batches(hp, batch_size, seed)
-    return folder_batches(Path(source), hp, batch_size, seed)
+    return dispatch(source, hp, batch_size, seed, synthetic_batches, folder_batches)
 
 
 def check_images(paths: list[Path], full: bool) -> int:

@@ -6,20 +6,17 @@ times, logs or profiles.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 import torchvision
 from torch import nn
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the classifiers' shared pieces
-    sys.path.append(str(Path(__file__).parents[1]))
-from _vision import torch_classifier as classifier  # noqa: E402
+from _shared import torch_amp as amp
+from _shared import torch_classifier as classifier
 
-# the batch layout and the inference pass are the shared classifier's (workloads/_vision)
+# the batch layout and the inference pass are the shared classifier's (workloads/_shared)
 to_device, forward = classifier.to_device, classifier.forward
 
 
@@ -49,7 +46,5 @@ def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: A
     with precision.autocast():
         logits = training.model(inputs["images"])
     loss = training.loss(logits.float(), inputs["labels"])
-    precision.scaler.scale(loss).backward()
-    precision.scaler.step(training.optimizer)
-    precision.scaler.update()
+    amp.scaled_update(loss, training.optimizer, precision)
     return loss.detach()

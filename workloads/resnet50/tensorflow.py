@@ -10,19 +10,15 @@ comes from the hyperparameters handed in (workload.toml); nothing here times, lo
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import keras
 import tensorflow as tf
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the classifiers' shared training step
-    sys.path.append(str(Path(__file__).parents[1]))
-from _vision import keras_classifier as classifier  # noqa: E402
-from _vision.keras_resnet import run, stages, stem  # noqa: E402
+from _shared import keras_classifier as classifier
+from _shared.keras_resnet import run, stages, stem
 
-# the loss, the step and the batch layout are the shared classifier's (workloads/_vision)
+# the loss, the step and the batch layout are the shared classifier's (workloads/_shared)
 to_device, forward, train_step, l2_penalty = (classifier.to_device, classifier.forward, classifier.train_step,
                                              classifier.l2_penalty)
 

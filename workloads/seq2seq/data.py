@@ -1,5 +1,5 @@
 """Seq2Seq (NMT) input pipeline: IWSLT15 en-vi-shaped synthetic sentence pairs and the tokenized
-parallel-text reader it shares with transformer (workloads/_text/parallel.py).
+parallel-text reader it shares with transformer (workloads/_shared/parallel_text.py).
 
 Framework neutral (NumPy only). Batches hold padded id matrices; `work` is sentence pairs and
 `extra_work` the tokens (source + target) for the tokens/s metric. `batches(source, hp,
@@ -7,18 +7,14 @@ batch_size, seed)` reads "synthetic" or a folder laid out as workload.toml's dat
 `convergence_task` and `quality` are the converge preset's small real task (number words, below).
 """
 
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the translation models' shared reader
-    sys.path.append(str(Path(__file__).parents[1]))
-from _text import parallel as _text  # noqa: E402
+from _shared import parallel_text as _text
 
 DataError = _text.DataError
 Batch = _text.Batch

@@ -15,6 +15,8 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from _shared import torch_amp as amp
+
 
 def _check(hp: dict[str, Any]) -> None:
     wanted = {"encoder_type": "bi", "encoder_layers": 2, "decoder_layers": 2, "unit_type": "lstm",
@@ -120,11 +122,8 @@ def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: A
     with precision.autocast():
         logits = model(inputs["source"], inputs["source_lengths"], inputs["target_in"])
     loss = training.loss(logits.float().flatten(0, 1), inputs["target_out"].flatten()) / logits.shape[0]
-    precision.scaler.scale(loss).backward()
-    precision.scaler.unscale_(optimizer)
-    nn.utils.clip_grad_norm_(model.parameters(), training.max_norm)
-    precision.scaler.step(optimizer)
-    precision.scaler.update()
+    amp.scaled_update(loss, optimizer, precision,
+                      clip=lambda: nn.utils.clip_grad_norm_(model.parameters(), training.max_norm))
     training.schedule.step()
     return loss.detach()
 

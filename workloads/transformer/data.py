@@ -1,17 +1,13 @@
 """Transformer input pipeline: WMT14 en-de-shaped synthetic sentence pairs and the tokenized
-parallel-text reader it shares with seq2seq (workloads/_text/parallel.py).
+parallel-text reader it shares with seq2seq (workloads/_shared/parallel_text.py).
 
 Framework neutral (NumPy only). Batches hold padded id matrices; `work` is sentence pairs and
 `extra_work` the tokens (source + target) for the tokens/s metric. `batches(source, hp,
 batch_size, seed)` reads "synthetic" or a folder laid out as workload.toml's dataset_layout says.
 """
 
-import sys
-from pathlib import Path
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the translation models' shared reader
-    sys.path.append(str(Path(__file__).parents[1]))
-from _text import parallel as _text  # noqa: E402
+from _shared import parallel_text as _text
 
 DataError = _text.DataError
 Batch = _text.Batch

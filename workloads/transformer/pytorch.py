@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from _shared import torch_amp as amp
+
 
 def sinusoids(length: int, d_model: int) -> torch.Tensor:
     """Sec. 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...)."""
@@ -125,8 +127,6 @@ def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: A
     with precision.autocast():
         logits = model(inputs["source"], inputs["source_pad"], inputs["target_in"], inputs["target_pad"])
     loss = training.loss(logits.float().flatten(0, 1), inputs["target_out"].flatten())
-    precision.scaler.scale(loss).backward()
-    precision.scaler.step(optimizer)
-    precision.scaler.update()
+    amp.scaled_update(loss, optimizer, precision)
     training.schedule.step()
     return loss.detach()

@@ -5,7 +5,6 @@ of one WGAN-GP iteration: hp["critic_iters"] slices of `batch_size` images, shap
 (critic_iters, N, 3, S, S) float32 in [-1, 1] (gan_64x64.py scales 0..255 as 2 * (x / 255 - 0.5)).
 """
 
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,18 +12,13 @@ from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import chosen, exclude_hint, how_checked, image_errors  # noqa: E402
+from _shared.batches import SYNTHETIC, dispatch
+from _shared.checks import chosen, exclude_hint, how_checked, image_errors
+from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 
-SYNTHETIC = "synthetic"
 LAYOUT_HINT = "pass the train_64x64 folder of Downsampled ImageNet 64x64 (image-net.org/small), which holds the PNGs"
-
-
-class DataError(Exception):
-    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,11 +138,7 @@ def folder_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Itera
 
 def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
     """Batches from "synthetic" or from a Downsampled ImageNet folder path."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if source == SYNTHETIC:
-        return synthetic_batches(hp, batch_size, seed)
-    return folder_batches(Path(source), hp, batch_size, seed)
+    return dispatch(source, hp, batch_size, seed, synthetic_batches, folder_batches)
 
 
 def check_source(source: str, hp: Hparams, full: bool = False) -> str:

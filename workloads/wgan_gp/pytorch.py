@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from _shared import torch_amp as amp
+
 Norm = Callable[[int], nn.Module]
 
 
@@ -137,9 +139,7 @@ def critic_step(training: Training, real: torch.Tensor, precision: Any) -> torch
         wasserstein = critic(fake).float().mean() - critic(real).float().mean()
     loss = wasserstein + training.gp_lambda * gradient_penalty(critic, real, fake, precision)
     training.c_optimizer.zero_grad(set_to_none=True)
-    precision.scaler.scale(loss).backward()
-    precision.scaler.step(training.c_optimizer)
-    precision.scaler.update()
+    amp.scaled_update(loss, training.c_optimizer, precision)
     return loss.detach()
 
 
@@ -150,9 +150,7 @@ def generator_step(training: Training, n: int, like: torch.Tensor, precision: An
         with precision.autocast():
             loss = -critic(generator(_noise(training, n, like))).float().mean()
         training.g_optimizer.zero_grad(set_to_none=True)
-        precision.scaler.scale(loss).backward()
-        precision.scaler.step(training.g_optimizer)
-        precision.scaler.update()
+        amp.scaled_update(loss, training.g_optimizer, precision)
     finally:
         critic.requires_grad_(True)
     return loss.detach()

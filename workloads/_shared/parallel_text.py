@@ -15,7 +15,6 @@ masked by the lengths (sources padded with </s>, labels with -100), so no id is 
 from __future__ import annotations
 
 import mmap
-import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -24,22 +23,17 @@ from typing import Any
 
 import numpy as np
 
-if str(Path(__file__).parents[1]) not in sys.path:  # workloads/: the checks the readers share
-    sys.path.append(str(Path(__file__).parents[1]))
-from _common.checks import utf8_problem  # noqa: E402
+from _shared.batches import SYNTHETIC, dispatch
+from _shared.checks import utf8_problem
+from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
 
-SYNTHETIC = "synthetic"
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
 SPECIALS = (UNK, BOS, EOS)
 UNK_ID, BOS_ID, EOS_ID = 0, 1, 2
 IGNORE = -100  # label of padded target positions (PyTorch's cross-entropy ignore_index)
 CHUNK_BYTES = 1 << 26  # line_offsets reads 64 MiB at a time: WMT14's 600 MB sides never sit in memory whole
-
-
-class DataError(Exception):
-    """A user-fixable problem with the data source; message = one clear sentence + the fix."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -259,11 +253,7 @@ def file_batches(root: Path, hp: Hparams, batch_size: int, seed: int) -> Iterato
 
 def batches(source: str, hp: Hparams, batch_size: int, seed: int) -> Iterator[Batch]:
     """Batches from "synthetic" or from a folder of tokenized parallel text."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if source == SYNTHETIC:
-        return synthetic_batches(hp, batch_size, seed)
-    return file_batches(Path(source), hp, batch_size, seed)
+    return dispatch(source, hp, batch_size, seed, synthetic_batches, file_batches)
 
 
 def describe_synthetic(hp: Hparams, corpus: str) -> str:
