@@ -29,3 +29,64 @@ def test_timing_probe_off_when_the_clock_runs_at_half_speed():
 def test_timing_probe_off_when_warmup_ends_too_early():
     warm, ci, _ = timing.probe(repeats=12, detector=lambda costs, w, t, m: len(costs) >= 20)
     assert warm.status == "off" and ci.status == "off"
+
+
+# --- CPU probes: real threads and allocations on this machine ---------------------------------
+
+from tbdkit.agent.collectors.cpu import CpuCollector  # noqa: E402
+from tbdkit.calibrate import host  # noqa: E402
+
+
+class HalfCpuCollector(CpuCollector):
+    """Deliberately biased: reports half the process's CPU time."""
+    def _proc_cpu(self) -> float:
+        return super()._proc_cpu() / 2
+
+
+class _HalfRss:
+    def __init__(self, proc):
+        self.proc = proc
+
+    def memory_info(self):
+        class M:
+            rss = self.proc.memory_info().rss // 2
+        return M
+
+    def cpu_times(self):
+        return self.proc.cpu_times()
+
+
+class HalfRssCollector(CpuCollector):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proc = _HalfRss(self.proc)
+
+
+def test_cpu_probe_trusts_the_real_collector():
+    busy, idle, system = host.cpu_probe(seconds=0.6)
+    assert busy.status == "trusted", busy
+    assert idle.status == "trusted", idle
+    assert system.status == "trusted", system
+    assert busy.details["cores"] >= 1 and "background_load_pct" in busy.details
+
+
+def test_cpu_probe_off_when_the_collector_reports_half_the_cpu_time():
+    busy = host.cpu_probe(seconds=0.6, collector=HalfCpuCollector)[0]
+    assert busy.status == "off", busy
+
+
+def test_memory_probe_recovers_the_allocation_and_is_off_when_rss_is_halved():
+    assert host.memory_probe(32).status == "trusted"
+    assert host.memory_probe(32, collector=HalfRssCollector).status == "off"
+
+
+def test_median_ci_and_rounds_needed():
+    med, lo, hi = host.median_ci([float(i) for i in range(1, 11)])  # n = 10: ranks 2 and 9
+    assert (med, lo, hi) == (5.5, 2.0, 9.0)
+    assert host.median_ci([1.0, 2.0])[1] == float("-inf")  # too few rounds for a 95% interval
+    assert host.rounds_needed(10, 0.98, 1.02, 1.0) == 160  # 4% wide -> 16x the rounds
+
+
+def test_overhead_aa_turns_off_when_one_arm_is_biased():
+    aa = host.overhead_probe(rounds=6, block=50, slow_full=2.0)[0]
+    assert aa.status == "off", aa
