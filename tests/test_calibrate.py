@@ -90,3 +90,50 @@ def test_median_ci_and_rounds_needed():
 def test_overhead_aa_turns_off_when_one_arm_is_biased():
     aa = host.overhead_probe(rounds=6, block=50, slow_full=2.0)[0]
     assert aa.status == "off", aa
+
+
+# --- the command, calibration.json, env.json's link to it ---------------------------------------
+
+import json  # noqa: E402
+
+from typer.testing import CliRunner  # noqa: E402
+
+from tbdkit.calibrate import record  # noqa: E402
+from tbdkit.cli import app  # noqa: E402
+
+
+def test_calibrate_quick_prints_the_table_and_writes_calibration_json(tmp_path, monkeypatch):
+    monkeypatch.setattr(timing, "probe", lambda repeats: _real_probe(repeats=6))  # fewer repeats in CI
+    out = CliRunner().invoke(app, ["calibrate", "--quick", "--results", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "cpu.peak_rss" in out.output and "verdict" in out.output
+    doc = json.loads((tmp_path / "calibration.json").read_text())
+    assert doc["machine"] == record.machine() and doc["quick"] is True
+    assert {p["instrument"] for p in doc["probes"]} >= {"timing.throughput", "cpu.process_utilization", "cpu.peak_rss"}
+    assert doc["verdicts"]["peak_rss"] == "trusted"
+    run = tmp_path / "20260101-run"
+    run.mkdir()
+    linked = record.for_run(run)
+    assert linked["calibrated"] and linked["verdicts"]["peak_rss"] == "trusted"
+    assert linked["path"] == str((tmp_path / "calibration.json").resolve())
+
+
+_real_probe = timing.probe
+
+
+def test_calibrate_rejects_an_unknown_device(tmp_path):
+    out = CliRunner().invoke(app, ["calibrate", "--device", "tpu", "--results", str(tmp_path)])
+    assert out.exit_code == 2 and "cuda:0" in out.output
+
+
+def test_a_calibration_of_another_machine_is_not_this_ones(tmp_path):
+    (tmp_path / "calibration.json").write_text(json.dumps({"machine": {"hostname": "elsewhere"}, "verdicts": {}}))
+    linked = record.for_run(tmp_path / "run")
+    assert not linked["calibrated"] and "another machine" in linked["reason"]
+    assert not record.for_run(tmp_path.parent / "nowhere")["calibrated"]
+
+
+def test_instrument_verdicts_take_the_worst_probe():
+    probes = [{"metrics": ["throughput"], "status": "trusted"}, {"metrics": ["throughput"], "status": "off"},
+              {"metrics": ["peak_rss"], "status": "unsupported"}]
+    assert record.instrument_verdicts(probes) == {"throughput": "off", "peak_rss": "unsupported"}
