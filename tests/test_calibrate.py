@@ -137,3 +137,16 @@ def test_instrument_verdicts_take_the_worst_probe():
     probes = [{"metrics": ["throughput"], "status": "trusted"}, {"metrics": ["throughput"], "status": "off"},
               {"metrics": ["peak_rss"], "status": "unsupported"}]
     assert record.instrument_verdicts(probes) == {"throughput": "off", "peak_rss": "unsupported"}
+
+
+def test_env_json_names_this_machines_calibration(tmp_path):
+    from tbdkit.agent import envinfo
+    from tbdkit.calibrate.verdict import ProbeResult, Tolerance
+
+    probe = ProbeResult("cpu.peak_rss", "constructed", 1.0, 0.5, "MiB", Tolerance(), "off by -0.5 MiB", ("peak_rss",))
+    record.write(tmp_path, "cpu", True, [probe])
+    run = tmp_path / "run" / "worker0"
+    run.mkdir(parents=True)
+    env = envinfo.collect({}, 0, run)
+    assert env["calibration"]["calibrated"] and env["calibration"]["verdicts"] == {"peak_rss": "off"}
+    assert env["calibration"]["time_utc"] and env["calibration"]["path"].endswith("calibration.json")

@@ -1,34 +1,19 @@
-"""calibration.json: the probes' verdicts with the identity of the machine they ran on, and the
-lookup that names it in every later run's env.json."""
+"""calibration.json: the probes' verdicts with the identity of the machine they ran on (the lookup
+that names it in every later run's env.json is tbdkit.agent.envinfo.calibration)."""
 
 from __future__ import annotations
 
-import json
-import socket
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 import tbdkit
 from tbdkit.agent import envinfo, sink
 from tbdkit.calibrate.verdict import ProbeResult
 
-FILE = "calibration.json"
-SEARCH_UP = 3  # a run folder (or a worker's, one level deeper) finds its results folder's calibration
-
-
-def machine() -> dict[str, Any]:
-    """What makes two machines different instruments: host, CPU model and cores, GPUs by UUID, driver."""
-    gpu = envinfo.gpus()
-    return {
-        "hostname": socket.gethostname(),
-        "cpu_model": envinfo.cpu_model(),
-        "logical_cores": psutil.cpu_count(logical=True),
-        "gpu_uuids": sorted(str(d.get("uuid")) for d in gpu.get("devices", [])) if gpu.get("available") else [],
-        "driver_version": gpu.get("driver_version"),
-    }
+FILE = envinfo.CALIBRATION_FILE
+machine = envinfo.machine_identity
+for_run = envinfo.calibration
 
 
 def write(results: Path, device: str, quick: bool, probes: list[ProbeResult]) -> Path:
@@ -59,21 +44,3 @@ def instrument_verdicts(probes: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def for_run(run_dir: Path) -> dict[str, Any]:
-    """What env.json says of this machine's calibration: the file, its time and per-metric verdicts,
-    when the nearest calibration.json above `run_dir` was made on this very machine."""
-    here = machine()
-    for folder in [run_dir, *run_dir.parents][:SEARCH_UP + 1]:
-        path = folder / FILE
-        if not path.is_file():
-            continue
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            return {"calibrated": False, "path": str(path), "reason": f"unreadable: {exc}"}
-        if doc.get("machine") != here:
-            return {"calibrated": False, "path": str(path),
-                    "reason": "calibration.json was made on another machine (identity differs); run tbdkit calibrate here"}
-        return {"calibrated": True, "path": str(path.resolve()), "time_utc": doc.get("time_utc"),
-                "device": doc.get("device"), "verdicts": doc.get("verdicts") or {}}
-    return {"calibrated": False, "reason": "no calibration.json in the results folder; run tbdkit calibrate"}
