@@ -150,3 +150,31 @@ def test_env_json_names_this_machines_calibration(tmp_path):
     env = envinfo.collect({}, 0, run)
     assert env["calibration"]["calibrated"] and env["calibration"]["verdicts"] == {"peak_rss": "off"}
     assert env["calibration"]["time_utc"] and env["calibration"]["path"].endswith("calibration.json")
+
+
+# --- the report: marks and exclusions ------------------------------------------------------------
+
+def _calibrate_env(run, verdicts):
+    env = json.loads((run / "env.json").read_text())
+    env["calibration"] = {"calibrated": True, "path": "/r/calibration.json", "time_utc": "2026-11-24T11:00:00",
+                          "verdicts": verdicts}
+    (run / "env.json").write_text(json.dumps(env))
+
+
+def test_report_excludes_a_failed_instrument_from_the_claims_and_marks_it(tmp_path):
+    from report_fixtures import make_run
+
+    from tbdkit.report import claims, runs, tables
+
+    h100 = {"device": "cuda:0", "device_name": "NVIDIA H100 80GB HBM3"}
+    made = [make_run(tmp_path, "resnet50", "pytorch", b, t, **h100) for b, t in ((2, 10.0), (4, 18.0), (8, 30.0))]
+    loaded = runs.load(tmp_path)
+    assert claims.check_all(loaded)[0].verdict == claims.HOLDS
+    assert all("uncalibrated: " in row[-1] and "throughput" in row[-1] for row in tables.display_rows(loaded))
+    for run in made:
+        _calibrate_env(run, {"throughput": "off", "cpu_utilization": "trusted"})
+    loaded = runs.load(tmp_path)
+    assert claims.check_all(loaded)[0].verdict != claims.HOLDS  # no trusted throughput: no evidence
+    flags = tables.display_rows(loaded)[0][-1]
+    assert "calibration failed: throughput" in flags and "cpu_utilization" not in flags
+    assert loaded[0].metric("throughput") == 10.0  # still shown, only marked

@@ -24,7 +24,7 @@ except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same 
     import tomli as tomllib  # type: ignore[no-redef]
 
 from tbdkit.report.runs import (LSTM_MODELS, MEMORY_CATEGORIES, RNN_MODELS, Run, SeriesKey, by_series, mean_by_batch,
-                                throughput)
+                                throughput, without_failed_metrics)
 
 HOLDS, FAILS, NO_DATA, NEEDS_GPU = "holds", "does not hold", "not enough data", "needs GPU runs"
 UNDECIDED = (NO_DATA, NEEDS_GPU)
@@ -530,6 +530,7 @@ CHECKS: tuple[Callable[[list[Run]], Verdict], ...] = (
 
 def check_all(runs: list[Run]) -> list[Verdict]:
     wording = reference_observations()
+    runs = without_failed_metrics(runs)  # an instrument that failed calibration here is no evidence
     verdicts = [check(runs) for check in CHECKS]
     for v in verdicts:
         v.claim = wording.get(v.n, v.claim)
