@@ -26,7 +26,7 @@ TBDKIT := $(VENV)/bin/tbdkit
 # The kit's own environment (host side: CLI, index, reports); frameworks live in .venvs/<stack>.
 KIT_STAMP := $(VENV)/.tbdkit-installed
 
-.PHONY: setup bench sweep report bundle images test test-host test-pytorch test-tensorflow test-mxnet bench-overhead reference reference-suite reference-table clean
+.PHONY: setup bench sweep report bundle images test test-host test-pytorch test-tensorflow test-mxnet bench-overhead calibrate reference reference-suite reference-table clean
 
 $(KIT_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,10 @@ test-host: $(KIT_STAMP)
 test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(TBDKIT) setup $*
 	.venvs/$*/bin/python -m pytest tests/$* --durations=5
+
+# Every instrument against a workload whose true value is known, on this machine (DEVICE=cuda:0 adds the GPU probes).
+calibrate: $(KIT_STAMP)
+	$(TBDKIT) calibrate --device $(call quote,$(or $(DEVICE),cpu)) --results $(call quote,$(value RESULTS)) $(if $(QUICK),--quick)
 
 # Collectors' cost: throughput with every collector on / a bare loop, measured in one run.
 bench-overhead: $(KIT_STAMP)

@@ -328,9 +328,10 @@ def _sub_apps() -> None:
 
 
 _sub_apps()
-from tbdkit import artifact_cli, render_cli, report_cli, sweep_cli  # noqa: E402  (commands in their own modules)
+from tbdkit import artifact_cli, calibrate_cli, render_cli, report_cli, sweep_cli  # noqa: E402  (commands in their own modules)
 
-for _command in (sweep_cli.sweep, report_cli.report, artifact_cli.bundle, artifact_cli.reproduce, render_cli.render):
+for _command in (sweep_cli.sweep, report_cli.report, artifact_cli.bundle, artifact_cli.reproduce, render_cli.render,
+                 calibrate_cli.calibrate):
     app.command()(_friendly(_command))
 
 

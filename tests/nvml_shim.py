@@ -40,6 +40,8 @@ class Device:
     buffer: int = 1000            # samples the driver keeps
     sample_value: int = 90
     gpm: bool = True
+    power_limit_mw: int = 700_000
+    clocks_event_reasons: int = 0  # nvmlClocksEventReason* bits
     fail: dict[str, int] = field(default_factory=dict)  # entry point -> the NVML error it returns
     born_us: int = field(default_factory=lambda: int(time.time() * 1e6))
 
@@ -125,6 +127,13 @@ class FakeNvmlLibrary:
             p, pynvml.c_nvmlMemory_t, total=self._dev(h).total_bytes, used=self._dev(h).used_bytes,
             free=self._dev(h).total_bytes - self._dev(h).used_bytes))
         self._entry("nvmlDeviceGetPowerUsage", (P, P), lambda h, p: out(p, c_uint, self._dev(h).power_mw))
+        self._entry("nvmlDeviceGetPowerManagementLimit", (P, P),
+                    lambda h, p: out(p, c_uint, self._dev(h).power_limit_mw))
+        # Energy since the device was born, at its power: millijoules = mW x seconds.
+        self._entry("nvmlDeviceGetTotalEnergyConsumption", (P, P), lambda h, p: out(
+            p, c_ulonglong, int(self._dev(h).power_mw * (time.time() - self._dev(h).born_us / 1e6))))
+        self._entry("nvmlDeviceGetCurrentClocksEventReasons", (P, P),
+                    lambda h, p: out(p, c_ulonglong, self._dev(h).clocks_event_reasons))
         self._entry("nvmlDeviceGetClockInfo", (P, c_uint, P), lambda h, kind, p: out(p, c_uint, self._dev(h).sm_clock))
         self._entry("nvmlDeviceGetMaxClockInfo", (P, c_uint, P),
                     lambda h, kind, p: out(p, c_uint, self._dev(h).max_sm_clock))

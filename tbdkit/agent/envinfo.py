@@ -157,7 +157,43 @@ def framework_build() -> dict[str, Any] | None:
     return None
 
 
-def collect(framework_env: dict[str, Any], seed: int) -> dict[str, Any]:
+CALIBRATION_FILE = "calibration.json"  # written by `tbdkit calibrate` (tbdkit.calibrate.record)
+CALIBRATION_SEARCH_UP = 3  # a run folder (or a worker's, deeper) finds its results folder's calibration
+
+
+def machine_identity() -> dict[str, Any]:
+    """What makes two machines different instruments: host, CPU model and cores, GPUs by UUID, driver."""
+    gpu = gpus()
+    return {
+        "hostname": socket.gethostname(),
+        "cpu_model": cpu_model(),
+        "logical_cores": psutil.cpu_count(logical=True),
+        "gpu_uuids": sorted(str(d.get("uuid")) for d in gpu.get("devices", [])) if gpu.get("available") else [],
+        "driver_version": gpu.get("driver_version"),
+    }
+
+
+def calibration(run_dir: Path) -> dict[str, Any]:
+    """What env.json says of this machine's calibration: the file, its time and per-metric verdicts,
+    when the nearest calibration.json above `run_dir` was made on this very machine."""
+    here = machine_identity()
+    for folder in [run_dir, *run_dir.parents][:CALIBRATION_SEARCH_UP + 1]:
+        path = folder / CALIBRATION_FILE
+        if not path.is_file():
+            continue
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            return {"calibrated": False, "path": str(path), "reason": f"unreadable: {exc}"}
+        if doc.get("machine") != here:
+            return {"calibrated": False, "path": str(path),
+                    "reason": "calibration.json was made on another machine (identity differs); run tbdkit calibrate here"}
+        return {"calibrated": True, "path": str(path.resolve()), "time_utc": doc.get("time_utc"),
+                "device": doc.get("device"), "verdicts": doc.get("verdicts") or {}}
+    return {"calibrated": False, "reason": "no calibration.json in the results folder; run tbdkit calibrate"}
+
+
+def collect(framework_env: dict[str, Any], seed: int, run_dir: Path | None = None) -> dict[str, Any]:
     mem = psutil.virtual_memory()
     return {
         "kit": {"version": tbdkit.__version__, "root": str(KIT_ROOT), "git": git_state()},
@@ -184,4 +220,6 @@ def collect(framework_env: dict[str, Any], seed: int) -> dict[str, Any]:
         "tools": nsight.tools(),
         "seed": seed,
         "packages": packages(),
+        "calibration": calibration(run_dir) if run_dir is not None else
+        {"calibrated": False, "reason": "no run folder given, so no results folder to look in"},
     }

@@ -175,7 +175,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             limit_memory(spec.memory_limit_mb)
         summary["device"] = adapter.device_label
         summary["model_info"] = adapter.model_info()
-        env = envinfo.collect(adapter.environment(), spec.seed)
+        env = envinfo.collect(adapter.environment(), spec.seed, run_dir)
         sink.write_json(run_dir / "env.json", env)
         if spec.preset == "converge":
             summary.update(converge.train(adapter, data, hp, spec.data, spec.batch_size, spec.seed, run_dir,

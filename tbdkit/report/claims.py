@@ -32,6 +32,7 @@ from tbdkit.report.runs import (
     by_series,
     mean_by_batch,
     throughput,
+    without_failed_metrics,
 )
 
 HOLDS, FAILS, NO_DATA, NEEDS_GPU = "holds", "does not hold", "not enough data", "needs GPU runs"
@@ -542,6 +543,7 @@ CHECKS: tuple[Callable[[list[Run]], Verdict], ...] = (
 
 def check_all(runs: list[Run]) -> list[Verdict]:
     wording = reference_observations()
+    runs = without_failed_metrics(runs)  # an instrument that failed calibration here is no evidence
     verdicts = [check(runs) for check in CHECKS]
     for v in verdicts:
         v.claim = wording.get(v.n, v.claim)

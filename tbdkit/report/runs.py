@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -28,6 +28,9 @@ def layer_family(*kinds: str) -> frozenset[str]:
 RNN_MODELS = layer_family("RNN", "LSTM")  # recurrent: DeepSpeech2's GRUs, Seq2Seq's LSTMs
 LSTM_MODELS = layer_family("LSTM")
 MEMORY_CATEGORIES = ("weights", "weight_gradients", "feature_maps", "workspace", "dynamic")
+UNCALIBRATED = "uncalibrated"
+MARKED_METRICS = ("throughput", "gpu_utilization", "fp32_utilization", "tensor_utilization", "cpu_utilization",
+                  "process_cpu_utilization", "peak_rss", "mfu")  # metrics the report shows
 UNRECORDED = "unrecorded"  # a field an older run did not write: never assumed equal to a recorded value
 
 
@@ -85,6 +88,19 @@ class Run:
 
     def metric_entry(self, name: str) -> dict[str, Any]:
         return (self.summary.get("metrics") or {}).get(name) or {}
+
+    def calibration(self, name: str) -> str:
+        """The verdict `tbdkit calibrate` gave the instrument of metric `name` on this run's machine
+        (env.json's calibration): trusted, off, unsupported, or uncalibrated (no calibration, or none
+        of its probes covers this metric)."""
+        cal = self.env.get("calibration")
+        if not isinstance(cal, dict) or not cal.get("calibrated") or not isinstance(cal.get("verdicts"), dict):
+            return UNCALIBRATED
+        return str(cal["verdicts"].get(name) or UNCALIBRATED)
+
+    def calibration_marks(self, names: tuple[str, ...] = MARKED_METRICS) -> dict[str, str]:
+        """Each of `names` this run measured whose instrument is not trusted, with its verdict."""
+        return {n: self.calibration(n) for n in names if self.metric(n) is not None and self.calibration(n) != "trusted"}
 
     @property
     def unit(self) -> str:
@@ -252,6 +268,19 @@ def load(results: Path) -> list[Run]:
         if run is not None:
             runs.append(run)
     return _oldest_first(runs)
+
+
+def without_failed_metrics(runs: list[Run]) -> list[Run]:
+    """The runs with every metric whose instrument failed calibration on their machine left out
+    (read as not measured): what the claim checks see."""
+    out = []
+    for r in runs:
+        metrics = r.summary.get("metrics") or {}
+        failed = {n for n in metrics if r.calibration(n) == "off"}
+        if failed:
+            r = replace(r, summary={**r.summary, "metrics": {n: m for n, m in metrics.items() if n not in failed}})
+        out.append(r)
+    return out
 
 
 def load_dirs(dirs: list[Path]) -> list[Run]:

@@ -77,8 +77,16 @@ def display_rows(runs: list[Run]) -> list[list[str]]:
                      throughput_text(r, row),
                      fmt(row["gpu_utilization_pct"]), fmt(row["fp32_utilization_pct"]),
                      fmt(row["cpu_utilization_pct"]), fmt(row["peak_memory_mib"]),
-                     "unstable: " + (r.unstable_reason or "flagged") if r.unstable else ""])
+                     "; ".join(["unstable: " + (r.unstable_reason or "flagged")] * r.unstable + _calibration_flags(r))])
     return rows
+
+
+def _calibration_flags(r: Run) -> list[str]:
+    """What `tbdkit calibrate` said of this run's instruments, where it did not trust them."""
+    by: dict[str, list[str]] = {}
+    for name, status in r.calibration_marks().items():
+        by.setdefault({"off": "calibration failed"}.get(status, status), []).append(name)
+    return [f"{k}: {', '.join(v)}" for k, v in sorted(by.items())]
 
 
 DISPLAY_HEADER = ["run", "model", "framework", "batch", "precision", "preset", "device", "throughput (95% CI)",

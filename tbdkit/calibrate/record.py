@@ -1,0 +1,47 @@
+"""calibration.json: the probes' verdicts with the identity of the machine they ran on (the lookup
+that names it in every later run's env.json is tbdkit.agent.envinfo.calibration)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import tbdkit
+from tbdkit.agent import envinfo
+from tbdkit.calibrate.verdict import ProbeResult
+from tbdkit.results import sink
+
+FILE = envinfo.CALIBRATION_FILE
+machine = envinfo.machine_identity
+for_run = envinfo.calibration
+
+
+def write(results: Path, device: str, quick: bool, probes: list[ProbeResult]) -> Path:
+    doc = {
+        "kind": "tbdkit-calibration",
+        "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "kit_version": tbdkit.__version__,
+        "device": device,
+        "quick": quick,
+        "machine": machine(),
+        "verdicts": instrument_verdicts([p.as_json() for p in probes]),
+        "probes": [p.as_json() for p in probes],
+    }
+    path = results / FILE
+    sink.write_json(path, doc)  # temp file + rename: a reader never sees half a file
+    return path
+
+
+def instrument_verdicts(probes: list[dict[str, Any]]) -> dict[str, str]:
+    """Each metric's verdict over all its probes: off if any is off, else unsupported if any is,
+    else trusted."""
+    rank = {"off": 2, "unsupported": 1, "trusted": 0}
+    out: dict[str, str] = {}
+    for p in probes:
+        for m in p.get("metrics") or []:
+            if rank.get(p["status"], 2) >= rank.get(out.get(m, "trusted"), 0):
+                out[m] = p["status"]
+    return out
+
+
