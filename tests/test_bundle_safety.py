@@ -137,10 +137,14 @@ def test_reproduce_maps_placeholders_back_to_this_machine():
     assert artifact.local_spec({"data": "<kit>/data/x"})["data"] == str(KIT_ROOT / "data" / "x")
     assert artifact.local_spec({"data": "~/d"})["data"] == str(Path.home() / "d")
     assert artifact.local_spec({"data": "synthetic"}) == {"data": "synthetic"}
+    ok = b'{"status": "ok", "model": "deepspeech2", "framework": "pytorch"}'  # as the agent writes it
     files = {"results/a/summary.json": b"[]", "results/a/spec.json": b"{}",
-             "results/b/summary.json": b'{"status": "ok"}', "results/b/spec.json": b"null",
-             "results/c/summary.json": b'{"status": "ok"}', "results/c/spec.json": b'{"data": "~/d"}'}
-    assert artifact.recorded_runs(files) == [({"data": str(Path.home() / "d")}, {"status": "ok"})]
+             "results/b/summary.json": ok, "results/b/spec.json": b"null",
+             "results/c/summary.json": ok, "results/c/spec.json": b'{"data": "~/d"}',
+             "results/d/summary.json": b'{"status": "ok"}', "results/d/spec.json": b'{"data": "~/d"}'}
+    recorded = artifact.recorded_runs(files)  # d's summary lacks what every summary holds: damaged, not re-run
+    assert [(spec, summary["status"], summary["model"]) for spec, summary in recorded] == [
+        ({"data": str(Path.home() / "d")}, "ok", "deepspeech2")]
 
 
 JSON_SHAPES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
