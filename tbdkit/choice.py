@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from tbdkit import catalog, stacks
+from tbdkit.agent.envinfo import gpu_count
 from tbdkit.console import console, err_console
 from tbdkit.errors import UserError
 
@@ -23,19 +24,6 @@ def parse_batches(values: list[str] | None) -> list[int]:
         except ValueError:
             raise UserError(f"Batch size '{v}' is not a whole number: pass e.g. --batch 8 or BATCH=8,16,32.") from None
     return out
-
-
-def gpu_count() -> int:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount())
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return 0
 
 
 def framework_gpus(fw: str) -> tuple[int | None, str | None]:

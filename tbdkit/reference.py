@@ -31,6 +31,7 @@ from typing import Any
 
 from tbdkit import catalog
 from tbdkit import spec as specs
+from tbdkit.agent.envinfo import gpu_count
 from tbdkit.analysis import ncu
 from tbdkit.analysis.peak import Device, peak_flops
 from tbdkit.analysis.timeline import KERNEL_COLUMNS, merge_utilization
@@ -53,16 +54,6 @@ NCU_METHOD = ("Nsight Compute over {n} training iterations after warm-up in a se
               "(peak FP32 FLOP/s x their kernel time), paper eq. 2")
 TENSOR_METHOD = ("Nsight Compute sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active of the "
                  "sampled launches, weighted by each kernel's time in the run's kernel timeline")
-
-
-def gpu_count() -> int:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return int(pynvml.nvmlDeviceGetCount())
-    except Exception:
-        return 0
 
 
 AGENT_NEEDS = ("torch", "torchvision", "numpy", "psutil", "pydantic", "pynvml")

@@ -46,6 +46,20 @@ def git_state() -> dict[str, Any]:
         return {"commit": None, "reason": f"git unavailable: {exc}"}
 
 
+def gpu_count() -> int:
+    """The NVIDIA GPUs NVML sees on this host (0 without a driver or NVML)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount())
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return 0
+
+
 def gpus() -> dict[str, Any]:
     try:
         import pynvml

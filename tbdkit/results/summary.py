@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-SUMMARY = "summary.json"
+from tbdkit.runfiles import SUMMARY
+
 MAX_BYTES = 64 * 2**20  # far above any real summary; a bigger file is damage, not a summary
 
 
