@@ -1,6 +1,6 @@
 """What the commands share, below the command line: splitting comma lists, parsing batch lists, counting
 GPUs, asking each framework whether it sees one, the auto preset, and choosing (and setting up) the
-frameworks of a run. No command is defined here; `tbdkit.cli` and `tbdkit.sweep_cli` import it."""
+frameworks of a run. No command is defined here; the commands of `tbdkit.cli` import it."""
 
 from __future__ import annotations
 

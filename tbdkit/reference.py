@@ -1,4 +1,4 @@
-"""python -m tbdkit.reference: reference results on one GPU, in one command.
+"""tbdkit reference (or python -m tbdkit.reference): reference results on one GPU, in one command.
 
 For each model (default: Deep Speech 2 and ResNet-50; --suite: every model of the suite; PyTorch,
 paper preset) at two batch sizes (the preset's default and the one below it, or above it where
@@ -98,6 +98,13 @@ def agent_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 def suite() -> list[str]:
     """Every model of the catalog that has a PyTorch file, in catalog order."""
     return [name for name, m in catalog.models().items() if "pytorch" in m.frameworks]
+
+
+def check_models(models: list[str]) -> None:
+    """Refuse, in one sentence, a model that has no PyTorch file (reference runs are PyTorch's)."""
+    unknown = [m for m in models if m not in suite()]
+    if unknown:
+        raise UserError(f"No PyTorch model named {', '.join(map(repr, unknown))}: choose from {', '.join(suite())}.")
 
 
 def two_batches(model: str) -> list[int]:

@@ -1,0 +1,3 @@
+from tbdkit.cli.main import main
+
+main()

@@ -1,0 +1,123 @@
+"""`tbdkit bench` (train a model on each framework and batch size) and `tbdkit list` (what can run)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from tbdkit import catalog, stacks
+from tbdkit import spec as specs
+from tbdkit.choice import (
+    choose_frameworks,
+    framework_gpus,
+    parse_batches,
+    require_framework_gpus,
+    resolve_auto_preset,
+    split_list,
+)
+from tbdkit.cli.common import ResultsOpt
+from tbdkit.console import console, convergence_table, results_table
+from tbdkit.paths import default_results_dir
+from tbdkit.run_list import run_all
+
+
+def bench(
+    model: Annotated[str, typer.Option("--model", "-m", help="model to train (see `tbdkit list`)")] = "deepspeech2",
+    framework: Annotated[list[str] | None, typer.Option("--framework", "-f",
+                         help="framework(s), comma list or 'all'; default: every installed one the model has")] = None,
+    batch: Annotated[list[str] | None, typer.Option("--batch", "-b", help="batch size(s), e.g. 8,16,32")] = None,
+    precision: Annotated[str, typer.Option(help="fp32 (TF32 off) | tf32 | amp")] = "fp32",
+    preset: Annotated[str, typer.Option(help="smoke | paper | auto (paper with a GPU, else smoke) | converge "
+                                        "(train to the model's quality target and record the curve; PyTorch)")] = "auto",
+    variant: Annotated[str | None, typer.Option(help="another setting of the model ([setting.<name>] in its "
+                                                   "workload.toml, e.g. bert's pretrain512 or squad)")] = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
+    launcher: Annotated[str, typer.Option(help="auto (netns for several nodes, else native) | native | docker | netns")] = "auto",
+    nodes: Annotated[int, typer.Option(help="machines of a data-parallel job (with --launcher netns here)")] = 1,
+    gpus_per_node: Annotated[int, typer.Option(help="workers per machine (GPUs; processes on CPUs); batch is per worker")] = 1,
+    link_rate: Annotated[str | None, typer.Option(help="shape each node's link, e.g. 1gbit (--launcher netns)")] = None,
+    data: Annotated[str, typer.Option(help="'synthetic' or the path of the real dataset")] = "synthetic",
+    seed: Annotated[int, typer.Option(help="random seed (recorded in env.json)")] = 0,
+    max_measure_s: Annotated[float | None, typer.Option(help="cap on the sample window, seconds")] = None,
+    max_warmup_s: Annotated[float | None, typer.Option(help="cap on warm-up, seconds")] = None,
+    target_ci: Annotated[float | None, typer.Option(help="stop when the 95% CI half-width is below this fraction")] = None,
+    memory_limit_mb: Annotated[int | None, typer.Option(
+        help="fail as out-of-memory past this many MiB of growth (CPU runs; protects the host)")] = None,
+    results: ResultsOpt = default_results_dir(),
+    setup: Annotated[bool, typer.Option("--setup/--no-setup", help="install missing framework stacks first")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
+) -> None:
+    """Train MODEL on each framework and batch size, measuring throughput and utilization."""
+    m = catalog.get(model)
+    if launcher == "auto":  # several "machines" here are network namespaces; one is this machine
+        launcher = "netns" if nodes > 1 else "native"
+    wanted = split_list(framework)
+    candidates = (list(m.frameworks) if wanted == ["all"] else wanted or
+                  [fw for fw in m.frameworks if fw in stacks.STACKS and stacks.is_installed(fw)] or list(m.frameworks[:1]))
+    if preset == "auto":
+        preset = resolve_auto_preset(device, candidates, launcher)
+    elif device.startswith("cuda") and launcher != "docker":  # the framework itself says why it has no GPU
+        require_framework_gpus(device, {fw: framework_gpus(fw) for fw in candidates})
+    hp = m.hp(preset, variant)
+    batches = parse_batches(batch) or [int(hp["default_batch"])]
+    measure = {k: v for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s,
+                                 "target_ci": target_ci}.items() if v is not None}
+    if data != "synthetic":
+        data = str(Path(data).expanduser().resolve())
+
+    def make(fw: str, b: int) -> specs.RunSpec:
+        return specs.build(model=model, framework=fw, batch_size=b, precision=precision, preset=preset,
+                           variant=variant, device=device, launcher=launcher, data=data, seed=seed, measure=measure,
+                           memory_limit_mb=memory_limit_mb, nodes=nodes, gpus_per_node=gpus_per_node,
+                           link_rate=link_rate)
+
+    # Validate every spec of the grid before anything installs or runs.
+    requested = split_list(framework) or (["pytorch"] if preset == "converge" else [])
+    for fw in (list(m.frameworks) if requested == ["all"] else requested or list(m.frameworks[:1])):
+        for b in batches:
+            make(fw, b)
+    if data != "synthetic":
+        catalog.load_module(m, "data").check_source(data, hp)
+    if launcher == "docker":  # the image is the environment: no virtual environment needed
+        from tbdkit.launch import docker as docker_launch
+
+        frameworks = docker_launch.frameworks(m, requested)
+        for fw in frameworks:
+            docker_launch.preflight(fw, device)
+    else:
+        frameworks = choose_frameworks(m, requested, setup)
+    run_specs = [make(fw, b) for fw in frameworks for b in batches]
+    summaries = run_all(run_specs, results, m.throughput_unit, quiet_stdout=as_json)
+    if as_json:
+        print(json.dumps(summaries, indent=2))
+    else:
+        table = convergence_table if preset == "converge" else results_table
+        console.print(table(summaries, title=f"{m.info.get('title', model)} ({preset} preset) — results in {results}"))
+    statuses = {s["status"] for s in summaries}
+    raise typer.Exit(0 if statuses == {"ok"} else 130 if "interrupted" in statuses else 1)
+
+
+def list_models() -> None:
+    """Models × frameworks × presets the kit can run, and which stacks are installed here."""
+    table = Table(title="Models")
+    table.add_column("model")
+    table.add_column("application")
+    table.add_column("throughput unit")
+    for fw in stacks.KNOWN_FRAMEWORKS:
+        table.add_column(fw)
+    table.add_column("presets (default batch)")
+    for m in catalog.models().values():
+        cells = []
+        for fw in stacks.KNOWN_FRAMEWORKS:
+            if fw not in m.frameworks:
+                cells.append("[dim]—[/]")
+            else:
+                cells.append("[green]installed[/]" if stacks.is_installed(fw) else "[yellow]not installed[/]")
+        presets = ", ".join(f"{p} ({m.default_batch(p)})" for p in m.presets)
+        table.add_row(m.name, m.info.get("application", ""), m.throughput_unit, *cells, presets)
+    console.print(table)
+

@@ -1,0 +1,84 @@
+"""`tbdkit show` (one run, every metric with its unit and method) and `tbdkit runs` (the index)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from tbdkit.cli.common import ResultsOpt
+from tbdkit.console import console, convergence_table, err_console, results_table
+from tbdkit.errors import UserError
+from tbdkit.paths import default_results_dir, existing_results_dir
+from tbdkit.results import summary as summaries
+from tbdkit.store import Index
+
+SHOWN_MATCHES = 10  # run ids listed when a prefix given to `show` matches several
+
+
+def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suffix, or 'last')")],
+         results: ResultsOpt = default_results_dir(),
+         as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """One run's summary: every metric with its unit and method."""
+    index = Index(existing_results_dir(results))
+    path = index.find(run)
+    if path is None:
+        hits = [r["run_id"] for r in index.runs() if r["run_id"].startswith(run) or r["run_id"].endswith(run)]
+        if len(hits) > 1:
+            shown = ", ".join(hits[:SHOWN_MATCHES]) + (f" and {len(hits) - SHOWN_MATCHES} more"
+                                                       if len(hits) > SHOWN_MATCHES else "")
+            raise UserError(f"'{run}' is ambiguous in {results}: it matches {len(hits)} runs ({shown}); "
+                            "pass more of the run id.")
+        raise UserError(f"No run matches '{run}' in {results}: list them with `tbdkit runs`.")
+    try:
+        summary = summaries.read(path)
+    except (OSError, summaries.Unreadable) as exc:
+        raise UserError(escape(f"{exc}: the run folder {path} is damaged; its other files are kept as they are.")) from None
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    overview = convergence_table if summary.get("preset") == "converge" else results_table
+    console.print(overview([summary], title=str(path)))
+    table = Table(title="Metrics")
+    for col in ("metric", "value", "unit", "method / reason"):
+        table.add_column(col)
+    for name, m in (summary.get("metrics") or {}).items():
+        value = m.get("value")
+        table.add_row(name, "null" if value is None else f"{value:,.4g}", m.get("unit", ""),
+                      m.get("reason") and f"[yellow]{escape(m['reason'])}[/]" or escape(m.get("method") or ""))
+    console.print(table)
+    for key in ("warmup", "window"):
+        if summary.get(key):
+            console.print(f"[bold]{key}[/]: {escape(str(summary[key]))}", highlight=False)
+    if summary.get("unstable"):
+        console.print(f"[yellow]unstable:[/] {escape(str(summary.get('instability_reason')))}", highlight=False)
+    if summary.get("error"):
+        console.print(f"[red]error:[/] {escape(summary['error'])}", highlight=False)
+
+
+def runs(results: ResultsOpt = default_results_dir(),
+         model: Annotated[str | None, typer.Option(help="only this model")] = None,
+         rebuild: Annotated[bool, typer.Option("--rebuild", help="rebuild the index from the run folders")] = False,
+         as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """The results index (SQLite, rebuilt from the run folders when lost)."""
+    index = Index(existing_results_dir(results))
+    if rebuild:
+        console.print(f"indexed {index.rebuild()} runs")
+    rows = index.runs(model=model)
+    for line in index.unreadable:  # a damaged run is named and skipped, never fatal
+        err_console.print(line, style="yellow", highlight=False, markup=False)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"Runs in {results}")
+    cols = ("run_id", "status", "model", "framework", "batch_size", "precision", "device", "throughput",
+            "throughput_unit", "cpu_utilization", "gpu_utilization")
+    for c in cols:
+        table.add_column(c)
+    for r in rows:
+        table.add_row(*("—" if r[c] is None else f"{r[c]:,.2f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
+    console.print(table)
+
