@@ -4,7 +4,7 @@ Layout (every member under `tbdkit-artifact/`):
   manifest.json         format, kit version, creation time, the runs and sweeps, the report's
                         status, what was left out and why, the placeholders that replaced this
                         machine's paths, and the sha256 and size of every other member
-  results/<run-id>/...  each run folder's files that the kit writes (tbdkit.runfiles), no others
+  results/<run-id>/...  each run folder's files that the kit writes (tbdkit.results.files), no others
   results/sweeps/...    the sweeps' state, and their probes' run files
   images.lock           the pinned framework images (docker/images.lock)
   report/...            the HTML report, when `tbdkit.report.build_report` is importable
@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tbdkit import __version__, runfiles
+from tbdkit import __version__
 from tbdkit.errors import UserError
 from tbdkit.paths import KIT_ROOT, venvs_dir
+from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
 
 PREFIX = "tbdkit-artifact"

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tbdkit import artifact, runfiles
+from tbdkit import artifact
+from tbdkit.results import files as runfiles
 from tbdkit.errors import UserError
 from tbdkit.paths import KIT_ROOT
 

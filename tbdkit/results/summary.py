@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from tbdkit.runfiles import SUMMARY
+from tbdkit.results.files import SUMMARY
 
 MAX_BYTES = 64 * 2**20  # far above any real summary; a bigger file is damage, not a summary
 
