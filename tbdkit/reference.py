@@ -29,7 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tbdkit import catalog
+from tbdkit import catalog, nsight
 from tbdkit import spec as specs
 from tbdkit.agent.envinfo import gpu_count
 from tbdkit.analysis import ncu
@@ -124,8 +124,6 @@ def destination(model: str, batch: int, precision: str) -> Path:
 
 
 def find_ncu() -> str | None:
-    from tbdkit import nsight
-
     return nsight.find("ncu")
 
 
@@ -195,9 +193,7 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
     scratch = run_dir / "ncu"
     scratch.mkdir(exist_ok=True)
     report = scratch / "profile"
-    prefix = [exe, "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "all",
-              "--filter-mode", "per-launch-config", "--launch-count", str(launch_count),
-              "--metrics", ",".join(ncu.METRICS), "--export", str(report), "--force-overwrite"]
+    prefix = nsight.ncu_profile_args(exe, report, launch_count)
     quick = spec.model_copy(update={"analyses": False,
                                     "measure": spec.measure.model_copy(update={"max_warmup_s": NCU_WARMUP_S})})
     rc = run_agent(prefix, quick, scratch, agent_env({"TBDKIT_PROFILE_ITERATIONS": str(iterations)}),
@@ -210,9 +206,7 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
                        "(run as root, or set NVreg_RestrictProfilingToAdminUsers=0; `tbdkit doctor` says how)")
         return gap(f"the ncu pass failed (exit {rc}): {tail}")
     # demangled names with their parameter lists, as torch.profiler names the kernels of kernels.csv
-    raw = subprocess.run([exe, "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base",
-                          "--print-kernel-base", "demangled"],
-                         capture_output=True, text=True)
+    raw = subprocess.run(nsight.ncu_import_args(exe, rep), capture_output=True, text=True)
     sink.write_text(run_dir / "ncu_raw.csv", raw.stdout)
     try:
         kernels = ncu.parse_raw_csv(raw.stdout)

@@ -2,10 +2,9 @@
 SM clock with its throttle reasons. Their arithmetic is plain functions (tested on constructed
 values); their device code goes through pynvml (tested through the real pynvml over a stand-in for
 libnvidia-ml, tests/nvml_shim.py), and the busy kernel is torch.cuda._sleep (a GPU spin of a given
-number of cycles), so the GPU probes need torch with CUDA in the calibrating interpreter.
-
-Not yet here (docs/calibration.md): GPM and ncu against FLOP counts, the torch-profiler timeline
-against NVML, and the framework memory counters on a GPU.
+number of cycles), so the GPU probes run in the PyTorch stack's interpreter (tbdkit.calibrate.stack).
+GPM and ncu against FLOP counts: calibrate.flops; the kernel timeline against NVML: calibrate.trace;
+the frameworks' GPU memory counters: calibrate.gpu_memory.
 """
 
 from __future__ import annotations
@@ -184,7 +183,7 @@ def _torch_spinner(index: int, max_mhz: int | None) -> Callable[[float], None] |
     try:
         import torch
     except ImportError:
-        return "torch is not importable here: run tbdkit calibrate from the pytorch stack's interpreter"
+        return "torch is not importable here: the GPU probes run in the PyTorch stack (tbdkit setup pytorch)"
     if not torch.cuda.is_available():
         return "torch sees no CUDA device"
     cycles_per_s = (max_mhz or 1500) * 1e6  # _sleep spins clock cycles; at a lower clock it runs longer

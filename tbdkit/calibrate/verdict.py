@@ -47,6 +47,15 @@ class ProbeResult:
         out["status"] = self.status
         return out
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ProbeResult:
+        """The inverse of as_json: a probe that ran in another interpreter (a framework stack) and
+        printed its result."""
+        tol = doc.get("tolerance") or {}
+        return cls(doc["instrument"], doc["probe"], doc.get("expected"), doc.get("measured"), doc.get("unit", ""),
+                   Tolerance(tol.get("relative", 0.0), tol.get("absolute", 0.0)), doc["verdict"],
+                   tuple(doc.get("metrics") or ()), dict(doc.get("details") or {}))
+
 
 def judge(expected: float, measured: float, tolerance: Tolerance, unit: str) -> str:
     """`trusted` within tolerance, else `off by` the signed difference (relative where it means something)."""

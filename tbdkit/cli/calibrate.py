@@ -39,10 +39,10 @@ def calibrate(
     with console.status("collector overhead..."):
         probes += host.overhead_probe(rounds=8 if quick else 30, block=100 if quick else 300)
     if device.startswith("cuda"):
-        from tbdkit.calibrate import gpu
+        from tbdkit.calibrate import stack
 
-        with console.status("GPU probes..."):
-            probes += gpu.probe(int(device[5:] or 0) if ":" in device else 0, quick)
+        with console.status("GPU probes (in the framework stacks' interpreters)..."):
+            probes += stack.gpu_probes(int(device[5:] or 0) if ":" in device else 0, quick)
     path = record.write(results, device, quick, probes)
     table = Table(title=f"calibration ({device}{', quick' if quick else ''}, {time.perf_counter() - t0:.0f} s)")
     for col in ("instrument", "probe", "expected", "measured", "unit", "verdict"):
