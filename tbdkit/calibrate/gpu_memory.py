@@ -41,6 +41,10 @@ def memory_result(framework: str, mib: float, rise_bytes: float | None, why: str
                        {"counter": COUNTERS[framework], **details})
 
 
+def no_gpu(framework: str, gpus: int, index: int, why: str | None) -> str:
+    return f"{framework} sees no GPU: {why}" if why else f"{framework} sees {gpus} GPU(s), not GPU {index}"
+
+
 def _elements(mib: float) -> int:
     return int(mib * MIB) // 4  # float32
 
@@ -52,7 +56,7 @@ def pytorch_probe(index: int, mib: float = TENSOR_MIB) -> ProbeResult:
 
     gpus, why = gpu_probe()
     if index >= gpus:
-        return memory_result("pytorch", mib, None, why or f"PyTorch sees {gpus} GPU(s), not cuda:{index}")
+        return memory_result("pytorch", mib, None, no_gpu("PyTorch", gpus, index, why))
     dev = torch.device(f"cuda:{index}")
     torch.zeros(1, device=dev)  # the context and the allocator exist before the reading
     torch.cuda.synchronize(dev)
@@ -72,7 +76,7 @@ def tensorflow_probe(index: int, mib: float = TENSOR_MIB) -> ProbeResult:
 
     gpus, why = gpu_probe()
     if index >= gpus:
-        return memory_result("tensorflow", mib, None, why or f"TensorFlow sees {gpus} GPU(s), not GPU:{index}")
+        return memory_result("tensorflow", mib, None, no_gpu("TensorFlow", gpus, index, why))
     name = f"GPU:{index}"
     with tf.device(name):
         tf.zeros([1]).numpy()
@@ -92,7 +96,7 @@ def mxnet_probe(index: int, mib: float = TENSOR_MIB) -> ProbeResult:
 
     gpus, why = gpu_probe()
     if index >= gpus:
-        return memory_result("mxnet", mib, None, why or f"MXNet sees {gpus} GPU(s), not gpu({index})")
+        return memory_result("mxnet", mib, None, no_gpu("MXNet", gpus, index, why))
     ctx = mx.gpu(index)
     mx.nd.zeros((1,), ctx=ctx).wait_to_read()
     free_before, total = mx.context.gpu_memory_info(index)

@@ -60,8 +60,9 @@ def pytorch_gpu(index: int, quick: bool) -> list[ProbeResult]:
 
     if not torch.cuda.is_available() or index >= torch.cuda.device_count():
         from tbdkit.adapters.pytorch import gpu_probe
+        from tbdkit.calibrate.gpu_memory import no_gpu
 
-        return [failed("pytorch-gpu", gpu_probe()[1] or f"PyTorch sees {torch.cuda.device_count()} GPU(s), not cuda:{index}")]
+        return [failed("pytorch-gpu", no_gpu("PyTorch", torch.cuda.device_count(), index, gpu_probe()[1]))]
     out = gpu.probe(index, quick)
     device, why = _peak_device(index)
     shape = flops.QUICK_GEMM if quick else flops.GEMM
