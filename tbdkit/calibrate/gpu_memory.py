@@ -13,6 +13,7 @@ reports `unsupported` with its own reason (tbdkit.adapters.<framework>.gpu_probe
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from tbdkit.calibrate.verdict import ProbeResult, Tolerance, judge, unsupported
@@ -41,8 +42,16 @@ def memory_result(framework: str, mib: float, rise_bytes: float | None, why: str
                        {"counter": COUNTERS[framework], **details})
 
 
-def no_gpu(framework: str, gpus: int, index: int, why: str | None) -> str:
-    return f"{framework} sees no GPU: {why}" if why else f"{framework} sees {gpus} GPU(s), not GPU {index}"
+TITLES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
+
+
+def unavailable(framework: str, index: int) -> str | None:
+    """Why `framework` cannot use GPU `index` (its adapter's own gpu_probe), or None when it can."""
+    gpus, why = importlib.import_module(f"tbdkit.adapters.{framework}").gpu_probe()
+    if index < gpus:
+        return None
+    title = TITLES[framework]
+    return f"{title} sees no GPU: {why}" if why else f"{title} sees {gpus} GPU(s), not GPU {index}"
 
 
 def _elements(mib: float) -> int:
@@ -52,11 +61,9 @@ def _elements(mib: float) -> int:
 def pytorch_probe(index: int, mib: float = TENSOR_MIB) -> ProbeResult:
     import torch
 
-    from tbdkit.adapters.pytorch import gpu_probe
-
-    gpus, why = gpu_probe()
-    if index >= gpus:
-        return memory_result("pytorch", mib, None, no_gpu("PyTorch", gpus, index, why))
+    why = unavailable("pytorch", index)
+    if why:
+        return memory_result("pytorch", mib, None, why)
     dev = torch.device(f"cuda:{index}")
     torch.zeros(1, device=dev)  # the context and the allocator exist before the reading
     torch.cuda.synchronize(dev)
@@ -72,11 +79,9 @@ def pytorch_probe(index: int, mib: float = TENSOR_MIB) -> ProbeResult:
 def tensorflow_probe(index: int, mib: float = TENSOR_MIB) -> ProbeResult:
     import tensorflow as tf
 
-    from tbdkit.adapters.tensorflow import gpu_probe
-
-    gpus, why = gpu_probe()
-    if index >= gpus:
-        return memory_result("tensorflow", mib, None, no_gpu("TensorFlow", gpus, index, why))
+    why = unavailable("tensorflow", index)
+    if why:
+        return memory_result("tensorflow", mib, None, why)
     name = f"GPU:{index}"
     with tf.device(name):
         tf.zeros([1]).numpy()
@@ -92,11 +97,9 @@ def tensorflow_probe(index: int, mib: float = TENSOR_MIB) -> ProbeResult:
 def mxnet_probe(index: int, mib: float = TENSOR_MIB) -> ProbeResult:
     import mxnet as mx
 
-    from tbdkit.adapters.mxnet import gpu_probe
-
-    gpus, why = gpu_probe()
-    if index >= gpus:
-        return memory_result("mxnet", mib, None, no_gpu("MXNet", gpus, index, why))
+    why = unavailable("mxnet", index)
+    if why:
+        return memory_result("mxnet", mib, None, why)
     ctx = mx.gpu(index)
     mx.nd.zeros((1,), ctx=ctx).wait_to_read()
     free_before, total = mx.context.gpu_memory_info(index)

@@ -23,12 +23,13 @@ from tbdkit.calibrate.verdict import ProbeResult, Tolerance, unsupported
 
 MARKER = "TBDKIT_CALIBRATION "
 TIMEOUT_S = 600.0
-# probe -> (stack, metrics its results cover: named when the probe cannot run at all)
-PROBES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "pytorch-gpu": ("pytorch", ("gpu_utilization", "energy", "sm_clock", "gpm_fp32_pipe", "gpm_tensor_pipe", "mfu",
-                                "gpu_utilization_trace", "framework_peak_allocated")),
-    "memory-tensorflow": ("tensorflow", ("framework_peak_allocated",)),
-    "memory-mxnet": ("mxnet", ("framework_peak_allocated",)),
+# probe -> (stack, instrument, metrics its results cover): named when the probe cannot run at all
+PROBES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "pytorch-gpu": ("pytorch", "pytorch.gpu_probes", ("gpu_utilization", "energy", "sm_clock", "gpm_fp32_pipe",
+                                                      "gpm_tensor_pipe", "mfu", "gpu_utilization_trace",
+                                                      "framework_peak_allocated")),
+    "memory-tensorflow": ("tensorflow", "tensorflow.gpu_memory", ("framework_peak_allocated",)),
+    "memory-mxnet": ("mxnet", "mxnet.gpu_memory", ("framework_peak_allocated",)),
 }
 
 
@@ -54,15 +55,12 @@ def _peak_device(index: int) -> tuple[Any, str | None]:
 
 
 def pytorch_gpu(index: int, quick: bool) -> list[ProbeResult]:
-    import torch
 
     from tbdkit.calibrate import flops, gpu, gpu_memory, trace
 
-    if not torch.cuda.is_available() or index >= torch.cuda.device_count():
-        from tbdkit.adapters.pytorch import gpu_probe
-        from tbdkit.calibrate.gpu_memory import no_gpu
-
-        return [failed("pytorch-gpu", no_gpu("PyTorch", torch.cuda.device_count(), index, gpu_probe()[1]))]
+    why = gpu_memory.unavailable("pytorch", index)
+    if why:
+        return [failed("pytorch-gpu", why)]
     out = gpu.probe(index, quick)
     device, why = _peak_device(index)
     shape = flops.QUICK_GEMM if quick else flops.GEMM
@@ -100,8 +98,8 @@ def main(argv: list[str]) -> int:
 # --- on the host --------------------------------------------------------------------------------
 
 def failed(probe: str, why: str) -> ProbeResult:
-    stack, metrics = PROBES[probe]
-    return ProbeResult(f"{stack}.{probe}", f"{probe} in the {stack} stack", None, None, "", Tolerance(),
+    stack, instrument, metrics = PROBES[probe]
+    return ProbeResult(instrument, f"{probe} in the {stack} stack", None, None, "", Tolerance(),
                        unsupported(why), metrics)
 
 
