@@ -57,3 +57,16 @@ def test_probe_names_throttling_and_a_missing_energy_counter(fake_nvml):
     results = {r.instrument: r for r in gpu.probe(0, quick=True, spin=lambda s: time.sleep(s))}
     assert results["nvml.sm_clock"].status == "off" and "thermal" in results["nvml.sm_clock"].verdict
     assert results["nvml.energy"].status == "unsupported"
+
+
+def test_probe_reads_the_frameworks_gpu_not_nvmls_index(fake_nvml):
+    """CUDA's cuda:0 is NVML's device 1 here (CUDA numbers fastest first): the probe finds it by UUID."""
+    other = Device("GPU-00000000-0000-0000-0000-0000000000aa", "00000000:01:00.0", sample_value=0)
+    mine = Device("GPU-58f4c2a0-0000-0000-0000-000000000001", "00000000:18:00.0", sample_value=100)
+    fake_nvml([other, mine])
+    results = gpu.probe(0, quick=True, spin=lambda s: time.sleep(s), uuid="58f4c2a0-0000-0000-0000-000000000001")
+    busy = next(r for r in results if r.instrument == "nvml.gpu_utilization" and r.expected == 100.0)
+    assert busy.status == "trusted" and busy.measured == 100
+    # two GPUs and nothing that names the framework's: unsupported with the reason, never NVML's index 0
+    (gap,) = gpu.probe(0, quick=True, spin=lambda s: time.sleep(s))
+    assert gap.status == "unsupported" and "NVML device" in gap.verdict

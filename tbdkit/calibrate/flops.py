@@ -189,7 +189,8 @@ def profiled_gemm(device: str, mode: str, shape: tuple[int, int, int]) -> None:
 
 
 def gemm_window(device: str, index: int | None, mode: str, shape: tuple[int, int, int], seconds: float,
-                peak_device: Device | None, peak_why: str | None = None) -> list[ProbeResult]:
+                peak_device: Device | None, peak_why: str | None = None, uuid: str | None = None,
+                pci_bus_id: str | None = None) -> list[ProbeResult]:
     """GEMMs back to back for `seconds` with GPM sampled around them: GPM's pipes and the peak check."""
     import torch
 
@@ -199,7 +200,7 @@ def gemm_window(device: str, index: int | None, mode: str, shape: tuple[int, int
     for _ in range(3):
         torch.matmul(a, b, out=out)
     _sync(torch, device)
-    gpm = GpmCollector(index)
+    gpm = GpmCollector(index, uuid, pci_bus_id)
     gpm.start()
     n = 0
     t0 = time.perf_counter()

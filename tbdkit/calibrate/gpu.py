@@ -80,15 +80,21 @@ def clocks_result(clocks_mhz: list[int], max_mhz: int | None, reasons: list[int]
 
 @dataclass
 class Nvml:
-    """The readings the probes need, each None when the driver refuses it (say why, never 0)."""
+    """The readings the probes need, each None when the driver refuses it (say why, never 0). The
+    device is the framework's cuda:`index` found by its UUID or PCI bus id (NVML numbers GPUs in
+    another order than CUDA: tbdkit.agent.collectors.device); the index alone only where NVML sees one GPU."""
     index: int
+    uuid: str | None = None
+    pci_bus_id: str | None = None
 
     def __post_init__(self) -> None:
         import pynvml
 
+        from tbdkit.agent.collectors.device import nvml_handle
+
         self.n = pynvml
         pynvml.nvmlInit()
-        self.h = pynvml.nvmlDeviceGetHandleByIndex(self.index)
+        self.h, self.selected = nvml_handle(pynvml, self.index, self.uuid, self.pci_bus_id)
 
     def _try(self, fn: Callable[[], Any]) -> Any:
         try:
@@ -130,11 +136,13 @@ class Nvml:
         self._try(self.n.nvmlShutdown)
 
 
-def probe(index: int, quick: bool, spin: Callable[[float], None] | None = None) -> list[ProbeResult]:
-    """Busy, idle and 50% duty-cycle windows on GPU `index`, read through NVML. `spin(seconds)` keeps
-    the GPU busy for that long and returns when it is done (default: torch.cuda._sleep)."""
+def probe(index: int, quick: bool, spin: Callable[[float], None] | None = None, uuid: str | None = None,
+          pci_bus_id: str | None = None) -> list[ProbeResult]:
+    """Busy, idle and 50% duty-cycle windows on GPU `index` (CUDA's; `uuid`/`pci_bus_id` name it to
+    NVML), read through NVML. `spin(seconds)` keeps the GPU busy for that long and returns when it is
+    done (default: torch.cuda._sleep)."""
     try:
-        nv = Nvml(index)
+        nv = Nvml(index, uuid, pci_bus_id)
     except Exception as exc:
         return [ProbeResult("nvml", "NVML on this machine", None, None, "", Tolerance(),
                             unsupported(f"NVML not usable: {type(exc).__name__}: {exc}"), ("gpu_utilization",))]

@@ -35,38 +35,42 @@ PROBES: dict[str, tuple[str, str, tuple[str, ...]]] = {
 
 # --- inside the stack ---------------------------------------------------------------------------
 
-def _peak_device(index: int) -> tuple[Any, str | None]:
+def _identity(index: int) -> tuple[Any, dict[str, str | None], str | None]:
+    """The peak table's Device for cuda:`index` (or None and why), and the UUID and PCI bus id that
+    name it to NVML."""
     import torch
 
+    from tbdkit.adapters.pytorch import pci_bus_id
     from tbdkit.analysis.peak import Device
     from tbdkit.calibrate.gpu import Nvml
 
     props = torch.cuda.get_device_properties(index)
+    ids = {"uuid": str(getattr(props, "uuid", "")) or None, "pci_bus_id": pci_bus_id(props)}
     try:
-        nv = Nvml(index)
+        nv = Nvml(index, **ids)
         clock = nv.max_sm_clock()
         nv.close()
     except Exception as exc:
-        return None, f"NVML could not report the maximum SM clock ({type(exc).__name__}: {exc})"
+        return None, ids, f"NVML could not report the maximum SM clock ({type(exc).__name__}: {exc})"
     if clock is None:
-        return None, "NVML could not report the maximum SM clock"
-    return Device(props.name, f"{props.major}.{props.minor}", props.multi_processor_count, float(clock),
-                  "NVML nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM)"), None
+        return None, ids, "NVML could not report the maximum SM clock"
+    return (Device(props.name, f"{props.major}.{props.minor}", props.multi_processor_count, float(clock),
+                   "NVML nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM)"), ids, None)
 
 
 def pytorch_gpu(index: int, quick: bool) -> list[ProbeResult]:
-
     from tbdkit.calibrate import flops, gpu, gpu_memory, trace
 
     why = gpu_memory.unavailable("pytorch", index)
     if why:
         return [failed("pytorch-gpu", why)]
-    out = gpu.probe(index, quick)
-    device, why = _peak_device(index)
+    device, ids, why = _identity(index)
+    uuid, pci = ids["uuid"], ids["pci_bus_id"]
+    out = gpu.probe(index, quick, uuid=uuid, pci_bus_id=pci)
     shape = flops.QUICK_GEMM if quick else flops.GEMM
     for mode in flops.MODES:
-        out += flops.gemm_window(f"cuda:{index}", index, mode, shape, 1.0 if quick else 3.0, device, why)
-    out.append(trace.probe(index, quick))
+        out += flops.gemm_window(f"cuda:{index}", index, mode, shape, 1.0 if quick else 3.0, device, why, uuid, pci)
+    out.append(trace.probe(index, quick, uuid=uuid, pci_bus_id=pci))
     out.append(gpu_memory.pytorch_probe(index))
     return out
 

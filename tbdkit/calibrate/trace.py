@@ -39,7 +39,8 @@ def timeline_result(kernel_util: float | None, nvml_samples: list[int], period_m
                        judge(nvml, kernel_util, TIMELINE_TOLERANCE, "%"), ("gpu_utilization_trace",), details)
 
 
-def probe(index: int, quick: bool, spin: Callable[[float], None] | None = None) -> ProbeResult:
+def probe(index: int, quick: bool, spin: Callable[[float], None] | None = None, uuid: str | None = None,
+          pci_bus_id: str | None = None) -> ProbeResult:
     """Runs in the PyTorch stack: the duty cycle on cuda:`index` under the kit's kernel trace."""
     import torch
 
@@ -49,7 +50,7 @@ def probe(index: int, quick: bool, spin: Callable[[float], None] | None = None) 
 
     seconds = 1.0 if quick else 4.0
     try:
-        nv = Nvml(index)
+        nv = Nvml(index, uuid, pci_bus_id)
     except Exception as exc:
         return timeline_result(None, [], None, seconds, f"NVML not usable: {type(exc).__name__}: {exc}")
     try:
