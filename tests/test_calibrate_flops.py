@@ -173,3 +173,13 @@ def test_ncu_probe_says_why_when_the_counters_are_locked(tmp_path):
     exe = _stand_in_ncu(tmp_path, "", fail="==ERROR== ERR_NVGPUCTRPERM - The user does not have permission")
     got = flops.ncu_probe(Path("/stack/bin/python"), 0, quick=True, env=dict(os.environ), exe=exe)
     assert [r.status for r in got] == ["unsupported", "unsupported"] and "ERR_NVGPUCTRPERM" in got[0].verdict
+
+
+def test_gpu_probes_without_stacks_say_why_for_every_instrument(tmp_path, monkeypatch):
+    monkeypatch.setenv("TBDKIT_VENVS", str(tmp_path))
+    got = {r.instrument: r for r in stack.gpu_probes(0, quick=True)}
+    assert set(got) == {"pytorch.gpu_probes", "ncu.fp32_flops", "ncu.tensor_pipe", "tensorflow.gpu_memory",
+                        "mxnet.gpu_memory"}
+    assert all(r.status == "unsupported" for r in got.values())
+    assert "tbdkit setup pytorch" in got["ncu.fp32_flops"].verdict  # ncu needs the PyTorch stack's GEMM
+    assert "tensor_utilization" in got["ncu.tensor_pipe"].metrics

@@ -223,8 +223,9 @@ Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
 def ncu_probe(python: Path, index: int, quick: bool, env: dict[str, str], exe: str | None = None,
-              run: Runner = subprocess.run) -> list[ProbeResult]:
-    """An FP32 and a TF32 GEMM, each in its own process under the kit's ncu command."""
+              run: Runner = subprocess.run, skip: str | None = None) -> list[ProbeResult]:
+    """An FP32 and a TF32 GEMM, each in its own process under the kit's ncu command (`skip`: why the
+    PyTorch stack cannot run them, when it cannot)."""
     from tbdkit import nsight
 
     shape = QUICK_GEMM if quick else GEMM
@@ -236,8 +237,8 @@ def ncu_probe(python: Path, index: int, quick: bool, env: dict[str, str], exe: s
                                f"{mode.upper()} GEMM {_shape(*shape)} under ncu", None, None, "", Tolerance(),
                                unsupported(why), ("fp32_utilization",) if mode == "fp32" else ("tensor_utilization",))
 
-        if exe is None:
-            out.append(gap("Nsight Compute (ncu) is not installed here"))
+        if skip or exe is None:
+            out.append(gap(skip or "Nsight Compute (ncu) is not installed here"))
             continue
         with tempfile.TemporaryDirectory(prefix="tbdkit-calibrate-ncu-") as tmp:
             report = Path(tmp) / f"gemm-{mode}"

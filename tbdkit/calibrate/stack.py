@@ -144,8 +144,12 @@ def gpu_probes(index: int, quick: bool, run: Runner = subprocess.run) -> list[Pr
     from tbdkit.calibrate import flops
 
     out = run_in_stack("pytorch-gpu", index, quick, run)
-    if stacks.is_installed("pytorch"):
+    stopped = next((r for r in out if r.instrument == PROBES["pytorch-gpu"][1]), None)
+    if stopped is None:  # the PyTorch stack ran and saw the GPU: the ncu pass runs in it too
         out += flops.ncu_probe(stacks.python_of("pytorch"), index, quick, stacks.agent_env(), run=run)
+    else:
+        out += flops.ncu_probe(stacks.python_of("pytorch"), index, quick, {}, run=run,
+                               skip=stopped.verdict.removeprefix("unsupported: "))
     out += run_in_stack("memory-tensorflow", index, quick, run)
     out += run_in_stack("memory-mxnet", index, quick, run)
     return out
