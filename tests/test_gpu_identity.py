@@ -44,6 +44,7 @@ def test_cuda_ordinal_names_its_physical_gpu(fake_libcuda, fake_nvml, monkeypatc
 
 def test_why_no_gpu_names_the_cause(fake_libcuda, monkeypatch):
     assert "CPU-only build" in cuda_driver.why_no_gpu("PyTorch", None)
+    assert "`tbdkit setup mxnet --force`" in cuda_driver.why_no_gpu("MXNet", None)  # the stack's name, not its title
     monkeypatch.setattr(cuda_driver, "LIBCUDA", "/nonexistent/libcuda.so.1")
     assert "no NVIDIA driver" in cuda_driver.why_no_gpu("PyTorch", "13.0")
     fake_libcuda([SLOW], driver=12040)

@@ -75,7 +75,7 @@ def why_no_gpu(framework: str, built_cuda: str | None) -> str:
     """One sentence: why `framework` (built for CUDA `built_cuda`, None if CPU-only) sees no GPU, and the fix."""
     if not built_cuda:
         return (f"the installed {framework} is a CPU-only build (no CUDA): install its CUDA build "
-                f"(`tbdkit setup {framework} --force` on a GPU machine) or run with --device cpu")
+                f"(`tbdkit setup {framework.lower()} --force` on a GPU machine) or run with --device cpu")
     try:
         cuda = _load()
     except OSError:
