@@ -253,7 +253,7 @@ def reference(models: list[str], results: Path, precision: str, max_measure_s: f
         raise UserError(f"{python} lacks {', '.join(lacking)}, which the agent or these models need: install them "
                         f"into it (pip install {' '.join(PIP_NAMES.get(m, m) for m in lacking)}), drop those models, "
                         "or point TBDKIT_VENVS at a stack that has them.")
-    from tbdkit.launch import finalize, new_run_dir
+    from tbdkit.launch.outcome import finalize, new_run_dir
 
     copied = []
     for model in models:

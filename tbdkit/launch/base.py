@@ -1,6 +1,6 @@
 """The one launcher interface. A launcher starts the agent (`python -m tbdkit.agent`) for a spec
 whose run folder holds spec.json, passes the agent's progress events on, and returns the agent's
-exit code; the run folder's summary is finished by `tbdkit.launch.finalize`, the same for all.
+exit code; the run folder's summary is finished by `tbdkit.launch.outcome.finalize`, the same for all.
 
 The launcher reaches the agent only as a process: the agent's stdout lines that start with
 EVENT_PREFIX are its events (tbdkit.agent.events writes them), every other line goes to the log."""
