@@ -8,7 +8,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from tbdkit.results import files, summary as summaries
+from tbdkit.results import files
+from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
 from tbdkit.spec import RunSpec
 
