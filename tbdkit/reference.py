@@ -38,13 +38,15 @@ from tbdkit.analysis.timeline import KERNEL_COLUMNS, merge_utilization
 from tbdkit.errors import UserError
 from tbdkit.metric import metric, missing
 from tbdkit.paths import KIT_ROOT
+from tbdkit.results import files as runfiles
 from tbdkit.results import sink
+from tbdkit.results.rundir import RunDir
 
 MODELS = ("deepspeech2", "resnet50")  # the pair `make reference` runs by default (with an ncu pass)
 # Sized so one model (two batch sizes, two processes each) fits a 10-minute call on an H100.
 NCU_WARMUP_S = 15.0
 NCU_TIMEOUT_S = 240.0
-COPIED = ("summary.json", "env.json", "memory.json", "kernels.csv", "kernel_launches.csv", "ncu_raw.csv")
+COPIED = (runfiles.SUMMARY, runfiles.ENV, runfiles.MEMORY, runfiles.KERNELS, runfiles.KERNEL_LAUNCHES, runfiles.NCU_RAW)
 COVERAGE_AIM = 0.95
 NCU_METHOD = ("Nsight Compute over {n} training iterations after warm-up in a separate process "
               "(cudaProfilerStart/Stop range, --clock-control none, --filter-mode per-launch-config "
@@ -134,7 +136,7 @@ def run_agent(cmd_prefix: list[str], spec: specs.RunSpec, run_dir: Path, env: di
     Ctrl-C ends the group too, and the reference with it."""
     from tbdkit.launch.native import NativeLauncher
 
-    sink.write_json(run_dir / "spec.json", spec.model_dump())
+    RunDir(run_dir).write_json(runfiles.SPEC, spec.model_dump())
     launcher = NativeLauncher(prefix=tuple(cmd_prefix), python=agent_python(), env=env, timeout_s=timeout_s)
     print("$ " + " ".join(launcher.command(spec, run_dir)), flush=True)
     return launcher.run(spec, run_dir, _stop_on_interrupt)
@@ -182,11 +184,12 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
             return gap(f"GPU performance counters are not readable (ERR_NVGPUCTRPERM): {check.detail}; fix: {check.fix}")
     except Exception:
         pass
-    timeline_file = run_dir / "kernel_launches.csv"
+    rd = RunDir(run_dir)
+    timeline_file = rd.kernel_launches
     if not timeline_file.is_file():
         return gap("the run wrote no kernel timeline (kernel_launches.csv) to weight the ncu samples by: "
                    "its kernel trace did not run or failed (see its summary's gpu_utilization_trace)")
-    device = device_from_env(sink.read_json(run_dir / "env.json"))
+    device = device_from_env(rd.read_json(runfiles.ENV))
     peak = peak_flops(device, "fp32")[0] if device is not None else None
     if peak is None:
         return gap("no FP32 peak for this GPU (see the mfu metric's reason)")
@@ -200,14 +203,14 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
                    timeout_s=NCU_TIMEOUT_S)
     rep = report.with_suffix(".ncu-rep")
     if rc != 0 or not rep.is_file():
-        tail = (scratch / "log.txt").read_text()[-400:].replace("\n", " | ")
+        tail = RunDir(scratch).log.read_text()[-400:].replace("\n", " | ")
         if "ERR_NVGPUCTRPERM" in tail:
             return gap("ERR_NVGPUCTRPERM: this user may not read the GPU performance counters "
                        "(run as root, or set NVreg_RestrictProfilingToAdminUsers=0; `tbdkit doctor` says how)")
         return gap(f"the ncu pass failed (exit {rc}): {tail}")
     # demangled names with their parameter lists, as torch.profiler names the kernels of kernels.csv
     raw = subprocess.run(nsight.ncu_import_args(exe, rep), capture_output=True, text=True)
-    sink.write_text(run_dir / "ncu_raw.csv", raw.stdout)
+    rd.write_text(runfiles.NCU_RAW, raw.stdout)
     try:
         kernels = ncu.parse_raw_csv(raw.stdout)
         totals = ncu.whole_iteration(read_timeline(timeline_file), kernels, peak)
@@ -216,7 +219,7 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
     if totals["fp32_utilization"] is None:
         return gap("no kernel of the run's timeline was among the ncu samples (kernel names or launch "
                    "configurations did not match)")
-    table = run_dir / "kernels.csv"
+    table = rd.kernels
     if table.is_file():
         import csv
 
@@ -247,7 +250,7 @@ def reference(models: list[str], results: Path, precision: str, max_measure_s: f
         raise UserError(f"{python} lacks {', '.join(lacking)}, which the agent or these models need: install them "
                         f"into it (pip install {' '.join(PIP_NAMES.get(m, m) for m in lacking)}), drop those models, "
                         "or point TBDKIT_VENVS at a stack that has them.")
-    from tbdkit.launch import finalize, new_run_dir
+    from tbdkit.launch.outcome import finalize, new_run_dir
 
     copied = []
     for model in models:
@@ -264,7 +267,7 @@ def reference(models: list[str], results: Path, precision: str, max_measure_s: f
                          {k: missing("%", "Nsight Compute", "the ncu pass was skipped (--no-ncu)")
                           for k in ("fp32_utilization", "tensor_utilization")})
                 summary["metrics"].update(extra)
-                sink.write_json(run_dir / "summary.json", summary)
+                RunDir(run_dir).write_json(runfiles.SUMMARY, summary)
             dest = destination(model, batch, precision)
             dest.mkdir(parents=True, exist_ok=True)
             for name in COPIED:

@@ -22,6 +22,7 @@ import yaml
 from tbdkit import images
 from tbdkit.errors import UserError
 from tbdkit.oci import validate_image_reference
+from tbdkit.results import files as runfiles
 from tbdkit.spec import RunSpec
 
 TARGETS = {"torchrun": "torchrun.sh", "slurm": "job.sbatch", "k8s": "job.yaml", "compose": "compose.yaml"}
@@ -74,7 +75,7 @@ def render(spec: RunSpec, target: str, *, image: str | None = None, results: str
 def write(spec: RunSpec, target: str, out_dir: Path, **kwargs: object) -> Path:
     text = render(spec, target, **kwargs)  # type: ignore[arg-type]  # checked before anything is written
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "spec.json").write_text(json.dumps(spec.model_dump(), indent=2) + "\n")
+    (out_dir / runfiles.SPEC).write_text(json.dumps(spec.model_dump(), indent=2) + "\n")
     path = out_dir / TARGETS[target]
     path.write_text(text)
     if target in ("torchrun", "slurm"):

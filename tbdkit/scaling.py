@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit.metric import metric
-from tbdkit.results import sink
+from tbdkit.results import files as runfiles
+from tbdkit.results.rundir import RunDir
 from tbdkit.store import Index
 
 
 def add_scaling_efficiency(run_dir: Path, index: Index) -> dict[str, Any]:
     """Write `scaling_efficiency` into the run's summary.json (atomically) and return the summary."""
-    path = run_dir / "summary.json"
-    summary = sink.read_json(path)
+    rd = RunDir(run_dir)
+    summary = rd.read_json(runfiles.SUMMARY)
     world = int(summary.get("world_size") or 1)
     if world <= 1 or summary.get("status") != "ok":
         return summary
@@ -36,5 +37,5 @@ def add_scaling_efficiency(run_dir: Path, index: Index) -> dict[str, Any]:
         value = metric(100.0 * aggregate / (world * single["throughput"]), unit, rule, baseline_run=single["run_id"],
                        baseline_throughput=single["throughput"])
     summary.setdefault("metrics", {})["scaling_efficiency"] = value
-    sink.write_json(path, summary)
+    rd.write_json(runfiles.SUMMARY, summary)
     return summary

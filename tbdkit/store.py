@@ -18,6 +18,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
 
 INDEX = "index.sqlite"
@@ -108,17 +109,17 @@ def scan(results: Path) -> dict[str, str]:
     except OSError:
         return found
     for d in entries:
-        if d.name.startswith(".") or d.name == "sweeps" or d.is_symlink() or not d.is_dir():
+        if d.name.startswith(".") or d.name == runfiles.SWEEPS or d.is_symlink() or not d.is_dir():
             continue
         stamp = _stamp(d / summaries.SUMMARY)
         if stamp is not None:
             found[d.name] = stamp
     try:
-        sweeps = sorted((results / "sweeps").iterdir()) if (results / "sweeps").is_dir() else []
+        sweeps = sorted((results / runfiles.SWEEPS).iterdir()) if (results / runfiles.SWEEPS).is_dir() else []
     except OSError:
         sweeps = []
     for d in sweeps:
-        stamp = _stamp(d / "sweep.json") if d.is_dir() and not d.is_symlink() else None
+        stamp = _stamp(d / runfiles.SWEEP_STATE) if d.is_dir() and not d.is_symlink() else None
         if stamp is not None:
             found[SWEEP_KEY + d.name] = stamp
     return found
@@ -133,7 +134,7 @@ def _bindable(value: Any) -> Any:
 
 def _sweep_rows_of(path: Path, key: str) -> list[dict[str, Any]]:
     """The rows of one sweep state file; summaries.Unreadable naming it if it is not one."""
-    where = f"{key}/sweep.json"
+    where = f"{key}/{runfiles.SWEEP_STATE}"
     try:
         state = json.loads(path.read_bytes())
     except (OSError, ValueError, RecursionError) as exc:
@@ -161,7 +162,7 @@ def _take(conn: sqlite3.Connection, results: Path, key: str, stamp: str) -> None
     why = None
     try:
         if key.startswith(SWEEP_KEY):
-            for point in _sweep_rows_of(results / key / "sweep.json", key):
+            for point in _sweep_rows_of(results / key / runfiles.SWEEP_STATE, key):
                 _insert(conn, "sweep_points", {**point, "source": key})
         else:
             row = row_of(results / key)

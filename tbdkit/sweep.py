@@ -25,11 +25,12 @@ from statistics import fmean, stdev
 from typing import Any, Protocol
 
 from tbdkit import __version__
+from tbdkit.results import files as runfiles
 from tbdkit.results import sink
+from tbdkit.results.rundir import RunDir
 from tbdkit.spec import RunSpec
 from tbdkit.sweep_spec import MAX, Point, SweepSpec, points
 
-STATE = "sweep.json"
 FORMAT = "tbdkit-sweep/1"
 FINAL = {"ok", "oom"}  # statuses a rerun keeps; every other status is retried
 
@@ -107,7 +108,7 @@ def window_cv(run_dir: Path) -> float | None:
     """Coefficient of variation (sample stdev / mean) of the per-iteration throughput (work /
     seconds) over a run's sample window, from its iterations.csv; None with fewer than 2."""
     try:
-        with (run_dir / "iterations.csv").open() as f:
+        with RunDir(run_dir).iterations.open() as f:
             rates = [float(r["work"]) / float(r["seconds"]) for r in csv.DictReader(f)
                      if r.get("phase") == "measure" and float(r["seconds"]) > 0]
     except (OSError, KeyError, ValueError):
@@ -199,7 +200,7 @@ class SweepState:
     def __init__(self, sweep: SweepSpec) -> None:
         self.sweep = sweep
         self.dir = sweep.state_dir()
-        self.path = self.dir / STATE
+        self.path = self.dir / runfiles.SWEEP_STATE
         if self.path.is_file():
             self.data = _saved_state(self.path)
             self.data["spec"] = sweep.model_dump(mode="json")
@@ -278,7 +279,7 @@ class SweepRun:
         self.runner = runner
         self.observer = observer or _Quiet()
         self.state = SweepState(sweep)
-        self.probes_dir = self.state.dir / "probes"
+        self.probes_dir = self.state.dir / runfiles.PROBES
         self.interrupted = False
         self._attempt: dict[str, Any] | None = None
 

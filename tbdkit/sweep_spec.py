@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tbdkit import catalog
 from tbdkit import spec as specs
 from tbdkit.errors import UserError
+from tbdkit.results import files as runfiles
 
 MAX: Final = "max"
 BatchEntry = int | Literal["max"]
@@ -95,7 +96,7 @@ class SweepSpec(BaseModel):
         return f"{self.model}-{self.preset}-{digest}"
 
     def state_dir(self) -> Path:
-        return self.results / "sweeps" / self.sweep_id()
+        return self.results / runfiles.SWEEPS / self.sweep_id()
 
 
 @dataclass(frozen=True)

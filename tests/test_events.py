@@ -37,7 +37,7 @@ def events_prefix() -> str:
 
 
 def test_the_launcher_reads_what_the_agent_emits(capsys) -> None:
-    """The two sides of the process boundary share no import, only the line format."""
+    """The two sides of the process boundary import nothing of each other, only the line format (tbdkit.events)."""
     from tbdkit.agent import events
     from tbdkit.launch.base import EVENT_PREFIX, parse_event
 
@@ -50,16 +50,38 @@ def test_the_launcher_reads_what_the_agent_emits(capsys) -> None:
     assert parse_event(EVENT_PREFIX + "[1, 2]\n") is None  # not an event: it goes to the log
 
 
+def agent_imports(source: str, package: str = "tbdkit.launch") -> list[str]:
+    """The modules of tbdkit.agent that `source` (a module of `package`) imports, relative imports resolved."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - (node.level - 1)] + ([base] if base else []))
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        found += [n for n in names if n == "tbdkit.agent" or n.startswith("tbdkit.agent.")]
+    return found
+
+
+def test_the_import_walk_sees_every_form() -> None:
+    for source in ("import tbdkit.agent.run", "from tbdkit import agent", "from tbdkit.agent.events import PREFIX",
+                   "def f():\n    from ..agent import events", "from .. import agent"):
+        assert agent_imports(source), source
+    assert agent_imports("from tbdkit.launch import base\nimport tbdkit.agents_like") == []
+
+
 def test_no_launcher_imports_the_agent() -> None:
     """launch -> agent is a process boundary: `python -m tbdkit.agent`, never an import."""
-    import ast
     from pathlib import Path
 
     import tbdkit.launch
 
     for path in Path(tbdkit.launch.__file__).parent.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
-                     if isinstance(node, ast.ImportFrom) else [])
-            assert not [n for n in names if n == "tbdkit.agent" or n.startswith("tbdkit.agent.")], path
+        assert agent_imports(path.read_text()) == [], path

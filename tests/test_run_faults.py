@@ -12,7 +12,7 @@ import pytest
 
 from tbdkit.results import sink
 from tbdkit.errors import UserError
-from tbdkit.launch import finalize
+from tbdkit.launch.outcome import finalize
 from tbdkit.spec import RunSpec
 from tbdkit.sweep import RunResult, SweepRun
 from tbdkit.sweep_spec import parse

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-import tbdkit.launch as launch
+import tbdkit.launch.outcome as outcome
 from tbdkit import spec as specs
 from tbdkit.agent.loop import StopRequested, TrainingLoop
 from tbdkit.agent.run import STABILITY_RULE, instability
@@ -138,10 +138,10 @@ def test_a_stop_request_and_the_cap_keep_their_reasons():
 
 def test_a_taken_run_id_is_retried_with_a_new_suffix(tmp_path, monkeypatch):
     spec = specs.build(model="resnet50", batch_size=2)
-    first = launch.new_run_dir(tmp_path, spec)
+    first = outcome.new_run_dir(tmp_path, spec)
     assert re.fullmatch(r".*-[0-9a-f]{8}", first.name)  # 32 random bits
     suffixes = iter([first.name.rsplit("-", 1)[1], first.name.rsplit("-", 1)[1], "0123abcd"])
-    monkeypatch.setattr(launch, "secrets", types.SimpleNamespace(token_hex=lambda n: next(suffixes)))
+    monkeypatch.setattr(outcome, "secrets", types.SimpleNamespace(token_hex=lambda n: next(suffixes)))
     stamp = first.name.split("-resnet50")[0]
     moment = dt.datetime.strptime(stamp, "%Y%m%d-%H%M%S").replace(tzinfo=dt.timezone.utc)
 
@@ -150,7 +150,7 @@ def test_a_taken_run_id_is_retried_with_a_new_suffix(tmp_path, monkeypatch):
         def now(tz=None):
             return moment
 
-    monkeypatch.setattr(launch, "dt", types.SimpleNamespace(datetime=Frozen, timezone=dt.timezone))
-    second = launch.new_run_dir(tmp_path, spec)
+    monkeypatch.setattr(outcome, "dt", types.SimpleNamespace(datetime=Frozen, timezone=dt.timezone))
+    second = outcome.new_run_dir(tmp_path, spec)
     assert second != first and second.name.endswith("-0123abcd") and second.is_dir()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, second.name])

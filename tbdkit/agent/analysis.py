@@ -24,7 +24,8 @@ from tbdkit.analysis import memory as memory_doc
 from tbdkit.analysis.peak import Device, mfu_metric, peak_metric
 from tbdkit.analysis.timeline import KERNEL_COLUMNS, LAUNCH_COLUMNS, kernel_table, launch_table, utilization
 from tbdkit.metric import metric, missing
-from tbdkit.results import sink
+from tbdkit.results import files as runfiles
+from tbdkit.results.rundir import RunDir
 
 log = logging.getLogger("tbdkit.agent")
 
@@ -133,7 +134,7 @@ def _memory(adapter: Any, caps: Capabilities, step: Callable[[], None], run_dir:
                 "peak": e(None, "not measured", reason)}
 
     got = _guard("memory", measure, failed)
-    sink.write_json(run_dir / "memory.json", memory_doc.breakdown(adapter.device_label, got["categories"], got["peak"]))
+    RunDir(run_dir).write_json(runfiles.MEMORY, memory_doc.breakdown(adapter.device_label, got["categories"], got["peak"]))
     return {}
 
 
@@ -181,9 +182,9 @@ def _trace(adapter: Any, caps: Capabilities, step: Callable[[], None], run_dir: 
             return {"gpu_utilization_trace": missing("%", method, "the trace held no CUDA kernels")}
         source = f"torch.profiler CUDA trace, {TRACE_ITERATIONS} iterations after the window"
         rows = kernel_table(kernels, source)
-        sink.write_csv(run_dir / "kernels.csv", [{c: r[c] for c in KERNEL_COLUMNS} for r in rows])
+        RunDir(run_dir).write_csv(runfiles.KERNELS, [{c: r[c] for c in KERNEL_COLUMNS} for r in rows])
         # the timeline by launch configuration, which weights Nsight Compute's samples (tbdkit.reference)
-        sink.write_csv(run_dir / "kernel_launches.csv",
+        RunDir(run_dir).write_csv(runfiles.KERNEL_LAUNCHES,
                        [{c: r[c] for c in LAUNCH_COLUMNS} for r in launch_table(kernels, source)])
         return {"gpu_utilization_trace": metric(utilization(kernels, got["elapsed_us"]), "%", method,
                                                 kernels=len(kernels), traced_us=round(got["elapsed_us"], 1))}

@@ -23,7 +23,8 @@ from typing import Any
 
 from tbdkit.agent import events
 from tbdkit.metric import metric, missing
-from tbdkit.results import sink
+from tbdkit.results import files as runfiles
+from tbdkit.results.rundir import RunDir
 
 log = logging.getLogger("tbdkit.agent")
 
@@ -73,7 +74,7 @@ def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: 
         losses.clear()
         log.info("evaluation: %s", row)
         done = curve.add(row)
-        sink.write_csv(run_dir / "convergence.csv", curve.rows)  # after every point: a cut-short run keeps its curve
+        RunDir(run_dir).write_csv(runfiles.CONVERGENCE, curve.rows)  # after every point: a cut-short run keeps its curve
         events.emit("progress", elapsed_s=train_s, throughput=work / train_s if train_s else None,
                     quality=quality)
         return done
@@ -120,7 +121,7 @@ def result(curve: Curve, hp: dict[str, Any], held_out_size: int, train_s: float,
     convergence = {"quality_metric": curve.metric_name, "target": curve.target, "reached": curve.reached_at is not None,
                    "first_quality": scored[0] if scored else None, "best_quality": best,
                    "final_quality": scored[-1] if scored else None, "evaluations": len(curve.rows),
-                   "curve": "convergence.csv", "held_out_samples": held_out_size}
+                   "curve": runfiles.CONVERGENCE, "held_out_samples": held_out_size}
     metrics = {"time_to_target": time_to_target,
                "training_throughput": metric(work / train_s if train_s else None, unit,
                                              "work trained on / training seconds over the whole convergence run "

@@ -19,6 +19,7 @@ from typing import Any
 import psutil
 
 from tbdkit.metric import metric
+from tbdkit.results.rundir import RunDir
 
 
 @dataclass(frozen=True)
@@ -35,9 +36,7 @@ class Worker:
 
     def run_dir(self, job_dir: Path) -> Path:
         """Where this worker writes: the job's run directory for rank 0, workers/rank<N>/ for the others."""
-        if self.rank == 0:
-            return job_dir
-        path = job_dir / "workers" / f"rank{self.rank}"
+        path = RunDir(job_dir).rank(self.rank).path
         path.mkdir(parents=True, exist_ok=True)
         return path
 

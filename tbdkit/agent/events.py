@@ -1,5 +1,6 @@
 """Progress events from the agent to the launcher: one JSON object per stdout line, prefixed
-so that anything else a library prints on stdout is told apart (and goes to the log)."""
+so that anything else a library prints on stdout is told apart (and goes to the log); the line
+format is tbdkit.events, which the launchers read by."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import os
 import sys
 from typing import Any
 
-PREFIX = "@@tbdkit "  # the launcher reads the lines by it: tbdkit.launch.base.EVENT_PREFIX
+from tbdkit.events import PREFIX, line
+
+__all__ = ["ENABLED", "PREFIX", "emit"]
 ENABLED = True  # off in the workers of a data-parallel job other than rank 0: one progress stream
 
 
@@ -19,7 +22,7 @@ def emit(event: str, **fields: Any) -> None:
     if not ENABLED:
         return
     try:
-        sys.stdout.write(PREFIX + json.dumps({"event": event, **fields}, default=str) + "\n")
+        sys.stdout.write(line(event, **fields))
         sys.stdout.flush()
     except BrokenPipeError:
         # The launcher is gone (killed, or its terminal closed): nobody reads the progress any more.

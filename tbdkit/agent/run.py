@@ -20,7 +20,10 @@ from tbdkit.adapters import Capabilities, Distributed, capabilities
 from tbdkit.adapters import load as load_adapter
 from tbdkit.agent import analysis, converge, distributed, envinfo, events
 from tbdkit.agent.loop import Prefetcher, StopRequested, TrainingLoop, synthetic_pool, throughput_metrics
+from tbdkit.results import files as runfiles
 from tbdkit.results import sink
+from tbdkit.results import summary as summaries
+from tbdkit.results.rundir import RunDir
 from tbdkit.spec import RunSpec
 
 log = logging.getLogger("tbdkit.agent")
@@ -130,7 +133,7 @@ def _as_worker(worker: distributed.Worker, run_dir: Path) -> Path:
     own = worker.run_dir(run_dir)
     if worker.rank != 0:
         events.ENABLED = False
-        handler = logging.FileHandler(own / "log.txt")
+        handler = logging.FileHandler(RunDir(own).log)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logging.getLogger().addHandler(handler)
     return own
@@ -146,12 +149,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
     started = dt.datetime.now(dt.timezone.utc)
     model = catalog.get(spec.model)
     hp = model.hp(spec.preset, spec.variant)
-    summary: dict[str, Any] = {
-        "run_id": run_dir.name, "status": "failed", "error": None,
-        "model": spec.model, "framework": spec.framework, "batch_size": spec.batch_size,
-        "precision": spec.precision, "preset": spec.preset, "variant": spec.variant, "data": spec.data, "seed": spec.seed,
-        "started_utc": started.isoformat(timespec="seconds"),
-    }
+    summary = summaries.start(run_dir.name, spec, "failed", None, started_utc=started.isoformat(timespec="seconds"))
     adapter = None
     dist: Distributed | None = None  # the adapter's data-parallel half, on a worker of a job
     loop: TrainingLoop | None = None
@@ -176,7 +174,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         summary["device"] = adapter.device_label
         summary["model_info"] = adapter.model_info()
         env = envinfo.collect(adapter.environment(), spec.seed, run_dir)
-        sink.write_json(run_dir / "env.json", env)
+        RunDir(run_dir).write_json(runfiles.ENV, env)
         if spec.preset == "converge":
             summary.update(converge.train(adapter, data, hp, spec.data, spec.batch_size, spec.seed, run_dir,
                                           stop.requested, model.throughput_unit))
@@ -190,7 +188,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         loop = TrainingLoop(adapter, source, spec.measure, stop.requested,
                             agree=dist.agree if dist is not None else None, caps=caps)
         # Each iteration's row reaches iterations.csv as it is measured: a SIGKILL keeps them.
-        loop.result.iterations = sink.StreamedRows(run_dir / "iterations.csv", lambda i: i.row())
+        loop.result.iterations = sink.StreamedRows(RunDir(run_dir).iterations, lambda i: i.row())
         loop.warm_up()
         if worker is not None and os.environ.get("TBDKIT_TEST_KILL_RANK") == str(worker.rank):
             os._exit(3)  # fault injection for the kit's own tests: this worker dies after warm-up
@@ -256,8 +254,8 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             summary["window"] = loop.result.window or None
             if isinstance(loop.result.iterations, sink.StreamedRows):
                 loop.result.iterations.close()
-            _write_rows(run_dir, "iterations.csv", [i.row() for i in loop.result.iterations], summary)
-            _write_rows(run_dir, "samples.csv", loop.result.samples, summary)
+            _write_rows(run_dir, runfiles.ITERATIONS, [i.row() for i in loop.result.iterations], summary)
+            _write_rows(run_dir, runfiles.SAMPLES, loop.result.samples, summary)
         if env is not None:
             summary["math_mode"] = env["framework"].get("math_mode")
         summary["finished_utc"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -270,7 +268,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
 def _write_rows(run_dir: Path, name: str, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     """A CSV of the run; if the disk refuses it the summary says so and the run still ends whole."""
     try:
-        sink.write_csv(run_dir / name, rows)
+        RunDir(run_dir).write_csv(name, rows)
     except OSError as exc:
         summary.setdefault("files_not_written", {})[name] = f"{exc.strerror or exc} ({len(rows)} rows lost)"
         log.error("%s could not be written (%s): its %d rows are lost; the summary is written next",
@@ -280,13 +278,14 @@ def _write_rows(run_dir: Path, name: str, rows: list[dict[str, Any]], summary: d
 def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     """summary.json in the run folder, or, if the disk refuses it, in the system temp folder (the
     launcher finds it there and says where)."""
+    rd = RunDir(run_dir)
     try:
-        where = sink.write_json_or_fallback(run_dir / "summary.json", summary)
+        where = rd.write_json_or_fallback(runfiles.SUMMARY, summary)
     except OSError as exc:
         log.error("summary.json could not be written in the run folder nor in %s (%s)",
-                  sink.fallback_path(run_dir, "summary.json").parent, exc.strerror or exc)
+                  rd.fallback(runfiles.SUMMARY).parent, exc.strerror or exc)
         return
-    if where != run_dir / "summary.json":
+    if where != rd.summary:
         log.error("summary.json could not be written in the run folder (full disk?): it is kept at %s", where)
 
 

@@ -12,6 +12,7 @@ from tbdkit import spec as specs
 from tbdkit.console import console
 from tbdkit.errors import UserError
 from tbdkit.render import TARGETS, write
+from tbdkit.results import files as runfiles
 
 # Names that look like a launch file rather than the folder -o takes.
 FILE_SUFFIXES = (".sbatch", ".sh", ".yaml", ".yml")
@@ -42,5 +43,5 @@ def render(
                            precision=precision, preset=preset, device="auto",
                            launcher="netns" if nodes > 1 else "native", nodes=nodes, gpus_per_node=gpus_per_node)
     path = write(run_spec, target, out, image=image)
-    console.print(f"wrote {path} and {out / 'spec.json'} ({nodes} node(s) x {gpus_per_node} worker(s), "
+    console.print(f"wrote {path} and {out / runfiles.SPEC} ({nodes} node(s) x {gpus_per_node} worker(s), "
                   f"per-worker batch {run_spec.batch_size})", highlight=False)

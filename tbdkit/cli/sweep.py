@@ -16,6 +16,7 @@ from tbdkit import catalog
 from tbdkit.choice import choose_frameworks, resolve_auto_preset, split_list
 from tbdkit.console import RunProgress, console, err_console
 from tbdkit.paths import default_results_dir
+from tbdkit.results import files as runfiles
 from tbdkit.spec import RunSpec
 from tbdkit.store import Index
 from tbdkit.sweep import FINAL, Runner, RunResult, SweepRun
@@ -180,7 +181,7 @@ def sweep(
         print(json.dumps(state, indent=2))
     else:
         console.print(grid_table(state, m.throughput_unit))
-        console.print(f"sweep state: {spec.state_dir() / 'sweep.json'}", highlight=False)
+        console.print(f"sweep state: {spec.state_dir() / runfiles.SWEEP_STATE}", highlight=False)
     statuses = {p["status"] for p in state["points"].values()}
     raise typer.Exit(0 if statuses == {"ok"} else 130 if "interrupted" in statuses else 1)
 

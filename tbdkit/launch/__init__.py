@@ -3,48 +3,14 @@ directory if the agent could not. Each launcher implements tbdkit.launch.base.La
 
 from __future__ import annotations
 
-import datetime as dt
-import secrets
-import signal
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tbdkit.errors import UserError
 from tbdkit.launch.base import EventHandler, Launcher
-from tbdkit.results import sink
-from tbdkit.results import summary as summaries
+from tbdkit.launch.outcome import Outcome, finalize, new_run_dir
+from tbdkit.results import files as runfiles
+from tbdkit.results.rundir import RunDir
 from tbdkit.spec import RunSpec
-
-
-@dataclass(frozen=True)
-class Outcome:
-    run_dir: Path
-    status: str
-    summary: dict[str, Any]
-
-    @property
-    def run_id(self) -> str:
-        return self.run_dir.name
-
-
-RUN_ID_RANDOM_BYTES = 4  # 32 random bits after the second's time stamp
-RUN_DIR_ATTEMPTS = 8
-
-
-def new_run_dir(results: Path, spec: RunSpec) -> Path:
-    """A new, empty run directory; a name already taken (two runs in the same second drew the
-    same suffix) is retried with a fresh suffix, never reused."""
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    for _ in range(RUN_DIR_ATTEMPTS):
-        suffix = secrets.token_hex(RUN_ID_RANDOM_BYTES)
-        path = results / f"{stamp}-{spec.model}-{spec.framework}-b{spec.batch_size}-{spec.precision}-{suffix}"
-        try:
-            path.mkdir(parents=True, exist_ok=False)
-        except FileExistsError:
-            continue
-        return path
-    raise FileExistsError(f"{RUN_DIR_ATTEMPTS} new run directory names in {results} were all taken")
 
 
 def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
@@ -61,7 +27,7 @@ def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
     run_dir = new_run_dir(results, spec)
     on_event({"event": "run_dir", "run_dir": str(run_dir)})  # a sweep records it before the run goes on
     try:
-        sink.write_json(run_dir / "spec.json", spec.model_dump())
+        RunDir(run_dir).write_json(runfiles.SPEC, spec.model_dump())
     except OSError as exc:
         raise UserError(f"The run folder {run_dir} cannot be written ({exc.strerror or exc}): free some space "
                         "or pass another --results.") from None
@@ -73,73 +39,3 @@ def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
 
         status, summary = name_failed_workers(run_dir, spec, exit_code, summary)
     return Outcome(run_dir, status, summary)
-
-
-def _signal_name(exit_code: int) -> str:
-    return signal.Signals(-exit_code).name if -exit_code in signal.valid_signals() else f"signal {-exit_code}"
-
-
-def _measured_rows(run_dir: Path) -> int:
-    """How many iteration rows the agent appended to iterations.csv before it died."""
-    try:
-        with (run_dir / "iterations.csv").open(errors="replace") as f:
-            return max(0, sum(1 for line in f if line.strip()) - 1)
-    except OSError:
-        return 0
-
-
-def _agents_summary(run_dir: Path) -> tuple[dict[str, Any] | None, Path | None]:
-    """The summary the agent wrote: in the run folder, or where it fell back to (a full disk)."""
-    for path in (run_dir / summaries.SUMMARY, sink.fallback_path(run_dir, summaries.SUMMARY)):
-        if path.is_file():
-            try:
-                return summaries.read(path.parent), path
-            except (OSError, summaries.Unreadable):
-                continue
-    return None, None
-
-
-def _keep(run_dir: Path, summary: dict[str, Any], on_event: EventHandler | None) -> None:
-    """Write the summary in the run folder; where the disk refuses, in the system temp folder, and say where."""
-    try:
-        where = sink.write_json_or_fallback(run_dir / summaries.SUMMARY, summary)
-    except OSError as exc:
-        where, why = None, exc.strerror or str(exc)
-    if where == run_dir / summaries.SUMMARY:
-        return
-    message = (f"the results disk refused summary.json; the run's summary is kept at {where}" if where else
-               f"summary.json could not be written anywhere ({why}); the run's summary is: {summary}")
-    if on_event is not None:
-        on_event({"event": "warning", "message": message})
-
-
-def finalize(run_dir: Path, spec: RunSpec, exit_code: int,
-             on_event: EventHandler | None = None) -> tuple[str, dict[str, Any]]:
-    """The agent writes summary.json last; if it died before that, say so in one."""
-    summary, found = _agents_summary(run_dir)
-    if summary is not None and found is not None:
-        if found != run_dir / summaries.SUMMARY:  # the agent's disk was full: try again, else say where it is
-            _keep(run_dir, summary, on_event)
-        return summary["status"], summary
-    status, error = "failed", f"the agent exited with code {exit_code} before writing its results; see log.txt"
-    extra: dict[str, Any] = {}
-    if exit_code < 0:  # killed by a signal: whatever it measured before is kept in iterations.csv
-        rows = _measured_rows(run_dir)
-        extra["signal"] = _signal_name(exit_code)
-        error = (f"the agent was killed by {extra['signal']} before writing its results; iterations.csv keeps "
-                 f"the {rows} iteration(s) it measured; see log.txt")
-    if spec.memory_limit_mb and exit_code < 0:
-        # Under the address-space cap, native code whose allocation fails (an OpenMP thread's stack,
-        # a kernel's scratch buffer) often dies by a signal instead of raising: the cap ran out.
-        sig = _signal_name(exit_code)
-        status, error = "oom", (f"out of memory (the agent died by {sig} under --memory-limit-mb "
-                                f"{spec.memory_limit_mb}: native code that cannot allocate crashes rather than "
-                                "raising); see log.txt")
-    summary = {
-        "run_id": run_dir.name, "status": status, "error": error,
-        "model": spec.model, "framework": spec.framework, "batch_size": spec.batch_size,
-        "precision": spec.precision, "preset": spec.preset, "data": spec.data, "seed": spec.seed,
-        "exit_code": exit_code, **extra,
-    }
-    _keep(run_dir, summary, on_event)
-    return status, summary

@@ -1,40 +1,31 @@
 """The one launcher interface. A launcher starts the agent (`python -m tbdkit.agent`) for a spec
 whose run folder holds spec.json, passes the agent's progress events on, and returns the agent's
-exit code; the run folder's summary is finished by `tbdkit.launch.finalize`, the same for all.
+exit code; the run folder's summary is finished by `tbdkit.launch.outcome.finalize`, the same for all.
 
 The launcher reaches the agent only as a process: the agent's stdout lines that start with
-EVENT_PREFIX are its events (tbdkit.agent.events writes them), every other line goes to the log."""
+EVENT_PREFIX are its events (the line format both sides share is tbdkit.events), every other line
+goes to the log."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from tbdkit.events import PREFIX as EVENT_PREFIX
+from tbdkit.events import parse as parse_event
 from tbdkit.spec import RunSpec
 
-EventHandler = Callable[[dict[str, Any]], None]
+__all__ = ["EVENT_PREFIX", "EventHandler", "Launcher", "parse_event", "stream"]
 
-EVENT_PREFIX = "@@tbdkit "  # the agent's side: tbdkit.agent.events.PREFIX (a test holds the two equal)
+EventHandler = Callable[[dict[str, Any]], None]
 
 
 class Launcher(Protocol):
     """native, netns (modules) and docker (DockerLauncher, which holds the image it checked)."""
 
     def run(self, spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int: ...
-
-
-def parse_event(line: str) -> dict[str, Any] | None:
-    """The event an agent's stdout line carries, or None for any other line."""
-    if not line.startswith(EVENT_PREFIX):
-        return None
-    try:
-        event = json.loads(line[len(EVENT_PREFIX):])
-    except json.JSONDecodeError:
-        return None
-    return event if isinstance(event, dict) else None
 
 
 def stream(proc: subprocess.Popen[str], log: IO[str], on_event: EventHandler, interrupt: Callable[[], None]) -> int:

@@ -23,14 +23,15 @@ from typing import Any
 
 from tbdkit import catalog, images, oci, stacks
 from tbdkit.errors import UserError
-from tbdkit.launch import Outcome, finalize, new_run_dir
 from tbdkit.launch.base import EventHandler, stream
-from tbdkit.results import sink
+from tbdkit.launch.outcome import Outcome, finalize, new_run_dir
+from tbdkit.results import files as runfiles
+from tbdkit.results.rundir import RunDir
 from tbdkit.spec import RunSpec
 
 CONTAINER_RUN_DIR = "/tbdkit/run"
 CONTAINER_DATA_DIR = "/tbdkit/data"
-CONTAINER_SPEC = "container-spec.json"
+CONTAINER_SPEC = runfiles.CONTAINER_SPEC
 SHM_SIZE = "8g"
 # The container's user when the launcher runs as root without sudo: no account on the host or
 # in the image, owns nothing but the run directory it is given.
@@ -154,10 +155,10 @@ class DockerLauncher:
     def run(self, spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
         """Run the spec's container in the foreground, its events to `on_event` and everything
         else to log.txt; a container that failed leaves its record (container.json, .log)."""
-        sink.write_json(run_dir / CONTAINER_SPEC, container_spec(spec))
+        RunDir(run_dir).write_json(CONTAINER_SPEC, container_spec(spec))
         args = render(spec, run_dir, self.image, self.access)
         uid, gid = container_user()
-        (run_dir / "log.txt").touch()
+        RunDir(run_dir).log.touch()
         hand_over(run_dir, uid, gid)
         return run(args, run_dir, on_event)
 
@@ -165,16 +166,17 @@ class DockerLauncher:
 def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
     launcher = DockerLauncher(*preflight(spec.framework, spec.device))
     run_dir = new_run_dir(results, spec)
-    sink.write_json(run_dir / "spec.json", spec.model_dump())
+    rd = RunDir(run_dir)
+    rd.write_json(runfiles.SPEC, spec.model_dump())
     exit_code = launcher.run(spec, run_dir, on_event)
-    had_summary = (run_dir / "summary.json").is_file()
+    had_summary = rd.summary.is_file()
     status, summary = finalize(run_dir, spec, exit_code)
     if exit_code != 0:
         container = keep_container_record(run_dir, f"tbdkit-{run_dir.name}", exit_code)
         if not had_summary:
             summary["container"] = container
             summary["error"] = container_error(container, exit_code)
-            sink.write_json(run_dir / "summary.json", summary)
+            rd.write_json(runfiles.SUMMARY, summary)
     remove_container(f"tbdkit-{run_dir.name}")
     hand_over(run_dir, *container_user())
     return Outcome(run_dir, status, summary)
@@ -186,7 +188,7 @@ def run(args: list[str], run_dir: Path, on_event: EventHandler) -> int:
     iteration, a second at once."""
     cmd = [images.docker_binary(), *args]
     name = args[args.index("--name") + 1]
-    with (run_dir / "log.txt").open("a", buffering=1) as log:
+    with RunDir(run_dir).log.open("a", buffering=1) as log:
         log.write("$ " + shlex.join(cmd) + "\n")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
                                 start_new_session=True)
@@ -199,8 +201,9 @@ def run(args: list[str], run_dir: Path, on_event: EventHandler) -> int:
 
 def keep_container_record(run_dir: Path, name: str, exit_code: int) -> dict[str, Any]:
     """Save the failed container's log (container.log) and state (container.json)."""
+    rd = RunDir(run_dir)
     logs = images.docker("logs", name, check=False, timeout=60)
-    (run_dir / "container.log").write_text(logs.stdout + logs.stderr)
+    rd.container_log.write_text(logs.stdout + logs.stderr)
     state: dict[str, Any] = {"name": name, "exit_code": exit_code}
     proc = images.docker("inspect", "--format", "{{json .State}}", name, check=False)
     if proc.returncode == 0:
@@ -210,8 +213,8 @@ def keep_container_record(run_dir: Path, name: str, exit_code: int) -> dict[str,
                       "finished": raw.get("FinishedAt")})
     else:
         state["error"] = "the container was never created: " + (proc.stderr.strip() or "see log.txt")
-    state["log"] = "container.log"
-    sink.write_json(run_dir / "container.json", state)
+    state["log"] = rd.container_log.name
+    rd.write_json(runfiles.CONTAINER_STATE, state)
     return state
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tbdkit import stacks
 from tbdkit.launch.base import EventHandler, stream
+from tbdkit.results.rundir import RunDir
 from tbdkit.spec import RunSpec
 
 TIMED_OUT = 124  # the exit code of a run ended at its time limit (as timeout(1))
@@ -27,7 +28,7 @@ def command(spec: RunSpec, run_dir: Path) -> list[str]:
 
 
 def agent_command(python: str, spec: RunSpec, run_dir: Path) -> list[str]:
-    agent = ["-m", "tbdkit.agent", "--spec", str(run_dir / "spec.json"), "--run-dir", str(run_dir)]
+    agent = ["-m", "tbdkit.agent", "--spec", str(RunDir(run_dir).spec), "--run-dir", str(run_dir)]
     if spec.world_size > 1:  # several workers on this machine: torchrun starts them
         return [python, "-u", "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
                 f"--nproc-per-node={spec.gpus_per_node}", *agent]
@@ -71,7 +72,7 @@ class NativeLauncher:
         Ctrl-C on to it: the first stops it at the next iteration, a second stops it at once. An
         exception out of `on_event` ends the run's process group and goes on up."""
         cmd = self.command(spec, run_dir)
-        with (run_dir / "log.txt").open("a", buffering=1) as log:
+        with RunDir(run_dir).log.open("a", buffering=1) as log:
             log.write("$ " + shlex.join(cmd) + "\n")
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
                                     start_new_session=True, env=self.env if self.env is not None else stacks.agent_env(),

@@ -24,6 +24,7 @@ from pathlib import Path
 from tbdkit import stacks
 from tbdkit.errors import UserError
 from tbdkit.launch.base import EventHandler, stream
+from tbdkit.results.rundir import RunDir
 from tbdkit.spec import RunSpec
 
 PREFIX = "tbdkit-"  # every namespace this launcher makes starts with it (tests check none is left)
@@ -143,15 +144,16 @@ def node_command(spec: RunSpec, run_dir: Path, net: Network, node: int, port: in
             str(python), "-u", "-m", "torch.distributed.run",
             f"--nnodes={spec.nodes}", f"--node-rank={node}", f"--nproc-per-node={spec.gpus_per_node}",
             f"--master-addr={net.addr(0)}", f"--master-port={port}",
-            "-m", "tbdkit.agent", "--spec", str(run_dir / "spec.json"), "--run-dir", str(run_dir)]
+            "-m", "tbdkit.agent", "--spec", str(RunDir(run_dir).spec), "--run-dir", str(run_dir)]
 
 
 def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
     """Node 0's output drives the progress display and goes to log.txt; node N's to workers/node<N>.log."""
-    (run_dir / "workers").mkdir(exist_ok=True)
+    rd = RunDir(run_dir)
+    rd.workers.mkdir(exist_ok=True)
     procs: list[subprocess.Popen[str]] = []
     port = 29500 + secrets.randbelow(2000)
-    with network(spec.nodes, spec.link_rate) as net, (run_dir / "log.txt").open("a", buffering=1) as log:
+    with network(spec.nodes, spec.link_rate) as net, rd.log.open("a", buffering=1) as log:
         log.write(f"# {spec.nodes} nodes as namespaces {', '.join(net.namespaces())}; "
                   f"10.213.{net.subnet}.0/24; link {spec.link_rate or 'unshaped'}\n")
         try:
@@ -163,7 +165,7 @@ def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
                     procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
                                                   start_new_session=True, env=stacks.agent_env()))
                 else:
-                    out = (run_dir / "workers" / f"node{node}.log").open("w")
+                    out = rd.node_log(node).open("w")
                     procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True,
                                                   start_new_session=True, env=stacks.agent_env()))
             head = procs[-1]

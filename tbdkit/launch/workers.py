@@ -7,22 +7,20 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tbdkit.results import sink
+from tbdkit.results import files as runfiles
+from tbdkit.results.rundir import RunDir
 from tbdkit.spec import RunSpec
 
 # torchrun's failure report: "rank: 1 (local_rank: 1)\n  exitcode: 3 (pid: 123)"
 _REPORT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
-def worker_logs(run_dir: Path) -> list[Path]:
-    return sorted([run_dir / "log.txt", *run_dir.glob("workers/*.log"), *run_dir.glob("workers/rank*/log.txt")])
-
-
 def name_failed_workers(run_dir: Path, spec: RunSpec, exit_code: int, summary: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    rd = RunDir(run_dir)
     missing, failed = [], []
     for rank in range(spec.world_size):
-        path = run_dir / "summary.json" if rank == 0 else run_dir / "workers" / f"rank{rank}" / "summary.json"
-        own = sink.read_json(path) if path.is_file() else None
+        worker = rd.rank(rank)
+        own = worker.read_json(runfiles.SUMMARY) if worker.summary.is_file() else None
         if rank == 0 and own is not None and own.get("exit_code") is not None and not own.get("worker"):
             own = None  # the launcher's stand-in, not rank 0's own summary
         if own is None:
@@ -32,7 +30,7 @@ def name_failed_workers(run_dir: Path, spec: RunSpec, exit_code: int, summary: d
     if exit_code == 0 and not missing and not failed:
         return summary["status"], summary
     codes: dict[int, int] = {}
-    for log in worker_logs(run_dir):
+    for log in rd.worker_logs():
         for rank, _, code in _REPORT.findall(log.read_text(errors="replace")):
             codes.setdefault(int(rank), int(code))
     node = {r: r // spec.gpus_per_node for r in range(spec.world_size)}
@@ -47,10 +45,10 @@ def name_failed_workers(run_dir: Path, spec: RunSpec, exit_code: int, summary: d
         what = f"the job's launcher exited with code {exit_code}"
     if summary.get("status") == "interrupted" and not missing and not failed:
         return summary["status"], summary
-    logs = ", ".join(str(p.relative_to(run_dir)) for p in worker_logs(run_dir))
+    logs = ", ".join(str(p.relative_to(run_dir)) for p in rd.worker_logs())
     summary = {**summary, "status": "failed", "error": f"{what}; every worker's log is kept: {logs}",
                "failed_worker": {"rank": missing[0] if missing else failed[0][0] if failed else None,
                                  "node": node[missing[0]] if missing else node[failed[0][0]] if failed else None,
                                  "peers_error": summary.get("error")}}
-    sink.write_json(run_dir / "summary.json", summary)
+    rd.write_json(runfiles.SUMMARY, summary)
     return "failed", summary

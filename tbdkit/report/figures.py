@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from tbdkit.report.runs import MEMORY_CATEGORIES, Run, SeriesKey, by_series, mean_by_batch, throughput  # noqa: E402
+from tbdkit.results.rundir import RunDir  # noqa: E402
 
 MEMORY_COLORS = {"weights": "#4c72b0", "weight_gradients": "#55a868", "feature_maps": "#c44e52",
                  "workspace": "#8172b2", "dynamic": "#ccb974"}
@@ -275,7 +276,7 @@ def scaling(runs: list[Run]) -> Result:
 
 def _curve(run: Run) -> list[tuple[float, float]]:
     """(training seconds, held-out quality) from a converge run's convergence.csv."""
-    path = run.path / "convergence.csv"
+    path = RunDir(run.path).convergence
     if not path.is_file():
         return []
     with path.open(newline="") as fh:

@@ -15,7 +15,9 @@ from typing import Any, NamedTuple
 
 from tbdkit import catalog
 from tbdkit.analysis.peak import Device, peak_flops, product_of
+from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
+from tbdkit.results.rundir import RunDir
 from tbdkit.store import Index
 
 
@@ -162,7 +164,7 @@ class Run:
         clock = props.get("max_sm_clock_mhz")
         if not (self.is_gpu and props.get("compute_capability") and props.get("sm_count") and clock):
             return None
-        device = Device(self.device_name, str(props["compute_capability"]), int(props["sm_count"]), float(clock), "env.json")
+        device = Device(self.device_name, str(props["compute_capability"]), int(props["sm_count"]), float(clock), runfiles.ENV)
         return peak_flops(device, mode)[0]
 
 
@@ -236,16 +238,17 @@ def from_dir(path: Path, run_id: str | None = None, flag: dict[str, Any] | None 
         summary = summaries.read(path)
     except (OSError, summaries.Unreadable):
         return None
-    env = _objects(_json(path / "env.json"), "framework", "cpu", "gpu")
-    memory = _objects(_json(path / "memory.json"), "categories", "peak", "unattributed")
+    rd = RunDir(path)
+    env = _objects(_json(rd.env), "framework", "cpu", "gpu")
+    memory = _objects(_json(rd.memory), "categories", "peak", "unattributed")
     if isinstance(memory.get("categories"), dict):
         memory["categories"] = {k: v for k, v in memory["categories"].items() if isinstance(v, dict)}
     return Run(
         run_id=run_id or str(summary.get("run_id") or path.name), path=path, model=str(summary.get("model")),
         framework=str(summary.get("framework")), batch_size=int(summary.get("batch_size") or 0),
         precision=str(summary.get("precision")), device=str(summary.get("device")),
-        device_name=device_name(summary, env), summary=summary, env=env, spec=_json(path / "spec.json"),
-        memory=memory or None, kernels=_kernels(path / "kernels.csv"),
+        device_name=device_name(summary, env), summary=summary, env=env, spec=_json(rd.spec),
+        memory=memory or None, kernels=_kernels(rd.kernels),
         unstable=bool(flag) or bool(summary.get("unstable")),
         unstable_reason=(flag or {}).get("unstable_reason") or summary.get("instability_reason"),
     )

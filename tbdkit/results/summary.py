@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from tbdkit.results.files import SUMMARY
+
+if TYPE_CHECKING:
+    from tbdkit.spec import RunSpec
 
 MAX_BYTES = 64 * 2**20  # far above any real summary; a bigger file is damage, not a summary
 
@@ -81,6 +84,16 @@ class Summary(BaseModel):
     nodes: int | None = None
     link_rate: str | None = None
     unstable: bool | None = None
+
+
+def start(run_id: str, spec: RunSpec, status: str, error: str | None, **more: Any) -> dict[str, Any]:
+    """A run's summary as it begins, the same whoever writes it (the agent at its start, the launcher
+    when the agent died before writing one): its id, status and error, what the spec asked for, then
+    `more` (the agent's start time, the launcher's exit code)."""
+    return {"run_id": run_id, "status": status, "error": error,
+            "model": spec.model, "framework": spec.framework, "batch_size": spec.batch_size,
+            "precision": spec.precision, "preset": spec.preset, "variant": spec.variant, "data": spec.data,
+            "seed": spec.seed, **more}
 
 
 class Unreadable(Exception):
