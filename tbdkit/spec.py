@@ -84,6 +84,10 @@ class RunSpec(BaseModel):
     nodes: int = Field(1, ge=1, le=64)
     gpus_per_node: int = Field(1, ge=1, le=64)
     link_rate: str | None = Field(None, description="shape each node's link to this rate with tc (netns launcher), e.g. 1gbit")
+    cpus: int | None = Field(None, ge=1, description="cores the run is given (split over its workers on this machine): "
+                             "the frameworks' threads are set from it (tbdkit.cpus); None: every core of the "
+                             "affinity mask and cgroup quota")
+    pin: bool = Field(False, description="pin the agent to the first `cpus` cores of its affinity mask")
 
     @property
     def world_size(self) -> int:
