@@ -51,6 +51,8 @@ class MeasurePolicy(BaseModel):
     max_measure_iterations: int = Field(2000, ge=2)
     sample_interval_s: float = Field(0.5, gt=0)
     synthetic_pool: int = Field(8, ge=1)
+    foreign_cpu_limit: float = Field(0.25, gt=0, description="core-equivalents of other processes' CPU time on the "
+                                     "run's cores above which its window is disturbed (tbdkit.agent.disturbance)")
 
 
 PRESET_POLICY: dict[str, dict[str, Any]] = {

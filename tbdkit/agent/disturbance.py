@@ -4,7 +4,7 @@ A disturbed run keeps its numbers (status `disturbed`, not `failed`): they are w
 gave while something else competed for it; the report leaves them out of the paper's claims unless
 asked (`tbdkit report --include-disturbed`) and draws them hollow.
 
-The threshold for foreign CPU load is a quarter of one core, averaged over the window. A quiet
+The threshold for foreign CPU load (MeasurePolicy.foreign_cpu_limit) is a quarter of one core, averaged over the window. A quiet
 Linux host's background work (the kernel's threads, sshd, journald, a monitoring agent) uses a few
 hundredths of a core; one other busy process uses a whole one. A framework's thread pool meets at a
 barrier after every parallel operator, so a quarter of a core taken from any of its threads delays
@@ -20,10 +20,13 @@ from typing import Any
 
 from tbdkit.agent.collectors.gpu_state import DISTURBING, POWER, THERMAL
 
-FOREIGN_CPU_LIMIT = 0.25  # core-equivalents of other processes' CPU time on the run's cores
-RULE = (f"disturbed when other processes used more than {FOREIGN_CPU_LIMIT} core-equivalents of the run's cores on "
-        "average over the sample window (foreign_cpu), any other compute process was on its GPU "
-        "(foreign_gpu_processes), or a thermal or power clock event was seen in the window (gpu_clock_events)")
+FOREIGN_CPU_LIMIT = 0.25  # core-equivalents of other processes' CPU time on the run's cores (MeasurePolicy's default)
+
+
+def rule(limit: float = FOREIGN_CPU_LIMIT) -> str:
+    return (f"disturbed when other processes used more than {limit:g} core-equivalents of the run's cores on "
+            "average over the sample window (foreign_cpu), any other compute process was on its GPU "
+            "(foreign_gpu_processes), or a thermal or power clock event was seen in the window (gpu_clock_events)")
 
 
 def _value(metrics: dict[str, Any], name: str) -> float | None:
@@ -31,14 +34,14 @@ def _value(metrics: dict[str, Any], name: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def reasons(metrics: dict[str, Any]) -> list[str]:
-    """Why the window whose collector metrics are `metrics` was disturbed (RULE); empty if it was not."""
+def reasons(metrics: dict[str, Any], limit: float = FOREIGN_CPU_LIMIT) -> list[str]:
+    """Why the window whose collector metrics are `metrics` was disturbed (rule(limit)); empty if it was not."""
     out = []
     cpu = _value(metrics, "foreign_cpu")
-    if cpu is not None and cpu > FOREIGN_CPU_LIMIT:
+    if cpu is not None and cpu > limit:
         cores = metrics["foreign_cpu"].get("cores") or []
         out.append(f"foreign CPU load: other processes used {cpu:.2f} core-equivalents of the run's "
-                   f"{len(cores) or '?'} core(s) (limit {FOREIGN_CPU_LIMIT})")
+                   f"{len(cores) or '?'} core(s) (limit {limit:g})")
     procs = _value(metrics, "foreign_gpu_processes")
     if procs:
         listed = metrics["foreign_gpu_processes"].get("processes") or []

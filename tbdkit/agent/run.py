@@ -222,8 +222,9 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                 **loop.result.metrics,
                 **adapter.memory(),
             }
-            summary.update(disturbed_reasons=disturbance.reasons(loop.result.metrics),
-                           disturbance_rule=disturbance.RULE, gpu_state=_gpu_state(loop))
+            limit = spec.measure.foreign_cpu_limit
+            summary.update(disturbed_reasons=disturbance.reasons(loop.result.metrics, limit),
+                           disturbance_rule=disturbance.rule(limit), gpu_state=_gpu_state(loop))
             if worker is not None and dist is not None:
                 window_s = sum(i.seconds for i in window)
                 comm = dist.comm.seconds / window_s * 100 if dist.comm is not None and window_s else None
