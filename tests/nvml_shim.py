@@ -50,6 +50,7 @@ class Device:
     app_sm_clock: int = 1980
     default_app_sm_clock: int = 1980
     processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, used GPU memory in bytes)
+    clocks_restricted: bool = True  # setting application clocks needs root (NVML's default)
     old_driver: bool = False       # before 535: no ...ClocksEventReasons nor ..._v3 entry points
     fail: dict[str, int] = field(default_factory=dict)  # entry point -> the NVML error it returns
     born_us: int = field(default_factory=lambda: int(time.time() * 1e6))
@@ -155,6 +156,8 @@ class FakeNvmlLibrary:
         self._entry("nvmlDeviceGetTemperature", (P, c_uint, P),
                     lambda h, sensor, p: out(p, c_uint, self._dev(h).temperature_c)
                     if sensor == pynvml.NVML_TEMPERATURE_GPU else pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._entry("nvmlDeviceGetAPIRestriction", (P, c_uint, P),
+                    lambda h, api, p: out(p, c_uint, int(self._dev(h).clocks_restricted)))
         self._entry("nvmlDeviceGetPersistenceMode", (P, P), lambda h, p: out(p, c_uint, self._dev(h).persistence))
         self._entry("nvmlDeviceGetEccMode", (P, P, P), lambda h, cur, pend: out(cur, c_uint, self._dev(h).ecc[0])
                     or out(pend, c_uint, self._dev(h).ecc[1]))

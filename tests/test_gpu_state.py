@@ -94,3 +94,26 @@ def test_on_the_cpu_every_value_says_why(fake_nvml):
     m = c.stop()
     assert m["foreign_gpu_processes"]["value"] is None and "CPU" in m["foreign_gpu_processes"]["reason"]
     assert disturbance.reasons(m) == []
+
+
+def test_doctor_suggests_locking_floating_clocks_and_says_what_it_means(fake_nvml):
+    from tbdkit import doctor
+
+    fake_nvml([Device(UUID, "00000000:18:00.0", max_sm_clock=1980)])
+    info = doctor.probe_nvml()
+    assert info.clocks[0]["locked"] is False and info.clocks[0]["restricted"] is True
+    as_user = doctor.clocks_check(info, euid=1000)
+    assert as_user.ok is False and "clocks float" in as_user.detail
+    assert "needs root" in as_user.fix and "nvidia-smi -lgc 1980,1980" in as_user.fix and "locked runs" in as_user.fix
+    as_root = doctor.clocks_check(info, euid=0)
+    assert "needs root" not in as_root.fix and "nvidia-smi -rgc" in as_root.fix
+
+
+def test_doctor_sees_clocks_held_by_application_clocks(fake_nvml):
+    from tbdkit import doctor
+
+    fake_nvml([Device(UUID, "00000000:18:00.0", app_sm_clock=1410, default_app_sm_clock=1980)])
+    check = doctor.clocks_check(doctor.probe_nvml())
+    assert check.ok is True and "comparable" in check.detail
+    fake_nvml([Device(UUID, "00000000:18:00.0", clocks_event_reasons=0x2)])  # held by nvidia-smi -lgc / -ac
+    assert doctor.clocks_check(doctor.probe_nvml()).ok is True
