@@ -222,3 +222,19 @@ def test_pin_keeps_the_process_on_its_first_cores():
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     first = sorted(os.sched_getaffinity(0))[:1]
     assert json.loads(proc.stdout) == [first, first, first], proc.stderr
+
+
+def test_the_launcher_tree_is_the_run_when_it_is_an_ancestor(monkeypatch):
+    """A data-parallel job's other workers are the launcher's descendants: the run's, not neighbours."""
+    from tbdkit.agent.collectors import neighbours
+
+    monkeypatch.setenv(neighbours.LAUNCHER_PID, str(os.getppid()))
+    assert neighbours.run_root().pid == os.getppid()
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert sibling.pid in {p.pid for p in neighbours.tree(neighbours.run_root())}
+    finally:
+        sibling.kill()
+        sibling.wait()
+    monkeypatch.setenv(neighbours.LAUNCHER_PID, str(sibling.pid))  # not an ancestor: the agent is the root
+    assert neighbours.run_root().pid == os.getpid()

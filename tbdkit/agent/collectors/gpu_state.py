@@ -3,10 +3,11 @@ and its state at the window's start and end (clocks, temperature, power limit, p
 MIG, application clocks), all from NVML.
 
 Other processes: nvmlDeviceGetComputeRunningProcesses (pynvml calls the _v3 entry point; a driver
-older than that has _v2) at start, at every sampler tick and at the end; a PID that is not the
-agent's nor one of its descendants is foreign. Inside a container NVML reports the host's PIDs,
-which this process cannot see: when none of the listed PIDs exists here, one of them (the one
-holding the most memory, taken as the run itself) is set aside and the rest count as foreign (`pid_namespace` says so).
+older than that has _v2) at start, at every sampler tick and at the end; a PID outside the run's
+process tree (the launcher's, else the agent's: neighbours.run_root) is foreign. Inside a container
+NVML reports the host's PIDs, which this process cannot see: when none of the listed PIDs exists
+here, the one holding the most memory is taken as the run itself and the rest count as foreign
+(`pid_namespace` says so).
 
 Clock events: nvmlDeviceGetCurrentClocksEventReasons (drivers before 535 name it
 ...ClocksThrottleReasons: used when the new entry point is missing) at every tick; the bits seen
@@ -21,10 +22,11 @@ from typing import Any
 import psutil
 
 from tbdkit.agent.collectors.device import nvml_handle
+from tbdkit.agent.collectors.neighbours import run_root, tree
 from tbdkit.metric import metric, missing
 
 PROC_METHOD = ("NVML nvmlDeviceGetComputeRunningProcesses at the window's start, every sampler tick and its end: "
-               "processes on the run's GPU that are not the agent or its descendants")
+               "processes on the run's GPU outside the run's process tree (collectors/neighbours.py: run_root)")
 EVENT_METHOD = ("NVML nvmlDeviceGetCurrentClocksEventReasons at every sampler tick and the window's ends: share of "
                 "reads with a thermal or power clock-event reason set")
 
@@ -52,7 +54,7 @@ class GpuStateCollector:
         self.handle: Any = None
         self.reason: str | None = None
         self.states: dict[str, Any] = {}
-        self.proc = psutil.Process()
+        self.proc = run_root()
         self._reset()
         if cuda_index is None:
             self.reason = "the run is on the CPU: there is no GPU to watch"
@@ -131,12 +133,7 @@ class GpuStateCollector:
     # -- the collector ----------------------------------------------------------------------------
 
     def _own_pids(self) -> set[int]:
-        pids = {self.proc.pid}
-        try:
-            pids |= {c.pid for c in self.proc.children(recursive=True)}
-        except psutil.Error:
-            pass
-        return pids
+        return {p.pid for p in tree(self.proc)}
 
     def _watch(self) -> None:
         procs, err = self._try(self.processes)

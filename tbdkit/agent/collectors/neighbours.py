@@ -7,12 +7,18 @@ read at the window's start and end and at every sampler tick (so a child that en
 window still counts as the run's). Divided by the window's wall time it is in core-equivalents:
 1.0 is one core kept busy by someone else for the whole window.
 
+The run's process tree grows from the kit's launcher (`tbdkit bench`, a sweep: its pid comes in
+TBDKIT_LAUNCHER_PID) when that process is an ancestor of the agent: so the workers of a
+data-parallel job (torchrun's, every netns node's) and the launcher's own progress display are
+the run's, not neighbours. Elsewhere (a container, an agent started by hand) it grows from the agent.
+
 The run's cores are its pinned cores (--pin), else every core of its affinity mask; load on cores
 the run may not use is not counted.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -24,6 +30,30 @@ METHOD = ("busy CPU time of the run's cores (psutil.cpu_times(percpu=True) delta
           "minus the CPU time of the run's own process tree, over the sample window, / window wall time")
 
 
+LAUNCHER_PID = "TBDKIT_LAUNCHER_PID"  # set by the launcher in the agent's environment (tbdkit.stacks.agent_env)
+
+
+def run_root() -> psutil.Process:
+    """The process the run's tree grows from: the launcher, where it is this process's ancestor, else this process."""
+    me = psutil.Process()
+    pid = os.environ.get(LAUNCHER_PID, "")
+    if pid.isdigit():
+        try:
+            if int(pid) in {p.pid for p in me.parents()}:
+                return psutil.Process(int(pid))
+        except psutil.Error:
+            pass
+    return me
+
+
+def tree(root: psutil.Process) -> list[psutil.Process]:
+    """`root` and every descendant it has now."""
+    try:
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return [root]
+
+
 def _busy(times: Any) -> float:
     return float(sum(getattr(times, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq")))
 
@@ -32,8 +62,8 @@ class NeighbourCollector:
     name = "neighbours"
 
     def __init__(self, cores: list[int] | None = None) -> None:
-        self.proc = psutil.Process()
-        self.cores = cores if cores is not None else sorted(self.proc.cpu_affinity() or [])
+        self.proc = run_root()
+        self.cores = cores if cores is not None else sorted(psutil.Process().cpu_affinity() or [])
         self.first: dict[int, float] = {}   # pid -> its CPU seconds when first seen in the window
         self.last: dict[int, float] = {}    # pid -> its CPU seconds when last seen
         self.series: list[float] = []       # foreign core-equivalents per sampler tick
@@ -47,7 +77,7 @@ class NeighbourCollector:
         """Note the CPU seconds of every process of the run's tree now (the agent's includes its reaped children)."""
         t = self.proc.cpu_times()
         now = {self.proc.pid: t.user + t.system + t.children_user + t.children_system}
-        for child in self.proc.children(recursive=True):
+        for child in tree(self.proc)[1:]:
             try:
                 ct = child.cpu_times()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
