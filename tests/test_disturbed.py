@@ -238,3 +238,17 @@ def test_the_launcher_tree_is_the_run_when_it_is_an_ancestor(monkeypatch):
         sibling.wait()
     monkeypatch.setenv(neighbours.LAUNCHER_PID, str(sibling.pid))  # not an ancestor: the agent is the root
     assert neighbours.run_root().pid == os.getpid()
+
+
+def test_a_disturbed_worker_of_a_job_is_not_a_failed_one(tmp_path):
+    """A data-parallel job whose rank 1 was disturbed finished: the launcher keeps rank 0's summary."""
+    from tbdkit.launch.workers import name_failed_workers
+    from tbdkit.spec import build
+
+    spec = build(model="deepspeech2", framework="pytorch", batch_size=2, device="cpu", gpus_per_node=2)
+    own = {"status": "ok", "model": "deepspeech2", "framework": "pytorch", "worker": "rank 0 of 2"}
+    (tmp_path / "summary.json").write_text(json.dumps(own))
+    (tmp_path / "workers" / "rank1").mkdir(parents=True)
+    (tmp_path / "workers" / "rank1" / "summary.json").write_text(json.dumps(
+        {**own, "status": "disturbed", "worker": "rank 1 of 2", "disturbed_reasons": ["foreign CPU load: test"]}))
+    assert name_failed_workers(tmp_path, spec, 0, own) == ("ok", own)
