@@ -41,18 +41,22 @@ bench: $(KIT_STAMP)
 		$(if $(BATCH),--batch $(call quote,$(BATCH))) --preset $(call quote,$(PRESET)) \
 		--precision $(call quote,$(PRECISION)) --launcher $(call quote,$(LAUNCHER)) --data $(call quote,$(value DATA)) \
 		--results $(call quote,$(value RESULTS)) --setup --nodes $(call quote,$(NODES)) \
-		--gpus-per-node $(call quote,$(GPUS_PER_NODE)) $(if $(LINK_RATE),--link-rate $(call quote,$(LINK_RATE)))
+		--gpus-per-node $(call quote,$(GPUS_PER_NODE)) $(if $(LINK_RATE),--link-rate $(call quote,$(LINK_RATE))) \
+		$(if $(CPUS),--cpus $(call quote,$(CPUS))) $(if $(PIN),--pin)
 
 # A grid (BATCH may hold `max`: the largest batch that fits); run again to resume.
 sweep: $(KIT_STAMP)
 	$(TBDKIT) sweep $(call quote,$(MODEL)) $(if $(FRAMEWORK),--frameworks $(call quote,$(FRAMEWORK))) \
 		$(if $(BATCH),--batch $(call quote,$(BATCH))) --preset $(call quote,$(PRESET)) \
 		--precision $(call quote,$(PRECISION)) --repeat $(call quote,$(REPEAT)) --launcher $(call quote,$(LAUNCHER)) \
-		--data $(call quote,$(value DATA)) --results $(call quote,$(value RESULTS)) --setup
+		--data $(call quote,$(value DATA)) --results $(call quote,$(value RESULTS)) --setup \
+		$(if $(CPUS),--cpus $(call quote,$(CPUS))) $(if $(PIN),--pin) \
+		$(if $(RETRY_DISTURBED),--retry-disturbed $(call quote,$(RETRY_DISTURBED)))
 
 # The paper's figures, tables and claim checks over everything in RESULTS; and the artifact for reviewers.
 report: $(KIT_STAMP)
-	$(TBDKIT) report $(call quote,$(value RESULTS)) --out $(call quote,$(value REPORT))
+	$(TBDKIT) report $(call quote,$(value RESULTS)) --out $(call quote,$(value REPORT)) \
+		$(if $(INCLUDE_DISTURBED),--include-disturbed)
 
 bundle: $(KIT_STAMP)
 	$(TBDKIT) bundle $(call quote,$(value RESULTS)) -o artifact.tar.gz

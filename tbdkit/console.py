@@ -81,7 +81,7 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
         thr = m.get("throughput") or {}
         window = s.get("window") or {}
         status = s.get("status", "?")
-        style = {"ok": "green", "oom": "yellow", "interrupted": "yellow"}.get(status, "red")
+        style = {"ok": "green", "disturbed": "yellow", "oom": "yellow", "interrupted": "yellow"}.get(status, "red")
         rel = thr.get("ci95_relative")
         table.add_row(
             escape(s.get("framework", "?")), str(s.get("batch_size", "?")), escape(s.get("precision") or "?"),

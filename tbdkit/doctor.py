@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tbdkit import images, nsight, stacks
 
@@ -84,6 +85,27 @@ class NvmlInfo:
     gpm: list[bool | None] = field(default_factory=list)   # per GPU; None = could not ask
     gpm_error: str | None = None
     device_error: str | None = None
+    clocks: list[dict] = field(default_factory=list)       # per GPU: clock_state()
+
+
+def clock_state(nv: Any, handle: Any) -> dict:
+    """Whether a GPU's clocks are held (application clocks off their default, or the driver reports
+    clocks held by a setting: nvidia-smi -ac / -lgc) and whether a non-root user may set them."""
+    out: dict = {}
+    for key, fn in (("app_sm_mhz", lambda: nv.nvmlDeviceGetApplicationsClock(handle, nv.NVML_CLOCK_SM)),
+                    ("default_app_sm_mhz", lambda: nv.nvmlDeviceGetDefaultApplicationsClock(handle, nv.NVML_CLOCK_SM)),
+                    ("max_sm_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(handle, nv.NVML_CLOCK_SM)),
+                    ("events", lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(handle)),
+                    ("restricted", lambda: nv.nvmlDeviceGetAPIRestriction(
+                        handle, nv.NVML_RESTRICTED_API_SET_APPLICATION_CLOCKS) == nv.NVML_FEATURE_ENABLED)):
+        try:
+            out[key] = fn()
+        except Exception:
+            out[key] = None
+    held = out["events"] is not None and bool(out["events"] & 0x2)  # nvmlClocksEventReasonApplicationsClocksSetting
+    off_default = None if None in (out["app_sm_mhz"], out["default_app_sm_mhz"]) else out["app_sm_mhz"] != out["default_app_sm_mhz"]
+    out["locked"] = True if held or off_default else (None if out["events"] is None and off_default is None else False)
+    return out
 
 
 def _cuda_version(v: int) -> str:
@@ -134,6 +156,7 @@ def _probe_nvml_unbounded() -> NvmlInfo:
             except Exception as exc:  # old driver or library: no GPM entry point
                 info.gpm.append(None)
                 info.gpm_error = _exc_text(exc)
+            info.clocks.append(clock_state(nv, handle))
     finally:
         try:
             nv.nvmlShutdown()
@@ -218,6 +241,34 @@ def gpm_check(info: NvmlInfo) -> Check:
         return Check("gpu", name, False, f"not supported on {_gpu_summary(info.gpus)}{why}", fix)
     return Check("gpu", name, False,
                  f"supported on {len(supported)} of {len(info.gpus)} GPUs ({_gpu_summary(supported)})", fix)
+
+
+CLOCKS_MEANING = ("locked clocks make runs comparable with each other (no boost that moves with temperature and "
+                  "power), but slower than an unlocked GPU's boost: compare locked runs with locked runs; every run "
+                  "records its clocks and clock events (summary.json gpu_state)")
+
+
+def clocks_check(info: NvmlInfo, euid: int | None = None) -> Check:
+    name = "GPU clocks locked"
+    if info.error is not None or not info.gpus:
+        return Check("gpu", name, None, "no GPU: clocks do not apply", None)
+    locked = [c.get("locked") for c in info.clocks]
+    if locked and all(locked):
+        return Check("gpu", name, True, f"held on all {len(info.gpus)} GPU(s): {CLOCKS_MEANING}", None)
+    top = next((c["max_sm_mhz"] for c in info.clocks if c.get("max_sm_mhz")), None)
+    lock = f"sudo nvidia-smi -lgc {top},{top}" if top else "sudo nvidia-smi -lgc <MHz>,<MHz>"
+    euid = os.geteuid() if euid is None else euid
+    restricted = any(c.get("restricted") for c in info.clocks)
+    detail = ("clocks float (GPU boost) on " + _gpu_summary(info.gpus)
+              + ("" if None not in locked else " (some could not be read)")
+              + ": the same GPU's throughput moves with its temperature and power")
+    if euid != 0 and restricted:
+        fix = (f"locking needs root here (NVML restricts setting clocks): ask an administrator for `{lock}` "
+               f"(undo: nvidia-smi -rgc); {CLOCKS_MEANING}")
+    else:
+        fix = (f"for comparable runs lock them: `{lock}` (`nvidia-smi -q -d SUPPORTED_CLOCKS` lists the clocks; "
+               f"undo: nvidia-smi -rgc); {CLOCKS_MEANING}")
+    return Check("gpu", name, False, detail, fix)
 
 
 # ------------------------------------------------------------------------------------- Docker
@@ -400,6 +451,7 @@ def checks() -> list[Check]:
     out.append(_safe("gpu", "NVIDIA driver", lambda: driver_check(info)))
     out.append(_safe("gpu", "NVML", lambda: nvml_check(info)))
     out.append(_safe("gpu", "NVML GPM metrics", lambda: gpm_check(info)))
+    out.append(_safe("gpu", "GPU clocks locked", lambda: clocks_check(info)))
 
     client = _safe("docker", "Docker client", docker_client_check)
     daemon = _safe("docker", "Docker daemon", lambda: docker_daemon_check(client))

@@ -30,7 +30,10 @@ def run_all(run_specs: list[specs.RunSpec], results: Path, unit: str,
             if outcome.status == "interrupted":
                 progress.console.print("[yellow]interrupted: the remaining runs were not started[/]")
                 break
-            if outcome.status != "ok":
+            if outcome.status == "disturbed":
+                progress.console.print(f"[yellow]{label}: disturbed[/]: "
+                                       + "; ".join(summary.get("disturbed_reasons") or []), highlight=False)
+            elif outcome.status != "ok":
                 progress.console.print(f"[red]{label}: {outcome.status}[/]: {outcome.summary.get('error')}",
                                        highlight=False)
     return summaries

@@ -51,6 +51,8 @@ class MeasurePolicy(BaseModel):
     max_measure_iterations: int = Field(2000, ge=2)
     sample_interval_s: float = Field(0.5, gt=0)
     synthetic_pool: int = Field(8, ge=1)
+    foreign_cpu_limit: float = Field(0.25, gt=0, description="core-equivalents of other processes' CPU time on the "
+                                     "run's cores above which its window is disturbed (tbdkit.agent.disturbance)")
 
 
 PRESET_POLICY: dict[str, dict[str, Any]] = {
@@ -84,6 +86,10 @@ class RunSpec(BaseModel):
     nodes: int = Field(1, ge=1, le=64)
     gpus_per_node: int = Field(1, ge=1, le=64)
     link_rate: str | None = Field(None, description="shape each node's link to this rate with tc (netns launcher), e.g. 1gbit")
+    cpus: int | None = Field(None, ge=1, description="cores the run is given (split over its workers on this machine): "
+                             "the frameworks' threads are set from it (tbdkit.cpus); None: every core of the "
+                             "affinity mask and cgroup quota")
+    pin: bool = Field(False, description="pin the agent to the first `cpus` cores of its affinity mask")
 
     @property
     def world_size(self) -> int:

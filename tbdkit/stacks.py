@@ -191,4 +191,5 @@ def agent_env() -> dict[str, str]:
     # stack environment made from another checkout (TBDKIT_VENVS) still runs this checkout's code.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(KIT_ROOT), env.get("PYTHONPATH", "")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up INFO/WARNING lines, not errors
+    env["TBDKIT_LAUNCHER_PID"] = str(os.getpid())  # the run's process tree grows from here (agent/collectors/neighbours.py)
     return env

@@ -28,11 +28,14 @@ from tbdkit import __version__
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 from tbdkit.results.rundir import RunDir
+from tbdkit.results.summary import MEASURED
 from tbdkit.spec import RunSpec
 from tbdkit.sweep_spec import MAX, Point, SweepSpec, points
 
 FORMAT = "tbdkit-sweep/1"
-FINAL = {"ok", "oom"}  # statuses a rerun keeps; every other status is retried
+# Statuses a rerun keeps (a disturbed run kept its numbers; `retry_disturbed` re-runs it at once); every
+# other status is retried.
+FINAL = {*MEASURED, "oom"}
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,11 @@ class Observer(Protocol):
     def point_started(self, point: Point, batch_size: int) -> None: ...
     def point_finished(self, point: Point, status: str) -> None: ...
     def probe_started(self, framework: str, precision: str, batch_size: int) -> None: ...
+    def point_retried(self, point: Point, attempt: int, of: int, reasons: list[str]) -> None: ...
 
 
 class _Quiet:
+    def point_retried(self, point: Point, attempt: int, of: int, reasons: list[str]) -> None: ...
     def point_started(self, point: Point, batch_size: int) -> None: ...
     def point_finished(self, point: Point, status: str) -> None: ...
     def probe_started(self, framework: str, precision: str, batch_size: int) -> None: ...
@@ -72,12 +77,13 @@ class MaxSearch:
 def search_max(probe: Callable[[int], str], start: int, limit: int) -> MaxSearch:
     """The largest batch that fits: double from `start` until a probe runs out of memory (or
     `limit` is reached), then bisect between the last batch that fit and the first that did not.
-    `probe(batch)` returns a run status; any status but ok/oom ends the search as failed."""
+    `probe(batch)` returns a run status; any status but ok/oom ends the search as failed (a disturbed
+    probe trained: it counts as ok)."""
     largest_ok, smallest_oom = 0, None
     b = max(1, min(start, limit))
     while smallest_oom is None:
         status = probe(b)
-        if status == "ok":
+        if status in MEASURED:
             largest_ok = b
             if b >= limit:
                 return MaxSearch(b, None, "limit", f"batch {b} fits and is the search's limit (max_batch_limit)")
@@ -89,7 +95,7 @@ def search_max(probe: Callable[[int], str], start: int, limit: int) -> MaxSearch
     while smallest_oom - largest_ok > 1:
         mid = (largest_ok + smallest_oom) // 2
         status = probe(mid)
-        if status == "ok":
+        if status in MEASURED:
             largest_ok = mid
         elif status == "oom":
             smallest_oom = mid
@@ -139,7 +145,7 @@ def throughput_of(summary: dict[str, Any]) -> float | None:
 
 def group_stats(entries: list[dict[str, Any]], cv_limit: float) -> dict[str, Any]:
     """Spread of one grid point across its repeats, and whether it is unstable."""
-    ok = [e for e in entries if e["status"] == "ok" and e.get("throughput") is not None]
+    ok = [e for e in entries if e["status"] in MEASURED and e.get("throughput") is not None]
     values = [e["throughput"] for e in ok]
     across = _cv(values)
     windows = [e["window_cv"] for e in ok if e.get("window_cv") is not None]
@@ -152,6 +158,7 @@ def group_stats(entries: list[dict[str, Any]], cv_limit: float) -> dict[str, Any
                        f"(max {max(noisy):.1%})")
     return {
         "runs": len(ok),
+        "disturbed_runs": sum(e["status"] == "disturbed" for e in ok),
         "throughput_mean": fmean(values) if values else None,
         "throughput_stdev": stdev(values) if len(values) > 1 else None,
         "throughput_min": min(values) if values else None,
@@ -310,6 +317,12 @@ class SweepRun:
                 self.observer.point_finished(p, "failed")
                 continue
             self.run_point(p, entry, batch)
+            retries = 0
+            while entry["status"] == "disturbed" and retries < self.sweep.retry_disturbed and not self.interrupted:
+                retries += 1
+                self.observer.point_retried(p, retries, self.sweep.retry_disturbed, entry.get("disturbed_reasons") or [])
+                entry["retried_disturbed"] = retries
+                self.run_point(p, entry, batch)
             while p.batch == MAX and entry["status"] == "oom" and not self.interrupted:
                 # The measured run needs more memory than its probe did: the search goes on below it.
                 batch = self.lower_max(p.framework, p.precision, batch, entry["run_id"])
@@ -338,7 +351,10 @@ class SweepRun:
             self._attempt = None
         attempt.update(run_id=result.run_id, status=result.status)
         entry.update(status=result.status, run_id=result.run_id, error=result.summary.get("error"),
-                     throughput=throughput_of(result.summary), window_cv=window_cv(result.run_dir))
+                     throughput=throughput_of(result.summary), window_cv=window_cv(result.run_dir),
+                     disturbed_reasons=result.summary.get("disturbed_reasons") or None)
+        if result.status == "disturbed":
+            attempt["disturbed_reasons"] = result.summary.get("disturbed_reasons")
         self.interrupted = result.status == "interrupted"
         self.state.regroup()
         self.state.save()

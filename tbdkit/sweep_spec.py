@@ -48,6 +48,10 @@ class SweepSpec(BaseModel):
     max_batch_limit: int = Field(4096, ge=1, description="the max-batch search stops doubling here")
     memory_limit_mb: int | None = Field(None, gt=0)
     measure: dict[str, Any] = Field(default_factory=dict, description="MeasurePolicy overrides")
+    cpus: int | None = Field(None, ge=1, description="cores each run is given (RunSpec.cpus)")
+    pin: bool = Field(False, description="pin each run to its cores (RunSpec.pin)")
+    retry_disturbed: int = Field(0, ge=0, le=10, description="re-run a point whose run was disturbed (foreign load, "
+                                 "another GPU process, throttling) up to this many times; every attempt is kept")
 
     @field_validator("preset")
     @classmethod
@@ -86,12 +90,16 @@ class SweepSpec(BaseModel):
                            max_warmup_s=max(float(measure.get("max_warmup_s", 0)), PROBE_WARMUP_CAP_S))
         return specs.build(model=self.model, framework=framework, batch_size=batch, precision=precision,
                            preset=self.preset, device=self.device, launcher=self.launcher, data=self.data,
-                           seed=self.seed, measure=measure, memory_limit_mb=self.memory_limit_mb)
+                           seed=self.seed, measure=measure, memory_limit_mb=self.memory_limit_mb,
+                           cpus=self.cpus, pin=self.pin)
 
     def sweep_id(self) -> str:
         """Names the grid (not the repeat count or the stability limit, so a rerun with more
         repeats or another limit continues the same sweep)."""
-        key = self.model_dump(mode="json", exclude={"results", "repeat", "cv_limit"})
+        key = self.model_dump(mode="json", exclude={"results", "repeat", "cv_limit", "retry_disturbed"})
+        for name, default in (("cpus", None), ("pin", False)):  # sweeps made before these fields keep their id
+            if key.get(name) == default:
+                key.pop(name)
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
         return f"{self.model}-{self.preset}-{digest}"
 

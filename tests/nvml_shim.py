@@ -42,6 +42,16 @@ class Device:
     gpm: bool = True
     power_limit_mw: int = 700_000
     clocks_event_reasons: int = 0  # nvmlClocksEventReason* bits
+    mem_clock: int = 2619
+    temperature_c: int = 41
+    persistence: int = 1           # nvmlEnableState_t
+    ecc: tuple[int, int] = (1, 1)  # (current, pending)
+    mig: tuple[int, int] = (0, 0)  # (current, pending)
+    app_sm_clock: int = 1980
+    default_app_sm_clock: int = 1980
+    processes: list[tuple[int, int]] = field(default_factory=list)  # (pid, used GPU memory in bytes)
+    clocks_restricted: bool = True  # setting application clocks needs root (NVML's default)
+    old_driver: bool = False       # before 535: no ...ClocksEventReasons nor ..._v3 entry points
     fail: dict[str, int] = field(default_factory=dict)  # entry point -> the NVML error it returns
     born_us: int = field(default_factory=lambda: int(time.time() * 1e6))
 
@@ -134,7 +144,44 @@ class FakeNvmlLibrary:
             p, c_ulonglong, int(self._dev(h).power_mw * (time.time() - self._dev(h).born_us / 1e6))))
         self._entry("nvmlDeviceGetCurrentClocksEventReasons", (P, P),
                     lambda h, p: out(p, c_ulonglong, self._dev(h).clocks_event_reasons))
-        self._entry("nvmlDeviceGetClockInfo", (P, c_uint, P), lambda h, kind, p: out(p, c_uint, self._dev(h).sm_clock))
+        self._entry("nvmlDeviceGetCurrentClocksThrottleReasons", (P, P),
+                    lambda h, p: out(p, c_ulonglong, self._dev(h).clocks_event_reasons))
+        clock = {pynvml.NVML_CLOCK_SM: "sm_clock", pynvml.NVML_CLOCK_MEM: "mem_clock"}
+        self._entry("nvmlDeviceGetClockInfo", (P, c_uint, P),
+                    lambda h, kind, p: out(p, c_uint, getattr(self._dev(h), clock[kind])))
+        self._entry("nvmlDeviceGetApplicationsClock", (P, c_uint, P), lambda h, kind, p: out(
+            p, c_uint, self._dev(h).app_sm_clock if kind == pynvml.NVML_CLOCK_SM else self._dev(h).mem_clock))
+        self._entry("nvmlDeviceGetDefaultApplicationsClock", (P, c_uint, P), lambda h, kind, p: out(
+            p, c_uint, self._dev(h).default_app_sm_clock if kind == pynvml.NVML_CLOCK_SM else self._dev(h).mem_clock))
+        self._entry("nvmlDeviceGetTemperature", (P, c_uint, P),
+                    lambda h, sensor, p: out(p, c_uint, self._dev(h).temperature_c)
+                    if sensor == pynvml.NVML_TEMPERATURE_GPU else pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._entry("nvmlDeviceGetAPIRestriction", (P, c_uint, P),
+                    lambda h, api, p: out(p, c_uint, int(self._dev(h).clocks_restricted)))
+        self._entry("nvmlDeviceGetPersistenceMode", (P, P), lambda h, p: out(p, c_uint, self._dev(h).persistence))
+        self._entry("nvmlDeviceGetEccMode", (P, P, P), lambda h, cur, pend: out(cur, c_uint, self._dev(h).ecc[0])
+                    or out(pend, c_uint, self._dev(h).ecc[1]))
+        self._entry("nvmlDeviceGetMigMode", (P, P, P), lambda h, cur, pend: out(cur, c_uint, self._dev(h).mig[0])
+                    or out(pend, c_uint, self._dev(h).mig[1]))
+
+        def processes(h: int, count: int, buf: int | None) -> int:
+            """NVML's two-call protocol: no buffer (or too small) -> INSUFFICIENT_SIZE with the count."""
+            procs = self._dev(h).processes
+            n = cast(count, POINTER(c_uint))
+            if not procs:
+                n.contents.value = 0
+                return 0
+            if not buf or n.contents.value < len(procs):
+                n.contents.value = len(procs)
+                return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+            arr = cast(buf, POINTER(pynvml.c_nvmlProcessInfo_v2_t))
+            for i, (pid, used) in enumerate(procs):
+                arr[i].pid, arr[i].usedGpuMemory, arr[i].gpuInstanceId, arr[i].computeInstanceId = pid, used, 0xFFFFFFFF, 0xFFFFFFFF
+            n.contents.value = len(procs)
+            return 0
+
+        self._entry("nvmlDeviceGetComputeRunningProcesses_v3", (P, P, P), processes)
+        self._entry("nvmlDeviceGetComputeRunningProcesses_v2", (P, P, P), processes)
         self._entry("nvmlDeviceGetMaxClockInfo", (P, c_uint, P),
                     lambda h, kind, p: out(p, c_uint, self._dev(h).max_sm_clock))
 
@@ -195,6 +242,9 @@ def fake_nvml(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., FakeNvm
     def install(devices: list[Device] | None = None, missing: bool = False) -> FakeNvmlLibrary:
         lib = FakeNvmlLibrary(devices if devices is not None else [Device("GPU-58f4c2a0-0000-0000-0000-000000000001",
                                                                             "00000000:18:00.0")]).build()
+        if any(d.old_driver for d in lib.devices):  # an older libnvidia-ml.so: these entry points do not exist
+            for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetComputeRunningProcesses_v3"):
+                delattr(lib, name)
 
         def cdll(name: str, *args: Any, **kwargs: Any) -> Any:
             assert name == "libnvidia-ml.so.1"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tbdkit.store import Index
+from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 # One framework: with every stack installed, the default is all of them (tests/test_frameworks.py).
 FAST = ["--framework", "pytorch", "--preset", "smoke", "--device", "cpu", "--max-warmup-s", "3", "--max-measure-s", "4"]
@@ -46,7 +47,7 @@ def test_bench_writes_a_complete_run(one_run):
     assert RUN_FILES <= {p.name for p in run.iterdir()}
     assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["device"] == "cpu" and summary["batch_size"] == 2
+    assert summary["status"] in MEASURED and summary["device"] == "cpu" and summary["batch_size"] == 2
     m = summary["metrics"]
     thr = m["throughput"]
     assert thr["unit"] == "audio_s/s" and thr["value"] > 0 and thr["method"]
@@ -86,7 +87,7 @@ def test_runs_and_show(one_run):
     (run,) = run_dirs(results)
     listing = tbdkit("runs", "--results", str(results), "--json")
     rows = json.loads(listing.stdout)
-    assert [r["run_id"] for r in rows] == [run.name] and rows[0]["status"] == "ok"
+    assert [r["run_id"] for r in rows] == [run.name] and rows[0]["status"] in MEASURED
     (results / "index.sqlite").unlink()
     assert json.loads(tbdkit("runs", "--results", str(results), "--json").stdout) == rows
     shown = tbdkit("show", "last", "--results", str(results))
@@ -189,5 +190,5 @@ def test_bench_json_stdout_is_only_json(tmp_path):
     proc = tbdkit("bench", "--model", "deepspeech2", "--batch", "2", *FAST, "--results", str(tmp_path), "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (summary,) = json.loads(proc.stdout)
-    assert summary["status"] == "ok" and summary["metrics"]["throughput"]["value"] > 0
+    assert summary["status"] in MEASURED and summary["metrics"]["throughput"]["value"] > 0
     assert "deepspeech2/pytorch/b2" in proc.stderr

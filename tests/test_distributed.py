@@ -15,6 +15,7 @@ import pytest
 
 from tbdkit import render, spec as specs
 from tbdkit.errors import UserError
+from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 FAST = ["--model", "resnet50", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu", "--batch", "2",
         "--max-warmup-s", "3", "--max-measure-s", "6", "--json"]
@@ -66,7 +67,7 @@ def test_workers_on_one_machine(tmp_path, workers):
         assert proc.returncode == 0, proc.stderr[-3000:]
     proc, s = bench(results, "--gpus-per-node", str(workers))
     assert proc.returncode == 0 and s is not None, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert s["status"] == "ok" and s["world_size"] == workers and s["worker"].startswith("rank 0")
+    assert s["status"] in MEASURED and s["world_size"] == workers and s["worker"].startswith("rank 0")
     m = s["metrics"]
     per = m["aggregate_throughput"]["per_worker"]
     assert len(per) == workers and m["aggregate_throughput"]["value"] == pytest.approx(sum(per), rel=1e-4)
@@ -76,7 +77,7 @@ def test_workers_on_one_machine(tmp_path, workers):
     run = results / s["run_id"]
     for rank in range(1, workers):
         own = json.loads((run / "workers" / f"rank{rank}" / "summary.json").read_text())
-        assert own["status"] == "ok" and own["worker"].startswith(f"rank {rank}")
+        assert own["status"] in MEASURED and own["worker"].startswith(f"rank {rank}")
         assert (run / "workers" / f"rank{rank}" / "log.txt").stat().st_size > 0
     iterations = [(run / "iterations.csv").read_text().count("\n")] + [
         (run / "workers" / f"rank{r}" / "iterations.csv").read_text().count("\n") for r in range(1, workers)]
@@ -95,7 +96,7 @@ def test_two_namespaces_and_a_1gbit_link(tmp_path):
     per_worker = {}
     for rate in (None, "1gbit"):
         proc, s = bench(results, "--nodes", "2", "--launcher", "netns", *(["--link-rate", rate] if rate else []))
-        assert proc.returncode == 0 and s is not None and s["status"] == "ok", proc.stdout[-2000:] + proc.stderr[-3000:]
+        assert proc.returncode == 0 and s is not None and s["status"] in MEASURED, proc.stdout[-2000:] + proc.stderr[-3000:]
         assert s["nodes"] == 2 and s["world_size"] == 2 and s["link_rate"] == rate
         assert s["interconnect"]["network"]["interface"].startswith("tb")
         run = results / s["run_id"]

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tbdkit import images
+from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "tbdkit-ci/pytorch:cpu"
@@ -154,7 +155,7 @@ def test_bench_in_a_container(ci_image, user_kit, results):
     assert proc.returncode == 0, out
     run = only_run(results)
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "ok", summary
+    assert summary["status"] in MEASURED, summary
     assert summary["metrics"]["throughput"]["value"] > 0 and summary["device"] == "cpu"
     env = json.loads((run / "env.json").read_text())
     container = env["container"]
@@ -236,7 +237,7 @@ def test_the_other_stacks_images_build_and_bench(stack, ci_image, user_kit, resu
     assert proc.returncode == 0 and "Traceback" not in out, out
     run = only_run(results)
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["framework"] == stack, summary
+    assert summary["status"] in MEASURED and summary["framework"] == stack, summary
     assert summary["metrics"]["throughput"]["value"] > 0
     env = json.loads((run / "env.json").read_text())
     assert env["container"]["image"] == tag and env["container"]["image_id"] == built["id"]

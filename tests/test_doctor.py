@@ -17,7 +17,7 @@ from tbdkit import doctor, images, stacks
 from tbdkit.doctor import Check
 
 NAMES = [
-    "NVIDIA GPU", "NVIDIA driver", "NVML", "NVML GPM metrics",
+    "NVIDIA GPU", "NVIDIA driver", "NVML", "NVML GPM metrics", "GPU clocks locked",
     "Docker client", "Docker daemon", "NVIDIA container runtime",
     "PyTorch stack", "TensorFlow stack", "MXNet stack",
     "GPU performance counters", "Nsight Compute (ncu)", "Nsight Systems (nsys)",

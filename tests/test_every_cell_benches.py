@@ -12,6 +12,7 @@ import pytest
 
 from tbdkit import catalog
 from framework_parity import tbdkit
+from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 COVERED_ELSEWHERE = {"deepspeech2", "resnet50", "a3c", "minigo", "bert"}
 MODELS = sorted(set(catalog.models()) - COVERED_ELSEWHERE)
@@ -26,5 +27,5 @@ def test_smoke_preset_benches_on_every_framework(model, tmp_path):
     rows = json.loads(proc.stdout)
     assert sorted(r["framework"] for r in rows) == sorted(catalog.get(model).frameworks)
     for row in rows:
-        assert row["status"] == "ok", row.get("error")
+        assert row["status"] in MEASURED, row.get("error")
         assert row["metrics"]["throughput"]["value"] > 0

@@ -11,6 +11,7 @@ import pytest
 from framework_parity import (assert_same_network, assert_same_sequence_outputs, assert_smoke_flops, describe_smoke,
                               listed_smoke_state, pytorch_weights_fixture, tbdkit)
 from tbdkit import catalog
+from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 MODEL = catalog.get("deepspeech2")
 FRAMEWORKS = list(MODEL.frameworks)
@@ -88,7 +89,7 @@ def test_bench_all_frameworks_prints_one_table(tmp_path):
     summaries = json.loads(proc.stdout)  # --json: stdout is only the summaries (progress goes to stderr)
     assert [s["framework"] for s in summaries] == FRAMEWORKS
     for s in summaries:
-        assert s["status"] == "ok" and s["metrics"]["throughput"]["value"] > 0, s
+        assert s["status"] in MEASURED and s["metrics"]["throughput"]["value"] > 0, s
         assert s["model_info"]["parameters"] == summaries[0]["model_info"]["parameters"]
         assert s["loss"]["last"] is not None
     envs = {s["framework"]: json.loads((results / s["run_id"] / "env.json").read_text())["framework"]

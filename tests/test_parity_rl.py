@@ -14,6 +14,7 @@ import pytest
 from framework_parity import (assert_same_network, assert_smoke_flops, describe_in_stack, describe_smoke,
                               framework_differences, load_pytorch_weights, tbdkit)
 from tbdkit import catalog
+from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 MODELS = ["a3c", "minigo", "bert"]
 FRAMEWORKS = ["pytorch", "tensorflow", "mxnet"]
@@ -126,6 +127,6 @@ def test_bench_all_frameworks(tmp_path, model):
     assert sorted(s["framework"] for s in summaries) == sorted(FRAMEWORKS)
     unit = catalog.get(model).throughput_unit
     for s in summaries:
-        assert s["status"] == "ok" and s["metrics"]["throughput"]["unit"] == unit, s
+        assert s["status"] in MEASURED and s["metrics"]["throughput"]["unit"] == unit, s
         assert s["metrics"]["throughput"]["value"] > 0 and s["loss"]["last"] is not None, s
         assert s["model_info"]["parameters"] == summaries[0]["model_info"]["parameters"]

@@ -12,6 +12,7 @@ import pytest
 
 from tbdkit import catalog, spec
 from tbdkit.errors import UserError
+from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 BERT = catalog.get("bert")
 
@@ -66,7 +67,7 @@ def test_bench_trains_bert_squad_smoke(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (run,) = [d for d in (tmp_path / "r").iterdir() if d.is_dir()]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["variant"] == "squad"
+    assert summary["status"] in MEASURED and summary["variant"] == "squad"
     assert json.loads((run / "spec.json").read_text())["variant"] == "squad"
     hp = BERT.hp("smoke", "squad")
     h, i, v = hp["hidden_size"], hp["intermediate_size"], hp["vocab_size"]

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 FAST = ["--preset", "smoke", "--device", "cpu", "--max-warmup-s", "3", "--max-measure-s", "4"]
 
@@ -23,7 +24,7 @@ def test_resnet50_smoke_bench_is_ok(tmp_path: Path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run,) = [p for p in results.iterdir() if p.is_dir()]
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["model"] == "resnet50" and summary["batch_size"] == 2
+    assert summary["status"] in MEASURED and summary["model"] == "resnet50" and summary["batch_size"] == 2
     assert summary["model_info"]["parameters"] == 25_557_032
     thr = summary["metrics"]["throughput"]
     assert thr["unit"] == "images/s" and thr["value"] > 0

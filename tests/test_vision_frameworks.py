@@ -13,6 +13,7 @@ import pytest
 from framework_parity import (assert_same_network, assert_smoke_flops, describe_in_stack, describe_smoke,
                               listed_smoke_state, load_pytorch_weights, tbdkit)
 from tbdkit import catalog
+from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 # MXNet has no WGAN-GP: its gradient penalty needs the second derivative of a convolution, which
 # MXNet 1.9 does not have (docs/models.md, support matrix).
@@ -95,5 +96,5 @@ def test_resnet50_bench_all_prints_one_table_of_three_frameworks(tmp_path):
     summaries = [json.loads(p.read_text()) for p in sorted(results.glob("*/summary.json"))]
     assert sorted(s["framework"] for s in summaries) == ["mxnet", "pytorch", "tensorflow"]
     for s in summaries:
-        assert s["status"] == "ok" and s["metrics"]["throughput"]["value"] > 0, s
+        assert s["status"] in MEASURED and s["metrics"]["throughput"]["value"] > 0, s
         assert s["model_info"]["parameters"] == 25_557_032 and s["loss"]["last"] is not None

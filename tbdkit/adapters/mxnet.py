@@ -104,10 +104,27 @@ def seed_everything(seed: int) -> None:
     mx.random.seed(seed)
 
 
+def threads_of(threads: tuple[int, int] | None) -> dict[str, Any]:
+    """MXNet reads its threads once, when libmxnet loads: OMP_NUM_THREADS (operators) and
+    MXNET_CPU_WORKER_NTHREADS (the CPU engine's workers), set by the launcher and the agent before
+    the import (tbdkit.cpus.thread_env). What they were, and whether they match the budget."""
+    intra, inter = os.environ.get("OMP_NUM_THREADS"), os.environ.get("MXNET_CPU_WORKER_NTHREADS")
+    out: dict[str, Any] = {
+        "requested": None if threads is None else {"intra_op": threads[0], "inter_op": threads[1]},
+        "intra_op": int(intra) if intra and intra.isdigit() else None,
+        "inter_op": int(inter) if inter and inter.isdigit() else None,
+        "method": "OMP_NUM_THREADS and MXNET_CPU_WORKER_NTHREADS in the environment MXNet loaded with"}
+    if threads is not None and (out["intra_op"], out["inter_op"]) != tuple(threads):
+        out["error"] = "MXNet's environment does not hold the budget's threads: it was set after MXNet loaded"
+    return out
+
+
 class MXNetAdapter:
     framework = "mxnet"
 
-    def __init__(self, workload: ModuleType, hp: dict[str, Any], device: str, precision: str, seed: int) -> None:
+    def __init__(self, workload: ModuleType, hp: dict[str, Any], device: str, precision: str, seed: int,
+                 threads: tuple[int, int] | None = None) -> None:
+        self.threads = threads_of(threads)
         seed_everything(seed)
         self.ctx, self.cuda_index = resolve_device(device)
         self.device_label = "cpu" if self.cuda_index is None else f"cuda:{self.cuda_index}"
@@ -195,6 +212,7 @@ class MXNetAdapter:
             "device": self.device_label,
             "device_name": "cpu" if self.cuda_index is None else f"gpu({self.cuda_index})",
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "threads": self.threads,
             "math_mode": self.precision.describe(),
         }
         if self.cuda_index is not None:

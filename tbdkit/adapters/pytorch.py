@@ -195,10 +195,27 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def set_threads(threads: tuple[int, int] | None) -> dict[str, Any]:
+    """(intra-op, inter-op) threads from the run's CPU budget (tbdkit.cpus), set before any parallel
+    work (PyTorch refuses a new inter-op count after it); what PyTorch then reports, for env.json."""
+    out: dict[str, Any] = {"requested": None if threads is None else {"intra_op": threads[0], "inter_op": threads[1]}}
+    if threads is not None:
+        try:
+            torch.set_num_threads(threads[0])
+            torch.set_num_interop_threads(threads[1])
+        except RuntimeError as exc:  # parallel work already started: the defaults stay, and env.json says so
+            out["error"] = str(exc)
+    out.update(intra_op=torch.get_num_threads(), inter_op=torch.get_num_interop_threads(),
+               method="torch.set_num_threads / set_num_interop_threads, read back with get_num_*")
+    return out
+
+
 class PyTorchAdapter:
     framework = "pytorch"
 
-    def __init__(self, workload: ModuleType, hp: dict[str, Any], device: str, precision: str, seed: int) -> None:
+    def __init__(self, workload: ModuleType, hp: dict[str, Any], device: str, precision: str, seed: int,
+                 threads: tuple[int, int] | None = None) -> None:
+        self.threads = set_threads(threads)
         seed_everything(seed)
         self.device = resolve_device(device)
         self.device_label = str(self.device)
@@ -348,6 +365,7 @@ class PyTorchAdapter:
             "cudnn_benchmark_reason": self.cudnn_benchmark_reason if self.cuda_index is not None
             else "the run is on the CPU: cuDNN is not used",
             "torch_threads": torch.get_num_threads(),
+            "threads": {**self.threads, "intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()},
             "math_mode": self.precision.describe(),
         }
         if self.cuda_index is not None:

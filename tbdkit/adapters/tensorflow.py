@@ -61,10 +61,28 @@ def resolve_device(requested: str) -> tuple[str, int | None]:
     return f"/GPU:{index}", index
 
 
+def set_threads(threads: tuple[int, int] | None) -> dict[str, Any]:
+    """(intra-op, inter-op) threads from the run's CPU budget (tbdkit.cpus), set before TensorFlow's
+    runtime starts (it refuses them after); what TensorFlow then reports, for env.json."""
+    out: dict[str, Any] = {"requested": None if threads is None else {"intra_op": threads[0], "inter_op": threads[1]}}
+    if threads is not None:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(threads[0])
+            tf.config.threading.set_inter_op_parallelism_threads(threads[1])
+        except RuntimeError as exc:  # the runtime was already initialized: its threads stay, and env.json says so
+            out["error"] = str(exc)
+    out.update(intra_op=tf.config.threading.get_intra_op_parallelism_threads(),
+               inter_op=tf.config.threading.get_inter_op_parallelism_threads(),
+               method="tf.config.threading.set_intra_op / set_inter_op_parallelism_threads, read back with get_*")
+    return out
+
+
 class TensorFlowAdapter:
     framework = "tensorflow"
 
-    def __init__(self, workload: ModuleType, hp: dict[str, Any], device: str, precision: str, seed: int) -> None:
+    def __init__(self, workload: ModuleType, hp: dict[str, Any], device: str, precision: str, seed: int,
+                 threads: tuple[int, int] | None = None) -> None:
+        self.threads = set_threads(threads)
         keras.utils.set_random_seed(seed)  # Python, NumPy and TensorFlow
         self.tf_device, self.cuda_index = resolve_device(device)
         self.device_label = "cpu" if self.cuda_index is None else f"cuda:{self.cuda_index}"
@@ -160,6 +178,8 @@ class TensorFlowAdapter:
             "device_name": "cpu",
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
+            "threads": {**self.threads, "intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+                        "inter_op": tf.config.threading.get_inter_op_parallelism_threads()},
             "math_mode": self.precision.describe(),
         }
         if self.cuda_index is not None:

@@ -1,7 +1,9 @@
 """One run from spec to a complete run directory, whatever happens on the way.
 
-Status in summary.json: ok | oom | interrupted | failed. The run directory always ends with
-summary.json written last; every file is written atomically.
+Status in summary.json: ok | disturbed | oom | interrupted | failed. `disturbed` is a finished run whose
+window saw foreign CPU load, another process on its GPU or throttling (tbdkit.agent.disturbance): its
+numbers are kept beside the reasons. The run directory always ends with summary.json written last;
+every file is written atomically.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from tbdkit import catalog
+from tbdkit import catalog, cpus
 from tbdkit.adapters import Capabilities, Distributed, capabilities
 from tbdkit.adapters import load as load_adapter
-from tbdkit.agent import analysis, converge, distributed, envinfo, events
+from tbdkit.agent import analysis, converge, distributed, disturbance, envinfo, events
+from tbdkit.agent.collectors.gpu_state import GpuStateCollector
 from tbdkit.agent.loop import Prefetcher, StopRequested, TrainingLoop, synthetic_pool, throughput_metrics
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
@@ -156,11 +159,19 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
     env: dict[str, Any] | None = None
     try:
         events.emit("phase", phase="setup")
+        # Threads and pinning before any framework loads: OpenMP and MXNet read their variables once.
+        budget = cpus.plan(spec.cpus, spec.pin, 0 if spec.data == "synthetic" else 1,
+                           spec.gpus_per_node if worker is not None else 1)
+        os.environ.update(cpus.thread_env(budget))
+        pinned = cpus.pin(budget)
+        summary["cpu_budget"] = {"cpus": budget.cpus, "intra_op_threads": budget.intra_op,
+                                 "inter_op_threads": budget.inter_op, "data_workers": budget.data_workers,
+                                 "pinned": pinned}
         data = catalog.load_module(model, "data")
         summary["data_source"] = data.check_source(spec.data, hp)
         workload = catalog.load_module(model, spec.framework)
         adapter = load_adapter(spec.framework, workload=workload, hp=hp, device=spec.device,
-                               precision=spec.precision, seed=spec.seed)
+                               precision=spec.precision, seed=spec.seed, threads=(budget.intra_op, budget.inter_op))
         caps = capabilities(adapter)
         if worker is not None:
             if caps.distributed is None:
@@ -174,6 +185,9 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         summary["device"] = adapter.device_label
         summary["model_info"] = adapter.model_info()
         env = envinfo.collect(adapter.environment(), spec.seed, run_dir)
+        env["cpu_budget"] = {**budget.record(), "pinned_affinity": pinned, "thread_env": cpus.thread_env(budget),
+                             "method": "tbdkit.cpus.plan: os.sched_getaffinity, cgroup cpu.max; the framework's "
+                                       "own read-back is framework.threads"}
         RunDir(run_dir).write_json(runfiles.ENV, env)
         if spec.preset == "converge":
             summary.update(converge.train(adapter, data, hp, spec.data, spec.batch_size, spec.seed, run_dir,
@@ -206,6 +220,9 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                 **loop.result.metrics,
                 **adapter.memory(),
             }
+            limit = spec.measure.foreign_cpu_limit
+            summary.update(disturbed_reasons=disturbance.reasons(loop.result.metrics, limit),
+                           disturbance_rule=disturbance.rule(limit), gpu_state=_gpu_state(loop))
             if worker is not None and dist is not None:
                 window_s = sum(i.seconds for i in window)
                 comm = dist.comm.seconds / window_s * 100 if dist.comm is not None and window_s else None
@@ -228,7 +245,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                                                        spec.precision, caps))
         losses = [i.loss for i in loop.result.iterations if i.loss is not None]
         summary["loss"] = {"first": losses[0] if losses else None, "last": losses[-1] if losses else None}
-        summary["status"] = "ok"
+        summary["status"] = "disturbed" if summary.get("disturbed_reasons") else "ok"
     except BaseException as exc:  # the run directory must say what happened, whatever it was
         status, message = _classify(exc, adapter, bool(spec.memory_limit_mb))
         summary["status"], summary["error"] = status, message
@@ -265,6 +282,14 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
     return _exit_code(summary["status"])
 
 
+def _gpu_state(loop: TrainingLoop) -> dict[str, Any]:
+    """The GPU's state at the window's start and end (collectors.gpu_state), or why there is none."""
+    for c in loop.collectors:
+        if isinstance(c, GpuStateCollector):
+            return c.states or {"reason": c.reason or "NVML gave no state"}
+    return {"reason": "no GPU state collector ran"}
+
+
 def _write_rows(run_dir: Path, name: str, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     """A CSV of the run; if the disk refuses it the summary says so and the run still ends whole."""
     try:
@@ -290,4 +315,4 @@ def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 
 
 def _exit_code(status: str) -> int:
-    return {"ok": 0, "interrupted": 130, "oom": 3}.get(status, 1)
+    return {"ok": 0, "disturbed": 0, "interrupted": 130, "oom": 3}.get(status, 1)

@@ -14,6 +14,20 @@ from tbdkit.console import err_console
 from tbdkit.errors import UserError
 
 ResultsOpt = Annotated[Path, typer.Option("--results", "-r", help="results folder")]
+CpusOpt = Annotated[int | None, typer.Option(
+    "--cpus", help="cores each run is given: the frameworks' intra-op threads are set from it, a data-loading "
+    "worker counted against it (default: every core of the affinity mask and cgroup quota)")]
+PinOpt = Annotated[bool, typer.Option("--pin", help="pin each run's process to its --cpus cores (sched_setaffinity)")]
+
+
+def check_cpus(requested: int | None) -> int | None:
+    """`--cpus` as given, or a UserError when this machine cannot give that many cores."""
+    from tbdkit import cpus
+
+    why = cpus.check_request(requested)
+    if why:
+        raise UserError(why[0].upper() + why[1:] + ".")
+    return requested
 
 
 def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -15,19 +15,25 @@ from tbdkit.store import Index
 def report(
     results: Annotated[Path | None, typer.Argument(help="results folder (default: results)")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="folder for report.html, report.md, summary.csv, figures/")] = Path("report"),
+    include_disturbed: Annotated[bool, typer.Option(
+        "--include-disturbed", help="check the paper's claims on disturbed runs too (foreign load, another GPU "
+        "process or throttling in their window); they are always drawn, hollow")] = False,
 ) -> None:
     """The paper's figures, tables and claim checks for the runs in RESULTS."""
     from tbdkit.report import build_report, claims, runs
+    from tbdkit.report.build import disturbed_text
 
     results = existing_results_dir(results or default_results_dir())  # before anything is written
-    html = build_report(results, out)
+    html = build_report(results, out, include_disturbed)
     index = Index(results)
     index.runs()
     for line in index.unreadable:  # damaged runs are left out of the report, and named
         err_console.print(line, style="yellow", highlight=False, markup=False)
     loaded = runs.load(results)
-    verdicts = claims.check_all(loaded)
+    verdicts = claims.check_all(runs.for_claims(loaded, include_disturbed))
     console.print(runs.grouping(loaded).text, highlight=False)
+    disturbed = sum(r.disturbed for r in loaded)
+    console.print(disturbed_text(disturbed, include_disturbed), style="yellow" if disturbed else None, highlight=False)
     for v in verdicts:
         color = {"holds": "green", "does not hold": "red"}.get(v.verdict, "yellow")
         console.print(f"  {v.n:>2}. [{color}]{v.verdict:<16}[/] {v.claim}", highlight=False)

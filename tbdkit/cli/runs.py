@@ -53,6 +53,9 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
     for key in ("warmup", "window"):
         if summary.get(key):
             console.print(f"[bold]{key}[/]: {escape(str(summary[key]))}", highlight=False)
+    if summary.get("status") == "disturbed":
+        reasons = "; ".join(summary.get("disturbed_reasons") or []) or "flagged"
+        console.print(f"[yellow]disturbed:[/] {escape(reasons)}", highlight=False)
     if summary.get("unstable"):
         console.print(f"[yellow]unstable:[/] {escape(str(summary.get('instability_reason')))}", highlight=False)
     if summary.get("error"):

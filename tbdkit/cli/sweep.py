@@ -14,9 +14,11 @@ from rich.table import Table
 
 from tbdkit import catalog
 from tbdkit.choice import choose_frameworks, resolve_auto_preset, split_list
+from tbdkit.cli.common import CpusOpt, PinOpt, check_cpus
 from tbdkit.console import RunProgress, console, err_console
 from tbdkit.paths import default_results_dir
 from tbdkit.results import files as runfiles
+from tbdkit.results.summary import MEASURED
 from tbdkit.spec import RunSpec
 from tbdkit.store import Index
 from tbdkit.sweep import FINAL, Runner, RunResult, SweepRun
@@ -48,6 +50,11 @@ class SweepProgress:
         self.progress.update(self.task, advance=1, phase=self._phase(), rate="")
         if status not in FINAL:
             self.progress.console.print(f"[red]{point.key}: {status}[/] (retried when the sweep is run again)")
+
+    def point_retried(self, point: Point, attempt: int, of: int, reasons: list[str]) -> None:
+        self.progress.console.print(f"[yellow]{escape(point.key)}: disturbed[/] ({escape('; '.join(reasons) or 'flagged')}): "
+                                    f"re-running it (retry {attempt} of {of}, --retry-disturbed); the disturbed run is kept",
+                                    highlight=False)
 
     def probe_started(self, framework: str, precision: str, batch_size: int) -> None:
         self.progress.update(self.task, rate=f"max-batch search {framework}/{precision}: probing batch {batch_size}")
@@ -111,9 +118,12 @@ def _cell(group: dict[str, Any], statuses: list[str]) -> str:
     text = f"{head}{mean:,.2f}"
     if group.get("throughput_stdev") is not None:
         text += f" ±{group['throughput_stdev']:,.2f} (CV {group['throughput_cv']:.1%})"
-    bad = [s for s in statuses if s != "ok"]
+    bad = [s for s in statuses if s not in MEASURED]
     if bad:
         text += f" [red]{len(bad)} not ok[/]"
+    disturbed = statuses.count("disturbed")
+    if disturbed:
+        text += f" [yellow]{disturbed} disturbed[/]"
     if group.get("unstable"):
         text += " [yellow]unstable[/]"
     return text
@@ -138,6 +148,10 @@ def sweep(
     max_warmup_s: Annotated[float | None, typer.Option(help="cap on each warm-up, seconds")] = None,
     memory_limit_mb: Annotated[int | None, typer.Option(
         help="fail as out-of-memory past this many MiB of growth (CPU runs)")] = None,
+    cpus: CpusOpt = None,
+    pin: PinOpt = False,
+    retry_disturbed: Annotated[int, typer.Option(
+        help="re-run a point whose run was disturbed (foreign load, another GPU process, throttling) up to N times")] = 0,
     results: Annotated[Path, typer.Option("--results", "-r", help="results folder")] = default_results_dir(),
     setup: Annotated[bool, typer.Option("--setup/--no-setup", help="install missing framework stacks first")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the sweep's state as JSON")] = False,
@@ -159,6 +173,7 @@ def sweep(
         "precisions": split_list(precision) or ["fp32"], "preset": preset, "repeat": repeat, "launcher": launcher,
         "results": str(results), "device": device, "data": data, "seed": seed, "cv_limit": cv_limit,
         "max_batch_limit": max_batch_limit, "memory_limit_mb": memory_limit_mb, "measure": measure,
+        "cpus": check_cpus(cpus), "pin": pin, "retry_disturbed": retry_disturbed,
     }
     parse(fields)  # the whole grid is valid before anything installs or runs
     if data != "synthetic":
@@ -183,7 +198,7 @@ def sweep(
         console.print(grid_table(state, m.throughput_unit))
         console.print(f"sweep state: {spec.state_dir() / runfiles.SWEEP_STATE}", highlight=False)
     statuses = {p["status"] for p in state["points"].values()}
-    raise typer.Exit(0 if statuses == {"ok"} else 130 if "interrupted" in statuses else 1)
+    raise typer.Exit(0 if statuses <= set(MEASURED) else 130 if "interrupted" in statuses else 1)
 
 
 def run_sweep(spec: SweepSpec, unit: str, quiet_stdout: bool = False) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tbdkit import stacks
+from tbdkit import cpus, stacks
 from tbdkit.launch.base import EventHandler, stream
 from tbdkit.results.rundir import RunDir
 from tbdkit.spec import RunSpec
@@ -75,7 +75,8 @@ class NativeLauncher:
         with RunDir(run_dir).log.open("a", buffering=1) as log:
             log.write("$ " + shlex.join(cmd) + "\n")
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
-                                    start_new_session=True, env=self.env if self.env is not None else stacks.agent_env(),
+                                    start_new_session=True, env={**(self.env if self.env is not None else stacks.agent_env()),
+                                                                 **thread_env(spec)},
                                     preexec_fn=_stop_with_parent)
             expired = threading.Event()
 
@@ -97,6 +98,13 @@ class NativeLauncher:
                 if timer is not None:
                     timer.cancel()
             return TIMED_OUT if expired.is_set() else code
+
+
+def thread_env(spec: RunSpec) -> dict[str, str]:
+    """OpenMP's and MXNet's threads from the run's CPU budget, in the agent's environment before it
+    starts (tbdkit.cpus; the agent applies the same budget again before any framework loads)."""
+    workers = spec.gpus_per_node if spec.world_size > 1 else 1
+    return cpus.thread_env(cpus.plan(spec.cpus, spec.pin, 0 if spec.data == "synthetic" else 1, workers))
 
 
 def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:

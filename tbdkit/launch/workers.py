@@ -9,6 +9,7 @@ from typing import Any
 
 from tbdkit.results import files as runfiles
 from tbdkit.results.rundir import RunDir
+from tbdkit.results.summary import MEASURED
 from tbdkit.spec import RunSpec
 
 # torchrun's failure report: "rank: 1 (local_rank: 1)\n  exitcode: 3 (pid: 123)"
@@ -25,7 +26,7 @@ def name_failed_workers(run_dir: Path, spec: RunSpec, exit_code: int, summary: d
             own = None  # the launcher's stand-in, not rank 0's own summary
         if own is None:
             missing.append(rank)
-        elif own.get("status") not in ("ok", "interrupted"):
+        elif own.get("status") not in (*MEASURED, "interrupted"):
             failed.append((rank, own.get("error")))
     if exit_code == 0 and not missing and not failed:
         return summary["status"], summary

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def build_report(results_dir: Path, out_dir: Path) -> Path:
+def build_report(results_dir: Path, out_dir: Path, include_disturbed: bool = False) -> Path:
     """Write out_dir/report.html, report.md, summary.csv and figures/; return report.html's path."""
     from tbdkit.report.build import build_report as build
 
-    return build(results_dir, out_dir)
+    return build(results_dir, out_dir, include_disturbed)

@@ -29,16 +29,17 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def build_report(results_dir: Path, out_dir: Path) -> Path:
+def build_report(results_dir: Path, out_dir: Path, include_disturbed: bool = False) -> Path:
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     if not results_dir.is_dir():
         raise UserError(f"No results folder at {results_dir}: pass the folder `tbdkit bench --results` wrote to.")
     runs = runs_mod.load(results_dir)
     if not runs:
         raise UserError(f"{results_dir} holds no run that finished ok: run `tbdkit bench` or `tbdkit sweep` first.")
+    disturbed = sum(r.disturbed for r in runs)
     out_dir.mkdir(parents=True, exist_ok=True)
     drawn = figures.draw(runs, out_dir)
-    verdicts = claims.check_all(runs)
+    verdicts = claims.check_all(runs_mod.for_claims(runs, include_disturbed))
     generated = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     context = {
         "results": str(results_dir), "generated": generated, "kit_version": __version__, "runs": runs,
@@ -46,6 +47,7 @@ def build_report(results_dir: Path, out_dir: Path) -> Path:
         "counts": {"holds": sum(v.verdict == claims.HOLDS for v in verdicts),
                    "fails": sum(v.verdict == claims.FAILS for v in verdicts),
                    "nodata": sum(v.verdict in claims.UNDECIDED for v in verdicts)},
+        "disturbed": disturbed_text(disturbed, include_disturbed),
         "grouping": runs_mod.grouping(runs),
         "figures": [_figure_context(f) for f in drawn],
         "run_header": tables.DISPLAY_HEADER, "run_rows": tables.display_rows(runs),
@@ -60,6 +62,15 @@ def build_report(results_dir: Path, out_dir: Path) -> Path:
     _write(out_dir / "report.md", _markdown(context, drawn))
     _write_csv(out_dir / "summary.csv", tables.summary_rows(runs))
     return html
+
+
+def disturbed_text(count: int, included: bool) -> str:
+    """What the report did with the disturbed runs (tbdkit.agent.disturbance), in one sentence."""
+    if not count:
+        return "No run was disturbed."
+    return (f"{count} run(s) disturbed (foreign CPU load, another GPU process or throttling in the window: see their "
+            "flag): drawn hollow in the figures and " + ("included in the claim checks (--include-disturbed)." if included
+                                                          else "left out of the claim checks (--include-disturbed keeps them)."))
 
 
 def _figure_context(f: figures.Result) -> dict:
@@ -84,7 +95,7 @@ def _markdown(ctx: dict, drawn: list[figures.Result]) -> str:
              f"tbdkit {ctx['kit_version']}.\n", f"{ctx['grouping'].text}\n",
              "## The paper's observations, checked on these results\n",
              f"{ctx['counts']['holds']} hold · {ctx['counts']['fails']} do not hold · "
-             f"{ctx['counts']['nodata']} lack the data to decide.\n"]
+             f"{ctx['counts']['nodata']} lack the data to decide. {ctx['disturbed']}\n"]
     for v in ctx["verdicts"]:
         parts.append(f"**{v.n}. {v.claim}** — *{v.verdict}*  \nRule: {v.rule}\n" + (f"\nNote: {v.note}\n" if v.note else ""))
         parts += [f"- {e}" for e in v.evidence]

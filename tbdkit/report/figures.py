@@ -99,6 +99,9 @@ def _lines_vs_batch(runs: list[Run], key: str, title: str, caption: str, metrics
             below = [min(e, y) for e, y in zip(err, ys)]  # a spread never reaches below zero
             ax.errorbar(xs, ys, yerr=[below, err], marker="o", capsize=3, label=label, color=color,
                         linestyle=metrics[metric or next(iter(metrics))])
+            disturbed = [(x, y) for x, y in zip(xs, ys) if any(r.disturbed for r in series[s] if r.batch_size == x)]
+            if disturbed:  # hollow: something else competed for the machine in at least one run of the point
+                ax.scatter(*zip(*disturbed), s=36, facecolors="white", edgecolors=color, linewidths=1.5, zorder=3)
             unstable = [(x, y) for x, y, p in zip(xs, ys, points) if p[3]]
             if unstable:
                 ax.scatter(*zip(*unstable), s=140, facecolors="none", edgecolors=color, linewidths=1.5)
@@ -121,7 +124,8 @@ def throughput_vs_batch(runs: list[Run]) -> Result:
     return _lines_vs_batch(
         runs, "fig4_throughput", "Throughput vs mini-batch size (paper Fig. 4)",
         "Mean over repeats; error bars: standard deviation of repeats, or a single run's 95% CI. "
-        "Circled points: flagged unstable by the sweep.",
+        "Circled points: flagged unstable by the sweep. Hollow points: disturbed runs (foreign load, another "
+        "GPU process or throttling in the window).",
         {"throughput": "-"}, lambda r: f"throughput ({r.unit})")
 
 

@@ -18,6 +18,7 @@ from tbdkit.analysis.peak import Device, peak_flops, product_of
 from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
+from tbdkit.results.summary import MEASURED
 from tbdkit.store import Index
 
 
@@ -83,6 +84,12 @@ class Run:
     kernels: list[dict[str, Any]] = field(default_factory=list)
     unstable: bool = False
     unstable_reason: str | None = None
+    disturbed_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def disturbed(self) -> bool:
+        """Finished, its numbers kept, but something else competed for its machine in the window."""
+        return self.summary.get("status") == "disturbed"
 
     def metric(self, name: str) -> float | None:
         value = ((self.summary.get("metrics") or {}).get(name) or {}).get("value")
@@ -251,6 +258,7 @@ def from_dir(path: Path, run_id: str | None = None, flag: dict[str, Any] | None 
         memory=memory or None, kernels=_kernels(rd.kernels),
         unstable=bool(flag) or bool(summary.get("unstable")),
         unstable_reason=(flag or {}).get("unstable_reason") or summary.get("instability_reason"),
+        disturbed_reasons=[str(x) for x in summary.get("disturbed_reasons") or []],
     )
 
 
@@ -259,11 +267,11 @@ def _oldest_first(runs: list[Run]) -> list[Run]:
 
 
 def load(results: Path) -> list[Run]:
-    """Every run of the index that finished ok, oldest first."""
+    """Every run of the index that finished with its numbers (ok or disturbed), oldest first."""
     index = Index(results)
     unstable = {p["run_id"]: p for p in index.sweep_points() if p.get("unstable")}
     runs = []
-    for row in index.runs(status="ok"):
+    for row in [r for status in MEASURED for r in index.runs(status=status)]:
         path = Path(row.get("path") or results / row["run_id"])
         if not path.is_absolute():
             path = results / path
@@ -271,6 +279,11 @@ def load(results: Path) -> list[Run]:
         if run is not None:
             runs.append(run)
     return _oldest_first(runs)
+
+
+def for_claims(runs: list[Run], include_disturbed: bool = False) -> list[Run]:
+    """The runs the paper's claims are checked on: disturbed runs are left out unless asked for."""
+    return runs if include_disturbed else [r for r in runs if not r.disturbed]
 
 
 def without_failed_metrics(runs: list[Run]) -> list[Run]:
@@ -288,7 +301,7 @@ def without_failed_metrics(runs: list[Run]) -> list[Run]:
 
 def load_dirs(dirs: list[Path]) -> list[Run]:
     """Runs straight from their directories (no index): the committed reference results."""
-    runs = [r for r in (from_dir(d) for d in dirs) if r is not None and r.summary.get("status") == "ok"]
+    runs = [r for r in (from_dir(d) for d in dirs) if r is not None and r.summary.get("status") in MEASURED]
     return _oldest_first(runs)
 
 

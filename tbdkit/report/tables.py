@@ -12,7 +12,7 @@ SUMMARY_COLUMNS = ("run_id", "model", "framework", "batch_size", "precision", "p
                    "throughput_unit", "throughput_ci95_relative", "gpu_utilization_pct",
                    "gpu_utilization_trace_pct", "fp32_utilization_pct", "tensor_utilization_pct", "mfu_pct",
                    "cpu_utilization_pct", "peak_memory_mib", "feature_maps_mib", "world_size", "math_mode",
-                   "unstable", "unstable_reason", "started_utc")
+                   "unstable", "unstable_reason", "status", "disturbed_reasons", "started_utc")
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -47,7 +47,8 @@ def summary_row(r: Run) -> dict[str, Any]:
         "mfu_pct": r.metric("mfu"), "cpu_utilization_pct": r.metric("cpu_utilization"),
         "peak_memory_mib": None if peak is None else peak / 2**20, "feature_maps_mib": None if fm is None else fm / 2**20,
         "world_size": r.world_size, "math_mode": _math_mode(r), "unstable": r.unstable,
-        "unstable_reason": r.unstable_reason, "started_utc": r.summary.get("started_utc"),
+        "unstable_reason": r.unstable_reason, "status": r.summary.get("status"),
+        "disturbed_reasons": "; ".join(r.disturbed_reasons) or None, "started_utc": r.summary.get("started_utc"),
     }
 
 
@@ -77,7 +78,8 @@ def display_rows(runs: list[Run]) -> list[list[str]]:
                      throughput_text(r, row),
                      fmt(row["gpu_utilization_pct"]), fmt(row["fp32_utilization_pct"]),
                      fmt(row["cpu_utilization_pct"]), fmt(row["peak_memory_mib"]),
-                     "; ".join(["unstable: " + (r.unstable_reason or "flagged")] * r.unstable + _calibration_flags(r))])
+                     "; ".join(["disturbed: " + ("; ".join(r.disturbed_reasons) or "flagged")] * r.disturbed
+                               + ["unstable: " + (r.unstable_reason or "flagged")] * r.unstable + _calibration_flags(r))])
     return rows
 
 

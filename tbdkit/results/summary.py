@@ -20,6 +20,11 @@ from tbdkit.results.files import SUMMARY
 if TYPE_CHECKING:
     from tbdkit.spec import RunSpec
 
+# Statuses: a finished run is `ok`, or `disturbed` when something else competed for its machine in the
+# sample window (its numbers are kept beside `disturbed_reasons`); the others carry no measurement.
+MEASURED = ("ok", "disturbed")
+STATUSES = (*MEASURED, "oom", "interrupted", "failed")
+
 MAX_BYTES = 64 * 2**20  # far above any real summary; a bigger file is damage, not a summary
 
 
@@ -84,6 +89,7 @@ class Summary(BaseModel):
     nodes: int | None = None
     link_rate: str | None = None
     unstable: bool | None = None
+    disturbed_reasons: list[str] | None = None
 
 
 def start(run_id: str, spec: RunSpec, status: str, error: str | None, **more: Any) -> dict[str, Any]:

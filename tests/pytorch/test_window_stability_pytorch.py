@@ -7,6 +7,7 @@ import json
 
 from tbdkit import spec as specs
 from tbdkit.agent.run import STABILITY_RULE, execute
+from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 
 def test_a_three_iteration_window_is_unstable(tmp_path):
@@ -16,7 +17,7 @@ def test_a_three_iteration_window_is_unstable(tmp_path):
                                                 "max_measure_iterations": 3, "target_ci": 1e-9})
     assert execute(spec, tmp_path) == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["window"]["stop_reason"] == "iteration_cap"
+    assert summary["status"] in MEASURED and summary["window"]["stop_reason"] == "iteration_cap"
     assert summary["window"]["iterations"] == 3
     assert summary["unstable"] is True and summary["stability_rule"] == STABILITY_RULE
     assert "3 iteration(s), fewer than 5" in summary["instability_reason"]

@@ -1,0 +1,123 @@
+"""Foreign CPU load during the sample window: what other processes ran on the run's cores.
+
+Foreign CPU time = the busy time of the run's cores (psutil.cpu_times(percpu=True): user + nice +
+system + irq + softirq, the same sum as the cpu collector) minus the CPU time of the run's own
+process tree (the agent, every descendant it has or had in the window, and the children it reaped),
+read at the window's start and end and at every sampler tick (so a child that ends inside the
+window still counts as the run's). Divided by the window's wall time it is in core-equivalents:
+1.0 is one core kept busy by someone else for the whole window.
+
+The run's process tree grows from the kit's launcher (`tbdkit bench`, a sweep: its pid comes in
+TBDKIT_LAUNCHER_PID) when that process is an ancestor of the agent: so the workers of a
+data-parallel job (torchrun's, every netns node's) and the launcher's own progress display are
+the run's, not neighbours. Elsewhere (a container, an agent started by hand) it grows from the agent.
+
+The run's cores are its pinned cores (--pin), else every core of its affinity mask; load on cores
+the run may not use is not counted.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import psutil
+
+from tbdkit.metric import metric, missing
+
+METHOD = ("busy CPU time of the run's cores (psutil.cpu_times(percpu=True) deltas: user+nice+system+irq+softirq) "
+          "minus the CPU time of the run's own process tree, over the sample window, / window wall time")
+
+
+LAUNCHER_PID = "TBDKIT_LAUNCHER_PID"  # set by the launcher in the agent's environment (tbdkit.stacks.agent_env)
+
+
+def run_root() -> psutil.Process:
+    """The process the run's tree grows from: the launcher, where it is this process's ancestor, else this process."""
+    me = psutil.Process()
+    pid = os.environ.get(LAUNCHER_PID, "")
+    if pid.isdigit():
+        try:
+            if int(pid) in {p.pid for p in me.parents()}:
+                return psutil.Process(int(pid))
+        except psutil.Error:
+            pass
+    return me
+
+
+def tree(root: psutil.Process) -> list[psutil.Process]:
+    """`root` and every descendant it has now."""
+    try:
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return [root]
+
+
+def _busy(times: Any) -> float:
+    return float(sum(getattr(times, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq")))
+
+
+class NeighbourCollector:
+    name = "neighbours"
+
+    def __init__(self, cores: list[int] | None = None) -> None:
+        self.proc = run_root()
+        self.cores = cores if cores is not None else sorted(psutil.Process().cpu_affinity() or [])
+        self.first: dict[int, float] = {}   # pid -> its CPU seconds when first seen in the window
+        self.last: dict[int, float] = {}    # pid -> its CPU seconds when last seen
+        self.series: list[float] = []       # foreign core-equivalents per sampler tick
+        self._baseline = False
+
+    def _busy_cores(self) -> float:
+        per = psutil.cpu_times(percpu=True)
+        return sum(_busy(per[i]) for i in self.cores if i < len(per))
+
+    def _own(self) -> None:
+        """Note the CPU seconds of every process of the run's tree now (the agent's includes its reaped children)."""
+        t = self.proc.cpu_times()
+        now = {self.proc.pid: t.user + t.system + t.children_user + t.children_system}
+        for child in tree(self.proc)[1:]:
+            try:
+                ct = child.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            now[child.pid] = ct.user + ct.system
+        for pid, seconds in now.items():
+            # a process first seen inside the window started inside it: all its time is the run's
+            self.first.setdefault(pid, seconds if self._baseline else 0.0)
+            self.last[pid] = seconds
+
+    def _own_seconds(self) -> float:
+        return sum(self.last[p] - self.first[p] for p in self.last)
+
+    def start(self) -> None:
+        self.first.clear()
+        self.last.clear()
+        self.series.clear()
+        self._baseline = True
+        self._own()
+        self._baseline = False
+        self.busy0 = self.busy_tick = self._busy_cores()
+        self.wall0 = self.wall_tick = time.perf_counter()
+        self.own_tick = 0.0
+
+    def sample(self) -> dict[str, Any]:
+        self._own()
+        busy, wall, own = self._busy_cores(), time.perf_counter(), self._own_seconds()
+        foreign = max(0.0, (busy - self.busy_tick) - (own - self.own_tick)) / max(wall - self.wall_tick, 1e-9)
+        self.busy_tick, self.wall_tick, self.own_tick = busy, wall, own
+        self.series.append(foreign)
+        return {"foreign_cpu_cores": round(foreign, 3)}
+
+    def stop(self) -> dict[str, dict[str, Any]]:
+        try:
+            self._own()
+            busy, wall = self._busy_cores() - self.busy0, time.perf_counter() - self.wall0
+        except psutil.Error as exc:  # never crash the run: the gap is recorded
+            return {"foreign_cpu": missing("cores", METHOD, f"psutil failed: {exc}")}
+        own = self._own_seconds()
+        foreign = max(0.0, busy - own) / max(wall, 1e-9)
+        return {"foreign_cpu": metric(
+            foreign, "cores", METHOD, collector=self.name, cores=self.cores, run_cores_busy=round(own / max(wall, 1e-9), 3),
+            processes_of_run=len(self.last), peak_tick_cores=round(max(self.series), 3) if self.series else None)}
