@@ -14,10 +14,12 @@ from __future__ import annotations
 import datetime as dt
 import io
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
 from tbdkit import __version__, catalog
+from tbdkit.paths import KIT_ROOT
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 
@@ -62,7 +64,8 @@ def lines(summary: dict[str, Any], spec: dict[str, Any]) -> str:
     handler = logging.StreamHandler(text)
     logger.addHandler(handler)
     try:
-        ml = MLLogger(logger=logger, default_stack_offset=1)
+        # root_dir: call sites are named inside the kit (tbdkit/mllog.py), never by this machine's path
+        ml = MLLogger(logger=logger, default_stack_offset=1, root_dir=re.escape(str(KIT_ROOT)))
         start_ms = _ms(summary.get("started_utc"))
         stop_ms = _ms(summary.get("finished_utc")) or start_ms
         model = catalog.get(str(summary.get("model") or spec.get("model")))
