@@ -325,7 +325,10 @@ def bundle(results: Path, out: Path) -> dict[str, Any]:
         if not report["included"]:
             report["reason"] = scrub.text(report["reason"])
     held, missing = contents(files)
-    files[ARTIFACT_MD] = scrub.file(ARTIFACT_MD, artifact_doc.render(results, files, held).encode())
+    try:
+        files[ARTIFACT_MD] = scrub.file(ARTIFACT_MD, artifact_doc.render(results, files, held).encode())
+    except Exception as exc:  # a guide that cannot be made must not lose the bundle of results
+        missing.append({"path": ARTIFACT_MD, "reason": scrub.text(f"generating it failed: {type(exc).__name__}: {exc}")})
     manifest = {
         "format": FORMAT, "kit_version": __version__,
         "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -333,7 +336,7 @@ def bundle(results: Path, out: Path) -> dict[str, Any]:
         "sweeps": sorted({n.split("/")[2] for n in files if n.startswith("results/sweeps/")}),
         "report": report,
         "images_lock": "images.lock" if "images.lock" in files else None,
-        "guide": ARTIFACT_MD,
+        "guide": ARTIFACT_MD if ARTIFACT_MD in files else None,
         "missing": missing,
         "excluded": [{"path": scrub.text(e["path"]), "reason": scrub.text(e["reason"])} for e in collected.excluded],
         "broken_runs": [{"run": scrub.text(b["run"]), "reason": scrub.text(b["reason"])}

@@ -59,15 +59,25 @@ def _runs(files: Mapping[str, bytes]) -> list[dict[str, Any]]:
 
 
 def device_of(summary: dict[str, Any], env: dict[str, Any]) -> str:
+    """The device a run ran on, as the report names it (tbdkit.report.runs.device_name)."""
     from tbdkit.report.runs import device_name
 
-    return device_name(summary, env)
+    try:
+        return device_name(summary, env)
+    except (AttributeError, TypeError):  # an env.json of another shape: the device stays unnamed, the bundle whole
+        return f"unknown device ({summary.get('device')})"
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _software(env: dict[str, Any]) -> str:
-    fw = env.get("framework") or {}
-    host = env.get("host") or {}
-    gpu = env.get("gpu") or {}
+    fw, host, gpu = _obj(env.get("framework")), _obj(env.get("host")), _obj(env.get("gpu"))
     parts = [f"{fw.get('framework', '?')} {fw.get('framework_version', '?')}"]
     if fw.get("cuda_runtime") and fw.get("cuda_available"):
         parts.append(f"CUDA {fw['cuda_runtime']}")
@@ -79,7 +89,7 @@ def _software(env: dict[str, Any]) -> str:
 
 
 def _ci(summary: dict[str, Any]) -> tuple[float | None, float | None, str]:
-    thr = (summary.get("metrics") or {}).get("throughput") or {}
+    thr = _obj(_obj(summary.get("metrics")).get("throughput"))
     value = thr.get("value") if isinstance(thr.get("value"), (int, float)) else None
     rel = thr.get("ci95_relative") if isinstance(thr.get("ci95_relative"), (int, float)) else None
     return value, rel, str(thr.get("unit") or "")
@@ -155,7 +165,7 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str],
         by_device[device] += wall or 0.0
         software[device].add(_software(r["env"]))
         series = tuple(str(spec.get(k)) for k in ("model", "framework", "preset", "precision"))
-        grid.setdefault(series, (spec, []))[1].append(int(s.get("batch_size") or spec.get("batch_size") or 0))
+        grid.setdefault(series, (spec, []))[1].append(_int(s.get("batch_size")) or _int(spec.get("batch_size")))
         out.append(f"| {r['run_id']} | {s.get('model')} | {s.get('framework')} | {s.get('batch_size')} | "
                    f"{s.get('precision')} | {device} | "
                    f"{'-' if value is None else f'{value:,.4g} {unit}'} | {'-' if rel is None else f'±{rel:.1%}'} | "

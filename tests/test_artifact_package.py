@@ -104,3 +104,14 @@ def test_kick_the_tires_runs_every_stack_then_trace_report_and_bundle() -> None:
     for step in (f"--results '{folder}' --setup", f"show last --results '{folder}' --trace",
                  f"report '{folder}' --out '{folder}-report'", f"bundle '{folder}' -o '{folder}.tar.gz'"):
         assert step in out, step
+
+
+def test_odd_run_files_still_give_a_guide(tmp_path) -> None:
+    results = tmp_path / "results"
+    (run,) = gpu_runs(results, (100.0,))
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "batch_size": "eight", "metrics": {"throughput": [1]}}))
+    (run / "env.json").write_text(json.dumps({"framework": "pytorch", "gpu": 3, "host": None}))
+    manifest = artifact.bundle(results, tmp_path / "a.tar.gz")
+    _, files = artifact.read(tmp_path / "a.tar.gz")
+    assert manifest["guide"] == "ARTIFACT.md" and run.name in files["ARTIFACT.md"].decode()

@@ -36,7 +36,8 @@ def bundle(
                   f"{out.stat().st_size / 1024:,.1f} KiB", highlight=False)
     console.print(f"report: {report['path'] if report['included'] else 'not included: ' + report['reason']}",
                   highlight=False)
-    console.print(f"guide for reviewers: {artifact.PREFIX}/{manifest['guide']}", highlight=False, markup=False)
+    if manifest["guide"]:
+        console.print(f"guide for reviewers: {artifact.PREFIX}/{manifest['guide']}", highlight=False, markup=False)
     for item in manifest["missing"]:
         console.print(f"[yellow]missing[/]: {escape(item['path'])}: {escape(item['reason'])}", highlight=False)
     for broken in manifest["broken_runs"]:
