@@ -138,3 +138,21 @@ def test_mllog_lines_parse_with_mlperf_loggings_reader(tmp_path) -> None:
     starts = [json.loads(line.removeprefix(":::MLLOG "))["time_ms"] for line in text.splitlines()]
     start_ms = int(dt.datetime(2026, 11, 24, 10, tzinfo=dt.timezone.utc).timestamp() * 1000)
     assert min(starts) == start_ms and max(starts) == start_ms + 90_000  # run start and stop from the summary
+
+
+def test_the_launcher_writes_the_mllog_when_it_finishes_a_run(tmp_path) -> None:
+    from tbdkit.launch import finalize
+    from tbdkit.spec import RunSpec
+
+    spec = RunSpec(model="deepspeech2", batch_size=2, device="cpu", preset="smoke", seed=5)
+    run = tmp_path / "run1"
+    run.mkdir()
+    (run / runfiles.SUMMARY).write_text(json.dumps({
+        "run_id": "run1", "status": "oom", "error": "out of memory at batch size 2", "model": "deepspeech2",
+        "framework": "pytorch", "batch_size": 2, "seed": 5, "preset": "smoke", "started_utc": "2026-11-24T10:00:00+00:00"}))
+    events: list[dict] = []
+    finalize(run, spec, 3, events.append)
+    got = parse_mllog(run / runfiles.MLLOG)
+    assert got["seed"]["value"] == 5 and got["opt_base_learning_rate"]["value"] == catalog.get("deepspeech2").hp("smoke")["learning_rate"]
+    assert got["run_stop"]["metadata"]["status"] == "aborted" and "out of memory" in got["run_stop"]["metadata"]["error"]
+    assert not events

@@ -156,6 +156,10 @@ def _write_mllog(run_dir: Path, spec: RunSpec, summary: dict[str, Any], on_event
         mllog.write(run_dir, summary, spec.model_dump())
     except ImportError as exc:  # the kit's environment lacks mlperf-logging (`pip install -e .` adds it)
         message = f"mllog.txt not written: {exc}"
+    except OSError as exc:
+        if not (run_dir / summaries.SUMMARY).is_file():
+            return  # the disk refused the summary too: the user was told where it is kept, once
+        message = f"mllog.txt not written: {exc.strerror or exc}"
     except Exception as exc:
         message = f"mllog.txt not written: {type(exc).__name__}: {exc}"
     else:
