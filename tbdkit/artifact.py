@@ -501,7 +501,9 @@ def run_verdict(point: dict[str, Any], recorded_device: str, new_device: str) ->
     within = abs(ratio - 1.0) <= t
     return {"verdict": REPRODUCED if within else NOT_REPRODUCED,
             "reason": f"throughput ratio {ratio:.3f} {'within' if within else 'outside'} 1 ± {t:.1%} "
-                      "(the two runs' 95% intervals added, at least 2%)"}
+                      "(the two runs' 95% intervals added, at least 2%"
+                      + ("; a run without a CI adds nothing)" if None in (thr.get("recorded_ci95_relative"),
+                                                                         thr.get("new_ci95_relative")) else ")")}
 
 
 def recorded_env(files: dict[str, bytes], run_id: str) -> dict[str, Any]:

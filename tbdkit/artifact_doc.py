@@ -169,7 +169,7 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str],
         out.append(f"| {r['run_id']} | {s.get('model')} | {s.get('framework')} | {s.get('batch_size')} | "
                    f"{s.get('precision')} | {device} | "
                    f"{'-' if value is None else f'{value:,.4g} {unit}'} | {'-' if rel is None else f'±{rel:.1%}'} | "
-                   f"±{tolerance(rel, rel):.1%} | {'-' if wall is None else f'{wall:,.0f} s'} |")
+                   f"{'- (no CI: the floor alone)' if rel is None else f'±{tolerance(rel, rel):.1%}'} | {'-' if wall is None else f'{wall:,.0f} s'} |")
     out += ["", "Regenerate the runs (one `make sweep` per model, framework, preset and precision):", "", "```"]
     out += [_sweep_command(spec, batches) for spec, batches in grid.values()]
     out += ["```", "", "## Expected run time and hardware", "",
