@@ -156,3 +156,16 @@ def test_the_launcher_writes_the_mllog_when_it_finishes_a_run(tmp_path) -> None:
     assert got["seed"]["value"] == 5 and got["opt_base_learning_rate"]["value"] == catalog.get("deepspeech2").hp("smoke")["learning_rate"]
     assert got["run_stop"]["metadata"]["status"] == "aborted" and "out of memory" in got["run_stop"]["metadata"]["error"]
     assert not events
+
+
+def test_show_trace_names_the_file_or_says_why_there_is_none(tmp_path) -> None:
+    from tbdkit.cli.runs import trace_help
+    from tbdkit.errors import UserError
+
+    run = tmp_path / "run1"
+    summary = make_run(run)
+    with pytest.raises(UserError, match="has no trace.json"):
+        trace_help(run)
+    trace.write(run, summary)
+    text = trace_help(run)
+    assert str((run / runfiles.TRACE).resolve()) in text and "ui.perfetto.dev" in text and "chrome://tracing" in text
