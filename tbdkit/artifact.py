@@ -532,7 +532,8 @@ def claim_verdicts(files: dict[str, bytes], new_run_dirs: list[Path]) -> list[di
         entry = {"n": before.n, "claim": before.claim, "recorded": before.verdict, "new": after.verdict}
         if before.verdict in claims.UNDECIDED or after.verdict in claims.UNDECIDED:
             side = before if before.verdict in claims.UNDECIDED else after
-            entry.update(verdict=NOT_COMPARABLE, reason=f"{side.verdict}: {(side.evidence or [side.rule])[0]}")
+            why = (side.evidence or [side.rule])[0]
+            entry.update(verdict=NOT_COMPARABLE, reason=why if why.startswith(side.verdict) else f"{side.verdict}: {why}")
         elif old_devices != new_devices:
             entry.update(verdict=NOT_COMPARABLE, reason=f"different devices: recorded on {sorted(old_devices)}, "
                                                         f"re-run on {sorted(new_devices)}")
