@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from trace_readers import hta_frame, parse_mllog
 
 from tbdkit import catalog, mllog

@@ -34,3 +34,30 @@ def test_profiled_events_fall_where_the_loop_clock_saw_them(tmp_path) -> None:
     assert step["ts"] >= (before - loop_t0) * 1e6 - slack_us
     assert step["ts"] + step["dur"] <= (after - loop_t0) * 1e6 + slack_us
     assert step["ts"] == pytest.approx((before - loop_t0) * 1e6, abs=slack_us + 1000)
+
+
+def test_the_kernel_trace_keeps_its_chrome_trace_and_leaves_the_anchor_out_of_the_span(monkeypatch) -> None:
+    """kernel_trace as a CUDA run calls it (CPU and CUDA activities), with only the GPU's synchronize
+    replaced: no kernels here, the profiler's trace and its anchor kept for trace.json."""
+    from tbdkit.adapters import pytorch_analysis
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    from tbdkit.analysis import timeline
+
+    seen: list[list[dict]] = []
+    original = timeline.from_chrome_trace
+
+    def spy(doc):
+        seen.append(doc)
+        return original(doc)
+
+    monkeypatch.setattr(timeline, "from_chrome_trace", spy)
+    x = torch.randn(64, 64)
+    with pytorch_analysis.kernel_trace(torch.device("cpu")) as got:
+        for _ in range(3):
+            x = x @ x
+    assert got["kernels"] == [] and got["elapsed_us"] > 0
+    events = got["chrome_trace"]["traceEvents"]
+    assert [e for e in events if e.get("name") == trace.ANCHOR_EVENT]
+    assert seen and not [e for e in seen[0] if e.get("name") == trace.ANCHOR_EVENT]
+    assert 0 <= got["anchor_uncertainty_s"] < 1 and got["anchor_perf_s"] <= time.perf_counter()
