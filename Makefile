@@ -26,7 +26,7 @@ TBDKIT := $(VENV)/bin/tbdkit
 # The kit's own environment (host side: CLI, index, reports); frameworks live in .venvs/<stack>.
 KIT_STAMP := $(VENV)/.tbdkit-installed
 
-.PHONY: setup bench sweep report bundle images test test-host test-pytorch test-tensorflow test-mxnet bench-overhead calibrate reference reference-suite reference-table clean
+.PHONY: setup bench sweep report bundle kick-the-tires images test test-host test-pytorch test-tensorflow test-mxnet bench-overhead calibrate reference reference-suite reference-table clean
 
 $(KIT_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,18 @@ report: $(KIT_STAMP)
 
 bundle: $(KIT_STAMP)
 	$(TBDKIT) bundle $(call quote,$(value RESULTS)) -o artifact.tar.gz
+
+# An artifact evaluator's first check (docs/artifact.md): every stack, one smoke run each on the CPU with
+# tiny caps, its trace, the report and a bundle, in a folder of its own; under 10 minutes once the stacks are
+# installed (the first time, --setup installs the missing ones first). `make kick-the-tires KICK_RESULTS=dir` puts it elsewhere.
+KICK_RESULTS := results-kick-the-tires
+unexport KICK_RESULTS
+kick-the-tires: $(KIT_STAMP)
+	$(TBDKIT) bench --model deepspeech2 --framework all --preset smoke --device cpu --batch 2 \
+		--max-warmup-s 5 --max-measure-s 5 --results $(call quote,$(value KICK_RESULTS)) --setup
+	$(TBDKIT) show last --results $(call quote,$(value KICK_RESULTS)) --trace
+	$(TBDKIT) report $(call quote,$(value KICK_RESULTS)) --out $(call quote,$(value KICK_RESULTS)-report)
+	$(TBDKIT) bundle $(call quote,$(value KICK_RESULTS)) -o $(call quote,$(value KICK_RESULTS).tar.gz)
 
 # The framework images for LAUNCHER=docker (docker/images.lock pins their NGC bases).
 images: $(KIT_STAMP)

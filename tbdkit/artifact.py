@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tbdkit import __version__
+from tbdkit import __version__, artifact_doc
 from tbdkit.errors import UserError
 from tbdkit.paths import KIT_ROOT, venvs_dir
 from tbdkit.results import files as runfiles
@@ -46,6 +46,13 @@ from tbdkit.results import summary as summaries
 PREFIX = "tbdkit-artifact"
 FORMAT = "tbdkit-artifact/1"
 MANIFEST = "manifest.json"
+ARTIFACT_MD = "ARTIFACT.md"
+CALIBRATION = "calibration.json"  # a results folder's calibration (tbdkit calibrate; tbdkit.agent.envinfo)
+LOCKS = "locks"                  # the stacks' lock files, locks/*.txt, at the kit's root
+# The kit's own files a bundle carries at its top, and what each is.
+KIT_FILES = {"CITATION.cff": "how to cite the kit and the TBD paper",
+             ".zenodo.json": "the metadata for an archival DOI (Zenodo)",
+             "LICENSE": "the kit's license"}
 INDEX_FILES = ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm", "index.sqlite-journal")
 # Metrics compared by `reproduce`, when present with a number in both runs.
 HEADLINE = ("throughput", "sample_throughput", "gpu_utilization", "fp32_utilization", "tensor_utilization",
@@ -250,6 +257,9 @@ def collect(results: Path, scrub: Scrubber | None = None) -> Collected:
         skip = _skip_reason(entry)
         if skip is not None:
             out.exclude(entry.name, skip)
+        elif entry.name == CALIBRATION and entry.is_file(follow_symlinks=False):
+            name = f"results/{CALIBRATION}"
+            out.files[name] = scrub.file(name, Path(entry.path).read_bytes())
         elif entry.name in INDEX_FILES:
             out.exclude(entry.name, "the results index: rebuilt from the run folders (`tbdkit runs --rebuild`)")
         elif entry.name == runfiles.SWEEPS and entry.is_dir(follow_symlinks=False):
@@ -267,7 +277,38 @@ def collect(results: Path, scrub: Scrubber | None = None) -> Collected:
     lock = KIT_ROOT / "docker" / "images.lock"
     if lock.is_file():
         out.files["images.lock"] = lock.read_bytes()
+    locks = KIT_ROOT / LOCKS
+    if locks.is_dir():
+        for path in sorted(locks.glob("*.txt")):
+            if path.is_file() and not path.is_symlink():
+                out.files[f"{LOCKS}/{path.name}"] = path.read_bytes()
+    for name in KIT_FILES:
+        path = KIT_ROOT / name
+        if path.is_file() and not path.is_symlink():
+            out.files[name] = path.read_bytes()
     return out
+
+
+def contents(files: dict[str, bytes]) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """What the bundle holds beside the runs (member -> what it is), and what it should hold but the
+    kit does not have ({"path", "reason"})."""
+    held: dict[str, str] = {"manifest.json": "every member's sha256 and size; what was left out and why",
+                            "results/": "each run folder's files (spec, env, iterations, samples, summary, trace, mllog, ...)"}
+    if any(n.startswith("report/") for n in files):
+        held["report/"] = "the HTML and Markdown report, its figures, summary.csv"
+    missing = []
+    for name, what in (("images.lock", "the framework images' pinned digests"),
+                       (f"results/{CALIBRATION}", "the calibration of the machine that made the runs"),
+                       *((n, what) for n, what in KIT_FILES.items())):
+        if name in files:
+            held[name] = what
+        else:
+            missing.append({"path": name, "reason": f"not in this kit or results folder ({what})"})
+    for name in sorted(n for n in files if n.startswith(f"{LOCKS}/")):
+        held[name] = "a framework stack's pinned packages"
+    if not any(n.startswith(f"{LOCKS}/") for n in files):
+        missing.append({"path": f"{LOCKS}/*.txt", "reason": "the kit has no locks/ folder"})
+    return held, missing
 
 
 def bundle(results: Path, out: Path) -> dict[str, Any]:
@@ -283,6 +324,11 @@ def bundle(results: Path, out: Path) -> dict[str, Any]:
                 files[name] = scrub.file(name, path.read_bytes())
         if not report["included"]:
             report["reason"] = scrub.text(report["reason"])
+    held, missing = contents(files)
+    try:
+        files[ARTIFACT_MD] = scrub.file(ARTIFACT_MD, artifact_doc.render(results, files, held).encode())
+    except Exception as exc:  # a guide that cannot be made must not lose the bundle of results
+        missing.append({"path": ARTIFACT_MD, "reason": scrub.text(f"generating it failed: {type(exc).__name__}: {exc}")})
     manifest = {
         "format": FORMAT, "kit_version": __version__,
         "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -290,6 +336,8 @@ def bundle(results: Path, out: Path) -> dict[str, Any]:
         "sweeps": sorted({n.split("/")[2] for n in files if n.startswith("results/sweeps/")}),
         "report": report,
         "images_lock": "images.lock" if "images.lock" in files else None,
+        "guide": ARTIFACT_MD if ARTIFACT_MD in files else None,
+        "missing": missing,
         "excluded": [{"path": scrub.text(e["path"]), "reason": scrub.text(e["reason"])} for e in collected.excluded],
         "broken_runs": [{"run": scrub.text(b["run"]), "reason": scrub.text(b["reason"])}
                         for b in collected.broken_runs],
@@ -413,7 +461,9 @@ def compare(recorded: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
             "the new run did not finish ok" if new.get("status") != "ok" else
             "no number in the recorded run" if old_v is None else
             "no number in the new run" if new_v is None else "the recorded value is 0")
-        ratios[metric] = {"recorded": old_v, "new": new_v, "unit": unit, "ratio": ratio, "reason": reason}
+        ratios[metric] = {"recorded": old_v, "new": new_v, "unit": unit, "ratio": ratio, "reason": reason,
+                          "recorded_ci95_relative": _ci_relative(recorded, metric),
+                          "new_ci95_relative": _ci_relative(new, metric)}
     return {
         "recorded_run": recorded.get("run_id"), "new_run": new.get("run_id"), "new_status": new.get("status"),
         "model": recorded.get("model"), "framework": recorded.get("framework"),
@@ -421,3 +471,75 @@ def compare(recorded: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         "recorded_device": recorded.get("device"), "new_device": new.get("device"),
         "metrics": ratios,
     }
+
+
+def _ci_relative(summary: dict[str, Any], metric: str) -> float | None:
+    value = ((summary.get("metrics") or {}).get(metric) or {}).get("ci95_relative")
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+# ---------------------------------------------------------------- verdicts of a reproduction
+
+REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
+
+
+def run_verdict(point: dict[str, Any], recorded_device: str, new_device: str) -> dict[str, str]:
+    """Whether a re-run reproduced its recorded run: {verdict, reason}. Throughput decides: new /
+    recorded within 1 ± the tolerance of ARTIFACT.md (artifact_doc.tolerance: the two 95% intervals
+    overlap, at least 2%). Where `tbdkit compare` is present, its ratio and CI replace this rule:
+    `point["metrics"]["throughput"]` holds the recorded and new values and CIs it needs."""
+    if point.get("new_status") != "ok":
+        return {"verdict": NOT_REPRODUCED, "reason": f"the new run ended {point.get('new_status')}"}
+    if recorded_device != new_device:
+        return {"verdict": NOT_COMPARABLE, "reason": f"different device: recorded on {recorded_device}, "
+                                                      f"re-run on {new_device}"}
+    thr = (point.get("metrics") or {}).get("throughput") or {}
+    ratio = thr.get("ratio")
+    if ratio is None:
+        return {"verdict": NOT_COMPARABLE, "reason": f"no throughput ratio ({thr.get('reason') or 'no throughput'})"}
+    t = artifact_doc.tolerance(thr.get("recorded_ci95_relative"), thr.get("new_ci95_relative"))
+    within = abs(ratio - 1.0) <= t
+    return {"verdict": REPRODUCED if within else NOT_REPRODUCED,
+            "reason": f"throughput ratio {ratio:.3f} {'within' if within else 'outside'} 1 ± {t:.1%} "
+                      "(the two runs' 95% intervals added, at least 2%"
+                      + ("; a run without a CI adds nothing)" if None in (thr.get("recorded_ci95_relative"),
+                                                                         thr.get("new_ci95_relative")) else ")")}
+
+
+def recorded_env(files: dict[str, bytes], run_id: str) -> dict[str, Any]:
+    return _object(files.get(f"results/{run_id}/{runfiles.ENV}", b"")) or {}
+
+
+def claim_verdicts(files: dict[str, bytes], new_run_dirs: list[Path]) -> list[dict[str, Any]]:
+    """Each of the paper's observations as the bundled runs decide it and as the re-runs decide it:
+    reproduced (the same verdict), not reproduced (another), or not comparable (either side cannot
+    decide it, e.g. it needs GPU runs, or the runs are on another device)."""
+    from tbdkit.report import claims
+    from tbdkit.report.runs import load_dirs, without_failed_metrics
+
+    with tempfile.TemporaryDirectory(prefix="tbdkit-recorded-") as tmp:
+        for name, data in files.items():
+            parts = PurePosixPath(name).parts
+            if len(parts) == 3 and parts[0] == "results" and parts[2] in runfiles.RUN_FILES:
+                path = Path(tmp, *parts[1:])
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(data)
+        recorded = without_failed_metrics(load_dirs(sorted(p for p in Path(tmp).iterdir() if p.is_dir())))
+    new = without_failed_metrics(load_dirs(new_run_dirs))
+    old_devices, new_devices = {r.device_name for r in recorded}, {r.device_name for r in new}
+    out = []
+    for before, after in zip(claims.check_all(recorded), claims.check_all(new)):
+        entry = {"n": before.n, "claim": before.claim, "recorded": before.verdict, "new": after.verdict}
+        if before.verdict in claims.UNDECIDED or after.verdict in claims.UNDECIDED:
+            side = before if before.verdict in claims.UNDECIDED else after
+            why = (side.evidence or [side.rule])[0]
+            entry.update(verdict=NOT_COMPARABLE, reason=why if why.startswith(side.verdict) else f"{side.verdict}: {why}")
+        elif old_devices != new_devices:
+            entry.update(verdict=NOT_COMPARABLE, reason=f"different devices: recorded on {sorted(old_devices)}, "
+                                                        f"re-run on {sorted(new_devices)}")
+        else:
+            same = before.verdict == after.verdict
+            entry.update(verdict=REPRODUCED if same else NOT_REPRODUCED,
+                         reason=f"recorded: {before.verdict}; re-run: {after.verdict}")
+        out.append(entry)
+    return out

@@ -82,6 +82,26 @@ def test_bench_writes_a_complete_run(one_run):
 
 
 @pytest.mark.slow
+def test_bench_writes_a_trace_and_an_mllog(one_run):
+    from trace_readers import hta_frame, parse_mllog
+
+    results, _ = one_run
+    (run,) = run_dirs(results)
+    df = hta_frame(run / "trace.json")  # read by Holistic Trace Analysis: the iterations on iterations.csv's clock
+    rows = list(csv.DictReader((run / "iterations.csv").open()))
+    starts = sorted(df[df["name_text"].str.startswith("iteration ")]["ts"])
+    assert starts == pytest.approx([float(r["start_s"]) * 1e6 for r in rows], abs=1)
+    assert {"warm-up", "sample window"} <= set(df["name_text"])
+    counters = {e["name"] for e in json.loads((run / "trace.json").read_text())["traceEvents"] if e["ph"] == "C"}
+    assert {"cpu_percent", "rss_mib", "data wait share"} <= counters
+    assert isinstance(json.loads((run / "summary.json").read_text())["window"]["samples_origin_s"], float)
+    assert parse_mllog(run / "mllog.txt")["run_stop"]["metadata"]["status"] == "success"
+    shown = tbdkit("show", run.name, "--results", str(results), "--trace")
+    assert shown.returncode == 0 and str(run / "trace.json") in shown.stdout.replace("\n", "")
+    assert "ui.perfetto.dev" in shown.stdout
+
+
+@pytest.mark.slow
 def test_runs_and_show(one_run):
     results, _ = one_run
     (run,) = run_dirs(results)

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from tbdkit.analysis.memory import entry
+from tbdkit.analysis.trace import ANCHOR_EVENT
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, int] | None:
@@ -219,23 +220,46 @@ def count_flops(device: torch.device, step: Callable[[], Any], model: torch.nn.M
 
 
 @contextlib.contextmanager
-def kernel_trace(device: torch.device) -> Iterator[dict[str, Any]]:
-    """Record CUDA kernels with torch.profiler; on exit the dict holds 'kernels' and 'elapsed_us',
-    read from the profiler's Chrome trace (tbdkit.analysis.timeline.from_chrome_trace)."""
+def chrome_trace(activities: list[Any], sync: Callable[[], None]) -> Iterator[dict[str, Any]]:
+    """Profile the block with torch.profiler; on exit the dict holds the profiler's Chrome trace
+    ('chrome_trace') and the clock anchor: a user annotation (ANCHOR_EVENT) recorded first inside the
+    profile, between two time.perf_counter() reads ('anchor_perf_s' is their midpoint,
+    'anchor_uncertainty_s' half their distance), which puts the profiler's events on the loop's clock."""
     import json
     import tempfile
+    import time
 
-    from torch.profiler import ProfilerActivity, profile
-
-    from tbdkit.analysis.timeline import from_chrome_trace
+    from torch.profiler import profile, record_function
 
     out: dict[str, Any] = {}
-    torch.cuda.synchronize(device)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    sync()
+    with profile(activities=activities) as prof:
+        before = time.perf_counter()
+        with record_function(ANCHOR_EVENT):
+            pass
+        after = time.perf_counter()
         yield out
-        torch.cuda.synchronize(device)
+        sync()
+    out["anchor_perf_s"], out["anchor_uncertainty_s"] = (before + after) / 2, (after - before) / 2
     with tempfile.TemporaryDirectory() as tmp:
         path = f"{tmp}/trace.json"
         prof.export_chrome_trace(path)
         with open(path) as f:
-            out["kernels"], out["elapsed_us"] = from_chrome_trace(json.load(f))
+            out["chrome_trace"] = json.load(f)
+
+
+@contextlib.contextmanager
+def kernel_trace(device: torch.device) -> Iterator[dict[str, Any]]:
+    """Record CUDA kernels with torch.profiler; on exit the dict holds 'kernels' and 'elapsed_us',
+    read from the profiler's Chrome trace (tbdkit.analysis.timeline.from_chrome_trace), and the
+    trace itself with its clock anchor (chrome_trace)."""
+    from torch.profiler import ProfilerActivity
+
+    from tbdkit.analysis.timeline import from_chrome_trace
+
+    with chrome_trace([ProfilerActivity.CPU, ProfilerActivity.CUDA], lambda: torch.cuda.synchronize(device)) as out:
+        yield out
+    doc = out["chrome_trace"]
+    events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    # the anchor is the kit's, not the step's: it stays out of the traced span
+    out["kernels"], out["elapsed_us"] = from_chrome_trace([e for e in events if e.get("name") != ANCHOR_EVENT])

@@ -119,6 +119,11 @@ class TrainingLoop:
         self._last_end = self._t0
         self._last_emit = 0.0
 
+    @property
+    def t0(self) -> float:
+        """time.perf_counter() when the loop started: iterations.csv's start_s counts from it."""
+        return self._t0
+
     def _decide(self, *flags: bool) -> list[bool]:
         """The iteration's decisions, agreed across workers; raises StopRequested if any worker was asked to stop."""
         if self.agree is None:
@@ -234,6 +239,7 @@ class TrainingLoop:
                 "first_iteration": first, "last_iteration": len(self.result.iterations) - 1,
                 "iterations": len(window), "seconds": round(sum(i.seconds for i in window), 6),
                 "stop_reason": reason,
+                "samples_origin_s": round(sampler.t0 - self._t0, 6),  # samples.csv's t_s = 0 on start_s's clock
                 "rule": (f"until the 95% confidence half-width of throughput is below {p.target_ci:.1%} "
                          f"(min {p.min_measure_iterations} iterations; caps {p.max_measure_s} s, "
                          f"{p.max_measure_iterations} iterations)"),

@@ -23,6 +23,7 @@ from tbdkit.adapters import load as load_adapter
 from tbdkit.agent import analysis, converge, distributed, disturbance, envinfo, events
 from tbdkit.agent.collectors.gpu_state import GpuStateCollector
 from tbdkit.agent.loop import Prefetcher, StopRequested, TrainingLoop, synthetic_pool, throughput_metrics
+from tbdkit.analysis import trace
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 from tbdkit.results import summary as summaries
@@ -273,6 +274,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                 loop.result.iterations.close()
             _write_rows(run_dir, runfiles.ITERATIONS, [i.row() for i in loop.result.iterations], summary)
             _write_rows(run_dir, runfiles.SAMPLES, loop.result.samples, summary)
+            _write_trace(run_dir, summary)
         if env is not None:
             summary["math_mode"] = env["framework"].get("math_mode")
         summary["finished_utc"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -298,6 +300,16 @@ def _write_rows(run_dir: Path, name: str, rows: list[dict[str, Any]], summary: d
         summary.setdefault("files_not_written", {})[name] = f"{exc.strerror or exc} ({len(rows)} rows lost)"
         log.error("%s could not be written (%s): its %d rows are lost; the summary is written next",
                   name, exc.strerror or exc, len(rows))
+
+
+def _write_trace(run_dir: Path, summary: dict[str, Any]) -> None:
+    """trace.json from the files just written (after the window: it costs the measurement nothing);
+    a trace that cannot be made is named in the summary, never a reason to lose the run."""
+    try:
+        trace.write(run_dir, summary)
+    except Exception as exc:
+        summary.setdefault("files_not_written", {})[runfiles.TRACE] = f"{type(exc).__name__}: {exc}"
+        log.error("%s could not be written: %s", runfiles.TRACE, exc)
 
 
 def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:

@@ -11,11 +11,12 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from tbdkit import artifact, catalog
+from tbdkit import artifact, artifact_doc, catalog
 from tbdkit import spec as specs
 from tbdkit.console import console, err_console
 from tbdkit.errors import UserError
 from tbdkit.paths import default_results_dir, existing_results_dir
+from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 
 SHOWN = 10  # excluded files printed by `tbdkit bundle`; the manifest lists all
@@ -25,7 +26,8 @@ def bundle(
     results: Annotated[Path | None, typer.Argument(help="results folder (default: results)")] = None,
     out: Annotated[Path, typer.Option("--output", "-o", help="the bundle to write")] = Path("artifact.tar.gz"),
 ) -> None:
-    """Bundle RESULTS (specs, env, raw results, sweeps, report, images.lock, kit version) with a sha256 manifest."""
+    """Bundle RESULTS as an artifact package: ARTIFACT.md, runs, sweeps, report, calibration, lock files,
+    images.lock, CITATION.cff, .zenodo.json, LICENSE, with a sha256 manifest."""
     results = existing_results_dir(results or default_results_dir())
     manifest = artifact.bundle(results, out)
     report = manifest["report"]
@@ -34,6 +36,10 @@ def bundle(
                   f"{out.stat().st_size / 1024:,.1f} KiB", highlight=False)
     console.print(f"report: {report['path'] if report['included'] else 'not included: ' + report['reason']}",
                   highlight=False)
+    if manifest["guide"]:
+        console.print(f"guide for reviewers: {artifact.PREFIX}/{manifest['guide']}", highlight=False, markup=False)
+    for item in manifest["missing"]:
+        console.print(f"[yellow]missing[/]: {escape(item['path'])}: {escape(item['reason'])}", highlight=False)
     for broken in manifest["broken_runs"]:
         console.print(f"[yellow]not packed[/]: run {escape(broken['run'])}: {escape(broken['reason'])}", highlight=False)
     excluded = manifest["excluded"]
@@ -52,7 +58,8 @@ def reproduce(
                        help="where the new runs go (default: results)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the comparison as JSON")] = False,
 ) -> None:
-    """Re-run every ok run of ARTIFACT with the same spec here; report new / recorded, point by point."""
+    """Re-run every ok run of ARTIFACT with the same spec here; report new / recorded, point by point, and
+    per run and per claim: reproduced / not reproduced / not comparable (different GPU)."""
     from tbdkit.run_list import run_all
 
     results = results or default_results_dir()
@@ -64,21 +71,30 @@ def reproduce(
         raise UserError(f"{bundle_path} holds no run that finished ok: there is nothing to reproduce.")
     run_specs = [specs.parse(spec) for spec, _ in recorded]  # every spec valid here before any runs
     points: list[dict[str, Any]] = []
+    new_dirs: list[Path] = []
     for (_, old), run_spec in zip(recorded, run_specs):
         (new,) = run_all([run_spec], results, catalog.get(run_spec.model).throughput_unit, quiet_stdout=as_json)
-        points.append(artifact.compare(old, new))
+        point = artifact.compare(old, new)
+        new_dir = results / str(new.get("run_id"))
+        new_dirs.append(new_dir)
+        point.update(artifact.run_verdict(
+            point, artifact_doc.device_of(old, artifact.recorded_env(files, str(old.get("run_id")))),
+            artifact_doc.device_of(new, _env(new_dir))))
+        points.append(point)
         if new.get("status") == "interrupted":
             break
+    claim_verdicts = artifact.claim_verdicts(files, new_dirs)
     report = {"bundle": str(bundle_path), "bundle_kit_version": manifest.get("kit_version"),
               "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "results": str(results), "method": "ratio = new / recorded value of each metric, same spec",
-              "points": points}
+              "points": points, "claims": claim_verdicts}
     out = results / f"reproduce-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}.json"
     sink.write_json(out, report)
     if as_json:
         print(json.dumps(report, indent=2))
     else:
         console.print(ratio_table(points, str(bundle_path)))
+        console.print(claims_table(claim_verdicts))
     (err_console if as_json else console).print(f"comparison written to {out}", highlight=False)
     raise typer.Exit(0 if all(p["new_status"] == "ok" for p in points) and len(points) == len(recorded) else 1)
 
@@ -86,7 +102,7 @@ def reproduce(
 def ratio_table(points: list[dict[str, Any]], title: str) -> Table:
     table = Table(title=f"reproducing {title}: new / recorded")
     for col in ("model", "framework", "batch", "precision", "status", "throughput recorded", "new", "ratio",
-                "other metrics (ratio)"):
+                "verdict", "other metrics (ratio)"):
         table.add_column(col, justify="right" if col in ("batch", "ratio", "new", "throughput recorded") else "left")
     for p in points:
         m = p["metrics"]
@@ -95,9 +111,27 @@ def ratio_table(points: list[dict[str, Any]], title: str) -> Table:
                            for k, v in m.items() if k != "throughput")
         table.add_row(p["model"], p["framework"], str(p["batch_size"]), p["precision"], p["new_status"],
                       _num(thr.get("recorded"), thr.get("unit")), _num(thr.get("new"), thr.get("unit")),
-                      "—" if thr.get("ratio") is None else f"{thr['ratio']:.3f}", others or "—")
+                      "—" if thr.get("ratio") is None else f"{thr['ratio']:.3f}",
+                      f"{p['verdict']}: {p['reason']}", others or "—")
     table.caption = "ratio 1.000: the same figure as recorded; devices and load differ between machines"
     return table
+
+
+def claims_table(verdicts: list[dict[str, Any]]) -> Table:
+    table = Table(title="the paper's observations: recorded runs / re-runs")
+    for col in ("obs.", "claim", "recorded", "re-run", "verdict"):
+        table.add_column(col)
+    for v in verdicts:
+        table.add_row(str(v["n"]), v["claim"], v["recorded"], v["new"], f"{v['verdict']}: {v['reason']}")
+    return table
+
+
+def _env(run_dir: Path) -> dict[str, Any]:
+    try:
+        doc = sink.read_json(run_dir / runfiles.ENV)
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def _num(value: float | None, unit: str | None) -> str:

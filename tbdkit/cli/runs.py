@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,6 +14,7 @@ from tbdkit.cli.common import ResultsOpt
 from tbdkit.console import console, convergence_table, err_console, results_table
 from tbdkit.errors import UserError
 from tbdkit.paths import default_results_dir, existing_results_dir
+from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
 from tbdkit.store import Index
 
@@ -21,7 +23,9 @@ SHOWN_MATCHES = 10  # run ids listed when a prefix given to `show` matches sever
 
 def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suffix, or 'last')")],
          results: ResultsOpt = default_results_dir(),
-         as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+         as_json: Annotated[bool, typer.Option("--json")] = False,
+         trace: Annotated[bool, typer.Option("--trace", help="where the run's trace.json is and how to open it")] = False,
+         ) -> None:
     """One run's summary: every metric with its unit and method."""
     index = Index(existing_results_dir(results))
     path = index.find(run)
@@ -33,6 +37,9 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
             raise UserError(f"'{run}' is ambiguous in {results}: it matches {len(hits)} runs ({shown}); "
                             "pass more of the run id.")
         raise UserError(f"No run matches '{run}' in {results}: list them with `tbdkit runs`.")
+    if trace:
+        console.print(trace_help(path), highlight=False, markup=False)
+        return
     try:
         summary = summaries.read(path)
     except (OSError, summaries.Unreadable) as exc:
@@ -60,6 +67,18 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
         console.print(f"[yellow]unstable:[/] {escape(str(summary.get('instability_reason')))}", highlight=False)
     if summary.get("error"):
         console.print(f"[red]error:[/] {escape(summary['error'])}", highlight=False)
+
+
+def trace_help(run_dir: Path) -> str:
+    path = run_dir / runfiles.TRACE
+    if not path.is_file():
+        raise UserError(f"The run {run_dir.name} has no {runfiles.TRACE} (it ended before its loop started, or a "
+                        f"kit older than the trace made it): run it again with `tbdkit bench`.")
+    return (f"{path.resolve()}\n"
+            f"  open it in https://ui.perfetto.dev (Open trace file; it stays in the browser) or chrome://tracing (Load);\n"
+            f"  tracks: the iterations (warm-up, sample window, analysis) with each one's data wait, the data-wait share,\n"
+            f"  one counter per sampled instrument (samples.csv) and, where a kernel timeline was taken, the profiler's events;\n"
+            f"  times are microseconds since the training loop started (iterations.csv's start_s)")
 
 
 def runs(results: ResultsOpt = default_results_dir(),

@@ -94,6 +94,7 @@ def finalize(run_dir: Path, spec: RunSpec, exit_code: int,
     if summary is not None and found is not None:
         if found != RunDir(run_dir).summary:  # the agent's disk was full: try again, else say where it is
             _keep(run_dir, summary, on_event)
+        _write_mllog(run_dir, spec, summary, on_event)
         return summary["status"], summary
     status, error = "failed", f"the agent exited with code {exit_code} before writing its results; see log.txt"
     extra: dict[str, Any] = {}
@@ -111,4 +112,26 @@ def finalize(run_dir: Path, spec: RunSpec, exit_code: int,
                                 "raising); see log.txt")
     summary = summaries.start(run_dir.name, spec, status, error, exit_code=exit_code, **extra)
     _keep(run_dir, summary, on_event)
+    _write_mllog(run_dir, spec, summary, on_event)
     return status, summary
+
+
+def _write_mllog(run_dir: Path, spec: RunSpec, summary: dict[str, Any], on_event: EventHandler | None) -> None:
+    """mllog.txt beside the summary (MLPerf-style lines, tbdkit.mllog); a log that cannot be made is
+    a warning, never a reason to lose the run."""
+    try:
+        from tbdkit import mllog
+
+        mllog.write(run_dir, summary, spec.model_dump())
+    except ImportError as exc:  # the kit's environment lacks mlperf-logging (`pip install -e .` adds it)
+        message = f"mllog.txt not written: {exc}"
+    except OSError as exc:
+        if not RunDir(run_dir).summary.is_file():
+            return  # the disk refused the summary too: the user was told where it is kept, once
+        message = f"mllog.txt not written: {exc.strerror or exc}"
+    except Exception as exc:
+        message = f"mllog.txt not written: {type(exc).__name__}: {exc}"
+    else:
+        return
+    if on_event is not None:
+        on_event({"event": "warning", "message": message})

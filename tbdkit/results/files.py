@@ -25,9 +25,13 @@ CONTAINER_SPEC = "container-spec.json"  # what the docker launcher asked the con
 CONTAINER_STATE = "container.json"      # the container's end state (docker launcher)
 CONTAINER_LOG = "container.log"         # the container's own output (docker launcher)
 NCU_RAW = "ncu_raw.csv"       # Nsight Compute's raw export (reference runs)
+TRACE = "trace.json"          # the run's timeline in Chrome trace-event format (agent, after the run)
+PROFILER_TRACE = "profiler_trace.json"  # torch.profiler's Chrome trace of the kernel timeline, with its clock anchor (agent analysis, CUDA)
+MLLOG = "mllog.txt"           # MLPerf-style :::MLLOG lines (launcher, after the run)
 
 RUN_FILES: frozenset[str] = frozenset({SPEC, ENV, ITERATIONS, SAMPLES, SUMMARY, MEMORY, KERNELS, KERNEL_LAUNCHES, LOG, CONVERGENCE,
-                                       CONTAINER_SPEC, CONTAINER_STATE, CONTAINER_LOG, NCU_RAW})
+                                       CONTAINER_SPEC, CONTAINER_STATE, CONTAINER_LOG, NCU_RAW,
+                                       TRACE, PROFILER_TRACE, MLLOG})
 WORKERS = "workers"
 _NODE_LOG = re.compile(r"node[0-9]+\.log")
 _RANK_DIR = re.compile(r"rank[0-9]+")

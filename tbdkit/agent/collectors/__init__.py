@@ -40,6 +40,11 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, name="tbdkit-sampler", daemon=True)
         self._thread.start()
 
+    @property
+    def t0(self) -> float:
+        """time.perf_counter() when sampling started: samples.csv's t_s counts from it."""
+        return self._t0
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             row: dict[str, Any] = {"t_s": round(time.perf_counter() - self._t0, 4)}

@@ -1,0 +1,171 @@
+"""A run's timeline as one Chrome trace-event file (trace.json) that Perfetto UI (ui.perfetto.dev),
+chrome://tracing and other Chrome-trace readers open.
+
+Built after the run from what it already recorded, never inside the timed window:
+  - iterations.csv: one complete event ("X") per iteration on the "iterations" thread, nested in a
+    "warm-up" and a "sample window" span; the batch's wait as a "data wait" event inside each
+    iteration (at its start: the loop fetches the batch first); a "data wait share" counter.
+  - samples.csv: one counter track ("C") per sampled column (CPU utilization, RSS, NVML utilization,
+    memory, power, clocks, GPM pipes), each named with its unit suffix as in samples.csv.
+  - profiler_trace.json (CUDA runs on PyTorch): the torch profiler's own events, shifted onto the
+    same clock by the anchor event the kit recorded inside the profile (tbdkit.adapters.pytorch_analysis).
+
+The clock of every event is the training loop's: microseconds since the loop started (the
+`start_s` of iterations.csv); samples.csv's `t_s` counts from the sampler's start, which the
+summary's window records as `samples_origin_s` on the loop's clock.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tbdkit.results import files as runfiles
+from tbdkit.results import sink
+
+PID = 1                  # the run's own tracks (iterations, data wait)
+SAMPLES_PID = 2          # the sampled instruments' counters
+ITERATIONS_TID = 1
+CLOCK = "microseconds since the training loop started (time.perf_counter), the clock of iterations.csv's start_s"
+ANCHOR_EVENT = "tbdkit.clock_anchor"  # the user annotation a profiled pass records at a known loop time
+PHASE_SPANS = {"warmup": "warm-up", "measure": "sample window", "analysis": "analysis", "profiled": "profiled"}
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        number = float(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """A run's CSV as rows of text; [] when the run did not write it."""
+    if not path.is_file():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 3)
+
+
+def iteration_events(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """The iterations as complete events, each phase's iterations inside one span of that phase,
+    the data wait inside its iteration, and the data-wait share as a counter."""
+    events: list[dict[str, Any]] = []
+    spans: dict[str, list[float]] = {}
+    for row in rows:
+        start, seconds = _float(row.get("start_s")), _float(row.get("seconds"))
+        if start is None or seconds is None:
+            continue
+        phase = row.get("phase") or "unknown"
+        ts, dur = _us(start), _us(seconds)
+        wait = _float(row.get("data_wait_s")) or 0.0
+        args: dict[str, Any] = {k: v for k, v in row.items() if k not in ("start_s", "seconds") and v not in (None, "")}
+        events.append({"name": f"iteration {row.get('iteration')}", "cat": phase, "ph": "X", "ts": ts, "dur": dur,
+                       "pid": PID, "tid": ITERATIONS_TID, "args": args})
+        if wait > 0:
+            events.append({"name": "data wait", "cat": "data", "ph": "X", "ts": ts, "dur": min(_us(wait), dur),
+                           "pid": PID, "tid": ITERATIONS_TID, "args": {"data_wait_s": wait}})
+        events.append({"name": "data wait share", "ph": "C", "ts": ts, "pid": PID,
+                       "args": {"percent": round(100.0 * wait / seconds, 3) if seconds > 0 else 0.0}})
+        span = spans.setdefault(phase, [ts, ts + dur, 0])
+        span[0], span[1], span[2] = min(span[0], ts), max(span[1], ts + dur), span[2] + 1
+    for phase, (begin, end, count) in spans.items():
+        events.append({"name": PHASE_SPANS.get(phase, phase), "cat": phase, "ph": "X", "ts": begin,
+                       "dur": round(end - begin, 3), "pid": PID, "tid": ITERATIONS_TID,
+                       "args": {"phase": phase, "iterations": int(count)}})
+    return events
+
+
+def sample_events(rows: list[dict[str, str]], origin_s: float) -> list[dict[str, Any]]:
+    """One counter track per numeric column of samples.csv (t_s is its time), on the loop's clock."""
+    events: list[dict[str, Any]] = []
+    for row in rows:
+        t = _float(row.get("t_s"))
+        if t is None:
+            continue
+        ts = _us(origin_s + t)
+        for name, text in row.items():
+            value = _float(text)
+            if name != "t_s" and value is not None:
+                events.append({"name": name, "ph": "C", "ts": ts, "pid": SAMPLES_PID, "args": {"value": value}})
+    return events
+
+
+def profiler_events(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """The torch profiler's events shifted onto the loop's clock, or ([], why not)."""
+    clock = doc.get("tbdkit_clock") or {}
+    events = [e for e in doc.get("traceEvents") or [] if isinstance(e, dict)]
+    anchor_loop_s = clock.get("anchor_loop_s")
+    anchors = [e for e in events if e.get("name") == ANCHOR_EVENT and isinstance(e.get("ts"), (int, float))]
+    if not isinstance(anchor_loop_s, (int, float)) or not anchors:
+        return [], f"the profiler trace has no {ANCHOR_EVENT} event with its loop time: its clock cannot be aligned"
+    anchor = anchors[0]
+    shift = _us(anchor_loop_s) - (float(anchor["ts"]) + float(anchor.get("dur") or 0.0) / 2)
+    out = []
+    for e in events:
+        if isinstance(e.get("ts"), (int, float)):
+            e = {**e, "ts": round(float(e["ts"]) + shift, 3)}
+        out.append(e)
+    return out, None
+
+
+def _metadata(pid: int, name: str, tid: int | None = None, thread: str | None = None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}}]
+    if tid is not None:
+        out.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": thread}})
+    return out
+
+
+def build(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """The run's trace document (JSON object format) from the files it wrote and its summary."""
+    iterations = read_rows(run_dir / runfiles.ITERATIONS)
+    samples = read_rows(run_dir / runfiles.SAMPLES)
+    window = summary.get("window") or {}
+    origin = window.get("samples_origin_s")
+    notes: dict[str, str] = {}
+    if not isinstance(origin, (int, float)):
+        # an older run: the sampler started at the window's first iteration
+        first = window.get("first_iteration")
+        starts = [_float(r.get("start_s")) for r in iterations if r.get("iteration") == str(first)]
+        origin = starts[0] if starts and starts[0] is not None else 0.0
+        notes["samples_clock"] = "samples_origin_s not recorded: samples.csv's t_s placed from the window's first iteration"
+    events = [*_metadata(PID, f"tbdkit run {summary.get('run_id', run_dir.name)}", ITERATIONS_TID, "iterations"),
+              *iteration_events(iterations)]
+    sampled = sample_events(samples, float(origin))
+    if sampled:
+        events += [*_metadata(SAMPLES_PID, "sampled instruments (samples.csv)"), *sampled]
+    else:
+        notes["samples"] = "samples.csv holds no samples (the window was shorter than one sample interval, or the run ended before it)"
+    profiler_path = run_dir / runfiles.PROFILER_TRACE
+    if profiler_path.is_file():
+        try:
+            merged, why = profiler_events(json.loads(profiler_path.read_text()))
+        except (OSError, ValueError) as exc:
+            merged, why = [], f"{runfiles.PROFILER_TRACE} is not readable ({type(exc).__name__})"
+        events += merged
+        if why:
+            notes["profiler"] = why
+    else:
+        notes["profiler"] = "no kernel timeline was taken (CUDA runs on PyTorch take one after the window)"
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"run_id": summary.get("run_id", run_dir.name), "model": summary.get("model"),
+                      "framework": summary.get("framework"), "clock": CLOCK,
+                      "window": window, "warmup": summary.get("warmup"),
+                      "data_wait": (summary.get("metrics") or {}).get("data_wait"), **notes},
+    }
+
+
+def write(run_dir: Path, summary: dict[str, Any]) -> Path:
+    """trace.json in the run folder (written atomically); returns its path."""
+    path = run_dir / runfiles.TRACE
+    sink.write_text(path, json.dumps(build(run_dir, summary), separators=(",", ":")) + "\n")
+    return path
