@@ -19,6 +19,7 @@ from tbdkit import catalog
 from tbdkit.adapters import Capabilities, Distributed, capabilities
 from tbdkit.adapters import load as load_adapter
 from tbdkit.agent import analysis, converge, distributed, envinfo, events
+from tbdkit.agent.collectors import energy
 from tbdkit.agent.loop import Prefetcher, StopRequested, TrainingLoop, synthetic_pool, throughput_metrics
 from tbdkit.results import sink
 from tbdkit.spec import RunSpec
@@ -208,6 +209,9 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                 **loop.result.metrics,
                 **adapter.memory(),
             }
+            summary["metrics"].update(energy.per_work(
+                summary["metrics"], sum(i.work for i in window), sum(i.samples for i in window),
+                model.throughput_unit, model.sample_unit, adapter.cuda_index is not None))
             if worker is not None and dist is not None:
                 window_s = sum(i.seconds for i in window)
                 comm = dist.comm.seconds / window_s * 100 if dist.comm is not None and window_s else None

@@ -1,0 +1,95 @@
+"""Energy over the sample window (tbdkit.agent.collectors.energy) through the real Zeus package: its
+RAPL reader over a powercap tree written here (only the hardware is replaced), its absence, and the
+rule that a missing or unmoved counter is null with the reason, never 0."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tbdkit.agent.collectors import energy
+
+
+def write_zone(path: Path, name: str, uj: int) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "name").write_text(name + "\n")
+    (path / "energy_uj").write_text(f"{uj}\n")
+    (path / "max_energy_range_uj").write_text("262143328850\n")
+
+
+@pytest.fixture
+def rapl_tree(tmp_path, monkeypatch):
+    """A powercap tree with one package and its DRAM zone, where Zeus reads RAPL."""
+    from zeus.device import cpu as zeus_cpu
+    from zeus.device.cpu import rapl
+
+    root = tmp_path / "intel-rapl"
+    write_zone(root / "intel-rapl:0", "package-0", 1_000_000)
+    write_zone(root / "intel-rapl:0" / "intel-rapl:0:0", "dram", 500_000)
+    monkeypatch.setattr(rapl, "RAPL_DIR", str(root))
+    monkeypatch.setattr(rapl, "CONTAINER_RAPL_DIR", str(tmp_path / "absent"))
+    rapl.rapl_is_available.cache_clear()
+    monkeypatch.setattr(zeus_cpu, "_cpus", None)
+    yield root
+    rapl.rapl_is_available.cache_clear()
+
+
+def test_rapl_counters_give_energy_and_power_per_package(rapl_tree):
+    collector = energy.EnergyCollector(None)
+    assert collector.cpu_reason is None and collector.reason is None
+    collector.start()
+    write_zone(rapl_tree / "intel-rapl:0", "package-0", 6_000_000)                  # +5 J
+    write_zone(rapl_tree / "intel-rapl:0" / "intel-rapl:0:0", "dram", 1_500_000)    # +1 J
+    m = collector.stop()
+    assert m["cpu_energy"]["value"] == pytest.approx(5.0) and m["cpu_energy"]["unit"] == "J"
+    assert m["cpu_energy"]["devices"] == {"0": pytest.approx(5.0)}
+    assert m["dram_energy"]["value"] == pytest.approx(1.0)
+    seconds = m["cpu_energy"]["window_s"]
+    assert m["cpu_power"]["value"] == pytest.approx(5.0 / seconds, rel=1e-3) and m["cpu_power"]["unit"] == "W"
+    assert m["gpu_energy"]["value"] is None and m["gpu_energy"]["reason"] == energy.CPU_RUN
+    per = energy.per_work(m, work=20.0, samples=10, unit="images/s", sample_unit="images/s", on_gpu=False)
+    assert per["energy_per_work"]["value"] == pytest.approx(6.0 / 20) and per["energy_per_work"]["unit"] == "J/images"
+    assert "cpu_energy + dram_energy" in per["energy_per_work"]["method"]
+    assert per["samples_per_kj"]["value"] == pytest.approx(10 / 6e-3) and per["samples_per_kj"]["unit"] == "images/kJ"
+
+
+def test_an_unmoved_counter_is_null_never_zero(rapl_tree):
+    collector = energy.EnergyCollector(None)
+    collector.start()
+    m = collector.stop()
+    for name in ("cpu_energy", "cpu_power", "dram_energy"):
+        assert m[name]["value"] is None and "did not move" in m[name]["reason"], m[name]
+
+
+def test_no_rapl_folder_is_null_with_the_reason(tmp_path):
+    reason = energy.rapl_reason((str(tmp_path / "intel-rapl"), str(tmp_path / "other")))
+    assert reason is not None and "not exposed" in reason and "virtual machine" in reason
+    (tmp_path / "intel-rapl").mkdir()
+    assert "no package zone" in str(energy.rapl_reason((str(tmp_path / "intel-rapl"),)))
+    write_zone(tmp_path / "intel-rapl" / "intel-rapl:0", "package-0", 1)
+    assert energy.rapl_reason((str(tmp_path / "intel-rapl"),)) is None
+
+
+def test_a_stack_without_zeus_runs_with_null_energy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "zeus.monitor", None)  # `import zeus.monitor` raises ImportError
+    collector = energy.EnergyCollector(0)
+    collector.start()
+    m = collector.stop()
+    assert set(m) == {"gpu_energy", "gpu_power", "cpu_energy", "cpu_power", "dram_energy", "dram_power"}
+    assert all(v["value"] is None and v["reason"] == energy.ZEUS_MISSING for v in m.values())
+    per = energy.per_work(m, 10.0, 10, "audio_s/s", "utterances/s", on_gpu=True)
+    assert per["energy_per_work"]["value"] is None and per["energy_per_work"]["reason"] == energy.ZEUS_MISSING
+    assert per["energy_per_work"]["unit"] == "J/audio_s"
+
+
+def test_gpu_window_energy_from_zeus_measurement():
+    m = energy.device_metrics("gpu", {0: 300.0}, 2.0, energy.GPU_METHOD, None, "GPU")
+    assert m["gpu_energy"]["value"] == 300.0 and m["gpu_power"]["value"] == 150.0
+    assert energy.device_metrics("gpu", {0: -1.0}, 2.0, energy.GPU_METHOD, None, "GPU")["gpu_energy"]["value"] is None
+    absent = energy.device_metrics("gpu", {}, 2.0, energy.GPU_METHOD, "Zeus sees 0 GPU(s)", "GPU")
+    assert absent["gpu_energy"]["reason"] == "Zeus sees 0 GPU(s)"
+    per = energy.per_work({**m}, work=600.0, samples=100, unit="images/s", sample_unit="images/s", on_gpu=True)
+    assert per["energy_per_work"]["value"] == pytest.approx(0.5)
+    assert per["samples_per_kj"]["value"] == pytest.approx(100 / 0.3)
