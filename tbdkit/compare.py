@@ -126,8 +126,10 @@ def load(run_dir: Path) -> Side:
     n = int(window.get("iterations") or 0)
     half = thr.get("ci95_half_width")
     if n < 2 or not isinstance(half, (int, float)):
-        raise UserError(f"{run_dir.name} has neither the window's {runfiles.ITERATIONS} nor a recorded 95% CI: "
-                        "its throughput's noise is unknown, so no verdict can be given.")
+        why = (f"its sample window has {max(n, len(works))} iteration(s)" if max(n, len(works)) < 2 else
+               f"it has neither the window's {runfiles.ITERATIONS} nor a recorded 95% CI")
+        raise UserError(f"{run_dir.name}: {why}, so its throughput's noise is unknown and no verdict can be given: "
+                        "measure at least 2 iterations (a longer --max-measure-s).")
     return Side(run_dir, summary, spec, env, float(thr["value"]), float(half) / t_quantile(0.975, n - 1), n - 1, unit,
                 f"{runfiles.SUMMARY}'s 95% CI over {n} window iterations (no {runfiles.ITERATIONS})")
 

@@ -93,3 +93,39 @@ def test_gpu_window_energy_from_zeus_measurement():
     per = energy.per_work({**m}, work=600.0, samples=100, unit="images/s", sample_unit="images/s", on_gpu=True)
     assert per["energy_per_work"]["value"] == pytest.approx(0.5)
     assert per["samples_per_kj"]["value"] == pytest.approx(100 / 0.3)
+
+
+def test_calibrate_reads_rapl_through_zeus_and_judges_it(rapl_tree, monkeypatch):
+    from tbdkit.calibrate import energy as cal
+
+    def busy_counter(stop, clocks):  # the busy window's work: the package counter advances by 30 J
+        write_zone(rapl_tree / "intel-rapl:0", "package-0", 31_000_000)
+        stop.wait()
+        clocks.append(0.0)
+
+    monkeypatch.setattr("tbdkit.calibrate.host._spin", busy_counter)
+    (result,) = cal.probe(seconds=0.4)
+    assert result.verdict == "trusted", result
+    assert result.details["idle_w"] == 0.0 and result.measured == pytest.approx(30.0 / 0.4, rel=0.3)
+
+
+def test_calibrate_verdicts_on_constructed_readings():
+    from tbdkit.calibrate import energy as cal
+
+    assert cal.rapl_result(10.0, 1.0, 60.0, 2.0, 65.0).verdict == "trusted"
+    assert "did not move" in cal.rapl_result(0.0, 1.0, 0.0, 2.0, None).verdict
+    assert "backwards" in cal.rapl_result(10.0, 1.0, -5.0, 2.0, None).verdict
+    assert "above the package's limit" in cal.rapl_result(10.0, 1.0, 300.0, 2.0, 65.0).verdict
+    assert "not above the idle" in cal.rapl_result(30.0, 1.0, 40.0, 2.0, None).verdict
+    assert cal.rapl_result(None, 1.0, None, 2.0, None).status == "unsupported"
+
+
+def test_calibrate_without_rapl_is_unsupported_with_the_reason(tmp_path, monkeypatch):
+    from zeus.device.cpu import rapl
+
+    from tbdkit.calibrate import energy as cal
+
+    monkeypatch.setattr(rapl, "RAPL_DIR", str(tmp_path / "absent"))
+    monkeypatch.setattr(rapl, "CONTAINER_RAPL_DIR", str(tmp_path / "absent2"))
+    (result,) = cal.probe(seconds=0.1)
+    assert result.status == "unsupported" and "RAPL is not exposed" in result.verdict

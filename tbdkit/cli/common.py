@@ -30,3 +30,40 @@ def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
             err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
             raise typer.Exit(2) from None
     return wrapper
+
+
+PriceOpt = Annotated[float | None, typer.Option(
+    "--price-per-hour", help="your price per hour of this machine (or TBDKIT_PRICE_PER_HOUR, or a prices.toml): "
+                             "adds cost per million samples and cost of each run")]
+
+
+def cost_table(summaries: list[dict[str, Any]], results: Path, prices: Any) -> Any:
+    """Cost per million samples and cost of each run at the prices given (tbdkit.cost), as a table."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from tbdkit import cost
+    from tbdkit.report.runs import device_name
+    from tbdkit.results import files as runfiles
+    from tbdkit.results.sink import read_json
+
+    table = Table(title="Cost")
+    for col in ("framework", "batch", "device", "per 1M samples", "this run", "price"):
+        table.add_column(col, justify="right" if col in ("batch", "per 1M samples", "this run") else "left")
+    for s in summaries:
+        try:
+            env = read_json(results / str(s.get("run_id")) / runfiles.ENV)
+        except (OSError, ValueError):
+            env = {}
+        device = device_name(s, env if isinstance(env, dict) else {})
+        price = cost.price_of(prices, device)
+        c = cost.costs(s, price)
+
+        def cell(m: dict[str, Any]) -> str:
+            return "—" if m["value"] is None else f"{m['value']:,.4g} {m['unit']}"
+        table.add_row(escape(str(s.get("framework"))), str(s.get("batch_size")), escape(device),
+                      cell(c["cost_per_million_samples"]), cell(c["run_cost"]),
+                      escape(price.text if price else c["run_cost"]["reason"]))
+    table.caption = "samples: the model's sample unit; a run's cost covers its whole wall time (setup included)"
+    return table
+

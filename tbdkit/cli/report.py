@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from tbdkit import cost
+from tbdkit.cli.common import PriceOpt
 from tbdkit.console import console, err_console
 from tbdkit.paths import default_results_dir, existing_results_dir
 from tbdkit.store import Index
@@ -15,12 +17,13 @@ from tbdkit.store import Index
 def report(
     results: Annotated[Path | None, typer.Argument(help="results folder (default: results)")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="folder for report.html, report.md, summary.csv, figures/")] = Path("report"),
+    price_per_hour: PriceOpt = None,
 ) -> None:
     """The paper's figures, tables and claim checks for the runs in RESULTS."""
     from tbdkit.report import build_report, claims, runs
 
     results = existing_results_dir(results or default_results_dir())  # before anything is written
-    html = build_report(results, out)
+    html = build_report(results, out, cost.resolve(price_per_hour))
     index = Index(results)
     index.runs()
     for line in index.unreadable:  # damaged runs are left out of the report, and named
