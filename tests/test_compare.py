@@ -164,8 +164,10 @@ def three_runs(tmp_path_factory):
     """Batch 2 and 8, then batch 2 again: two real CPU runs of one spec, and one of another batch size."""
     results = tmp_path_factory.mktemp("results")
     for batches in ("2,8", "2"):
-        proc = tbdkit("bench", *FAST, "--batch", batches, "--results", str(results))
+        proc = tbdkit("bench", *FAST, "--batch", batches, "--results", str(results), "--price-per-hour", "2.5")
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        out = " ".join(proc.stdout.split())
+        assert "Cost" in out and "USD/1M samples" in out and "2.5 USD/h (--price-per-hour, given" in out, out
     runs = sorted(p for p in results.iterdir() if p.is_dir())
     b2 = [p for p in runs if "-b2-" in p.name]
     (b8,) = [p for p in runs if "-b8-" in p.name]
