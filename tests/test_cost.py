@@ -111,3 +111,19 @@ def test_report_shows_energy_cost_and_the_reference_comparison(tmp_path, monkeyp
     assert f"{2.5 / 3600 / 10.0 * 1e6:,.4g} USD/1M samples" in md and "0.04167 USD" in md
     (row,) = [line for line in md.splitlines() if "reference/" in line]
     assert "slower" in row and "b2" in row   # 10 against the reference's 12, each +-1%
+
+
+def test_sweep_prints_the_cost_of_its_ok_points(tmp_path):
+    from rich.console import Console
+
+    from tbdkit.cli.common import cost_table
+    from tbdkit.cli.sweep import _ok_summaries
+
+    run = _with_energy(make_run(tmp_path, "resnet50", "pytorch", 2, 10.0), None, wall_s=7200.0)
+    state = {"points": {"a": {"status": "ok", "run_id": run.name}, "b": {"status": "oom", "run_id": "gone"}}}
+    summaries = _ok_summaries(state, tmp_path)
+    assert [s["run_id"] for s in summaries] == [run.name]
+    console = Console(width=250, record=True)
+    console.print(cost_table(summaries, tmp_path, cost.resolve(2.5)))
+    text = console.export_text()
+    assert "5 USD" in text and f"{2.5 / 3600 / 10.0 * 1e6:,.4g} USD/1M samples" in text and "--price-per-hour" in text
