@@ -106,7 +106,8 @@ def test_calibrate_reads_rapl_through_zeus_and_judges_it(rapl_tree, monkeypatch)
     monkeypatch.setattr("tbdkit.calibrate.host._spin", busy_counter)
     (result,) = cal.probe(seconds=0.4)
     assert result.verdict == "trusted", result
-    assert result.details["idle_w"] == 0.0 and result.measured == pytest.approx(30.0 / 0.4, rel=0.3)
+    assert result.details["idle_j"] == 0.0 and result.details["busy_j"] == pytest.approx(30.0)
+    assert result.measured == pytest.approx(30.0 / result.details["busy_s"], rel=1e-3)
 
 
 def test_calibrate_verdicts_on_constructed_readings():

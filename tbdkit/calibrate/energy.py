@@ -7,7 +7,6 @@ package's power limit where RAPL states one). Where RAPL or Zeus is missing the 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from typing import Any
 
@@ -26,7 +25,8 @@ def rapl_result(idle_j: float | None, idle_s: float, busy_j: float | None, busy_
         return ProbeResult(INSTRUMENT, PROBE, None, None, "W", Tolerance(),
                            unsupported("Zeus returned no RAPL package reading"), METRICS, details)
     idle_w, busy_w = idle_j / idle_s, busy_j / busy_s
-    details.update(idle_w=round(idle_w, 3), busy_w=round(busy_w, 3), package_limit_w=limit_w)
+    details.update(idle_j=round(idle_j, 6), busy_j=round(busy_j, 6), busy_s=round(busy_s, 6), idle_w=round(idle_w, 3),
+                   busy_w=round(busy_w, 3), package_limit_w=limit_w)
     if idle_j < 0 or busy_j < 0:
         verdict = "off by a decrease: the RAPL counter went backwards"
     elif busy_j == 0:
@@ -61,25 +61,20 @@ def probe(seconds: float = 2.0) -> list[ProbeResult]:
     why = rapl_reason()
     if why is not None:
         return [ProbeResult(INSTRUMENT, PROBE, None, None, "W", Tolerance(), unsupported(why), METRICS)]
-    from tbdkit.calibrate.host import _spin
+    from tbdkit.calibrate.host import spinning
 
     monitor = ZeusMonitor(gpu_indices=[], cpu_indices=None)
     monitor.begin_window("idle", sync_execution=False)
     time.sleep(seconds / 2)
     idle = monitor.end_window("idle", sync_execution=False)
-    stop, clocks = threading.Event(), []  # type: ignore[var-annotated]
-    workers = [threading.Thread(target=_spin, args=(stop, clocks), daemon=True) for _ in range(os.cpu_count() or 1)]
+    threads = os.cpu_count() or 1
     monitor.begin_window("busy", sync_execution=False)
-    for w in workers:
-        w.start()
-    time.sleep(seconds)
-    stop.set()
-    for w in workers:
-        w.join()
+    with spinning(threads):
+        time.sleep(seconds)
     busy = monitor.end_window("busy", sync_execution=False)
     root = rapl.RAPL_DIR if os.path.isdir(rapl.RAPL_DIR) else rapl.CONTAINER_RAPL_DIR
 
     def total(m: Any) -> float | None:
         return float(sum(m.cpu_energy.values())) if m.cpu_energy else None
     return [rapl_result(total(idle), idle.time, total(busy), busy.time, _limit_w(root),
-                        {"packages": len(monitor.cpu_indices), "threads": len(workers)})]
+                        {"packages": len(monitor.cpu_indices), "threads": threads})]
