@@ -117,7 +117,10 @@ def load(run_dir: Path) -> Side:
     env = _object(run_dir / runfiles.ENV)
     unit = str(thr.get("unit") or "")
     window = summary.get("window") or {}
-    works, times = window_rows(run_dir, window) if (run_dir / runfiles.ITERATIONS).is_file() else ([], [])
+    try:
+        works, times = window_rows(run_dir, window)
+    except (OSError, csv.Error, ValueError):  # none, or damaged: the summary's own CI is used instead
+        works, times = [], []
     if len(works) >= 2:
         est = ratio_estimate(works, times)
         se = est.half_width / t_quantile(0.975, est.iterations - 1)

@@ -64,7 +64,10 @@ def cost_rows(runs: list[Run], prices: cost.Prices) -> list[list[str]]:
 def comparison(runs: list[Run], workloads: Path) -> tuple[list[list[str]], str | None]:
     """Each run against its committed reference: rows, or the sentence saying there is none."""
     rows = []
+    committed = {r.model for r in runs if compare.reference_dirs(workloads, r.model)}
     for r in runs:
+        if r.model not in committed:
+            continue
         try:
             side = compare.load(r.path)
         except UserError:
