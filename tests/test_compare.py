@@ -155,23 +155,26 @@ def test_cli_refuses_a_missing_choice_and_says_no_reference_in_one_sentence(tmp_
     assert "Traceback" not in proc.stderr + proc.stdout
 
 
-FAST = ["--model", "deepspeech2", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu",
-        "--max-warmup-s", "3", "--max-measure-s", "6"]
+# The window ends at a count of iterations, not at a time cap, so a busy machine gives slower runs of the
+# same length rather than windows too short to have a noise estimate; no analyses after the window.
+MEASURE = {"max_warmup_iterations": 2, "max_warmup_s": 60.0, "min_measure_iterations": 6,
+           "max_measure_iterations": 6, "max_measure_s": 120.0}
 
 
 @pytest.fixture(scope="module")
 def three_runs(tmp_path_factory):
     """Batch 2 and 8, then batch 2 again: two real CPU runs of one spec, and one of another batch size."""
+    from tbdkit import spec as specs
+    from tbdkit.run_list import run_all
+
     results = tmp_path_factory.mktemp("results")
-    for batches in ("2,8", "2"):
-        proc = tbdkit("bench", *FAST, "--batch", batches, "--results", str(results), "--price-per-hour", "2.5")
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        out = " ".join(proc.stdout.split())
-        assert "Cost" in out and "USD/1M samples" in out and "2.5 USD/h (--price-per-hour, given" in out, out
-    runs = sorted(p for p in results.iterdir() if p.is_dir())
-    b2 = [p for p in runs if "-b2-" in p.name]
-    (b8,) = [p for p in runs if "-b8-" in p.name]
-    return b2, b8
+    run_specs = [specs.build(model="deepspeech2", framework="pytorch", batch_size=b, preset="smoke", device="cpu",
+                             analyses=False, measure=MEASURE) for b in (2, 8, 2)]
+    summaries = run_all(run_specs, results, "audio_s/s", quiet_stdout=True)
+    assert [s["status"] for s in summaries] == ["ok"] * 3, summaries
+    assert all(s["window"]["iterations"] == 6 for s in summaries)
+    first, b8, second = (results / s["run_id"] for s in summaries)
+    return (first, second), b8
 
 
 @pytest.mark.slow

@@ -126,4 +126,4 @@ def test_sweep_prints_the_cost_of_its_ok_points(tmp_path):
     console = Console(width=250, record=True)
     console.print(cost_table(summaries, tmp_path, cost.resolve(2.5)))
     text = console.export_text()
-    assert "5 USD" in text and f"{2.5 / 3600 / 10.0 * 1e6:,.4g} USD/1M samples" in text and "--price-per-hour" in text
+    assert "5 USD" in text and f"{2.5 / 3600 / 10.0 * 1e6:,.4g} USD" in text and "at 2.5 USD/h (--price-per-hour" in text
