@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from report_fixtures import make_run
+
 from tbdkit import cost
 from tbdkit.errors import UserError
 from tbdkit.report import build_report

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from nvml_shim import Device, fake_nvml  # noqa: F401  (fixture)
 
 from tbdkit.agent.collectors import energy
 
@@ -130,3 +131,54 @@ def test_calibrate_without_rapl_is_unsupported_with_the_reason(tmp_path, monkeyp
     monkeypatch.setattr(rapl, "CONTAINER_RAPL_DIR", str(tmp_path / "absent2"))
     (result,) = cal.probe(seconds=0.1)
     assert result.status == "unsupported" and "RAPL is not exposed" in result.verdict
+
+
+@pytest.fixture
+def zeus_over_fake_nvml(fake_nvml, monkeypatch):  # noqa: F811  (the fixture)
+    """Zeus's NVIDIA path through the real pynvml over the stand-in libnvidia-ml (tests/nvml_shim.py)."""
+    from zeus.device import gpu as zeus_gpu
+    from zeus.device.gpu import nvidia
+
+    monkeypatch.setattr(zeus_gpu, "_gpus", None)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    nvidia.nvml_is_available.cache_clear()
+    yield fake_nvml
+    nvidia.nvml_is_available.cache_clear()
+
+
+A = "GPU-58f4c2a0-0000-0000-0000-000000000001"
+B = "GPU-58f4c2a0-0000-0000-0000-000000000002"
+
+
+def test_the_framework_gpu_is_measured_by_its_uuid_not_by_index(zeus_over_fake_nvml):
+    """CUDA numbers the faster GPU first: the framework's cuda:0 is NVML's second GPU (300 W, not 100 W)."""
+    import time
+
+    zeus_over_fake_nvml([Device(A, "00000000:18:00.0", power_mw=100_000), Device(B, "00000000:3B:00.0", power_mw=300_000)])
+    collector = energy.EnergyCollector(0, uuid=B.removeprefix("GPU-"), pci_bus_id=None)
+    assert collector.gpu_reason is None and collector.monitor.gpu_indices == [1]
+    collector.start()
+    time.sleep(0.3)
+    m = collector.stop()
+    assert m["gpu_power"]["value"] == pytest.approx(300.0, rel=0.05) and m["gpu_power"]["devices"] == {"1": m["gpu_power"]["value"]}
+    assert m["gpu_energy"]["value"] == pytest.approx(300.0 * m["gpu_energy"]["window_s"], rel=0.05)
+    assert "nvmlDeviceGetTotalEnergyConsumption" in m["gpu_energy"]["method"]
+
+
+def test_an_unmatched_gpu_is_null_with_the_reason_never_a_guess(zeus_over_fake_nvml):
+    zeus_over_fake_nvml([Device(A, "00000000:18:00.0"), Device(B, "00000000:3B:00.0")])
+    collector = energy.EnergyCollector(0)   # the adapter reported neither UUID nor PCI bus id
+    assert "could not be matched" in collector.gpu_reason
+    collector.start()
+    m = collector.stop()
+    assert m["gpu_energy"]["value"] is None and "could not be matched" in m["gpu_energy"]["reason"]
+
+
+def test_a_gpu_older_than_volta_is_measured_by_zeus_power_samples(zeus_over_fake_nvml):
+    zeus_over_fake_nvml([Device(A, "00000000:18:00.0", architecture=4)])   # Pascal: no energy counter
+    from zeus.device import get_gpus
+
+    assert not get_gpus().supports_get_total_energy_consumption(0)
+    from tbdkit.agent.collectors.energy import GPU_POLLED_METHOD, zeus_index
+
+    assert zeus_index(get_gpus(), 0, A, None) == 0 and GPU_POLLED_METHOD.startswith("Zeus")

@@ -246,7 +246,7 @@ def default_collectors(adapter: Any) -> list[Collector]:
     props = (adapter.environment().get("device_properties") or {}) if adapter.cuda_index is not None else {}
     uuid, pci = props.get("uuid"), props.get("pci_bus_id")
     return [CpuCollector(), NvmlCollector(adapter.cuda_index, uuid, pci), GpmCollector(adapter.cuda_index, uuid, pci),
-            EnergyCollector(adapter.cuda_index)]
+            EnergyCollector(adapter.cuda_index, uuid, pci)]
 
 
 def synthetic_pool(batches: Iterator[Any], size: int) -> Iterator[Any]:

@@ -91,6 +91,26 @@ def device_metrics(name: str, joules: Mapping[int, float] | None, seconds: float
     return {f"{name}_energy": missing("J", method, why), f"{name}_power": missing("W", POWER_METHOD, why)}
 
 
+def zeus_index(found: Any, cuda_index: int, uuid: str | None, pci_bus_id: str | None) -> int | str:
+    """The index, among Zeus's GPUs, of the framework's GPU, or why it cannot be told. Zeus numbers
+    the GPUs CUDA_VISIBLE_DEVICES leaves in NVML's (PCI) order, CUDA fastest first: the GPU is found
+    by the UUID or PCI bus id the adapter reports (tbdkit.agent.collectors.device), as NVML's collector does."""
+    import pynvml
+
+    from tbdkit.agent.collectors.device import nvml_handle
+
+    try:
+        target = pynvml.nvmlDeviceGetUUID(nvml_handle(pynvml, cuda_index, uuid, pci_bus_id)[0])
+        uuids = [pynvml.nvmlDeviceGetUUID(g.handle) for g in found.gpus]
+    except LookupError as exc:
+        return str(exc)
+    except Exception as exc:
+        return f"the GPU's UUID could not be read through NVML ({type(exc).__name__}: {exc})"
+    if target not in uuids:
+        return f"the framework's GPU ({target}) is not among those Zeus sees ({', '.join(uuids) or 'none'})"
+    return uuids.index(target)
+
+
 class EnergyCollector:
     """A collector (tbdkit.agent.collectors): one Zeus window over the sample window. Zeus is imported
     here, lazily, so a stack without it still runs (its energy is null with ZEUS_MISSING)."""
@@ -98,7 +118,8 @@ class EnergyCollector:
     name = "energy"
     KEY = "tbdkit-sample-window"
 
-    def __init__(self, cuda_index: int | None, monitor: Callable[..., Any] | None = None) -> None:
+    def __init__(self, cuda_index: int | None, uuid: str | None = None, pci_bus_id: str | None = None,
+                 monitor: Callable[..., Any] | None = None) -> None:
         self.monitor: Any = None
         self.reason: str | None = None       # why nothing at all is measured
         self.gpu_reason: str | None = None if cuda_index is not None else CPU_RUN
@@ -119,14 +140,17 @@ class EnergyCollector:
             if cuda_index is not None:
                 try:
                     found = get_gpus()
-                except ZeusGPUInitError as exc:
-                    self.gpu_reason = f"Zeus cannot reach the GPU through NVML ({exc})"
+                except ZeusGPUInitError as exc:  # no NVML, or MIG slices (NVML has no per-slice energy)
+                    self.gpu_reason = f"Zeus cannot measure the GPU through NVML ({exc})"
+                except Exception as exc:  # e.g. CUDA_VISIBLE_DEVICES given as UUIDs, which Zeus reads as integers
+                    self.gpu_reason = f"Zeus could not list the GPUs ({type(exc).__name__}: {exc})"
                 else:
-                    if cuda_index >= len(found):
-                        self.gpu_reason = f"Zeus sees {len(found)} GPU(s), not CUDA device {cuda_index}"
+                    index = zeus_index(found, cuda_index, uuid, pci_bus_id)
+                    if isinstance(index, str):
+                        self.gpu_reason = index
                     else:
-                        gpus = [cuda_index]
-                        if not found.supports_get_total_energy_consumption(cuda_index):
+                        gpus = [index]
+                        if not found.supports_get_total_energy_consumption(index):
                             self.gpu_method = GPU_POLLED_METHOD
             self.cpu_reason = rapl_reason()
             self.monitor = monitor(gpu_indices=gpus, cpu_indices=None if self.cpu_reason is None else [])
