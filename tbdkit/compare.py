@@ -61,6 +61,11 @@ class Side:
     def relative_se(self) -> float:
         return self.se / self.throughput if self.throughput > 0 else math.inf
 
+    @property
+    def ci95_relative(self) -> float:
+        """The run's own 95% half-width, relative (t quantile of its degrees of freedom)."""
+        return t_quantile(0.975, self.dof) * self.relative_se
+
     def field(self, name: str) -> Any:
         value = self.summary.get(name)
         return self.spec.get(name) if value is None else value

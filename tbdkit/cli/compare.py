@@ -11,7 +11,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from tbdkit import compare as comparing
-from tbdkit.agent.stats import t_quantile
 from tbdkit.cli.common import ResultsOpt
 from tbdkit.console import console
 from tbdkit.errors import UserError
@@ -59,7 +58,7 @@ def compare(
         table.add_column(col)
     for tag, side in (("A", a), ("B", b)):
         table.add_row(tag, escape(side.label), f"{side.throughput:,.4g} {escape(side.unit)}",
-                      f"{t_quantile(0.975, side.dof) * side.relative_se:.2%}", escape(side.source))
+                      f"{side.ci95_relative:.2%}", escape(side.source))
     console.print(table)
     style = {"faster": "green", "slower": "red"}.get(result.verdict, "cyan")
     console.print(f"[bold {style}]{escape(result.sentence())}[/]")
