@@ -17,7 +17,7 @@ ARG PIP_OPTIONS=""
 # Installed only when the base has no MXNet at all: pyproject's pin.
 ARG FRAMEWORK_REQUIREMENTS="mxnet==1.9.1"
 # The workloads' own libraries: the rest of pyproject.toml's mxnet extra (a test keeps them equal).
-ARG WORKLOAD_REQUIREMENTS="gymnasium>=1.0 ale-py>=0.9"
+ARG WORKLOAD_REQUIREMENTS="gymnasium>=1.0 ale-py>=0.9 zeus>=0.16"
 ARG KIT_REQUIREMENTS="numpy<1.24"
 # 1: fail the build without Nsight Compute (the kit's hardware-counter pass calls it); 0: CI.
 ARG REQUIRE_NCU=1

@@ -19,7 +19,7 @@ ARG FRAMEWORK_REQUIREMENTS="tensorflow==2.21.0"
 # The Keras the workloads need (a no-op where the base's Keras is already 3).
 ARG KERAS_REQUIREMENT="keras>=3.5"
 # The workloads' own libraries: the rest of pyproject.toml's tensorflow extra (a test keeps them equal).
-ARG WORKLOAD_REQUIREMENTS="gymnasium>=1.0 ale-py>=0.9"
+ARG WORKLOAD_REQUIREMENTS="gymnasium>=1.0 ale-py>=0.9 zeus>=0.16"
 ARG KIT_REQUIREMENTS=""
 # 1: fail the build without Nsight Compute (the kit's hardware-counter pass calls it); 0: CI.
 ARG REQUIRE_NCU=1

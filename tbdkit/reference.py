@@ -11,7 +11,7 @@ none is below):
      kernel of the traced iterations), so FP32 utilization (paper eq. 2) and tensor-pipe
      utilization, overall and per kernel, cover the whole iteration; merged into that run's
      kernels.csv and summary.json with the share of kernel time the samples cover;
-  3. summary.json, env.json, memory.json, kernels.csv (and ncu_raw.csv) copied into
+  3. summary.json, env.json, spec.json, iterations.csv, memory.json, kernels.csv (and ncu_raw.csv) copied into
      workloads/<model>/reference/b<batch>/ (b<batch>-<precision> for tf32 and amp).
 `--table` prints the committed reference results as the README's Markdown table (`--readme`
 writes it between the README's reference-table markers).
@@ -46,7 +46,9 @@ MODELS = ("deepspeech2", "resnet50")  # the pair `make reference` runs by defaul
 # Sized so one model (two batch sizes, two processes each) fits a 10-minute call on an H100.
 NCU_WARMUP_S = 15.0
 NCU_TIMEOUT_S = 240.0
-COPIED = (runfiles.SUMMARY, runfiles.ENV, runfiles.MEMORY, runfiles.KERNELS, runfiles.KERNEL_LAUNCHES, runfiles.NCU_RAW)
+# iterations.csv and spec.json too: `tbdkit compare --reference` takes the reference's noise from its window's iterations.
+COPIED = (runfiles.SUMMARY, runfiles.ENV, runfiles.MEMORY, runfiles.KERNELS, runfiles.KERNEL_LAUNCHES, runfiles.NCU_RAW,
+          runfiles.ITERATIONS, runfiles.SPEC)
 COVERAGE_AIM = 0.95
 NCU_METHOD = ("Nsight Compute over {n} training iterations after warm-up in a separate process "
               "(cudaProfilerStart/Stop range, --clock-control none, --filter-mode per-launch-config "

@@ -41,6 +41,7 @@ class Device:
     sample_value: int = 90
     gpm: bool = True
     power_limit_mw: int = 700_000
+    architecture: int = 9         # nvmlDeviceArchitecture_t: 9 Hopper (Volta 5 and newer have the energy counter)
     clocks_event_reasons: int = 0  # nvmlClocksEventReason* bits
     mem_clock: int = 2619
     temperature_c: int = 41
@@ -142,6 +143,7 @@ class FakeNvmlLibrary:
         # Energy since the device was born, at its power: millijoules = mW x seconds.
         self._entry("nvmlDeviceGetTotalEnergyConsumption", (P, P), lambda h, p: out(
             p, c_ulonglong, int(self._dev(h).power_mw * (time.time() - self._dev(h).born_us / 1e6))))
+        self._entry("nvmlDeviceGetArchitecture", (P, P), lambda h, p: out(p, c_uint, self._dev(h).architecture))
         self._entry("nvmlDeviceGetCurrentClocksEventReasons", (P, P),
                     lambda h, p: out(p, c_ulonglong, self._dev(h).clocks_event_reasons))
         self._entry("nvmlDeviceGetCurrentClocksThrottleReasons", (P, P),

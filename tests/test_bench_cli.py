@@ -34,7 +34,8 @@ def run_dirs(results: Path) -> list[Path]:
 @pytest.fixture(scope="module")
 def one_run(tmp_path_factory):
     results = tmp_path_factory.mktemp("results")
-    proc = tbdkit("bench", "--model", "deepspeech2", "--batch", "2", *FAST, "--results", str(results))
+    proc = tbdkit("bench", "--model", "deepspeech2", "--batch", "2", *FAST, "--results", str(results),
+                  "--price-per-hour", "2.5")
     return results, proc
 
 
@@ -55,6 +56,8 @@ def test_bench_writes_a_complete_run(one_run):
     assert m["sample_throughput"]["unit"] == "utterances/s" and m["sample_throughput"]["value"] > 0
     assert 0 < m["cpu_utilization"]["value"] <= 100 and "cores" in m["cpu_utilization"]["method"]
     assert m["gpu_utilization"]["value"] is None and "CPU" in m["gpu_utilization"]["reason"]
+    assert m["gpu_energy"]["value"] is None and m["gpu_energy"]["reason"]   # never 0: null with the reason
+    assert "Cost" in proc.stdout and "at 2.5 USD/h (--price-per-hour, given 20" in " ".join(proc.stdout.split())
     assert m["peak_rss"]["value"] > 100
     window, warmup = summary["window"], summary["warmup"]
     assert window["stop_reason"] in {"converged", "time_cap", "iteration_cap"}

@@ -22,6 +22,7 @@ from tbdkit.adapters import Capabilities, capabilities
 from tbdkit.agent import events
 from tbdkit.agent.collectors import Collector, Sampler
 from tbdkit.agent.collectors.cpu import CpuCollector
+from tbdkit.agent.collectors.energy import EnergyCollector
 from tbdkit.agent.collectors.gpm import GpmCollector
 from tbdkit.agent.collectors.gpu_state import GpuStateCollector
 from tbdkit.agent.collectors.neighbours import NeighbourCollector
@@ -252,8 +253,9 @@ def default_collectors(adapter: Any) -> list[Collector]:
     (device_properties in env.json), never by the CUDA index alone (tbdkit.agent.collectors.device)."""
     props = (adapter.environment().get("device_properties") or {}) if adapter.cuda_index is not None else {}
     uuid, pci = props.get("uuid"), props.get("pci_bus_id")
-    return [CpuCollector(), NvmlCollector(adapter.cuda_index, uuid, pci), GpmCollector(adapter.cuda_index, uuid, pci),
-            NeighbourCollector(), GpuStateCollector(adapter.cuda_index, uuid, pci)]
+    # Energy first: its window opens first and closes first, nearest the sample window's own ends.
+    return [EnergyCollector(adapter.cuda_index, uuid, pci), CpuCollector(), NvmlCollector(adapter.cuda_index, uuid, pci),
+            GpmCollector(adapter.cuda_index, uuid, pci), NeighbourCollector(), GpuStateCollector(adapter.cuda_index, uuid, pci)]
 
 
 def synthetic_pool(batches: Iterator[Any], size: int) -> Iterator[Any]:

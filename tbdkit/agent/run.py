@@ -21,6 +21,7 @@ from tbdkit import catalog, cpus
 from tbdkit.adapters import Capabilities, Distributed, capabilities
 from tbdkit.adapters import load as load_adapter
 from tbdkit.agent import analysis, converge, distributed, disturbance, envinfo, events
+from tbdkit.agent.collectors import energy
 from tbdkit.agent.collectors.gpu_state import GpuStateCollector
 from tbdkit.agent.loop import Prefetcher, StopRequested, TrainingLoop, synthetic_pool, throughput_metrics
 from tbdkit.analysis import trace
@@ -221,6 +222,9 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                 **loop.result.metrics,
                 **adapter.memory(),
             }
+            summary["metrics"].update(energy.per_work(
+                summary["metrics"], sum(i.work for i in window), sum(i.samples for i in window),
+                model.throughput_unit, model.sample_unit, adapter.cuda_index is not None))
             limit = spec.measure.foreign_cpu_limit
             summary.update(disturbed_reasons=disturbance.reasons(loop.result.metrics, limit),
                            disturbance_rule=disturbance.rule(limit), gpu_state=_gpu_state(loop))

@@ -42,6 +42,21 @@ def _spin(stop: threading.Event, clocks: list[float]) -> None:
     clocks.append(time.thread_time() - t0)
 
 
+@contextlib.contextmanager
+def spinning(k: int) -> Iterator[list[float]]:
+    """k threads hashing (k busy cores) for the with-block; yields their CPU clocks (s), filled at its end."""
+    stop, clocks = threading.Event(), []  # type: ignore[var-annotated]
+    workers = [threading.Thread(target=_spin, args=(stop, clocks), daemon=True) for _ in range(k)]
+    for w in workers:
+        w.start()
+    try:
+        yield clocks
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+
+
 def cpu_probe(seconds: float = 2.0, threads: int | None = None,
               collector: Callable[[], CpuCollector] = CpuCollector) -> list[ProbeResult]:
     cores = psutil.cpu_count(logical=True) or 1
@@ -54,16 +69,10 @@ def cpu_probe(seconds: float = 2.0, threads: int | None = None,
     idle_proc = quiet["process_cpu_utilization"]["value"]
 
     busy = collector()
-    stop, clocks = threading.Event(), []  # type: ignore[var-annotated]
-    workers = [threading.Thread(target=_spin, args=(stop, clocks), daemon=True) for _ in range(k)]
     busy.start()
     w0 = time.perf_counter()
-    for w in workers:
-        w.start()
-    time.sleep(seconds)
-    stop.set()
-    for w in workers:
-        w.join()
+    with spinning(k) as clocks:
+        time.sleep(seconds)
     wall = time.perf_counter() - w0
     got = busy.stop()
     truth = 100.0 * sum(clocks) / (cores * wall)

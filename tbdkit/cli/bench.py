@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tbdkit import catalog, stacks
+from tbdkit import catalog, cost, stacks
 from tbdkit import spec as specs
 from tbdkit.choice import (
     choose_frameworks,
@@ -19,7 +19,7 @@ from tbdkit.choice import (
     resolve_auto_preset,
     split_list,
 )
-from tbdkit.cli.common import CpusOpt, PinOpt, ResultsOpt, check_cpus
+from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, ResultsOpt, check_cpus, cost_table
 from tbdkit.console import console, convergence_table, results_table
 from tbdkit.paths import default_results_dir
 from tbdkit.results.summary import MEASURED
@@ -53,8 +53,10 @@ def bench(
     results: ResultsOpt = default_results_dir(),
     setup: Annotated[bool, typer.Option("--setup/--no-setup", help="install missing framework stacks first")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
+    price_per_hour: PriceOpt = None,
 ) -> None:
     """Train MODEL on each framework and batch size, measuring throughput and utilization."""
+    prices = cost.resolve(price_per_hour)  # a wrong price is said before anything runs
     m = catalog.get(model)
     if launcher == "auto":  # several "machines" here are network namespaces; one is this machine
         launcher = "netns" if nodes > 1 else "native"
@@ -100,6 +102,8 @@ def bench(
     else:
         table = convergence_table if preset == "converge" else results_table
         console.print(table(summaries, title=f"{m.info.get('title', model)} ({preset} preset) — results in {results}"))
+        if prices is not None and preset != "converge":
+            console.print(cost_table(summaries, results, prices))
     statuses = {s["status"] for s in summaries}
     # a disturbed run finished and kept its numbers (flagged, with reasons): not a failure
     raise typer.Exit(0 if statuses <= set(MEASURED) else 130 if "interrupted" in statuses else 1)

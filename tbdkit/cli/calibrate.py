@@ -24,7 +24,7 @@ def calibrate(
     results: Annotated[Path | None, typer.Option("--results", "-r", help="results folder")] = None,
 ) -> None:
     """Check each instrument against a workload whose true value is known, on this machine."""
-    from tbdkit.calibrate import host, record, timing
+    from tbdkit.calibrate import energy, host, record, timing
 
     if device != "cpu" and not (device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
         raise UserError(f"Device '{device}' is not cpu, cuda or cuda:N: pass e.g. --device cuda:0.")
@@ -38,6 +38,8 @@ def calibrate(
         probes.append(host.memory_probe(128 if quick else 512))
     with console.status("collector overhead..."):
         probes += host.overhead_probe(rounds=8 if quick else 30, block=100 if quick else 300)
+    with console.status("CPU energy (RAPL, through Zeus)..."):
+        probes += energy.probe(seconds=1.0 if quick else 3.0)
     if device.startswith("cuda"):
         from tbdkit.calibrate import stack
 

@@ -13,6 +13,7 @@ from tbdkit.cli import (
     artifact,
     bench,
     calibrate,
+    compare,
     data,
     images,
     machine,
@@ -35,6 +36,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "render": render.render, "describe": network.describe, "overhead": network.overhead,
     "doctor": machine.doctor, "setup": machine.setup,
     "calibrate": calibrate.calibrate, "reference": reference.reference,
+    "compare": compare.compare,
 }
 GROUPS: dict[str, typer.Typer] = {"images": images.app, "data": data.app}
 

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from tbdkit import cost
+from tbdkit.cli.common import PriceOpt
 from tbdkit.console import console, err_console
 from tbdkit.paths import default_results_dir, existing_results_dir
 from tbdkit.store import Index
@@ -18,13 +20,14 @@ def report(
     include_disturbed: Annotated[bool, typer.Option(
         "--include-disturbed", help="check the paper's claims on disturbed runs too (foreign load, another GPU "
         "process or throttling in their window); they are always drawn, hollow")] = False,
+    price_per_hour: PriceOpt = None,
 ) -> None:
     """The paper's figures, tables and claim checks for the runs in RESULTS."""
     from tbdkit.report import build_report, claims, runs
     from tbdkit.report.build import disturbed_text
 
     results = existing_results_dir(results or default_results_dir())  # before anything is written
-    html = build_report(results, out, include_disturbed)
+    html = build_report(results, out, include_disturbed, cost.resolve(price_per_hour))
     index = Index(results)
     index.runs()
     for line in index.unreadable:  # damaged runs are left out of the report, and named

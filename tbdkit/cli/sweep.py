@@ -12,9 +12,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from tbdkit import catalog
+from tbdkit import catalog, cost
 from tbdkit.choice import choose_frameworks, resolve_auto_preset, split_list
-from tbdkit.cli.common import CpusOpt, PinOpt, check_cpus
+from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, check_cpus, cost_table
 from tbdkit.console import RunProgress, console, err_console
 from tbdkit.paths import default_results_dir
 from tbdkit.results import files as runfiles
@@ -155,8 +155,10 @@ def sweep(
     results: Annotated[Path, typer.Option("--results", "-r", help="results folder")] = default_results_dir(),
     setup: Annotated[bool, typer.Option("--setup/--no-setup", help="install missing framework stacks first")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the sweep's state as JSON")] = False,
+    price_per_hour: PriceOpt = None,
 ) -> None:
     """Run MODEL over a grid of frameworks x precisions x batch sizes (x repeats); rerun to resume."""
+    prices = cost.resolve(price_per_hour)  # a wrong price is said before anything runs
     m = catalog.get(model)
     if preset == "auto":  # every framework of the sweep is asked whether it sees a GPU
         wanted = split_list(frameworks)
@@ -196,9 +198,25 @@ def sweep(
         print(json.dumps(state, indent=2))
     else:
         console.print(grid_table(state, m.throughput_unit))
+        if prices is not None:
+            console.print(cost_table(_ok_summaries(state, spec.results), spec.results, prices))
         console.print(f"sweep state: {spec.state_dir() / runfiles.SWEEP_STATE}", highlight=False)
     statuses = {p["status"] for p in state["points"].values()}
     raise typer.Exit(0 if statuses <= set(MEASURED) else 130 if "interrupted" in statuses else 1)
+
+
+def _ok_summaries(state: dict[str, Any], results: Path) -> list[dict[str, Any]]:
+    """The summaries of the sweep's points that finished ok, in grid order."""
+    from tbdkit.results import summary as summaries
+
+    out = []
+    for p in state["points"].values():
+        if p.get("status") == "ok" and p.get("run_id"):
+            try:
+                out.append(summaries.read(results / p["run_id"]))
+            except (OSError, summaries.Unreadable):
+                continue
+    return out
 
 
 def run_sweep(spec: SweepSpec, unit: str, quiet_stdout: bool = False) -> dict[str, Any]:

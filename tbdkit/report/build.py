@@ -16,8 +16,10 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from tbdkit import __version__
+from tbdkit.cost import Prices
 from tbdkit.errors import UserError
-from tbdkit.report import claims, figures, tables
+from tbdkit.paths import workloads_dir
+from tbdkit.report import claims, energy_cost, figures, tables
 from tbdkit.report import runs as runs_mod
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -29,7 +31,8 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def build_report(results_dir: Path, out_dir: Path, include_disturbed: bool = False) -> Path:
+def build_report(results_dir: Path, out_dir: Path, include_disturbed: bool = False,
+                 prices: Prices | None = None) -> Path:
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     if not results_dir.is_dir():
         raise UserError(f"No results folder at {results_dir}: pass the folder `tbdkit bench --results` wrote to.")
@@ -55,6 +58,7 @@ def build_report(results_dir: Path, out_dir: Path, include_disturbed: bool = Fal
         "paper_tables": tables.paper_kernel_tables(),
         "memory_header": tables.MEMORY_HEADER, "memory_rows": tables.memory_rows(runs),
         "env_header": tables.ENV_HEADER, "env_rows": tables.environment_rows(runs),
+        **energy_cost.context(runs, prices, workloads_dir()),
     }
     jinja = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]))
     html = out_dir / "report.html"
@@ -107,6 +111,13 @@ def _markdown(ctx: dict, drawn: list[figures.Result]) -> str:
         else:
             parts.append(f"*{f.title}:* not drawn — {f.reason}.\n")
     parts += ["## Runs\n", tables.md_table(ctx["run_header"], ctx["run_rows"]), ""]
+    parts += ["## Energy over the sample window\n", tables.md_table(ctx["energy_header"], ctx["energy_rows"]), "",
+              *[f"{n}  " for n in ctx["energy_notes"]], ""]
+    parts.append("## Cost\n")
+    parts += [tables.md_table(ctx["cost_header"], ctx["cost_rows"]) if ctx["cost_rows"] else ctx["cost_missing"], ""]
+    parts.append("## Comparison with the committed reference results\n")
+    parts += [tables.md_table(ctx["comparison_header"], ctx["comparison_rows"]) if ctx["comparison_rows"]
+              else ctx["comparison_missing"], ""]
     parts.append("## Kernels: the longest below average FP32 utilization (paper Tables V/VI)\n")
     if ctx["kernel_missing"]:
         parts.append(f"Not measured here: {ctx['kernel_missing']}.\n")

@@ -129,6 +129,14 @@ def throughput_vs_batch(runs: list[Run]) -> Result:
         {"throughput": "-"}, lambda r: f"throughput ({r.unit})")
 
 
+def samples_per_kj_vs_batch(runs: list[Run]) -> Result:
+    return _lines_vs_batch(
+        runs, "energy_samples_per_kj", "Samples per kJ vs mini-batch size (beside Fig. 4's throughput)",
+        "Samples trained per kilojoule of the training device's energy over the sample window (Zeus: NVML's energy "
+        "counter on GPUs, RAPL on CPUs). Mean over repeats.",
+        {"samples_per_kj": "-"}, lambda r: f"samples per kJ ({r.metric_entry('samples_per_kj').get('unit') or ''})")
+
+
 def gpu_utilization_vs_batch(runs: list[Run]) -> Result:
     return _lines_vs_batch(
         runs, "fig5_gpu_utilization", "GPU compute utilization vs mini-batch size (paper Fig. 5)",
@@ -316,8 +324,8 @@ def training_curves(runs: list[Run]) -> Result:
 
 
 ALL: tuple[Callable[[list[Run]], Result], ...] = (
-    training_curves, throughput_vs_batch, gpu_utilization_vs_batch, fp32_utilization_vs_batch, across_devices,
-    memory_breakdown, scaling)
+    training_curves, throughput_vs_batch, samples_per_kj_vs_batch, gpu_utilization_vs_batch, fp32_utilization_vs_batch,
+    across_devices, memory_breakdown, scaling)
 
 
 def draw(runs: list[Run], out_dir: Path) -> list[Result]:
