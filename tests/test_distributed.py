@@ -51,7 +51,7 @@ def test_spec_rules_for_several_workers():
     assert specs.build(model="resnet50", batch_size=2, gpus_per_node=4).world_size == 4
     with pytest.raises(UserError, match="--launcher netns"):
         specs.build(model="resnet50", batch_size=2, nodes=2)
-    with pytest.raises(UserError, match="pytorch only"):
+    with pytest.raises(UserError, match="data-parallel TensorFlow"):
         specs.build(model="deepspeech2", framework="tensorflow", batch_size=2, gpus_per_node=2)
     with pytest.raises(UserError, match="tc rate"):
         specs.build(model="resnet50", batch_size=2, nodes=2, launcher="netns", link_rate="fast")

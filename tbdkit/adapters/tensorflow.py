@@ -116,7 +116,7 @@ class TensorFlowAdapter:
         # A tf.function inside strategy.run may not hold a synchronization point (the optimizer's
         # all-reduce): the workload's compiled step runs as plain Python, traced into this one.
         compiled = getattr(self.training, "step", None)
-        if hasattr(compiled, "python_function"):
+        if compiled is not None and hasattr(compiled, "python_function"):
             self.training.step = compiled.python_function
 
         @tf.function

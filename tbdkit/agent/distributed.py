@@ -71,26 +71,16 @@ class WithControl:
         self.sync = sync
         self.control = Control(worker.rank, worker.world_size, (worker.master_addr, worker.master_port),
                                bytes.fromhex(env[CONTROL_KEY_ENV]))
-
-    @property
-    def backend(self) -> str | None:
-        return self.sync.backend
-
-    @property
-    def comm(self) -> Any:
-        return self.sync.comm
-
-    @property
-    def comm_reason(self) -> str | None:
-        return self.sync.comm_reason
-
-    @property
-    def comm_method(self) -> str:
-        return f"time in the gradient exchange of {self.sync.backend}"
+        self.backend: str | None = sync.backend
+        self.comm: Any = sync.comm
+        self.comm_reason: str | None = sync.comm_reason
+        self.comm_method = "time in the framework's gradient exchange"
 
     def join(self, world_size: int) -> None:
         self.control.join()
         self.sync.join(world_size)
+        self.backend, self.comm = self.sync.backend, self.sync.comm  # known once joined
+        self.comm_method = f"time in the gradient exchange of {self.backend}"
 
     def agree(self, flags: list[bool]) -> list[bool]:
         return self.control.agree(flags)
