@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tbdkit import render, spec as specs
+from tbdkit import render
+from tbdkit import spec as specs
 from tbdkit.errors import UserError
 from tbdkit.launch.node import node_roles
 
@@ -50,7 +51,7 @@ def test_kubernetes_manifest_validates_and_gives_each_pod_its_role(tmp_path, fra
     assert proc.returncode == 0 and (proc.stdout + proc.stderr).count("passed") == len(docs), proc.stdout + proc.stderr
     service = next(d for d in docs if d["kind"] == "Service")
     envs: dict[str, dict[str, str]] = {}
-    for name, j in jobs.items():
+    for j in jobs.values():
         pod = j["spec"]["template"]
         assert pod["metadata"]["labels"] == service["spec"]["selector"]  # every pod has a DNS name under the Service
         (container,) = pod["spec"]["containers"]
