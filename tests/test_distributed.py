@@ -20,8 +20,9 @@ FAST = ["--model", "resnet50", "--framework", "pytorch", "--preset", "smoke", "-
         "--max-warmup-s", "3", "--max-measure-s", "6", "--json"]
 
 
-def bench(results: Path, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict | None]:
-    proc = subprocess.run([sys.executable, "-m", "tbdkit.cli", "bench", *FAST, "--results", str(results), *args],
+def bench(results: Path, *args: str, env: dict | None = None,
+          base: list[str] = FAST) -> tuple[subprocess.CompletedProcess, dict | None]:
+    proc = subprocess.run([sys.executable, "-m", "tbdkit.cli", "bench", *base, "--results", str(results), *args],
                           capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
     try:
         (summary,) = json.loads(proc.stdout)

@@ -5,28 +5,19 @@ and server), two "machines" as network namespaces for MXNet, and a worker that d
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.test_distributed import agents_running, namespaces, needs_root
+from tests.test_distributed import FAST, agents_running, bench, namespaces, needs_root
 
 PAPER_CELLS = {"tensorflow": "inception_v3", "mxnet": "resnet50"}
 
 
 def run(results: Path, framework: str, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict | None]:
-    proc = subprocess.run([sys.executable, "-m", "tbdkit.cli", "bench", "--model", PAPER_CELLS[framework], "--framework",
-                           framework, "--preset", "smoke", "--device", "cpu", "--batch", "2", "--max-warmup-s", "3",
-                           "--max-measure-s", "6", "--json", "--results", str(results), *args],
-                          capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
-    try:
-        (summary,) = json.loads(proc.stdout)
-    except (json.JSONDecodeError, ValueError):
-        summary = None
-    return proc, summary
+    base = ["--model", PAPER_CELLS[framework], "--framework", framework, *FAST[4:]]
+    return bench(results, *args, env=env, base=base)
 
 
 def same_job(s: dict, results: Path, workers: int, backend: str) -> None:

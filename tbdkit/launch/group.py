@@ -150,14 +150,15 @@ def _wait(proc: subprocess.Popen[str], timeout: float) -> int:
         return proc.wait()
 
 
-def _end(proc: subprocess.Popen[str]) -> None:
+def _end(proc: subprocess.Popen[str], grace_s: float = 10.0) -> None:
+    """SIGTERM to the process's group, SIGKILL after `grace_s` (as tbdkit.launch.native.end_group,
+    not imported: native starts this module's jobs)."""
     if proc.poll() is not None:
         return
     _signal(proc, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    if proc.poll() is None:
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
         _signal(proc, signal.SIGKILL)
         proc.wait()
 
