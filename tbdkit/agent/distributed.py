@@ -1,6 +1,7 @@
-"""The agent as one worker of a data-parallel job started by torchrun (paper Sec. IV-E).
+"""The agent as one worker of a data-parallel job (paper Sec. IV-E), started by torchrun for
+PyTorch, by tbdkit.launch.roles' processes for TensorFlow and MXNet.
 
-torchrun gives every worker RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK (its node) and the
+Either gives every worker RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK (its node) and the
 rendezvous address. Rank 0 writes the run directory as a single-worker run does, plus the
 job's aggregate metrics; every other worker writes its own iterations and summary under
 workers/rank<N>/. The framework half (the process group, DistributedDataParallel) is the
