@@ -129,6 +129,7 @@ class MXNetAdapter:
         self.workload = workload
         self.training = workload.build(hp, self.ctx)
         self.precision.prepare_trainer(self.training.trainer)
+        self.kvstore: Any = None  # a data-parallel job's dist_sync kvstore, once joined
 
     def join(self, world_size: int) -> None:
         """Join the parameter-server job the launcher set up (DMLC_* environment: scheduler, servers,
@@ -234,7 +235,7 @@ class MXNetAdapter:
             "device_name": "cpu" if self.cuda_index is None else f"gpu({self.cuda_index})",
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "math_mode": self.precision.describe(),
-            "kvstore": getattr(getattr(self, "kvstore", None), "type", None),
+            "kvstore": self.kvstore.type if self.kvstore is not None else None,
         }
         if self.cuda_index is not None:
             # MXNet exposes no UUID or PCI address: the driver API names the physical GPU of its CUDA ordinal.
