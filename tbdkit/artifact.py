@@ -42,6 +42,7 @@ from tbdkit.errors import UserError
 from tbdkit.paths import KIT_ROOT, venvs_dir
 from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
+from tbdkit.results.summary import MEASURED
 
 PREFIX = "tbdkit-artifact"
 FORMAT = "tbdkit-artifact/1"
@@ -458,7 +459,7 @@ def compare(recorded: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
             continue
         ratio = new_v / old_v if old_v not in (None, 0.0) and new_v is not None else None
         reason = None if ratio is not None else (
-            "the new run did not finish ok" if new.get("status") != "ok" else
+            "the new run did not finish ok" if new.get("status") not in MEASURED else
             "no number in the recorded run" if old_v is None else
             "no number in the new run" if new_v is None else "the recorded value is 0")
         ratios[metric] = {"recorded": old_v, "new": new_v, "unit": unit, "ratio": ratio, "reason": reason,
@@ -488,7 +489,7 @@ def run_verdict(point: dict[str, Any], recorded_device: str, new_device: str) ->
     recorded within 1 ± the tolerance of ARTIFACT.md (artifact_doc.tolerance: the two 95% intervals
     overlap, at least 2%). Where `tbdkit compare` is present, its ratio and CI replace this rule:
     `point["metrics"]["throughput"]` holds the recorded and new values and CIs it needs."""
-    if point.get("new_status") != "ok":
+    if point.get("new_status") not in MEASURED:
         return {"verdict": NOT_REPRODUCED, "reason": f"the new run ended {point.get('new_status')}"}
     if recorded_device != new_device:
         return {"verdict": NOT_COMPARABLE, "reason": f"different device: recorded on {recorded_device}, "

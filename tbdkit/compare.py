@@ -29,6 +29,7 @@ from tbdkit.errors import UserError
 from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
 from tbdkit.results.sink import read_json
+from tbdkit.results.summary import MEASURED
 
 FASTER, SLOWER, SAME = "faster", "slower", "same within noise"
 POWER = 0.80
@@ -111,7 +112,7 @@ def load(run_dir: Path) -> Side:
                         "(`tbdkit runs` lists them).") from None
     except summaries.Unreadable as exc:
         raise UserError(f"{exc}: compare another run.") from None
-    if summary.get("status") != "ok":
+    if summary.get("status") not in MEASURED:
         raise UserError(f"{run_dir.name} ended {summary.get('status')!r}, not ok: only finished runs have a throughput "
                         "to compare.")
     thr = ((summary.get("metrics") or {}).get("throughput") or {})
@@ -169,7 +170,16 @@ class Comparison:
                 f"delta method on the log ratio, Welch-Satterthwaite dof {self.dof}; detectable: the difference a "
                 f"two-sided {1 - LEVEL:.0%} test finds with {POWER:.0%} power. A: {self.a.source}; B: {self.b.source}")
 
+    def disturbed(self) -> str:
+        """'' or which side ended `disturbed` (its numbers are kept, its noise may not be the machine's own)."""
+        notes = [f"{name} was disturbed ({'; '.join(side.summary.get('disturbed_reasons') or []) or 'no reason recorded'})"
+                 for name, side in (("A", self.a), ("B", self.b)) if side.summary.get("status") == "disturbed"]
+        return "; ".join(notes)
+
     def sentence(self) -> str:
+        return self._verdict() + (f". Note: {self.disturbed()}" if self.disturbed() else "")
+
+    def _verdict(self) -> str:
         change = f"{self.ratio - 1:+.1%}"
         ci = f"95% CI {self.low:.3f}-{self.high:.3f}"
         detect = f"the data could detect a difference of about {self.detectable:.1%}"

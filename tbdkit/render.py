@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import secrets
 import shlex
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import yaml
 
 from tbdkit import images
 from tbdkit.errors import UserError
+from tbdkit.launch.node import PORT as NODE_PORT
 from tbdkit.oci import validate_image_reference
 from tbdkit.results import files as runfiles
 from tbdkit.spec import RunSpec
@@ -56,6 +58,9 @@ def job_name(spec: RunSpec) -> str:
 
 def render(spec: RunSpec, target: str, *, image: str | None = None, results: str = "results",
            python: str = "python", run_id: str | None = None) -> str:
+    if target == "torchrun" and spec.framework != "pytorch":
+        raise UserError(f"The torchrun target is PyTorch's; a {spec.framework} job renders for --target slurm, "
+                        "k8s or compose (each node runs `python -m tbdkit.launch.node`).")
     image = validate_image_reference(image or images.image_ref(spec.framework))
     run_id = run_id or job_name(spec)
     if not _RUN_ID.fullmatch(run_id):
@@ -68,6 +73,8 @@ def render(spec: RunSpec, target: str, *, image: str | None = None, results: str
         # json.dumps escapes every control and non-ASCII character: each line of it is safe in a YAML block
         "spec_json": json.dumps(spec.model_dump(), indent=2), "cpus_per_task": 8 * spec.gpus_per_node,
         "time_limit": "01:00:00",
+        # TensorFlow and MXNet jobs: the workers' control-channel key, fresh for each rendered file
+        "control_key": secrets.token_hex(16), "port": NODE_PORT,
     }
     return _env().get_template(TEMPLATES[target]).render(**values)
 

@@ -11,6 +11,7 @@ from typing import Any
 from tbdkit.metric import metric
 from tbdkit.results import files as runfiles
 from tbdkit.results.rundir import RunDir
+from tbdkit.results.summary import MEASURED
 from tbdkit.store import Index
 
 
@@ -19,11 +20,11 @@ def add_scaling_efficiency(run_dir: Path, index: Index) -> dict[str, Any]:
     rd = RunDir(run_dir)
     summary = rd.read_json(runfiles.SUMMARY)
     world = int(summary.get("world_size") or 1)
-    if world <= 1 or summary.get("status") != "ok":
+    if world <= 1 or summary.get("status") not in MEASURED:
         return summary
     aggregate = ((summary.get("metrics") or {}).get("aggregate_throughput") or {}).get("value")
-    singles = [r for r in index.runs(model=summary["model"], status="ok")
-               if r["framework"] == summary["framework"] and r["batch_size"] == summary["batch_size"]
+    singles = [r for r in index.runs(model=summary["model"]) if r["status"] in MEASURED
+               and r["framework"] == summary["framework"] and r["batch_size"] == summary["batch_size"]
                and r["precision"] == summary["precision"] and r["device"] == summary.get("device")
                and (r.get("world_size") or 1) == 1 and r.get("throughput")]
     unit = "%"
@@ -35,7 +36,7 @@ def add_scaling_efficiency(run_dir: Path, index: Index) -> dict[str, Any]:
     else:
         single = max(singles, key=lambda r: r["started_utc"] or "")
         value = metric(100.0 * aggregate / (world * single["throughput"]), unit, rule, baseline_run=single["run_id"],
-                       baseline_throughput=single["throughput"])
+                       baseline_throughput=single["throughput"], baseline_status=single["status"])
     summary.setdefault("metrics", {})["scaling_efficiency"] = value
     rd.write_json(runfiles.SUMMARY, summary)
     return summary

@@ -26,6 +26,11 @@ _DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 SEED_MAX = 2**31 - 1
 
 
+# The models whose TensorFlow step divides its loss by the replicas (workloads/_shared/keras_classifier.py),
+# so that the strategy's summed gradients are their mean: the paper's Fig. 9 cells and ResNet-50.
+TF_DATA_PARALLEL_MODELS = frozenset({"inception_v3", "resnet50"})
+
+
 class MeasurePolicy(BaseModel):
     """How warm-up is detected and when the sample window stops.
 
@@ -83,6 +88,7 @@ class RunSpec(BaseModel):
                            "kernel trace on CUDA (tbdkit.agent.analysis), in extra iterations outside it")
     # Data parallelism (paper Sec. IV-E): the per-worker mini-batch is batch_size, fixed; the
     # global batch grows with nodes x gpus_per_node. On CPUs a "GPU" is a worker process.
+    # PyTorch: DDP through torchrun; TensorFlow: MultiWorkerMirroredStrategy; MXNet: kvstore dist_sync.
     nodes: int = Field(1, ge=1, le=64)
     gpus_per_node: int = Field(1, ge=1, le=64)
     link_rate: str | None = Field(None, description="shape each node's link to this rate with tc (netns launcher), e.g. 1gbit")
@@ -104,11 +110,13 @@ class RunSpec(BaseModel):
 
     @model_validator(mode="after")
     def _distributed(self) -> RunSpec:
-        if self.world_size > 1 and self.framework != "pytorch":
-            raise ValueError(f"framework: runs with several workers exist for pytorch only (DistributedDataParallel "
-                             f"through torchrun); {self.framework} is not built yet: use --nodes 1 --gpus-per-node 1")
+        only = TF_DATA_PARALLEL_MODELS if self.framework == "tensorflow" else None
+        if self.world_size > 1 and only is not None and self.model not in only:
+            raise ValueError(f"model: data-parallel TensorFlow (MultiWorkerMirroredStrategy) is built for "
+                             f"{', '.join(sorted(only))}, whose shared training step averages the replicas' gradients; "
+                             f"run {self.model} with --framework pytorch or mxnet, or with --nodes 1 --gpus-per-node 1")
         if self.world_size > 1 and self.launcher == "docker":
-            raise ValueError("launcher: several workers run natively (torchrun) or over network namespaces "
+            raise ValueError("launcher: several workers run natively (one process each) or over network namespaces "
                              "(--launcher netns); for containers on a cluster use `tbdkit render`")
         if self.nodes > 1 and self.launcher != "netns":
             raise ValueError("launcher: several nodes on this machine need --launcher netns (one network namespace per "

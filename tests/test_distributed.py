@@ -21,8 +21,9 @@ FAST = ["--model", "resnet50", "--framework", "pytorch", "--preset", "smoke", "-
         "--max-warmup-s", "3", "--max-measure-s", "6", "--json"]
 
 
-def bench(results: Path, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict | None]:
-    proc = subprocess.run([sys.executable, "-m", "tbdkit.cli", "bench", *FAST, "--results", str(results), *args],
+def bench(results: Path, *args: str, env: dict | None = None,
+          base: list[str] = FAST) -> tuple[subprocess.CompletedProcess, dict | None]:
+    proc = subprocess.run([sys.executable, "-m", "tbdkit.cli", "bench", *base, "--results", str(results), *args],
                           capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
     try:
         (summary,) = json.loads(proc.stdout)
@@ -52,7 +53,7 @@ def test_spec_rules_for_several_workers():
     assert specs.build(model="resnet50", batch_size=2, gpus_per_node=4).world_size == 4
     with pytest.raises(UserError, match="--launcher netns"):
         specs.build(model="resnet50", batch_size=2, nodes=2)
-    with pytest.raises(UserError, match="pytorch only"):
+    with pytest.raises(UserError, match="data-parallel TensorFlow"):
         specs.build(model="deepspeech2", framework="tensorflow", batch_size=2, gpus_per_node=2)
     with pytest.raises(UserError, match="tc rate"):
         specs.build(model="resnet50", batch_size=2, nodes=2, launcher="netns", link_rate="fast")

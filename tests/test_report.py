@@ -162,3 +162,22 @@ def test_report_html_renders_in_headless_chromium(tmp_path):
     assert problems == []
     assert len(widths) == 6 and all(w > 300 for w in widths), widths
     assert claims_rows == 13 and title.startswith("tbdkit report")
+
+
+def test_fig9_draws_a_panel_per_framework_with_tensorflow_and_mxnet_jobs(tmp_path):
+    """The paper's Fig. 9 cells: Inception-v3 on TensorFlow and ResNet-50 on MXNet, one machine and
+    two over a 1 Gbit/s link; PyTorch's panel says it has no job."""
+    make_run(tmp_path, "inception_v3", "tensorflow", 8, 3.0)
+    make_run(tmp_path, "inception_v3", "tensorflow", 8, 5.0, world_size=2, nodes=2, link_rate="1gbit")
+    make_run(tmp_path, "resnet50", "mxnet", 8, 5.0)
+    make_run(tmp_path, "resnet50", "mxnet", 8, 8.5, world_size=2, nodes=2)
+    drawn = figures.scaling(load(tmp_path))
+    assert isinstance(drawn, figures.Figure)
+    panels = {ax.get_title(): ax for ax in drawn.figure.axes if ax.get_visible()}
+    assert list(panels) == ["pytorch", "tensorflow", "mxnet"]
+    assert panels["pytorch"].get_lines() == [] and "no multi-worker pytorch run" in panels["pytorch"].texts[0].get_text()
+    (tf_line,) = panels["tensorflow"].get_lines()
+    assert list(tf_line.get_xdata()) == [1, 2] and list(tf_line.get_ydata()) == [3.0, 5.0]
+    assert "link 1gbit" in tf_line.get_label()
+    (mx_line,) = panels["mxnet"].get_lines()
+    assert list(mx_line.get_xdata()) == [1, 2] and list(mx_line.get_ydata()) == [5.0, 8.5]

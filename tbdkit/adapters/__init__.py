@@ -81,6 +81,20 @@ class Distributed(Protocol):
     def leave(self) -> None: ...
 
 
+@runtime_checkable
+class ParameterSync(Protocol):
+    """A worker of a data-parallel job whose framework keeps the parameters in sync (TensorFlow's
+    MultiWorkerMirroredStrategy, MXNet's dist_sync kvstore) while the agent's control channel
+    carries the workers' decisions (tbdkit.agent.distributed.WithControl)."""
+
+    backend: str | None
+    comm: Any                # the communication timer (.seconds, .method), or None
+    comm_reason: str | None  # why communication is not timed, where comm is None
+
+    def join(self, world_size: int) -> None: ...
+    def leave(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """One adapter's optional capabilities, each the adapter itself or None where it lacks it."""
@@ -93,6 +107,7 @@ class Capabilities:
     profiler_range: ProfilerRange | None
     inference: Inference | None
     distributed: Distributed | None
+    parameter_sync: ParameterSync | None
 
 
 def capabilities(adapter: Any) -> Capabilities:
@@ -103,7 +118,8 @@ def capabilities(adapter: Any) -> Capabilities:
     return Capabilities(peak_reset=of(PeakReset), memory_breakdown=of(MemoryBreakdown),
                         optimizer_state=of(OptimizerState), flop_count=of(FlopCount),
                         kernel_trace=of(KernelTrace), profiler_range=of(ProfilerRange),
-                        inference=of(Inference), distributed=of(Distributed))
+                        inference=of(Inference), distributed=of(Distributed),
+                        parameter_sync=of(ParameterSync))
 
 
 def load(framework: str, **kwargs: Any) -> Adapter:

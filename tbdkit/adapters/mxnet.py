@@ -119,8 +119,22 @@ def threads_of(threads: tuple[int, int] | None) -> dict[str, Any]:
     return out
 
 
+NO_DIST_KVSTORE = ("this MXNet build has no distributed kvstore (mx.runtime.Features() lacks DIST_KVSTORE), "
+                   "so dist_sync cannot run: use a build with it, such as NGC's MXNet container")
+
+
+def require_dist_kvstore(features: Any) -> None:
+    """Refuse, in one sentence, a data-parallel job on an MXNet built without ps-lite."""
+    if not features.is_enabled("DIST_KVSTORE"):
+        raise RuntimeError(NO_DIST_KVSTORE)
+
+
 class MXNetAdapter:
     framework = "mxnet"
+    backend: str | None = None
+    comm = None  # push and pull run in MXNet's asynchronous engine, overlapped with the backward pass
+    comm_reason = ("the kvstore's push and pull run inside MXNet's asynchronous engine, overlapped with the backward "
+                   "pass; MXNet exposes no timing of them outside its profiler")
 
     def __init__(self, workload: ModuleType, hp: dict[str, Any], device: str, precision: str, seed: int,
                  threads: tuple[int, int] | None = None) -> None:
@@ -132,6 +146,31 @@ class MXNetAdapter:
         self.workload = workload
         self.training = workload.build(hp, self.ctx)
         self.precision.prepare_trainer(self.training.trainer)
+        self.kvstore: Any = None  # a data-parallel job's dist_sync kvstore, once joined
+
+    def join(self, world_size: int) -> None:
+        """Join the parameter-server job the launcher set up (DMLC_* environment: scheduler, servers,
+        workers): every Gluon trainer of the workload pushes its gradients to the servers, which sum them
+        over the workers and run the optimizer (update_on_kvstore), and pulls the weights back. The
+        gradient is rescaled by 1 / workers, so the update is the mean over workers as under DDP."""
+        require_dist_kvstore(mx.runtime.Features())
+        kv = mx.kv.create("dist_sync")  # blocks until every worker and server has met the scheduler
+        if kv.num_workers != world_size:
+            raise RuntimeError(f"the kvstore has {kv.num_workers} workers and the job {world_size}: "
+                               "DMLC_NUM_WORKER must be the job's world size")
+        trainers = [t for t in vars(self.training).values() if isinstance(t, mx.gluon.Trainer)]
+        if not trainers:
+            raise RuntimeError("the workload's training state holds no Gluon Trainer to distribute")
+        for trainer in trainers:  # Trainer's kvstore is made at its first step (MXNet 1.9.1, its last release)
+            if trainer._kv_initialized:
+                raise RuntimeError("a trainer stepped before the job was joined")
+            trainer._kvstore_params["kvstore"] = kv
+            trainer._scale /= world_size
+        self.kvstore = kv
+        self.backend = f"kvstore {kv.type} (parameter server, {world_size} workers)"
+
+    def leave(self) -> None:
+        """Nothing to end here: ps-lite finalizes (a barrier with the scheduler) as the process exits."""
 
     def prepare(self, batch: Any) -> Any:
         return self.workload.to_device(batch, self.ctx)
@@ -214,6 +253,7 @@ class MXNetAdapter:
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "threads": self.threads,
             "math_mode": self.precision.describe(),
+            "kvstore": self.kvstore.type if self.kvstore is not None else None,
         }
         if self.cuda_index is not None:
             # MXNet exposes no UUID or PCI address: the driver API names the physical GPU of its CUDA ordinal.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from types import ModuleType
 from typing import Any
 
@@ -77,12 +79,41 @@ def set_threads(threads: tuple[int, int] | None) -> dict[str, Any]:
     return out
 
 
+def worker_of_job(env: dict[str, str] | None = None) -> int | None:
+    """This process's index among the job's workers when the launcher wrote it a TF_CONFIG naming
+    more than one worker, else None (a single-worker run)."""
+    raw = (os.environ if env is None else env).get("TF_CONFIG")
+    if not raw:
+        return None
+    config = json.loads(raw)
+    workers = config.get("cluster", {}).get("worker", [])
+    return int(config["task"]["index"]) if len(workers) > 1 else None
+
+
+def multi_worker_strategy(on_gpu: bool) -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy over the cluster in TF_CONFIG: NCCL all-reduce between GPUs,
+    RING (TensorFlow's own collective over gRPC) between CPUs. It configures the collective ops
+    of the eager context, so it is made before anything else touches TensorFlow's runtime."""
+    impl = tf.distribute.experimental.CommunicationImplementation
+    options = tf.distribute.experimental.CommunicationOptions(implementation=impl.NCCL if on_gpu else impl.RING)
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
 class TensorFlowAdapter:
     framework = "tensorflow"
+    comm = None  # the all-reduce runs inside the compiled step: TensorFlow exposes no per-collective timing
+    comm_reason = ("MultiWorkerMirroredStrategy's all-reduce runs inside the compiled training step; TensorFlow "
+                   "exposes no timing of its collectives outside a profiler trace")
 
     def __init__(self, workload: ModuleType, hp: dict[str, Any], device: str, precision: str, seed: int,
                  threads: tuple[int, int] | None = None) -> None:
         self.threads = set_threads(threads)
+        self.strategy: tf.distribute.Strategy | None = None
+        self.backend: str | None = None
+        if worker_of_job() is not None:  # one replica per worker process: the launcher gives each one GPU at most
+            on_gpu = device != "cpu" and gpu_probe()[0] > 0
+            self.strategy = multi_worker_strategy(on_gpu)
+            self.backend = "MultiWorkerMirroredStrategy/" + ("NCCL" if on_gpu else "RING")
         keras.utils.set_random_seed(seed)  # Python, NumPy and TensorFlow
         self.tf_device, self.cuda_index = resolve_device(device)
         self.device_label = "cpu" if self.cuda_index is None else f"cuda:{self.cuda_index}"
@@ -91,15 +122,48 @@ class TensorFlowAdapter:
                 tf.config.experimental.set_memory_growth(gpu, True)  # peak memory means what was used
         self.precision = Precision(precision, self.cuda_index is not None)
         self.workload = workload
-        with tf.device(self.tf_device):
+        with self.strategy.scope() if self.strategy is not None else tf.device(self.tf_device):
             self.training = workload.build(hp, self.precision)
+        self._replicated = self._replicated_step() if self.strategy is not None else None
+
+    def _replicated_step(self) -> Any:
+        """The workload's step run by the strategy on this worker's replica (each worker its own batch;
+        the optimizer all-reduces the gradients); this worker's own loss comes back."""
+        strategy = self.strategy
+        assert strategy is not None
+        # A tf.function inside strategy.run may not hold a synchronization point (the optimizer's
+        # all-reduce): the workload's compiled step runs as plain Python, traced into this one.
+        compiled = getattr(self.training, "step", None)
+        if compiled is not None and hasattr(compiled, "python_function"):
+            self.training.step = compiled.python_function
+
+        @tf.function
+        def step(inputs: Any) -> Any:
+            losses = strategy.run(lambda i: self.workload.train_step(self.training, i, self.precision), args=(inputs,))
+            return strategy.experimental_local_results(losses)[0]
+
+        return step
+
+    def join(self, world_size: int) -> None:
+        if self.strategy is None:
+            raise RuntimeError("this TensorFlow worker has no TF_CONFIG naming several workers: start data-parallel "
+                               "jobs through tbdkit's launchers")
+        if self.strategy.num_replicas_in_sync != world_size:
+            raise RuntimeError(f"MultiWorkerMirroredStrategy has {self.strategy.num_replicas_in_sync} replicas and the "
+                               f"job {world_size} workers: give each worker process one GPU (CUDA_VISIBLE_DEVICES) or none")
+
+    def leave(self) -> None:
+        """Nothing to end: the strategy's gRPC server goes with the process."""
 
     def prepare(self, batch: Any) -> Any:
         return self.workload.to_device(batch, self.tf_device)
 
     def step(self, inputs: Any) -> Any:
-        with tf.device(self.tf_device):
-            loss = self.workload.train_step(self.training, inputs, self.precision)
+        if self._replicated is not None:
+            loss = self._replicated(inputs)
+        else:
+            with tf.device(self.tf_device):
+                loss = self.workload.train_step(self.training, inputs, self.precision)
         if self.cuda_index is not None:
             tf.test.experimental.sync_devices()
         return loss
@@ -181,6 +245,7 @@ class TensorFlowAdapter:
             "threads": {**self.threads, "intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
                         "inter_op": tf.config.threading.get_inter_op_parallelism_threads()},
             "math_mode": self.precision.describe(),
+            "distribute_strategy": type(self.strategy).__name__ if self.strategy is not None else None,
         }
         if self.cuda_index is not None:
             details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[self.cuda_index])

@@ -1,6 +1,7 @@
-"""The agent as one worker of a data-parallel job started by torchrun (paper Sec. IV-E).
+"""The agent as one worker of a data-parallel job (paper Sec. IV-E), started by torchrun for
+PyTorch, by tbdkit.launch.roles' processes for TensorFlow and MXNet.
 
-torchrun gives every worker RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK (its node) and the
+Either gives every worker RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK (its node) and the
 rendezvous address. Rank 0 writes the run directory as a single-worker run does, plus the
 job's aggregate metrics; every other worker writes its own iterations and summary under
 workers/rank<N>/. The framework half (the process group, DistributedDataParallel) is the
@@ -18,6 +19,8 @@ from typing import Any
 
 import psutil
 
+from tbdkit.adapters import ParameterSync
+from tbdkit.agent.control import Control
 from tbdkit.metric import metric
 from tbdkit.results.rundir import RunDir
 
@@ -29,6 +32,7 @@ class Worker:
     world_size: int
     node_rank: int
     master_addr: str
+    master_port: int = 29500
 
     @property
     def label(self) -> str:
@@ -48,7 +52,47 @@ def from_env(env: dict[str, str] | None = None) -> Worker | None:
         return None
     return Worker(rank=int(env["RANK"]), local_rank=int(env.get("LOCAL_RANK", "0")),
                   world_size=int(env["WORLD_SIZE"]), node_rank=int(env.get("GROUP_RANK", "0")),
-                  master_addr=env.get("MASTER_ADDR", "127.0.0.1"))
+                  master_addr=env.get("MASTER_ADDR", "127.0.0.1"), master_port=int(env.get("MASTER_PORT", "29500")))
+
+
+CONTROL_KEY_ENV = "TBDKIT_CONTROL_KEY"  # the launcher's secret for the control channel (hex)
+
+
+class WithControl:
+    """The Distributed capability of a framework whose adapter keeps the parameters in sync
+    (ParameterSync: TensorFlow's MultiWorkerMirroredStrategy, MXNet's dist_sync kvstore) while the
+    workers' decisions and results travel over the agent's control channel (tbdkit.agent.control)."""
+
+    def __init__(self, sync: ParameterSync, worker: Worker, env: dict[str, str] | None = None) -> None:
+        env = dict(os.environ if env is None else env)
+        if CONTROL_KEY_ENV not in env:
+            raise RuntimeError(f"{CONTROL_KEY_ENV} is not set: start data-parallel {getattr(sync, 'framework', '')} "
+                               "jobs through tbdkit's launchers (or a file `tbdkit render` wrote)")
+        self.sync = sync
+        self.control = Control(worker.rank, worker.world_size, (worker.master_addr, worker.master_port),
+                               bytes.fromhex(env[CONTROL_KEY_ENV]))
+        self.backend: str | None = sync.backend
+        self.comm: Any = sync.comm
+        self.comm_reason: str | None = sync.comm_reason
+        self.comm_method = "time in the framework's gradient exchange"
+
+    def join(self, world_size: int) -> None:
+        self.control.join()
+        self.sync.join(world_size)
+        self.backend, self.comm = self.sync.backend, self.sync.comm  # known once joined
+        self.comm_method = f"time in the gradient exchange of {self.backend}"
+
+    def agree(self, flags: list[bool]) -> list[bool]:
+        return self.control.agree(flags)
+
+    def gather(self, value: Any) -> list[Any]:
+        return self.control.gather(value)
+
+    def leave(self) -> None:
+        try:
+            self.sync.leave()
+        finally:
+            self.control.leave()
 
 
 def interface_towards(address: str) -> dict[str, Any]:
@@ -70,21 +114,23 @@ def interface_towards(address: str) -> dict[str, Any]:
 
 
 def job_metrics(per_worker: list[float], unit: str, comm_share: list[float | None], window_s: float,
-                comm_timing: str | None = None) -> dict[str, Any]:
+                comm_timing: str | None = None, comm_reason: str | None = None,
+                comm_method: str | None = None) -> dict[str, Any]:
     """Rank 0's metrics over the job: each worker's window throughput, gathered from all of them."""
     n = len(per_worker)
     shares = [c for c in comm_share if c is not None]
+    method = comm_method or ("union of the intervals from each gradient bucket's all-reduce launch to its completion "
+                             "(DDP comm hook)")
     return {
         "aggregate_throughput": metric(sum(per_worker), unit,
                                        f"sum over the {n} workers of each one's window throughput (each trains its own "
-                                       "batches; DDP keeps them in step)", per_worker=[round(v, 6) for v in per_worker]),
+                                       "batches; the framework's data parallelism keeps them in step)", per_worker=[round(v, 6) for v in per_worker]),
         "per_worker_throughput": metric(sum(per_worker) / n, unit, f"mean of the {n} workers' window throughputs",
                                         min=round(min(per_worker), 6), max=round(max(per_worker), 6)),
         "communication_time": metric(
             sum(shares) / len(shares) if shares else None, "%",
-            "union of the intervals from each gradient bucket's all-reduce launch to its completion (DDP comm hook) "
-            f"over the window / window wall time ({window_s:.1f} s), mean over workers; it overlaps the backward pass, "
+            f"{method} over the window / window wall time ({window_s:.1f} s), mean over workers; it overlaps the backward pass, "
             "so it is time in communication, not time added by it",
             **({"timing": comm_timing} if comm_timing else {}),
-            **({} if shares else {"reason": "no worker timed its all-reduces"})),
+            **({} if shares else {"reason": comm_reason or "no worker timed its all-reduces"})),
     }

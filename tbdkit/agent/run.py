@@ -176,9 +176,12 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                                precision=spec.precision, seed=spec.seed, threads=(budget.intra_op, budget.inter_op))
         caps = capabilities(adapter)
         if worker is not None:
-            if caps.distributed is None:
-                raise RuntimeError(f"{spec.framework}: tbdkit runs data-parallel jobs only on PyTorch so far")
-            dist = caps.distributed
+            if caps.distributed is not None:
+                dist = caps.distributed
+            elif caps.parameter_sync is not None:
+                dist = distributed.WithControl(caps.parameter_sync, worker)
+            else:
+                raise RuntimeError(f"{spec.framework}: this adapter cannot run data-parallel jobs")
             dist.join(worker.world_size)
             summary.update(world_size=worker.world_size, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
                            link_rate=spec.link_rate, worker=worker.label)
@@ -234,7 +237,8 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                 gathered = dist.gather((estimate.throughput, comm))
                 summary["metrics"].update(distributed.job_metrics(
                     [g[0] for g in gathered], model.throughput_unit, [g[1] for g in gathered], window_s,
-                    getattr(dist.comm, "method", None)))
+                    getattr(dist.comm, "method", None), getattr(dist, "comm_reason", None),
+                    getattr(dist, "comm_method", None)))
                 # The job's throughput is what all workers train together; rank 0's own estimate stays beside it.
                 summary["metrics"]["worker0_throughput"] = summary["metrics"]["throughput"]
                 summary["metrics"]["throughput"] = {**summary["metrics"]["aggregate_throughput"],

@@ -18,6 +18,7 @@ from tbdkit.errors import UserError
 from tbdkit.paths import default_results_dir, existing_results_dir
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
+from tbdkit.results.summary import MEASURED
 
 SHOWN = 10  # excluded files printed by `tbdkit bundle`; the manifest lists all
 
@@ -96,7 +97,7 @@ def reproduce(
         console.print(ratio_table(points, str(bundle_path)))
         console.print(claims_table(claim_verdicts))
     (err_console if as_json else console).print(f"comparison written to {out}", highlight=False)
-    raise typer.Exit(0 if all(p["new_status"] == "ok" for p in points) and len(points) == len(recorded) else 1)
+    raise typer.Exit(0 if all(p["new_status"] in MEASURED for p in points) and len(points) == len(recorded) else 1)
 
 
 def ratio_table(points: list[dict[str, Any]], title: str) -> Table:

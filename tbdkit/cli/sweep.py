@@ -211,7 +211,7 @@ def _ok_summaries(state: dict[str, Any], results: Path) -> list[dict[str, Any]]:
 
     out = []
     for p in state["points"].values():
-        if p.get("status") == "ok" and p.get("run_id"):
+        if p.get("status") in MEASURED and p.get("run_id"):
             try:
                 out.append(summaries.read(results / p["run_id"]))
             except (OSError, summaries.Unreadable):

@@ -108,7 +108,13 @@ def thread_env(spec: RunSpec) -> dict[str, str]:
 
 
 def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
-    """The agent in the framework stack's virtual environment (the launcher `bench` and sweeps use)."""
+    """The agent in the framework stack's virtual environment (the launcher `bench` and sweeps use);
+    several TensorFlow or MXNet workers as their own processes (tbdkit.launch.group)."""
+    if spec.world_size > 1 and spec.framework != "pytorch":
+        from tbdkit.launch import group
+        from tbdkit.launch.netns import host_gpus
+
+        return group.run(spec, run_dir, on_event, group.local_roles(spec, host_gpus()))
     return NativeLauncher().run(spec, run_dir, on_event)
 
 

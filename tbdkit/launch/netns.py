@@ -18,7 +18,7 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tbdkit import stacks
@@ -147,8 +147,26 @@ def node_command(spec: RunSpec, run_dir: Path, net: Network, node: int, port: in
             "-m", "tbdkit.agent", "--spec", str(RunDir(run_dir).spec), "--run-dir", str(run_dir)]
 
 
+def run_roles(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
+    """A TensorFlow or MXNet job (tbdkit.launch.roles): each role's process in its node's namespace."""
+    from tbdkit.launch import group
+    from tbdkit.launch.roles import roles
+
+    with network(spec.nodes, spec.link_rate) as net:
+        with RunDir(run_dir).log.open("a") as log:
+            log.write(f"# {spec.nodes} nodes as namespaces {', '.join(net.namespaces())}; "
+                      f"10.213.{net.subnet}.0/24; link {spec.link_rate or 'unshaped'}\n")
+        job = roles(spec, [net.addr(n) for n in range(spec.nodes)], group.new_port(), group.new_key(),
+                    group.gpus_for(spec, host_gpus()))
+        job = [replace(r, env={**r.env, "TBDKIT_LAUNCH_NODE": json.dumps({"node": r.node}, separators=(",", ":"))})
+               for r in job]
+        return group.run(spec, run_dir, on_event, job, prefix=lambda role: ["ip", "netns", "exec", net.ns(role.node)])
+
+
 def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
     """Node 0's output drives the progress display and goes to log.txt; node N's to workers/node<N>.log."""
+    if spec.framework != "pytorch":
+        return run_roles(spec, run_dir, on_event)
     rd = RunDir(run_dir)
     rd.workers.mkdir(exist_ok=True)
     procs: list[subprocess.Popen[str]] = []

@@ -36,7 +36,7 @@ def name_failed_workers(run_dir: Path, spec: RunSpec, exit_code: int, summary: d
             codes.setdefault(int(rank), int(code))
     node = {r: r // spec.gpus_per_node for r in range(spec.world_size)}
     if missing:
-        first = missing[0]
+        first = next((r for r in missing if r in codes), missing[0])  # the one that exited, not those ended after it
         code = f"exit code {codes[first]}" if first in codes else "no exit code reported"
         what = f"worker rank {first} (node {node[first]}) died before writing its results ({code})"
     elif failed:
@@ -47,9 +47,9 @@ def name_failed_workers(run_dir: Path, spec: RunSpec, exit_code: int, summary: d
     if summary.get("status") == "interrupted" and not missing and not failed:
         return summary["status"], summary
     logs = ", ".join(str(p.relative_to(run_dir)) for p in rd.worker_logs())
+    who = first if missing else failed[0][0] if failed else None
     summary = {**summary, "status": "failed", "error": f"{what}; every worker's log is kept: {logs}",
-               "failed_worker": {"rank": missing[0] if missing else failed[0][0] if failed else None,
-                                 "node": node[missing[0]] if missing else node[failed[0][0]] if failed else None,
+               "failed_worker": {"rank": who, "node": node[who] if who is not None else None,
                                  "peers_error": summary.get("error")}}
     rd.write_json(runfiles.SUMMARY, summary)
     return "failed", summary

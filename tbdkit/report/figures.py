@@ -251,39 +251,53 @@ def memory_breakdown(runs: list[Run]) -> Result:
                               "a category no run of a panel could measure is named under it (drawn as 0) and its reason is in the tables.", fig)
 
 
+# Fig. 9's frameworks: the paper measured ResNet-50 on MXNet and Inception-v3 on TensorFlow; PyTorch is the kit's own.
+SCALING_FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
+
+
 def scaling(runs: list[Run]) -> Result:
     key, title = "fig9_scaling", "Scaling across workers and machines (paper Fig. 9)"
     multi = [r for r in runs if r.world_size > 1]
     if not multi:
         return Missing(key, title, "no multi-worker run in these results (tbdkit bench --nodes/--gpus-per-node)")
-    # One line per (model, framework, per-worker batch, one machine or several, link): the paper's
-    # Fig. 9 separates GPUs in one machine from machines over a network.
-    # Each line's one-worker point is the like single-worker run (same series but the layout).
+    # A panel per framework, all three always (one without a job says so); in it one line per (model,
+    # per-worker batch, one machine or several, link): the paper's Fig. 9 separates GPUs in one
+    # machine from machines over a network. Each line's one-worker point is the like single-worker
+    # run (same series but the layout).
     groups: dict[tuple, list[Run]] = {}
     for r in multi:
-        groups.setdefault((r.model, r.framework, r.batch_size, r.nodes > 1, r.link_rate or "",
+        groups.setdefault((r.framework, r.model, r.batch_size, r.nodes > 1, r.link_rate or "",
                            *r.series.but("model", "framework", "nodes", "gpus_per_node", "link_rate")), []).append(r)
     singles = {(r.series, r.batch_size): r for r in runs if r.world_size == 1}
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for (model, fw, batch, several, link, *_), rs in sorted(groups.items()):
-        pts = sorted((r.world_size, r.metric("aggregate_throughput") or throughput(r) or 0.0) for r in rs)
-        single = singles.get((rs[0].series._replace(nodes=1, gpus_per_node=1, link_rate=""), batch))
-        if single is not None:
-            pts.insert(0, (1, throughput(single) or 0.0))
-        where = "machines (netns)" if several else "one machine"
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                label=f"{model} {fw} b{batch}/worker, {where}" + (f", link {link}" if link else ""))
-    locator = ax.xaxis.get_major_locator()
-    if isinstance(locator, MaxNLocator):  # the default AutoLocator is one: whole numbers of workers
-        locator.set_params(integer=True)
-    ax.set_xlabel("workers")
+    frameworks = [*SCALING_FRAMEWORKS, *sorted({r.framework for r in multi} - set(SCALING_FRAMEWORKS))]
+    fig, axes = _panels(len(frameworks))
     units = sorted({r.unit for r in multi if r.unit})
-    ax.set_ylabel("aggregate throughput" + (f" ({', '.join(units)})" if units else ""))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title(title, fontsize=10)
+    for ax, framework in zip(axes, frameworks):
+        lines = sorted((k, rs) for k, rs in groups.items() if k[0] == framework)
+        for (_, model, batch, several, link, *_), rs in lines:
+            pts = sorted((r.world_size, r.metric("aggregate_throughput") or throughput(r) or 0.0) for r in rs)
+            single = singles.get((rs[0].series._replace(nodes=1, gpus_per_node=1, link_rate=""), batch))
+            if single is not None:
+                pts.insert(0, (1, throughput(single) or 0.0))
+            where = "machines (netns)" if several else "one machine"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                    label=f"{model} b{batch}/worker, {where}" + (f", link {link}" if link else ""))
+        if lines:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, f"no multi-worker {framework} run", ha="center", va="center", transform=ax.transAxes,
+                    fontsize=8, color="0.4")
+        locator = ax.xaxis.get_major_locator()
+        if isinstance(locator, MaxNLocator):  # the default AutoLocator is one: whole numbers of workers
+            locator.set_params(integer=True)
+        ax.set_xlabel("workers")
+        ax.set_ylabel("aggregate throughput" + (f" ({', '.join(units)})" if units else ""))
+        ax.grid(alpha=0.3)
+        ax.set_title(framework, fontsize=10)
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    return Figure(key, title, "Per-worker mini-batch fixed, global batch grows with the workers (the paper's setup).", fig)
+    return Figure(key, title, "Per-worker mini-batch fixed, global batch grows with the workers (the paper's setup); "
+                              "a panel per framework.", fig)
 
 
 def _curve(run: Run) -> list[tuple[float, float]]:

@@ -33,7 +33,7 @@ RUN_FILES: frozenset[str] = frozenset({SPEC, ENV, ITERATIONS, SAMPLES, SUMMARY, 
                                        CONTAINER_SPEC, CONTAINER_STATE, CONTAINER_LOG, NCU_RAW,
                                        TRACE, PROFILER_TRACE, MLLOG})
 WORKERS = "workers"
-_NODE_LOG = re.compile(r"node[0-9]+\.log")
+_NODE_LOG = re.compile(r"(node|rank|server)[0-9]+\.log|scheduler\.log")  # netns nodes; TF/MXNet roles
 _RANK_DIR = re.compile(r"rank[0-9]+")
 
 SWEEPS = "sweeps"             # results/sweeps/<sweep-id>/

@@ -101,6 +101,10 @@ class RunDir:
         """Node `node`'s own output (the netns launcher's nodes after the first)."""
         return self.workers / f"node{node}.log"
 
+    def role_log(self, role: str) -> Path:
+        """A TensorFlow or MXNet job's process `role` (rank<N>, server<N>, scheduler): its own output."""
+        return self.workers / f"{role}.log"
+
     def rank(self, rank: int) -> RunDir:
         """Where worker `rank` writes: this folder for rank 0, workers/rank<N>/ for the others."""
         return self if rank == 0 else RunDir(self.workers / f"rank{rank}")

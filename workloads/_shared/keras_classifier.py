@@ -46,7 +46,10 @@ def training(model: keras.Model, optimizer: keras.optimizers.Optimizer, hp: dict
             else:
                 loss = cross_entropy(out, labels, smoothing)
             regularized = loss + l2_penalty(model.trainable_variables, decay) if decay else loss
-            scaled = optimizer.scale_loss(regularized)
+            # Under a tf.distribute strategy the optimizer sums the replicas' gradients: each replica's
+            # share makes that sum the mean, as DDP's and MXNet's averaging (1 replica: unchanged).
+            replicas = tf.distribute.get_strategy().num_replicas_in_sync
+            scaled = optimizer.scale_loss(regularized / replicas if replicas > 1 else regularized)
         grads = tape.gradient(scaled, model.trainable_variables)
         optimizer.apply(grads, model.trainable_variables)
         return loss

@@ -1,0 +1,78 @@
+"""Data-parallel TensorFlow and MXNet for real on this machine's CPU, through the CLI: two workers
+as separate processes (MultiWorkerMirroredStrategy over RING; kvstore dist_sync with its scheduler
+and server), two "machines" as network namespaces for MXNet, and a worker that dies."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.test_distributed import FAST, agents_running, bench, namespaces, needs_root
+
+PAPER_CELLS = {"tensorflow": "inception_v3", "mxnet": "resnet50"}
+
+
+def run(results: Path, framework: str, *args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict | None]:
+    base = ["--model", PAPER_CELLS[framework], "--framework", framework, *FAST[4:]]
+    return bench(results, *args, env=env, base=base)
+
+
+def same_job(s: dict, results: Path, workers: int, backend: str) -> None:
+    """The contract PyTorch's jobs keep: rank 0 writes the run folder and the job's metrics,
+    every worker its own summary and log, all of them the same iterations."""
+    assert s["status"] == "ok" and s["world_size"] == workers and s["worker"].startswith("rank 0"), s.get("error")
+    m = s["metrics"]
+    per = m["aggregate_throughput"]["per_worker"]
+    assert len(per) == workers and all(v > 0 for v in per)
+    assert m["throughput"]["value"] == m["aggregate_throughput"]["value"] == pytest.approx(sum(per), rel=1e-4)
+    comm = m["communication_time"]
+    assert comm["value"] is None and comm["reason"]  # neither framework times its collectives outside a profiler
+    assert s["interconnect"]["backend"].startswith(backend)
+    run_dir = results / s["run_id"]
+    rows = [(run_dir / "iterations.csv").read_text().count("\n")]
+    for rank in range(1, workers):
+        own = json.loads((run_dir / "workers" / f"rank{rank}" / "summary.json").read_text())
+        assert own["status"] == "ok" and own["worker"].startswith(f"rank {rank}")
+        assert (run_dir / "workers" / f"rank{rank}.log").is_file()
+        rows.append((run_dir / "workers" / f"rank{rank}" / "iterations.csv").read_text().count("\n"))
+    assert len(set(rows)) == 1, rows  # the workers agreed on every stop
+    assert agents_running(results) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework,backend", [("mxnet", "kvstore dist_sync"),
+                                               ("tensorflow", "MultiWorkerMirroredStrategy/RING")])
+def test_two_workers_on_one_machine(tmp_path, framework, backend):
+    results = tmp_path / "results"
+    proc, s = run(results, framework, "--gpus-per-node", "2")
+    assert proc.returncode == 0 and s is not None, proc.stdout[-2000:] + proc.stderr[-3000:]
+    same_job(s, results, 2, backend)
+    if framework == "mxnet":  # MXNet's scheduler and server logs are kept beside the workers'
+        run_dir = results / s["run_id"]
+        assert (run_dir / "workers" / "scheduler.log").is_file() and (run_dir / "workers" / "server0.log").is_file()
+
+
+@pytest.mark.slow
+def test_mxnet_on_two_namespaces(tmp_path):
+    needs_root()
+    results = tmp_path / "results"
+    proc, s = run(results, "mxnet", "--nodes", "2", "--launcher", "netns", "--link-rate", "1gbit")
+    assert proc.returncode == 0 and s is not None, proc.stdout[-2000:] + proc.stderr[-3000:]
+    same_job(s, results, 2, "kvstore dist_sync")
+    assert s["nodes"] == 2 and s["link_rate"] == "1gbit"
+    assert s["interconnect"]["network"]["interface"].startswith("tb")  # the veth towards node 0, not loopback
+    assert namespaces() == []
+
+
+@pytest.mark.slow
+def test_a_dying_mxnet_worker_ends_the_job_and_is_named(tmp_path):
+    results = tmp_path / "results"
+    proc, s = run(results, "mxnet", "--gpus-per-node", "2", env={"TBDKIT_TEST_KILL_RANK": "1"})
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout, (proc.stdout + proc.stderr)[-3000:]
+    assert s is not None and s["status"] == "failed"
+    assert s["error"].startswith("worker rank 1 (node 0) died before writing its results (exit code 3)"), s["error"]
+    assert "workers/rank1.log" in s["error"] and s["failed_worker"]["rank"] == 1
+    assert agents_running(results) == []
