@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,12 +18,8 @@ from pathlib import Path
 
 from tbdkit import locks
 from tbdkit.errors import UserError
+from tbdkit.installer import uv_binary
 from tbdkit.paths import KIT_ROOT
-
-
-def uv_binary() -> str | None:
-    """uv beside this Python (installed in the same environment), else on PATH."""
-    return shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
 
 
 def compile_command(uv: str, env: locks.LockEnv, out: Path) -> list[str]:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import os
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,9 @@ from tbdkit.paths import KIT_ROOT
 LOCKS_DIR = KIT_ROOT / "locks"
 PLATFORM = "x86_64-manylinux_2_28"   # uv's --python-platform: the Linux x86_64 machines the kit runs on
 DIGEST_LINE = "# inputs-sha256: "
+MARKER = "tbdkit-stack.json"        # an environment's install record (tbdkit.stacks, docker/stack-env.sh)
+# A framework's import name -> its stack, to find the lock of a process that has no install record.
+MODULE_STACKS = {"torch": "pytorch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
 # Installed beside every environment by the tools that make it, never by the lock: not drift.
 TOOLING = frozenset({"pip", "setuptools", "wheel", "tbdkit"})
 
@@ -191,3 +196,21 @@ def state(env: LockEnv, paths: Iterable[str] | None = None, installed_from: str 
         out["note"] = "the lock changed since this environment was installed"
     out["differences"] = differences(pins(data.decode()), installed(paths))
     return out
+
+
+def this_environment(stack: str | None = None) -> dict[str, Any]:
+    """env.json's `lock`: the lock this process's environment was installed from (its install record in
+    sys.prefix, else the stack's native lock, or its image's lock inside a tbdkit image) and how the
+    packages this process sees differ from it; inside an image, that is where NGC's versions differ."""
+    record: dict[str, Any] = {}
+    try:
+        loaded = json.loads((Path(sys.prefix) / MARKER).read_text())
+        record = loaded if isinstance(loaded, dict) else {}
+    except (OSError, ValueError):
+        pass
+    stack = record.get("stack") or stack
+    name = record.get("lock") or (f"{stack}-image" if os.environ.get("TBDKIT_IMAGE") else stack)
+    if name not in ENVS:
+        return {"name": None, "digest": None, "differences": None,
+                "reason": f"no lock for this environment (stack {stack!r}, no install record in {sys.prefix})"}
+    return state(ENVS[name], installed_from=record.get("requirements_digest"))
