@@ -175,3 +175,57 @@ def test_each_installed_stack_holds_exactly_its_lock(name: str) -> None:
     drift = stacks.drift(name)
     assert drift == [], (f"the {name} stack in {stacks.venv_path(name)} differs from its lock: "
                          f"{doctor.drift_text(drift or [], shown=50)}; run `tbdkit setup {name} --force`")
+
+
+# ------------------------------------------------ bundles carry the locks; reproduce checks them
+
+def _bundle_of_one_mxnet_run(tmp_path: Path) -> Path:
+    from tbdkit import artifact
+
+    run = tmp_path / "results" / "r1"
+    run.mkdir(parents=True)
+    (run / "spec.json").write_text(json.dumps({"model": "resnet50", "framework": "mxnet", "batch_size": 2}))
+    (run / "summary.json").write_text(json.dumps({"run_id": "r1", "status": "ok", "model": "resnet50",
+                                                  "framework": "mxnet", "batch_size": 2}))
+    lock = locks.state(locks.get("mxnet"), paths=[])
+    (run / "env.json").write_text(json.dumps({"lock": lock}))
+    out = tmp_path / "a.tar.gz"
+    artifact.bundle(tmp_path / "results", out)
+    return out
+
+
+def test_a_bundle_carries_the_lock_its_runs_were_made_on_and_reproduce_checks_it(tmp_path, monkeypatch) -> None:
+    from typer.testing import CliRunner
+
+    from tbdkit import artifact, run_list
+    from tbdkit.cli import app
+
+    bundle = _bundle_of_one_mxnet_run(tmp_path)
+    manifest, files = artifact.read(bundle)
+    lock_file = locks.get("mxnet").file
+    assert files["locks/mxnet-py311.txt"] == lock_file.read_bytes()
+    assert manifest["locks"]["locks/mxnet-py311.txt"]["digest"] == locks.digest(lock_file)
+    assert artifact.lock_mismatches(files, ["r1"]) == []
+    # this kit's mxnet lock moves on: numpy pinned elsewhere
+    text = lock_file.read_text()
+    numpy = locks.pins(text)["numpy"]
+    _fake_lock(monkeypatch, tmp_path, text.replace(f"numpy=={numpy} ", "numpy==1.23.4 "))
+    (mismatch,) = artifact.lock_mismatches(files, ["r1"])
+    assert mismatch["lock"] == "mxnet" and mismatch["recorded_digest"] != mismatch["digest_here"]
+    assert mismatch["differences"] == [{"package": "numpy", "recorded": numpy, "here": "1.23.4"}]
+    ran: list[object] = []
+
+    def fake_run_all(specs, results, unit, quiet_stdout=False):
+        ran.append(specs)
+        return [{"run_id": "new", "status": "ok", "metrics": {}}]
+
+    monkeypatch.setattr(run_list, "run_all", fake_run_all)
+    refused = CliRunner().invoke(app, ["reproduce", str(bundle), "--results", str(tmp_path / "new")])
+    assert refused.exit_code == 2 and ran == []  # a UserError: one sentence, exit 2
+    assert "another lock" in refused.output and f"numpy {numpy} -> 1.23.4" in refused.output
+    assert "--force" in refused.output and "Traceback" not in refused.output
+    forced = CliRunner().invoke(app, ["reproduce", str(bundle), "--results", str(tmp_path / "new"), "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert len(ran) == 1 and f"numpy {numpy} -> 1.23.4" in forced.output
+    (report,) = (tmp_path / "new").glob("reproduce-*.json")
+    assert json.loads(report.read_text())["lock_mismatches"][0]["differences"] == mismatch["differences"]
