@@ -192,8 +192,14 @@ def state(env: LockEnv, paths: Iterable[str] | None = None, installed_from: str 
                 "reason": f"the lock is not in this kit ({exc.strerror or exc}); run `make lock`"}
     out["digest"] = _digest(data)
     out["installed_from_digest"] = installed_from
+    notes = []
     if installed_from is not None and installed_from != out["digest"]:
-        out["note"] = "the lock changed since this environment was installed"
+        notes.append("the lock changed since this environment was installed")
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if paths is None and here != env.python:
+        notes.append(f"this Python is {here}; the lock is for {env.python}")
+    if notes:
+        out["note"] = "; ".join(notes)
     out["differences"] = differences(pins(data.decode()), installed(paths))
     return out
 
@@ -213,4 +219,4 @@ def this_environment(stack: str | None = None) -> dict[str, Any]:
     if name not in ENVS:
         return {"name": None, "digest": None, "differences": None,
                 "reason": f"no lock for this environment (stack {stack!r}, no install record in {sys.prefix})"}
-    return state(ENVS[name], installed_from=record.get("requirements_digest"))
+    return state(ENVS[name], installed_from=record.get("lock_digest") or record.get("requirements_digest"))

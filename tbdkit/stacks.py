@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import subprocess
-import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,14 +132,16 @@ def setup(name: str, log_path: Path | None = None, force: bool = False, how: str
     _check_disk(stack, env_dir)
     (env_dir / MARKER).unlink(missing_ok=True)
     with log_path.open("w") as log:
-        steps = [[sys.executable, "-m", "venv", str(env_dir)],
+        steps = [installer.venv_command(tool, uv, env_dir),
                  *installer.commands(tool, uv, python_of(name), lock.file, KIT_ROOT)]
         for cmd in steps:
             # pip gets a second try: a file index or a registry can fail once and then answer.
             for attempt in (1, 2) if "pip" in cmd else (1,):
                 log.write("$ " + " ".join(cmd) + "\n")
                 log.flush()
+                start = time.monotonic()
                 proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=_clean_env())
+                log.write(f"# {time.monotonic() - start:.1f} s\n")
                 if proc.returncode == 0:
                     break
                 log.write(f"# exit {proc.returncode} (attempt {attempt})\n")
@@ -152,7 +154,7 @@ def setup(name: str, log_path: Path | None = None, force: bool = False, how: str
                 )
         extra = installer.beyond_lock(lock_text, env_dir)
         if extra:  # pip installs what it is told and removes nothing: the rest of a sync
-            cmd = [str(python_of(name)), "-m", "pip", "uninstall", "--disable-pip-version-check", "-y", *extra]
+            cmd = installer.remove_command(tool, uv, python_of(name), extra)
             log.write("$ " + " ".join(cmd) + "\n")
             log.flush()
             subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=_clean_env())
@@ -166,7 +168,7 @@ def setup(name: str, log_path: Path | None = None, force: bool = False, how: str
         "python": str(python_of(name)),
         "kit_root": str(KIT_ROOT),
         "requirements_digest": _requirements_digest(stack),
-        "lock": lock.name, "lock_file": f"locks/{lock.file.name}",
+        "lock": lock.name, "lock_file": f"locks/{lock.file.name}", "lock_digest": locks.digest(lock.file),
         "installer": installer.version(tool, uv, python_of(name)),
         "differences": locks.differences(locks.pins(lock_text), locks.installed(locks.site_packages(env_dir))),
     }
