@@ -294,10 +294,9 @@ def framework_check(name: str) -> Check:
         current = stacks.is_current(name)
     except Exception:
         current = True
+    lock_name = stacks.lock_of(stack).file.name
     if not current:
-        detail += f"; its lock ({stacks.lock_of(stack).file.name}) changed since it was installed"
-        return Check("frameworks", check_name, True, detail,
-                     f"run `tbdkit setup {name}` to bring it up to date")
+        detail += f"; its lock ({lock_name}) changed since it was installed"
     try:
         drift = stacks.drift(name) or []
     except Exception as exc:
@@ -305,9 +304,11 @@ def framework_check(name: str) -> Check:
                      f"{_exc_text(exc)}", f"run `tbdkit setup {name} --force`")
     if drift:
         return Check("frameworks", check_name, False,
-                     f"{detail}; {len(drift)} package(s) differ from {stacks.lock_of(stack).file.name}: "
-                     f"{drift_text(drift)}", f"run `tbdkit setup {name} --force` (reinstalls it from its lock)")
-    return Check("frameworks", check_name, True, detail + f"; matches {stacks.lock_of(stack).file.name}", None)
+                     f"{detail}; {len(drift)} package(s) differ from {lock_name}: {drift_text(drift)}",
+                     f"run `tbdkit setup {name} --force` (reinstalls it from its lock)")
+    if not current:
+        return Check("frameworks", check_name, True, detail, f"run `tbdkit setup {name}` to bring it up to date")
+    return Check("frameworks", check_name, True, detail + f"; matches {lock_name}", None)
 
 
 def drift_text(drift: list[dict[str, str | None]], shown: int = 5) -> str:
