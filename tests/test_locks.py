@@ -229,3 +229,14 @@ def test_a_bundle_carries_the_lock_its_runs_were_made_on_and_reproduce_checks_it
     assert len(ran) == 1 and f"numpy {numpy} -> 1.23.4" in forced.output
     (report,) = (tmp_path / "new").glob("reproduce-*.json")
     assert json.loads(report.read_text())["lock_mismatches"][0]["differences"] == mismatch["differences"]
+
+
+def test_the_makefile_installs_the_kit_from_its_lock_and_regenerates_the_locks() -> None:
+    import re
+
+    makefile = (KIT_ROOT / "Makefile").read_text()
+    (kit_lock,) = re.findall(r"^KIT_LOCK := (\S+)$", makefile, flags=re.M)
+    assert KIT_ROOT / kit_lock == locks.get("kit-test").file
+    recipe = makefile.split("$(KIT_STAMP): pyproject.toml $(KIT_LOCK)\n", 1)[1].split("\n\n", 1)[0]
+    assert "--require-hashes --no-deps -r $(KIT_LOCK)" in recipe and "--no-deps -e ." in recipe
+    assert "\nlock: $(KIT_STAMP)\n\t$(VENV)/bin/python -m tbdkit.lockgen\n" in makefile
