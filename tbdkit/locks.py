@@ -219,4 +219,7 @@ def this_environment(stack: str | None = None) -> dict[str, Any]:
     if name not in ENVS:
         return {"name": None, "digest": None, "differences": None,
                 "reason": f"no lock for this environment (stack {stack!r}, no install record in {sys.prefix})"}
-    return state(ENVS[name], installed_from=record.get("lock_digest") or record.get("requirements_digest"))
+    # records written since the locks name the lock's digest (None: an image installed from ranges); older
+    # native records only the requirements digest, which was then the lock's
+    installed_from = record.get("lock_digest") if "lock_digest" in record else record.get("requirements_digest")
+    return state(ENVS[name], installed_from=installed_from)

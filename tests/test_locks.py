@@ -240,3 +240,13 @@ def test_the_makefile_installs_the_kit_from_its_lock_and_regenerates_the_locks()
     recipe = makefile.split("$(KIT_STAMP): pyproject.toml $(KIT_LOCK)\n", 1)[1].split("\n\n", 1)[0]
     assert "--require-hashes --no-deps -r $(KIT_LOCK)" in recipe and "--no-deps -e ." in recipe
     assert "\nlock: $(KIT_STAMP)\n\t$(VENV)/bin/python -m tbdkit.lockgen\n" in makefile
+
+
+def test_make_lock_asks_uv_for_hashes_for_each_locks_python_and_extras() -> None:
+    from tbdkit import lockgen
+
+    env = locks.get("mxnet-image")
+    cmd = lockgen.compile_command("uv", env, Path("/tmp/out.txt"))
+    assert cmd[:3] == ["uv", "pip", "compile"] and "--generate-hashes" in cmd
+    assert cmd[cmd.index("--python-version") + 1] == "3.10" and cmd[cmd.index("--extra") + 1] == "mxnet"
+    assert cmd.count("--extra") == 1 and cmd[cmd.index("--python-platform") + 1] == locks.PLATFORM
