@@ -26,12 +26,21 @@ TBDKIT := $(VENV)/bin/tbdkit
 # The kit's own environment (host side: CLI, index, reports); frameworks live in .venvs/<stack>.
 KIT_STAMP := $(VENV)/.tbdkit-installed
 
-.PHONY: setup bench sweep report bundle kick-the-tires images test test-host test-pytorch test-tensorflow test-mxnet bench-overhead calibrate reference reference-suite reference-table clean
+.PHONY: lock setup bench sweep report bundle kick-the-tires images test test-host test-pytorch test-tensorflow test-mxnet bench-overhead calibrate reference reference-suite reference-table clean
 
-$(KIT_STAMP): pyproject.toml
+# The kit's environment is installed from its lock exactly (locks/kit-test-py311.txt, every file's hash
+# checked), then the kit itself, editable and without dependencies.
+KIT_LOCK := locks/kit-test-py311.txt
+
+$(KIT_STAMP): pyproject.toml $(KIT_LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --disable-pip-version-check -q -e '.[test]'
+	$(VENV)/bin/pip install --disable-pip-version-check -q --require-hashes --no-deps -r $(KIT_LOCK)
+	$(VENV)/bin/pip install --disable-pip-version-check -q --no-deps -e .
 	touch $@
+
+# Every lock in locks/ again from pyproject.toml's ranges (uv pip compile --generate-hashes; docs/environments.md).
+lock: $(KIT_STAMP)
+	$(VENV)/bin/python -m tbdkit.lockgen
 
 setup: $(KIT_STAMP)
 	$(TBDKIT) setup $(call quote,$(or $(FRAMEWORK),pytorch))

@@ -10,6 +10,7 @@ FROM scratch AS kit
 COPY pyproject.toml README.md /src/
 COPY tbdkit /src/tbdkit
 COPY workloads /src/workloads
+COPY locks /src/locks
 
 FROM ${BASE_IMAGE}
 
@@ -46,6 +47,8 @@ CMD ["python", "-m", "tbdkit.agent", "--help"]
 
 COPY docker/wheels/ /tmp/wheels/
 COPY docker/stack-env.sh /opt/tbdkit/stack-env.sh
+# The image's lock pins every package the base lacks (docker/stack-env.sh; docs/environments.md).
+COPY locks/ /opt/tbdkit/locks/
 RUN WORKLOAD_REQUIREMENTS="${KERAS_REQUIREMENT} ${WORKLOAD_REQUIREMENTS}" /opt/tbdkit/stack-env.sh deps tensorflow
 
 COPY --from=kit /src /opt/tbdkit/src

@@ -7,6 +7,8 @@ Layout (every member under `tbdkit-artifact/`):
   results/<run-id>/...  each run folder's files that the kit writes (tbdkit.results.files), no others
   results/sweeps/...    the sweeps' state, and their probes' run files
   images.lock           the pinned framework images (docker/images.lock)
+  locks/<lock>.txt      the hashed lock of each environment the runs ran in (env.json's `lock`), so a
+                        reviewer recreates it: `pip install --require-hashes --no-deps -r locks/<lock>.txt`
   report/...            the HTML report, when `tbdkit.report.build_report` is importable
 
 What a bundle never carries: files the kit did not write (a `.env`, keys, notes: listed as
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tbdkit import __version__, artifact_doc
+from tbdkit import __version__, artifact_doc, locks
 from tbdkit.errors import UserError
 from tbdkit.paths import KIT_ROOT, venvs_dir
 from tbdkit.results import files as runfiles
@@ -278,15 +280,54 @@ def collect(results: Path, scrub: Scrubber | None = None) -> Collected:
     lock = KIT_ROOT / "docker" / "images.lock"
     if lock.is_file():
         out.files["images.lock"] = lock.read_bytes()
-    locks = KIT_ROOT / LOCKS
-    if locks.is_dir():
-        for path in sorted(locks.glob("*.txt")):
+    lock_dir = KIT_ROOT / LOCKS
+    if lock_dir.is_dir():  # every environment's lock: the runs' own and the others a reviewer may recreate
+        for path in sorted(lock_dir.glob("*.txt")):
             if path.is_file() and not path.is_symlink():
                 out.files[f"{LOCKS}/{path.name}"] = path.read_bytes()
     for name in KIT_FILES:
         path = KIT_ROOT / name
         if path.is_file() and not path.is_symlink():
             out.files[name] = path.read_bytes()
+    return out
+
+
+def run_locks(files: dict[str, bytes]) -> dict[str, dict[str, Any]]:
+    """{run id: env.json's `lock` (name, digest, differences)} of each run in a bundle's files that has one."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(files):
+        parts = name.split("/")
+        if len(parts) == 3 and parts[0] == "results" and parts[2] == runfiles.ENV:
+            lock = (_object(files[name]) or {}).get("lock")
+            if isinstance(lock, dict) and isinstance(lock.get("name"), str):
+                out[parts[1]] = lock
+    return out
+
+
+def lock_mismatches(files: dict[str, bytes], run_ids: list[str]) -> list[dict[str, Any]]:
+    """For each of `run_ids` whose run was made on another lock than this kit's lock of the same name:
+    the lock, both digests and the packages whose pins differ (the bundle's lock file against this kit's;
+    None when the bundle does not carry it)."""
+    out: list[dict[str, Any]] = []
+    recorded = run_locks(files)
+    for run_id in run_ids:
+        lock = recorded.get(run_id)
+        if lock is None or lock["name"] not in locks.ENVS:
+            continue
+        env = locks.get(lock["name"])
+        here = locks.digest(env.file) if env.file.is_file() else None
+        if lock.get("digest") == here:
+            continue
+        carried = files.get(f"{LOCKS}/{env.file.name}")
+        carried_ok = carried is not None and hashlib.sha256(carried).hexdigest()[:16] == lock.get("digest")
+        diffs = None
+        if carried_ok and here is not None:
+            assert carried is not None
+            diffs = [{"package": d["package"], "recorded": d["locked"], "here": d["installed"]}
+                     for d in locks.differences(locks.pins(carried.decode()), locks.pins(env.file.read_text()))]
+        out.append({"run": run_id, "lock": env.name, "recorded_digest": lock.get("digest"), "digest_here": here,
+                    "differences": diffs, "reason": None if diffs is not None else
+                    "the bundle does not carry the lock its run was made on"})
     return out
 
 
@@ -339,6 +380,9 @@ def bundle(results: Path, out: Path) -> dict[str, Any]:
         "images_lock": "images.lock" if "images.lock" in files else None,
         "guide": ARTIFACT_MD if ARTIFACT_MD in files else None,
         "missing": missing,
+        "locks": {n: {"digest": sha256(files[n])[:16],
+                      "install": f"pip install --require-hashes --no-deps -r {n} && pip install --no-deps -e <kit>"}
+                  for n in sorted(files) if n.startswith(f"{LOCKS}/")},
         "excluded": [{"path": scrub.text(e["path"]), "reason": scrub.text(e["reason"])} for e in collected.excluded],
         "broken_runs": [{"run": scrub.text(b["run"]), "reason": scrub.text(b["reason"])}
                         for b in collected.broken_runs],

@@ -345,11 +345,29 @@ def framework_check(name: str) -> Check:
         current = stacks.is_current(name)
     except Exception:
         current = True
+    lock_name = stacks.lock_of(stack).file.name
     if not current:
-        detail += "; pyproject.toml changed since it was installed"
-        return Check("frameworks", check_name, True, detail,
-                     f"run `tbdkit setup {name}` to bring it up to date")
-    return Check("frameworks", check_name, True, detail, None)
+        detail += f"; its lock ({lock_name}) changed since it was installed"
+    try:
+        drift = stacks.drift(name) or []
+    except Exception as exc:
+        return Check("frameworks", check_name, False, f"{detail}; its packages could not be compared with its lock: "
+                     f"{_exc_text(exc)}", f"run `tbdkit setup {name} --force`")
+    if drift:
+        return Check("frameworks", check_name, False,
+                     f"{detail}; {len(drift)} package(s) differ from {lock_name}: {drift_text(drift)}",
+                     f"run `tbdkit setup {name} --force` (reinstalls it from its lock)")
+    if not current:
+        return Check("frameworks", check_name, True, detail, f"run `tbdkit setup {name}` to bring it up to date")
+    return Check("frameworks", check_name, True, detail + f"; matches {lock_name}", None)
+
+
+def drift_text(drift: list[dict[str, str | None]], shown: int = 5) -> str:
+    """`numpy 1.26.4 (locked 1.23.5), uv missing, six 1.17.0 (not in the lock)`, the first few."""
+    parts = [f"{d['package']} missing (locked {d['locked']})" if d["installed"] is None else
+             f"{d['package']} {d['installed']} (not in the lock)" if d["locked"] is None else
+             f"{d['package']} {d['installed']} (locked {d['locked']})" for d in drift[:shown]]
+    return ", ".join(parts) + (f" and {len(drift) - shown} more" if len(drift) > shown else "")
 
 
 # ---------------------------------------------------------------------------------- profiling

@@ -2,31 +2,28 @@
 
 Each stack (PyTorch, TensorFlow, MXNet) needs its own Python environment: MXNet 1.9.1 pins
 numpy<1.24, which TensorFlow 2.21 cannot use. Natively each stack gets a virtual environment
-under `.venvs/<stack>/` holding the kit (editable) and that stack's extra from pyproject.toml;
+under `.venvs/<stack>/` holding exactly its lock (locks/<stack>-py311.txt: the kit's dependencies,
+that stack's extra and the test extra, hash-checked; tbdkit.installer) and the kit (editable);
 in a container the image is the environment. A stack counts as installed once its environment
-holds the marker file written after a successful install.
+holds the marker file written after a successful install, and current while the lock it was
+installed from is the lock in force.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
-import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-try:
-    import tomllib  # novermin
-except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same parser
-    import tomli as tomllib  # type: ignore[no-redef]
-
+from tbdkit import installer, locks
 from tbdkit.errors import UserError
 from tbdkit.paths import KIT_ROOT, venvs_dir
 
-MARKER = "tbdkit-stack.json"
+MARKER = locks.MARKER
 
 
 @dataclass(frozen=True)
@@ -66,13 +63,26 @@ def python_of(name: str) -> Path:
     return venv_path(name) / "bin" / "python"
 
 
+def lock_of(stack: Stack) -> locks.LockEnv:
+    """The lock a stack's native environment is installed from (locks/<stack>-py311.txt)."""
+    return locks.get(stack.name)
+
+
 def _requirements_digest(stack: Stack) -> str:
-    """A digest of what the stack's environment installs: the kit's dependencies and its extras, so
-    editing another stack's extra in pyproject.toml leaves this one current."""
-    project = tomllib.loads((KIT_ROOT / "pyproject.toml").read_text())["project"]
-    extras = project.get("optional-dependencies", {})
-    wanted = [project.get("dependencies", []), extras.get(stack.extra, []), extras.get("test", [])]
-    return hashlib.sha256(json.dumps(wanted).encode()).hexdigest()[:16]
+    """What the stack's environment installs: its lock's digest, so re-locking this stack (and only
+    this one) makes its environment out of date."""
+    path = lock_of(stack).file
+    if not path.is_file():
+        locks.read(lock_of(stack))  # raises the UserError that says how to make it
+    return locks.digest(path)
+
+
+def drift(name: str) -> list[dict[str, str | None]] | None:
+    """How an installed stack's packages differ from its lock (empty: none); None when not installed."""
+    if marker(name) is None:
+        return None
+    env = lock_of(get(name))
+    return locks.differences(locks.pins(locks.read(env)), locks.installed(locks.site_packages(venv_path(name))))
 
 
 def marker(name: str) -> dict | None:
@@ -91,7 +101,7 @@ def is_installed(name: str) -> bool:
 
 
 def is_current(name: str) -> bool:
-    """Installed, and from the pyproject.toml in force now."""
+    """Installed, and from the lock in force now."""
     rec = marker(name)
     return rec is not None and rec.get("requirements_digest") == _requirements_digest(get(name))
 
@@ -107,28 +117,31 @@ def require(name: str) -> Path:
     return python_of(name)
 
 
-def setup(name: str, log_path: Path | None = None, force: bool = False) -> dict:
-    """Create or refresh the stack's virtual environment. Idempotent: a current install is kept."""
+def setup(name: str, log_path: Path | None = None, force: bool = False, how: str = "auto") -> dict:
+    """Create or refresh the stack's virtual environment from its lock, exactly. Idempotent: a current
+    install is kept. `how`: the installer, "auto" (uv when installed, else pip), "uv" or "pip"."""
     stack = get(name)
     if is_current(name) and not force:
         return marker(name) or {}
+    lock = lock_of(stack)
+    lock_text = locks.read(lock)
+    tool, uv = installer.choose(how)
     env_dir = venv_path(name)
     env_dir.parent.mkdir(parents=True, exist_ok=True)
     log_path = log_path or env_dir.parent / f"{name}.setup.log"
     _check_disk(stack, env_dir)
     (env_dir / MARKER).unlink(missing_ok=True)
     with log_path.open("w") as log:
-        steps = [
-            [sys.executable, "-m", "venv", str(env_dir)],
-            [str(python_of(name)), "-m", "pip", "install", "--disable-pip-version-check",
-             "-e", f"{KIT_ROOT}[{stack.extra},test]"],
-        ]
+        steps = [installer.venv_command(tool, uv, env_dir),
+                 *installer.commands(tool, uv, python_of(name), lock.file, KIT_ROOT)]
         for cmd in steps:
             # pip gets a second try: a file index or a registry can fail once and then answer.
             for attempt in (1, 2) if "pip" in cmd else (1,):
                 log.write("$ " + " ".join(cmd) + "\n")
                 log.flush()
+                start = time.monotonic()
                 proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=_clean_env())
+                log.write(f"# {time.monotonic() - start:.1f} s\n")
                 if proc.returncode == 0:
                     break
                 log.write(f"# exit {proc.returncode} (attempt {attempt})\n")
@@ -139,6 +152,12 @@ def setup(name: str, log_path: Path | None = None, force: bool = False) -> dict:
                     f"its log is {log_path}: fix what it reports, then run `tbdkit setup {name}` again. "
                     f"Its last lines:\n{log_tail(log_path)}"
                 )
+        extra = installer.beyond_lock(lock_text, env_dir)
+        if extra:  # pip installs what it is told and removes nothing: the rest of a sync
+            cmd = installer.remove_command(tool, uv, python_of(name), extra)
+            log.write("$ " + " ".join(cmd) + "\n")
+            log.flush()
+            subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=_clean_env())
     version = subprocess.run(
         [str(python_of(name)), "-c", f"import {stack.module}; print({stack.module}.__version__)"],
         capture_output=True, text=True, env=_clean_env(),
@@ -149,6 +168,9 @@ def setup(name: str, log_path: Path | None = None, force: bool = False) -> dict:
         "python": str(python_of(name)),
         "kit_root": str(KIT_ROOT),
         "requirements_digest": _requirements_digest(stack),
+        "lock": lock.name, "lock_file": f"locks/{lock.file.name}", "lock_digest": locks.digest(lock.file),
+        "installer": installer.version(tool, uv, python_of(name)),
+        "differences": locks.differences(locks.pins(lock_text), locks.installed(locks.site_packages(env_dir))),
     }
     tmp = env_dir / (MARKER + ".tmp")
     tmp.write_text(json.dumps(record, indent=2))

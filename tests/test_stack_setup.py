@@ -27,7 +27,7 @@ def test_failed_install_retries_pip_once_and_shows_the_log_tail(tmp_path: Path, 
 
     monkeypatch.setattr(stacks.subprocess, "run", fake_run)
     with pytest.raises(UserError) as err:
-        stacks.setup("pytorch")
+        stacks.setup("pytorch", how="pip")
     message = str(err.value)
     assert sum("pip" in c for c in calls) == 2
     assert "tbdkit setup pytorch" in message

@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 
 import tbdkit
-from tbdkit import nsight
+from tbdkit import locks, nsight
 from tbdkit.paths import KIT_ROOT
 
 
@@ -207,6 +207,15 @@ def calibration(run_dir: Path) -> dict[str, Any]:
     return {"calibrated": False, "reason": "no calibration.json in the results folder; run tbdkit calibrate"}
 
 
+def lock_state() -> dict[str, Any]:
+    """The lock of the environment this run ran in, and how its packages differ from it."""
+    build = framework_build()
+    try:
+        return locks.this_environment(locks.MODULE_STACKS.get(build["module"]) if build else None)
+    except Exception as exc:  # a lock that cannot be read is recorded, never a crashed run
+        return {"name": None, "digest": None, "differences": None, "reason": f"{type(exc).__name__}: {exc}"}
+
+
 def collect(framework_env: dict[str, Any], seed: int, run_dir: Path | None = None) -> dict[str, Any]:
     mem = psutil.virtual_memory()
     return {
@@ -234,6 +243,7 @@ def collect(framework_env: dict[str, Any], seed: int, run_dir: Path | None = Non
         "tools": nsight.tools(),
         "seed": seed,
         "packages": packages(),
+        "lock": lock_state(),
         "calibration": calibration(run_dir) if run_dir is not None else
         {"calibrated": False, "reason": "no run folder given, so no results folder to look in"},
     }

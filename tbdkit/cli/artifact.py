@@ -58,6 +58,8 @@ def reproduce(
     results: Annotated[Path | None, typer.Option("--results", "-r",
                        help="where the new runs go (default: results)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the comparison as JSON")] = False,
+    force: Annotated[bool, typer.Option("--force", help="compare even with runs made on another lock "
+                                        "(the differences are listed)")] = False,
 ) -> None:
     """Re-run every ok run of ARTIFACT with the same spec here; report new / recorded, point by point, and
     per run and per claim: reproduced / not reproduced / not comparable (different GPU)."""
@@ -71,6 +73,16 @@ def reproduce(
     if not recorded:
         raise UserError(f"{bundle_path} holds no run that finished ok: there is nothing to reproduce.")
     run_specs = [specs.parse(spec) for spec, _ in recorded]  # every spec valid here before any runs
+    mismatches = artifact.lock_mismatches(files, [str(summary.get("run_id")) for _, summary in recorded])
+    if mismatches and not force:
+        raise UserError(f"{len(mismatches)} of the bundle's runs were made on another lock than this kit's "
+                        f"({lock_mismatch_text(mismatches)}): their numbers would compare two environments. "
+                        "Recreate the bundle's environment from the locks it carries (its manifest's \"locks\"), "
+                        "or pass --force to compare anyway.")
+    for m in mismatches:
+        (err_console if as_json else console).print(
+            f"[yellow]another lock[/]: run {escape(m['run'])}: {escape(lock_mismatch_text([m], shown=20))}",
+            highlight=False)
     points: list[dict[str, Any]] = []
     new_dirs: list[Path] = []
     for (_, old), run_spec in zip(recorded, run_specs):
@@ -88,7 +100,7 @@ def reproduce(
     report = {"bundle": str(bundle_path), "bundle_kit_version": manifest.get("kit_version"),
               "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "results": str(results), "method": "ratio = new / recorded value of each metric, same spec",
-              "points": points, "claims": claim_verdicts}
+              "lock_mismatches": mismatches, "points": points, "claims": claim_verdicts}
     out = results / f"reproduce-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}.json"
     sink.write_json(out, report)
     if as_json:
@@ -98,6 +110,18 @@ def reproduce(
         console.print(claims_table(claim_verdicts))
     (err_console if as_json else console).print(f"comparison written to {out}", highlight=False)
     raise typer.Exit(0 if all(p["new_status"] in MEASURED for p in points) and len(points) == len(recorded) else 1)
+
+
+def lock_mismatch_text(mismatches: list[dict[str, Any]], shown: int = 3) -> str:
+    """`mxnet: recorded a111b0d1, here 9c0f...; numpy 1.23.5 -> 1.23.4, uv 0.13.9 -> (none)` per lock, once."""
+    parts: dict[str, str] = {}
+    for m in mismatches:
+        diffs = m["differences"]
+        what = m["reason"] if diffs is None else ", ".join(
+            f"{d['package']} {d['recorded'] or '(none)'} -> {d['here'] or '(none)'}" for d in diffs[:shown]) + (
+            f" and {len(diffs) - shown} more" if len(diffs) > shown else "") if diffs else "the same pins"
+        parts.setdefault(m["lock"], f"{m['lock']}: recorded {m['recorded_digest']}, here {m['digest_here']}; {what}")
+    return "; ".join(parts.values())
 
 
 def ratio_table(points: list[dict[str, Any]], title: str) -> Table:

@@ -11,6 +11,7 @@ from rich.table import Table
 from tbdkit import stacks
 from tbdkit.choice import split_list
 from tbdkit.console import console
+from tbdkit.errors import UserError
 
 
 def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
@@ -31,15 +32,19 @@ def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
 
 
 def setup(names: Annotated[list[str] | None, typer.Argument(help="stacks to install, or 'all' (default: pytorch)")] = None,
-          force: Annotated[bool, typer.Option(help="reinstall even if current")] = False) -> None:
-    """Create each framework stack's virtual environment (idempotent)."""
+          force: Annotated[bool, typer.Option(help="reinstall even if current")] = False,
+          installer: Annotated[str, typer.Option(help="auto (uv when installed, else pip), uv or pip")] = "auto",
+          ) -> None:
+    """Create each framework stack's virtual environment from its lock, exactly (idempotent)."""
+    if installer not in ("auto", "uv", "pip"):
+        raise UserError(f"--installer must be auto, uv or pip, not '{installer}'.")
     for name in [n for raw in split_list(names) or ["pytorch"] for n in (stacks.STACKS if raw == "all" else [raw])]:
         stack = stacks.get(name)
         if stacks.is_current(name) and not force:
             console.print(f"{stack.title} stack: already installed in {stacks.venv_path(name)}")
             continue
         with console.status(f"installing the {stack.title} stack in {stacks.venv_path(name)} ..."):
-            record = stacks.setup(name, force=force)
+            record = stacks.setup(name, force=force, how=installer)
         console.print(f"{stack.title} stack: installed {stack.module} {record.get('framework_version')} "
-                      f"in {stacks.venv_path(name)}")
+                      f"in {stacks.venv_path(name)} from {record.get('lock_file')} with {record.get('installer')}")
 
