@@ -60,7 +60,7 @@ def _env(name: str, extras: tuple[str, ...], python: str, purpose: str) -> tuple
 
 ENVS: dict[str, LockEnv] = dict([
     _env("kit", (), "3.11", "the kit's own environment (.venv), without the test extra"),
-    _env("kit-test", ("test",), "3.11", "the kit's own environment with the test extra (make: .venv)"),
+    _env("kit-test", ("test", "host-test"), "3.11", "the kit's own environment with the test extras (make: .venv)"),
     _env("pytorch", ("pytorch", "test"), "3.11", "the native PyTorch stack (tbdkit setup pytorch)"),
     _env("tensorflow", ("tensorflow", "test"), "3.11", "the native TensorFlow stack (tbdkit setup tensorflow)"),
     _env("mxnet", ("mxnet", "test"), "3.11", "the native MXNet stack (tbdkit setup mxnet)"),
