@@ -51,15 +51,26 @@ FORMAT = "tbdkit-artifact/1"
 MANIFEST = "manifest.json"
 ARTIFACT_MD = "ARTIFACT.md"
 CALIBRATION = "calibration.json"  # a results folder's calibration (tbdkit calibrate; tbdkit.agent.envinfo)
-LOCKS = "locks"                  # the stacks' lock files, locks/*.txt, at the kit's root
+LOCKS = "locks"  # the stacks' lock files, locks/*.txt, at the kit's root
 # The kit's own files a bundle carries at its top, and what each is.
-KIT_FILES = {"CITATION.cff": "how to cite the kit and the TBD paper",
-             ".zenodo.json": "the metadata for an archival DOI (Zenodo)",
-             "LICENSE": "the kit's license"}
+KIT_FILES = {
+    "CITATION.cff": "how to cite the kit and the TBD paper",
+    ".zenodo.json": "the metadata for an archival DOI (Zenodo)",
+    "LICENSE": "the kit's license",
+}
 INDEX_FILES = ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm", "index.sqlite-journal")
 # Metrics compared by `reproduce`, when present with a number in both runs.
-HEADLINE = ("throughput", "sample_throughput", "gpu_utilization", "fp32_utilization", "tensor_utilization",
-            "cpu_utilization", "gpu_memory_used_peak", "framework_peak_allocated", "peak_rss")
+HEADLINE = (
+    "throughput",
+    "sample_throughput",
+    "gpu_utilization",
+    "fp32_utilization",
+    "tensor_utilization",
+    "cpu_utilization",
+    "gpu_memory_used_peak",
+    "framework_peak_allocated",
+    "peak_rss",
+)
 TEXT_SUFFIXES = {".json", ".csv", ".txt", ".log", ".html", ".htm", ".md", ".svg"}
 PLACEHOLDERS = {
     "<results>": "the results folder that was bundled",
@@ -90,15 +101,22 @@ def build_report_into(results: Path, out_dir: Path) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- this machine's paths and name
 
+
 class Scrubber:
     """Replaces this machine's absolute paths by placeholders and its host name by `<host>`."""
 
     def __init__(self, results: Path, host: str | None = None) -> None:
         prefixes: dict[str, str] = {}
-        for path, mark in ((results.absolute(), "<results>"), (results.resolve(), "<results>"),
-                           (KIT_ROOT, "<kit>"), (KIT_ROOT.resolve(), "<kit>"),
-                           (venvs_dir().absolute(), "<venvs>"), (venvs_dir().resolve(), "<venvs>"),
-                           (Path.home(), "~"), (Path.home().resolve(), "~")):
+        for path, mark in (
+            (results.absolute(), "<results>"),
+            (results.resolve(), "<results>"),
+            (KIT_ROOT, "<kit>"),
+            (KIT_ROOT.resolve(), "<kit>"),
+            (venvs_dir().absolute(), "<venvs>"),
+            (venvs_dir().resolve(), "<venvs>"),
+            (Path.home(), "~"),
+            (Path.home().resolve(), "~"),
+        ):
             text = str(path).rstrip("/")
             if text.count("/") >= 1 and text not in prefixes and len(text) > 1:
                 prefixes[text] = mark
@@ -108,8 +126,11 @@ class Scrubber:
         self.paths = re.compile("|".join(rf"(?:{re.escape(p)})(?![\w.-])" for p in ordered)) if ordered else None
         host = socket.gethostname() if host is None else host
         # a name this short or this common would replace ordinary words
-        self.host = re.compile(rf"(?<![\w.-]){re.escape(host)}(?![\w-])") \
-            if len(host) >= 3 and host not in ("localhost", "ubuntu", "debian") else None
+        self.host = (
+            re.compile(rf"(?<![\w.-]){re.escape(host)}(?![\w-])")
+            if len(host) >= 3 and host not in ("localhost", "ubuntu", "debian")
+            else None
+        )
         self.host_name = host
 
     def text(self, value: str) -> str:
@@ -148,6 +169,7 @@ class Scrubber:
 
 # ---------------------------------------------------------------- what a results folder holds
 
+
 @dataclass
 class Collected:
     """The members a bundle carries (name below the prefix -> bytes), the runs among them,
@@ -183,7 +205,9 @@ def _broken(run: Path) -> str | None:
     for name in (runfiles.SPEC, runfiles.SUMMARY):
         path = run / name
         if path.is_symlink() or not path.is_file():
-            return f"no {name}" + (" (the run is still going, or its agent was killed)" if name == runfiles.SUMMARY else "")
+            return f"no {name}" + (
+                " (the run is still going, or its agent was killed)" if name == runfiles.SUMMARY else ""
+            )
         try:
             doc = json.loads(path.read_bytes())
         except (OSError, ValueError, RecursionError) as exc:
@@ -211,8 +235,12 @@ def _collect_run(run: Path, member: str, out: Collected, scrub: Scrubber) -> boo
                 if runfiles.is_worker_dir(rel):
                     walk(Path(entry.path), rel)
                 else:
-                    out.exclude(shown + "/", "a folder the kit does not keep in a run" if entry.name != "ncu" else
-                                "the Nsight Compute scratch pass (its numbers are in ncu_raw.csv and summary.json)")
+                    out.exclude(
+                        shown + "/",
+                        "a folder the kit does not keep in a run"
+                        if entry.name != "ncu"
+                        else "the Nsight Compute scratch pass (its numbers are in ncu_raw.csv and summary.json)",
+                    )
             elif runfiles.is_run_file(rel):
                 name = f"{member}/{rel.as_posix()}"
                 out.files[name] = scrub.file(name, Path(entry.path).read_bytes())
@@ -253,7 +281,9 @@ def _collect_sweeps(sweeps: Path, out: Collected, scrub: Scrubber) -> None:
 def collect(results: Path, scrub: Scrubber | None = None) -> Collected:
     """Every member the bundle carries, and what it leaves out and why."""
     if not results.is_dir():
-        raise UserError(f"No results folder at {results}: run `tbdkit bench` or `tbdkit sweep` first, or pass its path.")
+        raise UserError(
+            f"No results folder at {results}: run `tbdkit bench` or `tbdkit sweep` first, or pass its path."
+        )
     scrub = scrub or Scrubber(results)
     out = Collected()
     for entry in _entries(results):
@@ -273,10 +303,14 @@ def collect(results: Path, scrub: Scrubber | None = None) -> Collected:
         else:
             out.exclude(entry.name, "not a run folder (a file beside the runs)")
     if not out.runs:
-        broken = f" ({len(out.broken_runs)} broken: {out.broken_runs[0]['run']}: {out.broken_runs[0]['reason']})" \
-            if out.broken_runs else ""
-        raise UserError(f"{results} holds no runs (folders with a spec.json and a summary.json){broken}: "
-                        "nothing to bundle.")
+        broken = (
+            f" ({len(out.broken_runs)} broken: {out.broken_runs[0]['run']}: {out.broken_runs[0]['reason']})"
+            if out.broken_runs
+            else ""
+        )
+        raise UserError(
+            f"{results} holds no runs (folders with a spec.json and a summary.json){broken}: nothing to bundle."
+        )
     lock = KIT_ROOT / "docker" / "images.lock"
     if lock.is_file():
         out.files["images.lock"] = lock.read_bytes()
@@ -323,25 +357,38 @@ def lock_mismatches(files: dict[str, bytes], run_ids: list[str]) -> list[dict[st
         diffs = None
         if carried_ok and here is not None:
             assert carried is not None
-            diffs = [{"package": d["package"], "recorded": d["locked"], "here": d["installed"]}
-                     for d in locks.differences(locks.pins(carried.decode()), locks.pins(env.file.read_text()))]
-        out.append({"run": run_id, "lock": env.name, "recorded_digest": lock.get("digest"), "digest_here": here,
-                    "differences": diffs, "reason": None if diffs is not None else
-                    "the bundle does not carry the lock its run was made on"})
+            diffs = [
+                {"package": d["package"], "recorded": d["locked"], "here": d["installed"]}
+                for d in locks.differences(locks.pins(carried.decode()), locks.pins(env.file.read_text()))
+            ]
+        out.append(
+            {
+                "run": run_id,
+                "lock": env.name,
+                "recorded_digest": lock.get("digest"),
+                "digest_here": here,
+                "differences": diffs,
+                "reason": None if diffs is not None else "the bundle does not carry the lock its run was made on",
+            }
+        )
     return out
 
 
 def contents(files: dict[str, bytes]) -> tuple[dict[str, str], list[dict[str, str]]]:
     """What the bundle holds beside the runs (member -> what it is), and what it should hold but the
     kit does not have ({"path", "reason"})."""
-    held: dict[str, str] = {"manifest.json": "every member's sha256 and size; what was left out and why",
-                            "results/": "each run folder's files (spec, env, iterations, samples, summary, trace, mllog, ...)"}
+    held: dict[str, str] = {
+        "manifest.json": "every member's sha256 and size; what was left out and why",
+        "results/": "each run folder's files (spec, env, iterations, samples, summary, trace, mllog, ...)",
+    }
     if any(n.startswith("report/") for n in files):
         held["report/"] = "the HTML and Markdown report, its figures, summary.csv"
     missing = []
-    for name, what in (("images.lock", "the framework images' pinned digests"),
-                       (f"results/{CALIBRATION}", "the calibration of the machine that made the runs"),
-                       *((n, what) for n, what in KIT_FILES.items())):
+    for name, what in (
+        ("images.lock", "the framework images' pinned digests"),
+        (f"results/{CALIBRATION}", "the calibration of the machine that made the runs"),
+        *((n, what) for n, what in KIT_FILES.items()),
+    ):
         if name in files:
             held[name] = what
         else:
@@ -370,9 +417,12 @@ def bundle(results: Path, out: Path) -> dict[str, Any]:
     try:
         files[ARTIFACT_MD] = scrub.file(ARTIFACT_MD, artifact_doc.render(results, files, held).encode())
     except Exception as exc:  # a guide that cannot be made must not lose the bundle of results
-        missing.append({"path": ARTIFACT_MD, "reason": scrub.text(f"generating it failed: {type(exc).__name__}: {exc}")})
+        missing.append(
+            {"path": ARTIFACT_MD, "reason": scrub.text(f"generating it failed: {type(exc).__name__}: {exc}")}
+        )
     manifest = {
-        "format": FORMAT, "kit_version": __version__,
+        "format": FORMAT,
+        "kit_version": __version__,
         "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "runs": sorted(collected.runs),
         "sweeps": sorted({n.split("/")[2] for n in files if n.startswith("results/sweeps/")}),
@@ -380,12 +430,18 @@ def bundle(results: Path, out: Path) -> dict[str, Any]:
         "images_lock": "images.lock" if "images.lock" in files else None,
         "guide": ARTIFACT_MD if ARTIFACT_MD in files else None,
         "missing": missing,
-        "locks": {n: {"digest": sha256(files[n])[:16],
-                      "install": f"pip install --require-hashes --no-deps -r {n} && pip install --no-deps -e <kit>"}
-                  for n in sorted(files) if n.startswith(f"{LOCKS}/")},
+        "locks": {
+            n: {
+                "digest": sha256(files[n])[:16],
+                "install": f"pip install --require-hashes --no-deps -r {n} && pip install --no-deps -e <kit>",
+            }
+            for n in sorted(files)
+            if n.startswith(f"{LOCKS}/")
+        },
         "excluded": [{"path": scrub.text(e["path"]), "reason": scrub.text(e["reason"])} for e in collected.excluded],
-        "broken_runs": [{"run": scrub.text(b["run"]), "reason": scrub.text(b["reason"])}
-                        for b in collected.broken_runs],
+        "broken_runs": [
+            {"run": scrub.text(b["run"]), "reason": scrub.text(b["reason"])} for b in collected.broken_runs
+        ],
         "placeholders": PLACEHOLDERS,
         "files": {name: {"sha256": sha256(data), "bytes": len(data)} for name, data in sorted(files.items())},
     }
@@ -404,8 +460,10 @@ def _safe_name(name: str) -> str:
     """The member's path below the prefix, or a UserError if it could land outside it."""
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or not path.parts or path.parts[0] != PREFIX or "\\" in name:
-        raise UserError(f"The bundle holds an unsafe or foreign member path '{name}': refusing to read it "
-                        f"(a tbdkit bundle holds only paths under {PREFIX}/; make one with `tbdkit bundle`).")
+        raise UserError(
+            f"The bundle holds an unsafe or foreign member path '{name}': refusing to read it "
+            f"(a tbdkit bundle holds only paths under {PREFIX}/; make one with `tbdkit bundle`)."
+        )
     return "/".join(path.parts[1:])
 
 
@@ -424,8 +482,10 @@ def read(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
                 if member.isdir():
                     continue
                 if not member.isfile():
-                    raise UserError(f"The bundle member '{member.name}' is a link or device, not a file: refusing "
-                                    f"to read it; pass {how}.")
+                    raise UserError(
+                        f"The bundle member '{member.name}' is a link or device, not a file: refusing "
+                        f"to read it; pass {how}."
+                    )
                 extracted = tar.extractfile(member)
                 assert extracted is not None
                 files[name] = extracted.read()
@@ -436,17 +496,23 @@ def read(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
     except (KeyError, ValueError):
         raise UserError(f"{path} has no readable {PREFIX}/{MANIFEST}: it is not {how}.") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise UserError(f"{path} is not a {FORMAT} bundle (its manifest says "
-                        f"{manifest.get('format') if isinstance(manifest, dict) else manifest!r}): pass {how}.")
+        raise UserError(
+            f"{path} is not a {FORMAT} bundle (its manifest says "
+            f"{manifest.get('format') if isinstance(manifest, dict) else manifest!r}): pass {how}."
+        )
     listed = manifest.get("files") or {}
     if set(listed) != set(files):
         extra, missing = sorted(set(files) - set(listed)), sorted(set(listed) - set(files))
-        raise UserError(f"{path} does not match its manifest (unlisted: {extra[:3]}, missing: {missing[:3]}): "
-                        "the bundle is damaged; make it again with `tbdkit bundle`.")
+        raise UserError(
+            f"{path} does not match its manifest (unlisted: {extra[:3]}, missing: {missing[:3]}): "
+            "the bundle is damaged; make it again with `tbdkit bundle`."
+        )
     for name, data in files.items():
         if sha256(data) != listed[name].get("sha256"):
-            raise UserError(f"{path}: {name} does not match its sha256 in the manifest: the bundle is damaged "
-                            "or was changed; make it again with `tbdkit bundle`.")
+            raise UserError(
+                f"{path}: {name} does not match its sha256 in the manifest: the bundle is damaged "
+                "or was changed; make it again with `tbdkit bundle`."
+            )
     return manifest, files
 
 
@@ -502,18 +568,38 @@ def compare(recorded: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         if old_v is None and new_v is None:
             continue
         ratio = new_v / old_v if old_v not in (None, 0.0) and new_v is not None else None
-        reason = None if ratio is not None else (
-            "the new run did not finish ok" if new.get("status") not in MEASURED else
-            "no number in the recorded run" if old_v is None else
-            "no number in the new run" if new_v is None else "the recorded value is 0")
-        ratios[metric] = {"recorded": old_v, "new": new_v, "unit": unit, "ratio": ratio, "reason": reason,
-                          "recorded_ci95_relative": _ci_relative(recorded, metric),
-                          "new_ci95_relative": _ci_relative(new, metric)}
+        reason = (
+            None
+            if ratio is not None
+            else (
+                "the new run did not finish ok"
+                if new.get("status") not in MEASURED
+                else "no number in the recorded run"
+                if old_v is None
+                else "no number in the new run"
+                if new_v is None
+                else "the recorded value is 0"
+            )
+        )
+        ratios[metric] = {
+            "recorded": old_v,
+            "new": new_v,
+            "unit": unit,
+            "ratio": ratio,
+            "reason": reason,
+            "recorded_ci95_relative": _ci_relative(recorded, metric),
+            "new_ci95_relative": _ci_relative(new, metric),
+        }
     return {
-        "recorded_run": recorded.get("run_id"), "new_run": new.get("run_id"), "new_status": new.get("status"),
-        "model": recorded.get("model"), "framework": recorded.get("framework"),
-        "batch_size": recorded.get("batch_size"), "precision": recorded.get("precision"),
-        "recorded_device": recorded.get("device"), "new_device": new.get("device"),
+        "recorded_run": recorded.get("run_id"),
+        "new_run": new.get("run_id"),
+        "new_status": new.get("status"),
+        "model": recorded.get("model"),
+        "framework": recorded.get("framework"),
+        "batch_size": recorded.get("batch_size"),
+        "precision": recorded.get("precision"),
+        "recorded_device": recorded.get("device"),
+        "new_device": new.get("device"),
         "metrics": ratios,
     }
 
@@ -536,19 +622,26 @@ def run_verdict(point: dict[str, Any], recorded_device: str, new_device: str) ->
     if point.get("new_status") not in MEASURED:
         return {"verdict": NOT_REPRODUCED, "reason": f"the new run ended {point.get('new_status')}"}
     if recorded_device != new_device:
-        return {"verdict": NOT_COMPARABLE, "reason": f"different device: recorded on {recorded_device}, "
-                                                      f"re-run on {new_device}"}
+        return {
+            "verdict": NOT_COMPARABLE,
+            "reason": f"different device: recorded on {recorded_device}, re-run on {new_device}",
+        }
     thr = (point.get("metrics") or {}).get("throughput") or {}
     ratio = thr.get("ratio")
     if ratio is None:
         return {"verdict": NOT_COMPARABLE, "reason": f"no throughput ratio ({thr.get('reason') or 'no throughput'})"}
     t = artifact_doc.tolerance(thr.get("recorded_ci95_relative"), thr.get("new_ci95_relative"))
     within = abs(ratio - 1.0) <= t
-    return {"verdict": REPRODUCED if within else NOT_REPRODUCED,
-            "reason": f"throughput ratio {ratio:.3f} {'within' if within else 'outside'} 1 ± {t:.1%} "
-                      "(the two runs' 95% intervals added, at least 2%"
-                      + ("; a run without a CI adds nothing)" if None in (thr.get("recorded_ci95_relative"),
-                                                                         thr.get("new_ci95_relative")) else ")")}
+    return {
+        "verdict": REPRODUCED if within else NOT_REPRODUCED,
+        "reason": f"throughput ratio {ratio:.3f} {'within' if within else 'outside'} 1 ± {t:.1%} "
+        "(the two runs' 95% intervals added, at least 2%"
+        + (
+            "; a run without a CI adds nothing)"
+            if None in (thr.get("recorded_ci95_relative"), thr.get("new_ci95_relative"))
+            else ")"
+        ),
+    }
 
 
 def recorded_env(files: dict[str, bytes], run_id: str) -> dict[str, Any]:
@@ -578,13 +671,19 @@ def claim_verdicts(files: dict[str, bytes], new_run_dirs: list[Path]) -> list[di
         if before.verdict in claims.UNDECIDED or after.verdict in claims.UNDECIDED:
             side = before if before.verdict in claims.UNDECIDED else after
             why = (side.evidence or [side.rule])[0]
-            entry.update(verdict=NOT_COMPARABLE, reason=why if why.startswith(side.verdict) else f"{side.verdict}: {why}")
+            entry.update(
+                verdict=NOT_COMPARABLE, reason=why if why.startswith(side.verdict) else f"{side.verdict}: {why}"
+            )
         elif old_devices != new_devices:
-            entry.update(verdict=NOT_COMPARABLE, reason=f"different devices: recorded on {sorted(old_devices)}, "
-                                                        f"re-run on {sorted(new_devices)}")
+            entry.update(
+                verdict=NOT_COMPARABLE,
+                reason=f"different devices: recorded on {sorted(old_devices)}, re-run on {sorted(new_devices)}",
+            )
         else:
             same = before.verdict == after.verdict
-            entry.update(verdict=REPRODUCED if same else NOT_REPRODUCED,
-                         reason=f"recorded: {before.verdict}; re-run: {after.verdict}")
+            entry.update(
+                verdict=REPRODUCED if same else NOT_REPRODUCED,
+                reason=f"recorded: {before.verdict}; re-run: {after.verdict}",
+            )
         out.append(entry)
     return out

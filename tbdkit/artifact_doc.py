@@ -83,8 +83,11 @@ def _software(env: dict[str, Any]) -> str:
         parts.append(f"CUDA {fw['cuda_runtime']}")
     if gpu.get("driver"):
         parts.append(f"driver {gpu['driver']}")
-    parts += [f"Python {host['python']}" if host.get("python") else "", str(host.get("os") or ""),
-              f"image {host['image']}" if host.get("image") else ""]
+    parts += [
+        f"Python {host['python']}" if host.get("python") else "",
+        str(host.get("os") or ""),
+        f"image {host['image']}" if host.get("image") else "",
+    ]
     return ", ".join(str(p) for p in parts if p)
 
 
@@ -96,9 +99,15 @@ def _ci(summary: dict[str, Any]) -> tuple[float | None, float | None, str]:
 
 
 def _sweep_command(spec: dict[str, Any], batches: list[int]) -> str:
-    words = ["make", "sweep", f"MODEL={spec.get('model')}", f"FRAMEWORK={spec.get('framework')}",
-             f"BATCH={','.join(str(b) for b in sorted(set(batches)))}", f"PRESET={spec.get('preset')}",
-             f"PRECISION={spec.get('precision')}"]
+    words = [
+        "make",
+        "sweep",
+        f"MODEL={spec.get('model')}",
+        f"FRAMEWORK={spec.get('framework')}",
+        f"BATCH={','.join(str(b) for b in sorted(set(batches)))}",
+        f"PRESET={spec.get('preset')}",
+        f"PRECISION={spec.get('precision')}",
+    ]
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -113,52 +122,70 @@ def _claims(results: Path, run_ids: list[str]) -> tuple[dict[int, Any], str | No
     return {v.n: v for v in claims.check_all(without_failed_metrics(runs))}, None
 
 
-def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str],
-           created: str | None = None) -> str:
+def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], created: str | None = None) -> str:
     """The text of ARTIFACT.md for the bundle whose members are `files`; `contents` names what else
     the bundle holds (member -> what it is, or why it is missing)."""
     runs = [r for r in _runs(files) if r["summary"].get("status") == "ok"]
     created = created or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     verdicts, why_no_claims = _claims(results, [r["run_id"] for r in runs])
-    out = [f"# Artifact: TBD training benchmark results (tbdkit {__version__})", "",
-           f"Generated {created} by `tbdkit bundle` from {len(runs)} run(s) that finished ok. Every file of this "
-           "bundle is listed with its sha256 in `manifest.json`; this machine's paths and host name are "
-           "placeholders (`<results>`, `<kit>`, `~`, `<host>`).", "",
-           "## How to evaluate it", "",
-           "| badge | what to do | time |", "| --- | --- | --- |",
-           "| Available | archive this bundle (`.zenodo.json` holds the metadata for a DOI; cite with `CITATION.cff`) | - |",
-           f"| Functional | `make kick-the-tires` in the kit: every stack set up, a smoke run on CPU per framework with tiny caps, "
-           f"the report and a bundle of them | under {KICK_THE_TIRES_MINUTES} min |",
-           "| Reusable | `make bench MODEL=<model>` / `make sweep` on any model of `workloads/`; docs/ explains each measurement | - |",
-           "| Results Reproduced | `tbdkit reproduce artifact.tar.gz`: re-runs every run here, then says per run and per claim "
-           "reproduced / not reproduced / not comparable (different GPU) | see expected run time |", ""]
+    out = [
+        f"# Artifact: TBD training benchmark results (tbdkit {__version__})",
+        "",
+        f"Generated {created} by `tbdkit bundle` from {len(runs)} run(s) that finished ok. Every file of this "
+        "bundle is listed with its sha256 in `manifest.json`; this machine's paths and host name are "
+        "placeholders (`<results>`, `<kit>`, `~`, `<host>`).",
+        "",
+        "## How to evaluate it",
+        "",
+        "| badge | what to do | time |",
+        "| --- | --- | --- |",
+        "| Available | archive this bundle (`.zenodo.json` holds the metadata for a DOI; cite with `CITATION.cff`) | - |",
+        f"| Functional | `make kick-the-tires` in the kit: every stack set up, a smoke run on CPU per framework with tiny caps, "
+        f"the report and a bundle of them | under {KICK_THE_TIRES_MINUTES} min |",
+        "| Reusable | `make bench MODEL=<model>` / `make sweep` on any model of `workloads/`; docs/ explains each measurement | - |",
+        "| Results Reproduced | `tbdkit reproduce artifact.tar.gz`: re-runs every run here, then says per run and per claim "
+        "reproduced / not reproduced / not comparable (different GPU) | see expected run time |",
+        "",
+    ]
 
-    out += ["## Claims, figures and tables", "",
-            "Regenerate every figure, table and claim check from results: `make report RESULTS=results` "
-            "(the runs themselves: the `make sweep` lines under Runs).", "",
-            "| figure / table | supports observation(s) | verdict from these runs |", "| --- | --- | --- |"]
+    out += [
+        "## Claims, figures and tables",
+        "",
+        "Regenerate every figure, table and claim check from results: `make report RESULTS=results` "
+        "(the runs themselves: the `make sweep` lines under Runs).",
+        "",
+        "| figure / table | supports observation(s) | verdict from these runs |",
+        "| --- | --- | --- |",
+    ]
     for key, (numbers, what) in FIGURE_CLAIMS.items():
-        said = "; ".join(f"{n}: {verdicts[n].verdict}" for n in numbers if n in verdicts) or \
-            ("-" if not numbers else why_no_claims or "not checked")
+        said = "; ".join(f"{n}: {verdicts[n].verdict}" for n in numbers if n in verdicts) or (
+            "-" if not numbers else why_no_claims or "not checked"
+        )
         out.append(f"| `{key}`: {what} | {', '.join(str(n) for n in numbers) or '-'} | {said} |")
     if verdicts:
         out += ["", "| observation | claim | verdict | rule |", "| --- | --- | --- | --- |"]
         out += [f"| {v.n} | {v.claim} | {v.verdict} | {v.rule} |" for v in verdicts.values()]
     out.append("")
 
-    out += ["## Runs and tolerances", "",
-            "A reproduction of a run meets its tolerance when new / recorded throughput is within 1 ± t, "
-            f"t = the recorded and the new run's relative 95% CI half-widths added (the intervals overlap), "
-            f"at least {TOLERANCE_FLOOR:.0%}. Runs on a different GPU are not comparable.", "",
-            "| run | model | framework | batch | precision | device | throughput | 95% CI | t (a re-run as precise) | wall time |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out += [
+        "## Runs and tolerances",
+        "",
+        "A reproduction of a run meets its tolerance when new / recorded throughput is within 1 ± t, "
+        f"t = the recorded and the new run's relative 95% CI half-widths added (the intervals overlap), "
+        f"at least {TOLERANCE_FLOOR:.0%}. Runs on a different GPU are not comparable.",
+        "",
+        "| run | model | framework | batch | precision | device | throughput | 95% CI | t (a re-run as precise) | wall time |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     by_device: dict[str, float] = defaultdict(float)
     software: dict[str, set[str]] = defaultdict(set)
     grid: dict[tuple[str, ...], tuple[dict[str, Any], list[int]]] = {}
     for r in runs:
         s = r["summary"]
-        spec = {**{k: s.get(k) for k in ("model", "framework", "preset", "precision")},
-                **{k: v for k, v in r["spec"].items() if v is not None}}
+        spec = {
+            **{k: s.get(k) for k in ("model", "framework", "preset", "precision")},
+            **{k: v for k, v in r["spec"].items() if v is not None},
+        }
         device = device_of(s, r["env"])
         value, rel, unit = _ci(s)
         wall = s.get("wall_s") if isinstance(s.get("wall_s"), (int, float)) else None
@@ -166,15 +193,25 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str],
         software[device].add(_software(r["env"]))
         series = tuple(str(spec.get(k)) for k in ("model", "framework", "preset", "precision"))
         grid.setdefault(series, (spec, []))[1].append(_int(s.get("batch_size")) or _int(spec.get("batch_size")))
-        out.append(f"| {r['run_id']} | {s.get('model')} | {s.get('framework')} | {s.get('batch_size')} | "
-                   f"{s.get('precision')} | {device} | "
-                   f"{'-' if value is None else f'{value:,.4g} {unit}'} | {'-' if rel is None else f'±{rel:.1%}'} | "
-                   f"{'- (no CI: the floor alone)' if rel is None else f'±{tolerance(rel, rel):.1%}'} | {'-' if wall is None else f'{wall:,.0f} s'} |")
+        out.append(
+            f"| {r['run_id']} | {s.get('model')} | {s.get('framework')} | {s.get('batch_size')} | "
+            f"{s.get('precision')} | {device} | "
+            f"{'-' if value is None else f'{value:,.4g} {unit}'} | {'-' if rel is None else f'±{rel:.1%}'} | "
+            f"{'- (no CI: the floor alone)' if rel is None else f'±{tolerance(rel, rel):.1%}'} | {'-' if wall is None else f'{wall:,.0f} s'} |"
+        )
     out += ["", "Regenerate the runs (one `make sweep` per model, framework, preset and precision):", "", "```"]
     out += [_sweep_command(spec, batches) for spec, batches in grid.values()]
-    out += ["```", "", "## Expected run time and hardware", "",
-            "From the bundled runs' own wall times (setup, warm-up, window and analyses; image pulls and "
-            "stack installs not counted):", "", "| hardware | runs' wall time | software |", "| --- | --- | --- |"]
+    out += [
+        "```",
+        "",
+        "## Expected run time and hardware",
+        "",
+        "From the bundled runs' own wall times (setup, warm-up, window and analyses; image pulls and "
+        "stack installs not counted):",
+        "",
+        "| hardware | runs' wall time | software |",
+        "| --- | --- | --- |",
+    ]
     for device, seconds in by_device.items():
         out.append(f"| {device} | {seconds / 60:,.1f} min | {'; '.join(sorted(software[device]))} |")
     out += ["", "## Contents", ""]

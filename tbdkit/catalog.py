@@ -51,9 +51,7 @@ class Model:
         """The flat hyperparameters of a preset: [hparams] < [setting.<variant>] < [preset.<name>]
         < [setting.<variant>.preset.<name>] (what a setting changes within one preset, e.g. its batch sweep)."""
         if preset not in self.presets:
-            raise UserError(
-                f"Model '{self.name}' has no preset '{preset}': choose one of {', '.join(self.presets)}."
-            )
+            raise UserError(f"Model '{self.name}' has no preset '{preset}': choose one of {', '.join(self.presets)}.")
         self.check_variant(variant)
         setting = dict(self.variants.get(variant or "", {}))
         within = setting.pop("preset", {}).get(preset, {})
@@ -64,8 +62,10 @@ class Model:
     def check_variant(self, variant: str | None) -> None:
         if variant is not None and variant not in self.variants:
             declared = f"choose one of {', '.join(self.variants)}" if self.variants else "it declares none"
-            raise UserError(f"Model '{self.name}' has no variant '{variant}' ([setting.{variant}] in its "
-                            f"workload.toml): {declared}, or leave --variant out.")
+            raise UserError(
+                f"Model '{self.name}' has no variant '{variant}' ([setting.{variant}] in its "
+                f"workload.toml): {declared}, or leave --variant out."
+            )
 
     def default_batch(self, preset: str) -> int:
         return int(self.hp(preset)["default_batch"])
@@ -74,8 +74,10 @@ class Model:
 def _load(folder: Path) -> Model:
     data = tomllib.loads((folder / "workload.toml").read_text())
     if "dominant_layer" not in data.get("model", {}):
-        raise UserError(f"{folder / 'workload.toml'} has no [model] dominant_layer: add the layer kind that "
-                        "dominates its compute (\"CONV\", \"LSTM\", \"Attention\", ...), as the paper's Table I.")
+        raise UserError(
+            f"{folder / 'workload.toml'} has no [model] dominant_layer: add the layer kind that "
+            'dominates its compute ("CONV", "LSTM", "Attention", ...), as the paper\'s Table I.'
+        )
     frameworks = tuple(f for f in KNOWN_FRAMEWORKS if (folder / f"{f}.py").is_file())
     return Model(
         name=data["model"]["name"],
@@ -110,9 +112,7 @@ def get(name: str) -> Model:
 
 def check_framework(model: Model, framework: str) -> None:
     if framework not in KNOWN_FRAMEWORKS:
-        raise UserError(
-            f"Unknown framework '{framework}': known frameworks are {', '.join(KNOWN_FRAMEWORKS)}."
-        )
+        raise UserError(f"Unknown framework '{framework}': known frameworks are {', '.join(KNOWN_FRAMEWORKS)}.")
     if framework not in model.frameworks:
         raise UserError(
             f"Model '{model.name}' has no {framework} implementation yet: it has "

@@ -34,8 +34,13 @@ def framework_gpus(fw: str) -> tuple[int | None, str | None]:
     if fw not in stacks.STACKS or not stacks.is_installed(fw):
         return None, None
     try:
-        proc = subprocess.run([str(stacks.python_of(fw)), "-m", "tbdkit.adapters.probe", fw], capture_output=True,
-                              text=True, timeout=600, env=stacks.agent_env())
+        proc = subprocess.run(
+            [str(stacks.python_of(fw)), "-m", "tbdkit.adapters.probe", fw],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=stacks.agent_env(),
+        )
     except subprocess.TimeoutExpired:
         return 0, f"the {fw} stack did not answer within 600 s whether it sees a GPU"
     try:
@@ -67,7 +72,9 @@ def resolve_auto_preset(device: str, frameworks: list[str], launcher: str) -> st
     blind = require_framework_gpus(device, answers)
     if blind:
         for fw, why in blind.items():
-            err_console.print(f"[yellow]{fw} sees no GPU ({why}): --preset auto runs the smoke preset[/]", highlight=False)
+            err_console.print(
+                f"[yellow]{fw} sees no GPU ({why}): --preset auto runs the smoke preset[/]", highlight=False
+            )
         return "smoke"
     if any(n is None for n, _ in answers.values()):  # a stack not installed yet: the host's GPUs decide
         return "paper" if gpu_count() > 0 else "smoke"
@@ -88,7 +95,8 @@ def choose_frameworks(model: catalog.Model, requested: list[str], setup: bool) -
             if first is None or not setup:
                 raise UserError(
                     f"No framework stack for {model.name} is installed: run `tbdkit setup "
-                    f"{first or 'pytorch'}` or pass --setup.")
+                    f"{first or 'pytorch'}` or pass --setup."
+                )
             chosen = [first]
     for fw in chosen:
         stacks.get(fw)
@@ -97,5 +105,3 @@ def choose_frameworks(model: catalog.Model, requested: list[str], setup: bool) -
                 stacks.setup(fw)
         stacks.require(fw)
     return chosen
-
-

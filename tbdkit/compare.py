@@ -35,23 +35,34 @@ FASTER, SLOWER, SAME = "faster", "slower", "same within noise"
 POWER = 0.80
 LEVEL = 0.95
 # What must match for two throughputs to be comparable (summary fields, then spec.json's).
-LIKE_FIELDS = ("model", "framework", "preset", "variant", "data", "precision", "nodes", "gpus_per_node",
-               "link_rate", "lock_digest")
+LIKE_FIELDS = (
+    "model",
+    "framework",
+    "preset",
+    "variant",
+    "data",
+    "precision",
+    "nodes",
+    "gpus_per_node",
+    "link_rate",
+    "lock_digest",
+)
 ALLOWED_FIELDS = ("batch_size",)  # may differ: the comparison is about them
 
 
 @dataclass
 class Side:
     """One run as compared: its identity and its throughput's estimate and standard error."""
+
     path: Path
     summary: dict[str, Any]
     spec: dict[str, Any]
     env: dict[str, Any]
     throughput: float
-    se: float              # standard error of the throughput, same unit
-    dof: int               # degrees of freedom of that error (iterations - 1)
+    se: float  # standard error of the throughput, same unit
+    dof: int  # degrees of freedom of that error (iterations - 1)
     unit: str
-    source: str            # where the estimate comes from (iterations.csv or the summary)
+    source: str  # where the estimate comes from (iterations.csv or the summary)
 
     @property
     def label(self) -> str:
@@ -93,7 +104,11 @@ def window_rows(run_dir: Path, window: Mapping[str, Any]) -> tuple[list[float], 
         for row in csv.DictReader(fh):
             try:
                 i = int(row["iteration"])
-                if row.get("phase") != "measure" or (first is not None and i < first) or (last is not None and i > last):
+                if (
+                    row.get("phase") != "measure"
+                    or (first is not None and i < first)
+                    or (last is not None and i > last)
+                ):
                     continue
                 works.append(float(row["work"]))
                 times.append(float(row["seconds"]))
@@ -108,17 +123,21 @@ def load(run_dir: Path) -> Side:
     try:
         summary = summaries.read(run_dir)
     except FileNotFoundError:
-        raise UserError(f"{run_dir} holds no {runfiles.SUMMARY}: pass a finished run's folder or id "
-                        "(`tbdkit runs` lists them).") from None
+        raise UserError(
+            f"{run_dir} holds no {runfiles.SUMMARY}: pass a finished run's folder or id (`tbdkit runs` lists them)."
+        ) from None
     except summaries.Unreadable as exc:
         raise UserError(f"{exc}: compare another run.") from None
     if summary.get("status") not in MEASURED:
-        raise UserError(f"{run_dir.name} ended {summary.get('status')!r}, not ok: only finished runs have a throughput "
-                        "to compare.")
-    thr = ((summary.get("metrics") or {}).get("throughput") or {})
+        raise UserError(
+            f"{run_dir.name} ended {summary.get('status')!r}, not ok: only finished runs have a throughput to compare."
+        )
+    thr = (summary.get("metrics") or {}).get("throughput") or {}
     if not isinstance(thr.get("value"), (int, float)):
-        raise UserError(f"{run_dir.name} records no throughput ({thr.get('reason') or 'a converge or profiled run'}): "
-                        "compare runs of the smoke or paper preset.")
+        raise UserError(
+            f"{run_dir.name} records no throughput ({thr.get('reason') or 'a converge or profiled run'}): "
+            "compare runs of the smoke or paper preset."
+        )
     spec = _object(run_dir / runfiles.SPEC)
     env = _object(run_dir / runfiles.ENV)
     unit = str(thr.get("unit") or "")
@@ -130,17 +149,40 @@ def load(run_dir: Path) -> Side:
     if len(works) >= 2:
         est = ratio_estimate(works, times)
         se = est.half_width / t_quantile(0.975, est.iterations - 1)
-        return Side(run_dir, summary, spec, env, est.throughput, se, est.iterations - 1, unit,
-                    f"{runfiles.ITERATIONS}: {est.iterations} window iterations")
+        return Side(
+            run_dir,
+            summary,
+            spec,
+            env,
+            est.throughput,
+            se,
+            est.iterations - 1,
+            unit,
+            f"{runfiles.ITERATIONS}: {est.iterations} window iterations",
+        )
     n = int(window.get("iterations") or 0)
     half = thr.get("ci95_half_width")
     if n < 2 or not isinstance(half, (int, float)):
-        why = (f"its sample window has {max(n, len(works))} iteration(s)" if max(n, len(works)) < 2 else
-               f"it has neither the window's {runfiles.ITERATIONS} nor a recorded 95% CI")
-        raise UserError(f"{run_dir.name}: {why}, so its throughput's noise is unknown and no verdict can be given: "
-                        "measure at least 2 iterations (a longer --max-measure-s).")
-    return Side(run_dir, summary, spec, env, float(thr["value"]), float(half) / t_quantile(0.975, n - 1), n - 1, unit,
-                f"{runfiles.SUMMARY}'s 95% CI over {n} window iterations (no {runfiles.ITERATIONS})")
+        why = (
+            f"its sample window has {max(n, len(works))} iteration(s)"
+            if max(n, len(works)) < 2
+            else f"it has neither the window's {runfiles.ITERATIONS} nor a recorded 95% CI"
+        )
+        raise UserError(
+            f"{run_dir.name}: {why}, so its throughput's noise is unknown and no verdict can be given: "
+            "measure at least 2 iterations (a longer --max-measure-s)."
+        )
+    return Side(
+        run_dir,
+        summary,
+        spec,
+        env,
+        float(thr["value"]),
+        float(half) / t_quantile(0.975, n - 1),
+        n - 1,
+        unit,
+        f"{runfiles.SUMMARY}'s 95% CI over {n} window iterations (no {runfiles.ITERATIONS})",
+    )
 
 
 def _object(path: Path) -> dict[str, Any]:
@@ -155,25 +197,30 @@ def _object(path: Path) -> dict[str, Any]:
 class Comparison:
     a: Side
     b: Side
-    ratio: float             # a's throughput / b's
-    low: float               # 95% interval of the ratio
+    ratio: float  # a's throughput / b's
+    low: float  # 95% interval of the ratio
     high: float
-    verdict: str             # FASTER / SLOWER / SAME: a relative to b
-    detectable: float        # smallest relative difference detectable (5% two-sided, 80% power)
+    verdict: str  # FASTER / SLOWER / SAME: a relative to b
+    detectable: float  # smallest relative difference detectable (5% two-sided, 80% power)
     dof: int
-    unlike: list[tuple[str, Any, Any]] = field(default_factory=list)      # fields that must match and do not
+    unlike: list[tuple[str, Any, Any]] = field(default_factory=list)  # fields that must match and do not
     differences: list[tuple[str, Any, Any]] = field(default_factory=list)  # everything else that differs
 
     @property
     def method(self) -> str:
-        return (f"ratio of the two windows' throughputs (sum of work / sum of time); {LEVEL:.0%} interval by the "
-                f"delta method on the log ratio, Welch-Satterthwaite dof {self.dof}; detectable: the difference a "
-                f"two-sided {1 - LEVEL:.0%} test finds with {POWER:.0%} power. A: {self.a.source}; B: {self.b.source}")
+        return (
+            f"ratio of the two windows' throughputs (sum of work / sum of time); {LEVEL:.0%} interval by the "
+            f"delta method on the log ratio, Welch-Satterthwaite dof {self.dof}; detectable: the difference a "
+            f"two-sided {1 - LEVEL:.0%} test finds with {POWER:.0%} power. A: {self.a.source}; B: {self.b.source}"
+        )
 
     def disturbed(self) -> str:
         """'' or which side ended `disturbed` (its numbers are kept, its noise may not be the machine's own)."""
-        notes = [f"{name} was disturbed ({'; '.join(side.summary.get('disturbed_reasons') or []) or 'no reason recorded'})"
-                 for name, side in (("A", self.a), ("B", self.b)) if side.summary.get("status") == "disturbed"]
+        notes = [
+            f"{name} was disturbed ({'; '.join(side.summary.get('disturbed_reasons') or []) or 'no reason recorded'})"
+            for name, side in (("A", self.a), ("B", self.b))
+            if side.summary.get("status") == "disturbed"
+        ]
         return "; ".join(notes)
 
     def sentence(self) -> str:
@@ -188,16 +235,25 @@ class Comparison:
         return f"A is {self.verdict} than B: A/B = {self.ratio:.3f} ({change}, {ci}); {detect}"
 
     def as_json(self) -> dict[str, Any]:
-        return {"a": str(self.a.path), "b": str(self.b.path), "unit": self.a.unit,
-                "throughput_a": self.a.throughput, "throughput_b": self.b.throughput,
-                "ratio": round(self.ratio, 6), "ci95": [round(self.low, 6), round(self.high, 6)],
-                "verdict": self.verdict, "detectable_relative_difference": round(self.detectable, 6),
-                "method": self.method, "unlike": [list(d) for d in self.unlike],
-                "differences": [list(d) for d in self.differences]}
+        return {
+            "a": str(self.a.path),
+            "b": str(self.b.path),
+            "unit": self.a.unit,
+            "throughput_a": self.a.throughput,
+            "throughput_b": self.b.throughput,
+            "ratio": round(self.ratio, 6),
+            "ci95": [round(self.low, 6), round(self.high, 6)],
+            "verdict": self.verdict,
+            "detectable_relative_difference": round(self.detectable, 6),
+            "method": self.method,
+            "unlike": [list(d) for d in self.unlike],
+            "differences": [list(d) for d in self.differences],
+        }
 
 
-def ratio_interval(a_rate: float, a_rel_se: float, a_dof: int, b_rate: float, b_rel_se: float,
-                   b_dof: int) -> tuple[float, float, float, int, float]:
+def ratio_interval(
+    a_rate: float, a_rel_se: float, a_dof: int, b_rate: float, b_rel_se: float, b_dof: int
+) -> tuple[float, float, float, int, float]:
     """(ratio, low, high, dof, detectable) of a_rate / b_rate from each rate's relative standard
     error: log-scale delta method, Welch-Satterthwaite degrees of freedom."""
     va, vb = a_rel_se**2, b_rel_se**2
@@ -219,8 +275,11 @@ def identity_differences(a: Side, b: Side) -> tuple[list[tuple[str, Any, Any]], 
         va, vb = a.field(name), b.field(name)
         if va != vb and not (name in ("nodes", "gpus_per_node") and (va or 1) == (vb or 1)):
             unlike.append((name, va, vb))
-    for name, va, vb in (("device", a.device_kind, b.device_kind), ("gpu_product", a.gpu_product, b.gpu_product),
-                         ("throughput_unit", a.unit, b.unit)):
+    for name, va, vb in (
+        ("device", a.device_kind, b.device_kind),
+        ("gpu_product", a.gpu_product, b.gpu_product),
+        ("throughput_unit", a.unit, b.unit),
+    ):
         if va != vb:
             unlike.append((name, va, vb))
     for name in ALLOWED_FIELDS:
@@ -247,8 +306,11 @@ def flatten(data: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
 def environment_differences(a: Side, b: Side) -> list[tuple[str, Any, Any]]:
     """Every env.json value (versions, driver, clocks, packages, host...) that differs between the runs."""
     fa, fb = dict(flatten(a.env)), dict(flatten(b.env))
-    return [(f"env.{k}", fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb))
-            if fa.get(k) != fb.get(k) and not k.startswith(ENV_SKIPPED)]
+    return [
+        (f"env.{k}", fa.get(k), fb.get(k))
+        for k in sorted(set(fa) | set(fb))
+        if fa.get(k) != fb.get(k) and not k.startswith(ENV_SKIPPED)
+    ]
 
 
 def compare(a: Side, b: Side, force: bool = False) -> Comparison:
@@ -256,12 +318,15 @@ def compare(a: Side, b: Side, force: bool = False) -> Comparison:
     unlike, allowed = identity_differences(a, b)
     if unlike and not force:
         listed = "; ".join(f"{name}: {va!r} vs {vb!r}" for name, va, vb in unlike)
-        raise UserError(f"The runs are not alike ({listed}): their throughputs measure different things. "
-                        "Compare runs of the same spec, or pass --force to compare anyway and list every difference.")
+        raise UserError(
+            f"The runs are not alike ({listed}): their throughputs measure different things. "
+            "Compare runs of the same spec, or pass --force to compare anyway and list every difference."
+        )
     if a.unit != b.unit and not force:
         raise UserError(f"The runs' throughputs are in different units ({a.unit} vs {b.unit}).")
-    ratio, low, high, dof, detectable = ratio_interval(a.throughput, a.relative_se, a.dof,
-                                                       b.throughput, b.relative_se, b.dof)
+    ratio, low, high, dof, detectable = ratio_interval(
+        a.throughput, a.relative_se, a.dof, b.throughput, b.relative_se, b.dof
+    )
     verdict = FASTER if low > 1 else SLOWER if high < 1 else SAME
     differences = allowed + (environment_differences(a, b) if force else [])
     return Comparison(a, b, ratio, low, high, verdict, detectable, dof, unlike, differences)
@@ -289,6 +354,8 @@ def matching_reference(side: Side, workloads: Path) -> Side | None:
 def no_reference_sentence(side: Side, workloads: Path) -> str:
     s = side.summary
     where = side.gpu_product or "this CPU"
-    return (f"No committed reference result for {s.get('model')}/{s.get('framework')} {s.get('preset')} "
-            f"{s.get('precision')} batch {s.get('batch_size')} on {where}: {workloads / str(s.get('model')) / 'reference'} holds none yet "
-            "(references are written on a GPU machine by `tbdkit reference`).")
+    return (
+        f"No committed reference result for {s.get('model')}/{s.get('framework')} {s.get('preset')} "
+        f"{s.get('precision')} batch {s.get('batch_size')} on {where}: {workloads / str(s.get('model')) / 'reference'} holds none yet "
+        "(references are written on a GPU machine by `tbdkit reference`)."
+    )

@@ -44,9 +44,12 @@ class RunProgress:
         elif kind == "warmup_done":
             self.progress.console.print(
                 f"  {self.label}: warm-up ended after {event['iterations']} iterations "
-                f"({event['seconds']:.1f} s, {event['end_reason']})")
+                f"({event['seconds']:.1f} s, {event['end_reason']})"
+            )
         elif kind == "warning":  # the launcher's one sentence (e.g. where a refused summary was kept)
-            self.progress.console.print(f"  {self.label}: [yellow]{escape(str(event.get('message')))}[/]", highlight=False)
+            self.progress.console.print(
+                f"  {self.label}: [yellow]{escape(str(event.get('message')))}[/]", highlight=False
+            )
         elif kind == "interrupt":
             self.progress.console.print(f"  {self.label}: stopping (Ctrl-C again to stop at once)")
         elif kind == "done":
@@ -58,9 +61,13 @@ class RunProgress:
 def make_progress(quiet_stdout: bool = False) -> Progress:
     """The runs' live progress; on stderr when stdout carries machine-readable output (--json)."""
     return Progress(
-        TextColumn("[bold]{task.description}"), TextColumn("[cyan]{task.fields[phase]}"), BarColumn(),
-        TimeElapsedColumn(), TextColumn("{task.fields[rate]}"),
-        console=err_console if quiet_stdout else console, transient=False,
+        TextColumn("[bold]{task.description}"),
+        TextColumn("[cyan]{task.fields[phase]}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[rate]}"),
+        console=err_console if quiet_stdout else console,
+        transient=False,
     )
 
 
@@ -72,8 +79,20 @@ def _fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
 
 def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Table:
     table = Table(title=title)
-    for col in ("framework", "batch", "precision", "device", "status", "throughput", "±95%", "samples/s",
-                "CPU util", "GPU util", "window", "run"):
+    for col in (
+        "framework",
+        "batch",
+        "precision",
+        "device",
+        "status",
+        "throughput",
+        "±95%",
+        "samples/s",
+        "CPU util",
+        "GPU util",
+        "window",
+        "run",
+    ):
         left = col in ("framework", "status", "device", "run", "window")
         table.add_column(col, justify="left" if left else "right", no_wrap=col in ("run", "throughput", "window"))
     for s in summaries:
@@ -84,8 +103,11 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
         style = {"ok": "green", "disturbed": "yellow", "oom": "yellow", "interrupted": "yellow"}.get(status, "red")
         rel = thr.get("ci95_relative")
         table.add_row(
-            escape(s.get("framework", "?")), str(s.get("batch_size", "?")), escape(s.get("precision") or "?"),
-            escape(s.get("device") or "—"), f"[{style}]{escape(status)}[/]",
+            escape(s.get("framework", "?")),
+            str(s.get("batch_size", "?")),
+            escape(s.get("precision") or "?"),
+            escape(s.get("device") or "—"),
+            f"[{style}]{escape(status)}[/]",
             escape(f"{_fmt(thr.get('value'), 2)} {thr.get('unit') or ''}".strip()),
             _fmt(rel * 100 if rel is not None else None, 2, "%"),
             _fmt((m.get("sample_throughput") or {}).get("value"), 2),
@@ -101,19 +123,40 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
 def convergence_table(summaries: list[dict[str, Any]], title: str = "Convergence") -> Table:
     """The converge preset's runs: the target, whether and when it was reached, the curve's file."""
     table = Table(title=title)
-    for col in ("framework", "batch", "device", "status", "quality metric", "target", "first → best",
-                "time to target", "evaluations", "run"):
+    for col in (
+        "framework",
+        "batch",
+        "device",
+        "status",
+        "quality metric",
+        "target",
+        "first → best",
+        "time to target",
+        "evaluations",
+        "run",
+    ):
         table.add_column(col, justify="right" if col in ("batch", "target", "evaluations") else "left")
     for s in summaries:
         c = s.get("convergence") or {}
         ttt = (s.get("metrics") or {}).get("time_to_target") or {}
         status = s.get("status", "?")
         style = {"ok": "green", "interrupted": "yellow"}.get(status, "red")
-        when = (f"{ttt['value']:,.0f} s ({ttt.get('steps')} steps)" if ttt.get("value") is not None
-                else ttt.get("reason") or s.get("error") or "—")
-        table.add_row(escape(s.get("framework", "?")), str(s.get("batch_size", "?")), escape(s.get("device") or "—"),
-                      f"[{style}]{escape(status)}[/]", escape(c.get("quality_metric") or "—"), _fmt(c.get("target"), 3),
-                      f"{_fmt(c.get('first_quality'), 3)} → {_fmt(c.get('best_quality'), 3)}" if c else "—",
-                      escape(str(when)), str(c.get("evaluations", "—")), escape(s.get("run_id") or "?").rsplit("-", 1)[-1])
+        when = (
+            f"{ttt['value']:,.0f} s ({ttt.get('steps')} steps)"
+            if ttt.get("value") is not None
+            else ttt.get("reason") or s.get("error") or "—"
+        )
+        table.add_row(
+            escape(s.get("framework", "?")),
+            str(s.get("batch_size", "?")),
+            escape(s.get("device") or "—"),
+            f"[{style}]{escape(status)}[/]",
+            escape(c.get("quality_metric") or "—"),
+            _fmt(c.get("target"), 3),
+            f"{_fmt(c.get('first_quality'), 3)} → {_fmt(c.get('best_quality'), 3)}" if c else "—",
+            escape(str(when)),
+            str(c.get("evaluations", "—")),
+            escape(s.get("run_id") or "?").rsplit("-", 1)[-1],
+        )
     table.caption = "training seconds exclude evaluations; the curve is each run's convergence.csv"
     return table

@@ -41,8 +41,8 @@ PRICES_FILE = "prices.toml"
 class Price:
     per_hour: float
     currency: str
-    source: str     # where it came from: the option, the variable, or prices.toml and its key
-    given: str      # when it was given (ISO 8601): now for the option and variable, the file's `given`
+    source: str  # where it came from: the option, the variable, or prices.toml and its key
+    given: str  # when it was given (ISO 8601): now for the option and variable, the file's `given`
 
     @property
     def text(self) -> str:
@@ -52,6 +52,7 @@ class Price:
 @dataclass(frozen=True)
 class Prices:
     """The price of each device, from one source."""
+
     by_device: Mapping[str, float]
     currency: str
     source: str
@@ -89,9 +90,13 @@ def load_file(path: Path) -> Prices:
         raise UserError(f"{path} has no [price_per_hour] table: add one, e.g. default = 2.5.")
     given = doc.get("given")
     if not given:
-        raise UserError(f"{path} does not say when its prices were given: add given = \"YYYY-MM-DD\".")
-    return Prices({str(k): _positive(v, f"{path} [price_per_hour] {k}") for k, v in table.items()},
-                  str(doc.get("currency") or "USD"), str(path), str(given))
+        raise UserError(f'{path} does not say when its prices were given: add given = "YYYY-MM-DD".')
+    return Prices(
+        {str(k): _positive(v, f"{path} [price_per_hour] {k}") for k, v in table.items()},
+        str(doc.get("currency") or "USD"),
+        str(path),
+        str(given),
+    )
 
 
 def resolve(price_per_hour: float | None, cwd: Path | None = None) -> Prices | None:
@@ -123,16 +128,30 @@ def costs(summary: Mapping[str, Any], price: Price | None) -> dict[str, dict[str
     per_m_unit, run_unit = (f"{price.currency}/1M samples", price.currency) if price else ("", "")
     if price is None:
         why = "no price for this device in the prices given"
-        return {"cost_per_million_samples": missing(per_m_unit, "price / sample throughput", why),
-                "run_cost": missing(run_unit, "price x wall time", why)}
+        return {
+            "cost_per_million_samples": missing(per_m_unit, "price / sample throughput", why),
+            "run_cost": missing(run_unit, "price x wall time", why),
+        }
     rate = ((summary.get("metrics") or {}).get("sample_throughput") or {}).get("value")
     wall = summary.get("wall_s")
-    per_m = (metric(price.per_hour / 3600.0 / rate * 1e6, per_m_unit,
-                    f"{price.text} / 3600 / sample throughput x 1e6", price_given=price.given)
-             if isinstance(rate, (int, float)) and rate > 0 else
-             missing(per_m_unit, "price / sample throughput", "the run has no sample throughput"))
-    run = (metric(price.per_hour * float(wall) / 3600.0, run_unit,
-                  f"{price.text} x the run's wall time (setup, warm-up, window and analyses)", price_given=price.given)
-           if isinstance(wall, (int, float)) and wall > 0 else
-           missing(run_unit, "price x wall time", "the run's wall time is not recorded"))
+    per_m = (
+        metric(
+            price.per_hour / 3600.0 / rate * 1e6,
+            per_m_unit,
+            f"{price.text} / 3600 / sample throughput x 1e6",
+            price_given=price.given,
+        )
+        if isinstance(rate, (int, float)) and rate > 0
+        else missing(per_m_unit, "price / sample throughput", "the run has no sample throughput")
+    )
+    run = (
+        metric(
+            price.per_hour * float(wall) / 3600.0,
+            run_unit,
+            f"{price.text} x the run's wall time (setup, warm-up, window and analyses)",
+            price_given=price.given,
+        )
+        if isinstance(wall, (int, float)) and wall > 0
+        else missing(run_unit, "price x wall time", "the run's wall time is not recorded")
+    )
     return {"cost_per_million_samples": per_m, "run_cost": run}

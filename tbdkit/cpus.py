@@ -81,12 +81,12 @@ def available(quota: dict[str, Any] | None = None, mask: list[int] | None = None
 class Budget:
     """The cores a run (one worker) was given and how its threads share them."""
 
-    cpus: int                  # cores given to this worker
-    source: str                # where the number came from
-    intra_op: int              # the framework's intra-op (OpenMP / Eigen) pool
-    inter_op: int              # the framework's inter-op pool (MXNet: its CPU engine workers)
-    data_workers: int          # data-loading threads counted against the budget
-    pinned: list[int] | None   # cores the process is pinned to (--pin), else None
+    cpus: int  # cores given to this worker
+    source: str  # where the number came from
+    intra_op: int  # the framework's intra-op (OpenMP / Eigen) pool
+    inter_op: int  # the framework's inter-op pool (MXNet: its CPU engine workers)
+    data_workers: int  # data-loading threads counted against the budget
+    pinned: list[int] | None  # cores the process is pinned to (--pin), else None
     affinity: list[int] = field(default_factory=list)
     cgroup_quota: dict[str, Any] = field(default_factory=dict)
 
@@ -94,8 +94,14 @@ class Budget:
         return asdict(self)
 
 
-def plan(requested: int | None, pin: bool, data_workers: int, workers_here: int = 1,
-         mask: list[int] | None = None, quota: dict[str, Any] | None = None) -> Budget:
+def plan(
+    requested: int | None,
+    pin: bool,
+    data_workers: int,
+    workers_here: int = 1,
+    mask: list[int] | None = None,
+    quota: dict[str, Any] | None = None,
+) -> Budget:
     """The budget of one worker: `requested` cores (None: every core available) shared by the
     `workers_here` workers of this machine; `data_workers` loading threads come out of it."""
     mask = mask if mask is not None else affinity()
@@ -110,8 +116,16 @@ def plan(requested: int | None, pin: bool, data_workers: int, workers_here: int 
     if workers_here > 1:
         source += f", split over {workers_here} workers"
     intra = max(1, cpus - data_workers)
-    return Budget(cpus=cpus, source=source, intra_op=intra, inter_op=1, data_workers=data_workers,
-                  pinned=mask[:cpus] if pin else None, affinity=mask, cgroup_quota=quota)
+    return Budget(
+        cpus=cpus,
+        source=source,
+        intra_op=intra,
+        inter_op=1,
+        data_workers=data_workers,
+        pinned=mask[:cpus] if pin else None,
+        affinity=mask,
+        cgroup_quota=quota,
+    )
 
 
 def check_request(requested: int | None) -> str | None:
@@ -120,16 +134,21 @@ def check_request(requested: int | None) -> str | None:
         return None
     here = available()
     if requested > here:
-        return (f"--cpus {requested} asks for more cores than this process may use ({here}: affinity mask and "
-                f"cgroup quota); pass --cpus {here} or fewer")
+        return (
+            f"--cpus {requested} asks for more cores than this process may use ({here}: affinity mask and "
+            f"cgroup quota); pass --cpus {here} or fewer"
+        )
     return None
 
 
 def thread_env(budget: Budget) -> dict[str, str]:
     """The variables the OpenMP runtime, MKL and MXNet read once, when their library loads."""
-    return {"OMP_NUM_THREADS": str(budget.intra_op), "MKL_NUM_THREADS": str(budget.intra_op),
-            "MXNET_CPU_WORKER_NTHREADS": str(budget.inter_op),
-            "MXNET_CPU_PRIORITY_NTHREADS": str(budget.inter_op)}
+    return {
+        "OMP_NUM_THREADS": str(budget.intra_op),
+        "MKL_NUM_THREADS": str(budget.intra_op),
+        "MXNET_CPU_WORKER_NTHREADS": str(budget.inter_op),
+        "MXNET_CPU_PRIORITY_NTHREADS": str(budget.inter_op),
+    }
 
 
 def pin(budget: Budget) -> list[int] | None:

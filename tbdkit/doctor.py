@@ -33,19 +33,20 @@ CMD_TIMEOUT_S = 5.0
 NVML_TIMEOUT_S = 15.0
 CAP_SYS_ADMIN = 21
 
-NO_DRIVER_FIX = ("no NVIDIA driver found: on a GPU machine install the NVIDIA driver (nvidia-smi must work); "
-                 "without a GPU, runs use the CPU and GPU metrics are recorded as null")
-NSIGHT_FIX = ("install Nsight {what} from NVIDIA's CUDA packages "
-              "(or use the kit's docker images, which include them)")
+NO_DRIVER_FIX = (
+    "no NVIDIA driver found: on a GPU machine install the NVIDIA driver (nvidia-smi must work); "
+    "without a GPU, runs use the CPU and GPU metrics are recorded as null"
+)
+NSIGHT_FIX = "install Nsight {what} from NVIDIA's CUDA packages (or use the kit's docker images, which include them)"
 FRAMEWORK_TITLES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
 
 
 @dataclass(frozen=True)
 class Check:
-    area: str          # "gpu", "docker", "frameworks", "profiling"
+    area: str  # "gpu", "docker", "frameworks", "profiling"
     name: str
-    ok: bool | None    # None = not applicable here
-    detail: str        # what was found, or what failed: one line
+    ok: bool | None  # None = not applicable here
+    detail: str  # what was found, or what failed: one line
     fix: str | None = None
 
 
@@ -62,8 +63,9 @@ def _one_line(text: str, limit: int = 200) -> str:
 def _run(cmd: list[str], timeout: float = CMD_TIMEOUT_S) -> tuple[int | None, str, str]:
     """(exit code, stdout, stderr); exit code None when it could not run or timed out."""
     try:
-        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            cmd, check=False, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         return None, "", f"`{' '.join(cmd)}` did not answer within {timeout:g} s"
     except OSError as exc:
@@ -73,37 +75,50 @@ def _run(cmd: list[str], timeout: float = CMD_TIMEOUT_S) -> tuple[int | None, st
 
 # ---------------------------------------------------------------------------------------- GPU
 
+
 @dataclass
 class NvmlInfo:
     """What one NVML session saw. `error` is set when nvmlInit (or the import) failed."""
+
     error: str | None = None
-    no_library: bool = False            # NVML itself (the driver's libnvidia-ml) is missing
-    version: str | None = None          # NVML library version
+    no_library: bool = False  # NVML itself (the driver's libnvidia-ml) is missing
+    version: str | None = None  # NVML library version
     driver: str | None = None
-    cuda_driver: str | None = None      # highest CUDA version the driver supports, "12.8"
+    cuda_driver: str | None = None  # highest CUDA version the driver supports, "12.8"
     gpus: list[str] = field(default_factory=list)
-    gpm: list[bool | None] = field(default_factory=list)   # per GPU; None = could not ask
+    gpm: list[bool | None] = field(default_factory=list)  # per GPU; None = could not ask
     gpm_error: str | None = None
     device_error: str | None = None
-    clocks: list[dict] = field(default_factory=list)       # per GPU: clock_state()
+    clocks: list[dict] = field(default_factory=list)  # per GPU: clock_state()
 
 
 def clock_state(nv: Any, handle: Any) -> dict:
     """Whether a GPU's clocks are held (application clocks off their default, or the driver reports
     clocks held by a setting: nvidia-smi -ac / -lgc) and whether a non-root user may set them."""
     out: dict = {}
-    for key, fn in (("app_sm_mhz", lambda: nv.nvmlDeviceGetApplicationsClock(handle, nv.NVML_CLOCK_SM)),
-                    ("default_app_sm_mhz", lambda: nv.nvmlDeviceGetDefaultApplicationsClock(handle, nv.NVML_CLOCK_SM)),
-                    ("max_sm_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(handle, nv.NVML_CLOCK_SM)),
-                    ("events", lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(handle)),
-                    ("restricted", lambda: nv.nvmlDeviceGetAPIRestriction(
-                        handle, nv.NVML_RESTRICTED_API_SET_APPLICATION_CLOCKS) == nv.NVML_FEATURE_ENABLED)):
+    for key, fn in (
+        ("app_sm_mhz", lambda: nv.nvmlDeviceGetApplicationsClock(handle, nv.NVML_CLOCK_SM)),
+        ("default_app_sm_mhz", lambda: nv.nvmlDeviceGetDefaultApplicationsClock(handle, nv.NVML_CLOCK_SM)),
+        ("max_sm_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(handle, nv.NVML_CLOCK_SM)),
+        ("events", lambda: nv.nvmlDeviceGetCurrentClocksEventReasons(handle)),
+        (
+            "restricted",
+            lambda: (
+                nv.nvmlDeviceGetAPIRestriction(handle, nv.NVML_RESTRICTED_API_SET_APPLICATION_CLOCKS)
+                == nv.NVML_FEATURE_ENABLED
+            ),
+        ),
+    ):
         try:
             out[key] = fn()
         except Exception:
             out[key] = None
     held = out["events"] is not None and bool(out["events"] & 0x2)  # nvmlClocksEventReasonApplicationsClocksSetting
-    off_default = None if None in (out["app_sm_mhz"], out["default_app_sm_mhz"]) else out["app_sm_mhz"] != out["default_app_sm_mhz"]
+    off_default = (
+        None
+        if None in (out["app_sm_mhz"], out["default_app_sm_mhz"])
+        else out["app_sm_mhz"] != out["default_app_sm_mhz"]
+    )
     out["locked"] = True if held or off_default else (None if out["events"] is None and off_default is None else False)
     return out
 
@@ -207,21 +222,39 @@ def driver_check(info: NvmlInfo) -> Check:
         cuda = f", supports CUDA up to {info.cuda_driver}" if info.cuda_driver else ""
         return Check("gpu", "NVIDIA driver", True, f"driver {info.driver}{cuda}", None)
     if info.error is not None:
-        return Check("gpu", "NVIDIA driver", False, f"no NVIDIA driver reachable ({info.error})",
-                     "install the NVIDIA driver for this GPU (nvidia-smi must work)")
-    return Check("gpu", "NVIDIA driver", False, "NVML loaded but did not report a driver version",
-                 "check that `nvidia-smi` works and shows a driver version")
+        return Check(
+            "gpu",
+            "NVIDIA driver",
+            False,
+            f"no NVIDIA driver reachable ({info.error})",
+            "install the NVIDIA driver for this GPU (nvidia-smi must work)",
+        )
+    return Check(
+        "gpu",
+        "NVIDIA driver",
+        False,
+        "NVML loaded but did not report a driver version",
+        "check that `nvidia-smi` works and shows a driver version",
+    )
 
 
 def gpu_check(info: NvmlInfo) -> Check:
     if info.error is not None:
-        fix = NO_DRIVER_FIX if (info.no_library or pynvml is None) else \
-            "check that `nvidia-smi` works; without a GPU, runs use the CPU and GPU metrics are recorded as null"
+        fix = (
+            NO_DRIVER_FIX
+            if (info.no_library or pynvml is None)
+            else "check that `nvidia-smi` works; without a GPU, runs use the CPU and GPU metrics are recorded as null"
+        )
         return Check("gpu", "NVIDIA GPU", False, f"no GPU visible: {info.error}", fix)
     if not info.gpus:
         why = f" ({info.device_error})" if info.device_error else ""
-        return Check("gpu", "NVIDIA GPU", False, f"the driver is loaded but NVML sees no GPU{why}",
-                     "check `nvidia-smi -L`; in a container pass the GPUs in (docker run --gpus all)")
+        return Check(
+            "gpu",
+            "NVIDIA GPU",
+            False,
+            f"the driver is loaded but NVML sees no GPU{why}",
+            "check `nvidia-smi -L`; in a container pass the GPUs in (docker run --gpus all)",
+        )
     drv = f", driver {info.driver}" if info.driver else ""
     cuda = f", CUDA {info.cuda_driver}" if info.cuda_driver else ""
     return Check("gpu", "NVIDIA GPU", True, f"{_gpu_summary(info.gpus)}{drv}{cuda}", None)
@@ -231,21 +264,26 @@ def gpm_check(info: NvmlInfo) -> Check:
     name = "NVML GPM metrics"
     if info.error is not None or not info.gpus:
         return Check("gpu", name, None, "no GPU: GPM metrics do not apply", None)
-    fix = ("GPU-side utilization-by-pipe metrics (SM, tensor, DRAM activity) need a Hopper or newer GPU "
-           "with a recent driver (or DCGM profiling metrics); the other GPU metrics are still recorded")
+    fix = (
+        "GPU-side utilization-by-pipe metrics (SM, tensor, DRAM activity) need a Hopper or newer GPU "
+        "with a recent driver (or DCGM profiling metrics); the other GPU metrics are still recorded"
+    )
     if all(s is True for s in info.gpm):
         return Check("gpu", name, True, f"supported on all {len(info.gpus)} GPU(s)", None)
     supported = [g for g, s in zip(info.gpus, info.gpm) if s]
     if not supported:
         why = f" (could not ask: {info.gpm_error})" if info.gpm_error and None in info.gpm else ""
         return Check("gpu", name, False, f"not supported on {_gpu_summary(info.gpus)}{why}", fix)
-    return Check("gpu", name, False,
-                 f"supported on {len(supported)} of {len(info.gpus)} GPUs ({_gpu_summary(supported)})", fix)
+    return Check(
+        "gpu", name, False, f"supported on {len(supported)} of {len(info.gpus)} GPUs ({_gpu_summary(supported)})", fix
+    )
 
 
-CLOCKS_MEANING = ("locked clocks make runs comparable with each other (no boost that moves with temperature and "
-                  "power), but slower than an unlocked GPU's boost: compare locked runs with locked runs; every run "
-                  "records its clocks and clock events (summary.json gpu_state)")
+CLOCKS_MEANING = (
+    "locked clocks make runs comparable with each other (no boost that moves with temperature and "
+    "power), but slower than an unlocked GPU's boost: compare locked runs with locked runs; every run "
+    "records its clocks and clock events (summary.json gpu_state)"
+)
 
 
 def clocks_check(info: NvmlInfo, euid: int | None = None) -> Check:
@@ -259,15 +297,22 @@ def clocks_check(info: NvmlInfo, euid: int | None = None) -> Check:
     lock = f"sudo nvidia-smi -lgc {top},{top}" if top else "sudo nvidia-smi -lgc <MHz>,<MHz>"
     euid = os.geteuid() if euid is None else euid
     restricted = any(c.get("restricted") for c in info.clocks)
-    detail = ("clocks float (GPU boost) on " + _gpu_summary(info.gpus)
-              + ("" if None not in locked else " (some could not be read)")
-              + ": the same GPU's throughput moves with its temperature and power")
+    detail = (
+        "clocks float (GPU boost) on "
+        + _gpu_summary(info.gpus)
+        + ("" if None not in locked else " (some could not be read)")
+        + ": the same GPU's throughput moves with its temperature and power"
+    )
     if euid != 0 and restricted:
-        fix = (f"locking needs root here (NVML restricts setting clocks): ask an administrator for `{lock}` "
-               f"(undo: nvidia-smi -rgc); {CLOCKS_MEANING}")
+        fix = (
+            f"locking needs root here (NVML restricts setting clocks): ask an administrator for `{lock}` "
+            f"(undo: nvidia-smi -rgc); {CLOCKS_MEANING}"
+        )
     else:
-        fix = (f"for comparable runs lock them: `{lock}` (`nvidia-smi -q -d SUPPORTED_CLOCKS` lists the clocks; "
-               f"undo: nvidia-smi -rgc); {CLOCKS_MEANING}")
+        fix = (
+            f"for comparable runs lock them: `{lock}` (`nvidia-smi -q -d SUPPORTED_CLOCKS` lists the clocks; "
+            f"undo: nvidia-smi -rgc); {CLOCKS_MEANING}"
+        )
     return Check("gpu", name, False, detail, fix)
 
 
@@ -279,15 +324,24 @@ NATIVE_NOTE = "the native launcher (`tbdkit bench`, --launcher native, the defau
 def docker_client_check() -> Check:
     exe = shutil.which("docker")
     if exe is None:
-        return Check("docker", "Docker client", False, "docker is not on PATH",
-                     f"install Docker Engine (docs.docker.com/engine/install) to use the kit's images; {NATIVE_NOTE}")
+        return Check(
+            "docker",
+            "Docker client",
+            False,
+            "docker is not on PATH",
+            f"install Docker Engine (docs.docker.com/engine/install) to use the kit's images; {NATIVE_NOTE}",
+        )
     rc, out, err = _run([exe, "version", "--format", "{{.Client.Version}}"])
     version = out.strip().splitlines()[0] if out.strip() else ""
     if version:  # docker prints the client part even when the daemon is unreachable (exit 1)
         return Check("docker", "Docker client", True, f"docker {version} at {exe}", None)
-    return Check("docker", "Docker client", False,
-                 f"{exe} did not report a version: {_one_line(err) or f'exit {rc}'}",
-                 f"reinstall Docker Engine (docs.docker.com/engine/install); {NATIVE_NOTE}")
+    return Check(
+        "docker",
+        "Docker client",
+        False,
+        f"{exe} did not report a version: {_one_line(err) or f'exit {rc}'}",
+        f"reinstall Docker Engine (docs.docker.com/engine/install); {NATIVE_NOTE}",
+    )
 
 
 def docker_daemon_check(client: Check) -> Check:
@@ -300,8 +354,10 @@ def docker_daemon_check(client: Check) -> Check:
         return Check("docker", name, True, f"Docker Engine {out.strip().splitlines()[0]} answering", None)
     text = _one_line(err) or (f"exit {rc}" if rc is not None else "no answer")
     if "permission denied" in text.lower():
-        fix = ("add your user to the docker group (sudo usermod -aG docker $USER, then log in again) "
-               f"or run with sudo; {NATIVE_NOTE}")
+        fix = (
+            "add your user to the docker group (sudo usermod -aG docker $USER, then log in again) "
+            f"or run with sudo; {NATIVE_NOTE}"
+        )
     else:
         fix = f"start the Docker daemon (sudo systemctl start docker); {NATIVE_NOTE}"
     return Check("docker", name, False, f"not reachable: {text}", fix)
@@ -316,12 +372,18 @@ def nvidia_runtime_check(daemon: Check) -> Check:
     access = images.gpu_access()
     if access.ok:
         return Check("docker", name, True, access.detail, None)
-    return Check("docker", name, False, access.detail,
-                 f"{images.GPU_FIX} (the package installs {images.NVIDIA_HOOK}, which `docker run --gpus` uses), "
-                 "so containers can use the GPU")
+    return Check(
+        "docker",
+        name,
+        False,
+        access.detail,
+        f"{images.GPU_FIX} (the package installs {images.NVIDIA_HOOK}, which `docker run --gpus` uses), "
+        "so containers can use the GPU",
+    )
 
 
 # --------------------------------------------------------------------------------- frameworks
+
 
 def framework_check(name: str) -> Check:
     stack = stacks.STACKS.get(name)
@@ -332,12 +394,18 @@ def framework_check(name: str) -> Check:
     try:
         record = stacks.marker(name)
     except Exception as exc:
-        return Check("frameworks", check_name, False, f"could not read its environment: {_exc_text(exc)}",
-                     f"run `tbdkit setup {name} --force`")
+        return Check(
+            "frameworks",
+            check_name,
+            False,
+            f"could not read its environment: {_exc_text(exc)}",
+            f"run `tbdkit setup {name} --force`",
+        )
     where = stacks.venv_path(name)
     if record is None:
-        return Check("frameworks", check_name, False, f"not installed (no environment at {where})",
-                     f"run `tbdkit setup {name}`")
+        return Check(
+            "frameworks", check_name, False, f"not installed (no environment at {where})", f"run `tbdkit setup {name}`"
+        )
     version = record.get("framework_version") if isinstance(record, dict) else None
     detail = f"{stack.module} {version}" if version else f"installed ({stack.module} version unknown)"
     detail += f" in {where}"
@@ -351,12 +419,21 @@ def framework_check(name: str) -> Check:
     try:
         drift = stacks.drift(name) or []
     except Exception as exc:
-        return Check("frameworks", check_name, False, f"{detail}; its packages could not be compared with its lock: "
-                     f"{_exc_text(exc)}", f"run `tbdkit setup {name} --force`")
+        return Check(
+            "frameworks",
+            check_name,
+            False,
+            f"{detail}; its packages could not be compared with its lock: {_exc_text(exc)}",
+            f"run `tbdkit setup {name} --force`",
+        )
     if drift:
-        return Check("frameworks", check_name, False,
-                     f"{detail}; {len(drift)} package(s) differ from {lock_name}: {drift_text(drift)}",
-                     f"run `tbdkit setup {name} --force` (reinstalls it from its lock)")
+        return Check(
+            "frameworks",
+            check_name,
+            False,
+            f"{detail}; {len(drift)} package(s) differ from {lock_name}: {drift_text(drift)}",
+            f"run `tbdkit setup {name} --force` (reinstalls it from its lock)",
+        )
     if not current:
         return Check("frameworks", check_name, True, detail, f"run `tbdkit setup {name}` to bring it up to date")
     return Check("frameworks", check_name, True, detail + f"; matches {lock_name}", None)
@@ -364,19 +441,28 @@ def framework_check(name: str) -> Check:
 
 def drift_text(drift: list[dict[str, str | None]], shown: int = 5) -> str:
     """`numpy 1.26.4 (locked 1.23.5), uv missing, six 1.17.0 (not in the lock)`, the first few."""
-    parts = [f"{d['package']} missing (locked {d['locked']})" if d["installed"] is None else
-             f"{d['package']} {d['installed']} (not in the lock)" if d["locked"] is None else
-             f"{d['package']} {d['installed']} (locked {d['locked']})" for d in drift[:shown]]
+    parts = [
+        f"{d['package']} missing (locked {d['locked']})"
+        if d["installed"] is None
+        else f"{d['package']} {d['installed']} (not in the lock)"
+        if d["locked"] is None
+        else f"{d['package']} {d['installed']} (locked {d['locked']})"
+        for d in drift[:shown]
+    ]
     return ", ".join(parts) + (f" and {len(drift) - shown} more" if len(drift) > shown else "")
 
 
 # ---------------------------------------------------------------------------------- profiling
 
-OPEN_COUNTERS = ("open them to all users as NVIDIA documents (ERR_NVGPUCTRPERM): put "
-                 "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` in a file in /etc/modprobe.d/, "
-                 "update the initramfs (Ubuntu: sudo update-initramfs -u -k all), then reboot")
-COUNTERS_FIX = ("GPU performance counters are admin-only here: run the profiler with sudo "
-                f"(in a container add --cap-add=SYS_ADMIN), or {OPEN_COUNTERS}")
+OPEN_COUNTERS = (
+    "open them to all users as NVIDIA documents (ERR_NVGPUCTRPERM): put "
+    "`options nvidia NVreg_RestrictProfilingToAdminUsers=0` in a file in /etc/modprobe.d/, "
+    "update the initramfs (Ubuntu: sudo update-initramfs -u -k all), then reboot"
+)
+COUNTERS_FIX = (
+    "GPU performance counters are admin-only here: run the profiler with sudo "
+    f"(in a container add --cap-add=SYS_ADMIN), or {OPEN_COUNTERS}"
+)
 
 
 def _has_cap_sys_admin(status_path: Path) -> bool | None:
@@ -390,8 +476,12 @@ def _has_cap_sys_admin(status_path: Path) -> bool | None:
     return None
 
 
-def counters_check(params_path: Path | None = None, euid: int | None = None,
-                   status_path: Path | None = None, platform: str | None = None) -> Check:
+def counters_check(
+    params_path: Path | None = None,
+    euid: int | None = None,
+    status_path: Path | None = None,
+    platform: str | None = None,
+) -> Check:
     """Whether this user may read the GPU performance counters (Nsight Compute needs them)."""
     name = "GPU performance counters"
     if (platform or sys.platform) != "linux":
@@ -419,12 +509,17 @@ def counters_check(params_path: Path | None = None, euid: int | None = None,
     if euid == 0:
         cap = _has_cap_sys_admin(status_path)
         if cap is False:  # root in a container without CAP_SYS_ADMIN is still refused
-            return Check("profiling", name, False,
-                         f"admin-only (RmProfilingAdminOnly: {value}); root here lacks CAP_SYS_ADMIN",
-                         f"start the container with --cap-add=SYS_ADMIN, or {OPEN_COUNTERS}")
+            return Check(
+                "profiling",
+                name,
+                False,
+                f"admin-only (RmProfilingAdminOnly: {value}); root here lacks CAP_SYS_ADMIN",
+                f"start the container with --cap-add=SYS_ADMIN, or {OPEN_COUNTERS}",
+            )
         return Check("profiling", name, True, f"admin-only (RmProfilingAdminOnly: {value}), running as root", None)
-    return Check("profiling", name, False, f"admin-only (RmProfilingAdminOnly: {value}) and not running as root",
-                 COUNTERS_FIX)
+    return Check(
+        "profiling", name, False, f"admin-only (RmProfilingAdminOnly: {value}) and not running as root", COUNTERS_FIX
+    )
 
 
 NSIGHT = {
@@ -438,24 +533,36 @@ def nsight_check(tool: str) -> Check:
     title, what, use = NSIGHT[tool]
     exe = nsight.find(tool)
     if exe is None:
-        return Check("profiling", title, False if tool == "ncu" else None, f"not found ({use})",
-                     NSIGHT_FIX.format(what=what) if tool == "ncu" else None)
+        return Check(
+            "profiling",
+            title,
+            False if tool == "ncu" else None,
+            f"not found ({use})",
+            NSIGHT_FIX.format(what=what) if tool == "ncu" else None,
+        )
     found = nsight.version(exe)
     where = exe if shutil.which(tool) else f"{exe} (not on PATH; the kit looks there)"
     if found:
         return Check("profiling", title, True, f"{tool} {found} at {where}", None)
-    return Check("profiling", title, False, f"{exe} --version did not report a version ({use})",
-                 NSIGHT_FIX.format(what=what))
+    return Check(
+        "profiling", title, False, f"{exe} --version did not report a version ({use})", NSIGHT_FIX.format(what=what)
+    )
 
 
 # ------------------------------------------------------------------------------------ all of it
+
 
 def _safe(area: str, name: str, fn: Callable[[], Check]) -> Check:
     try:
         return fn()
     except Exception as exc:  # a bug in one check must not hide the others
-        return Check(area, name, False, f"the check itself failed: {_exc_text(exc)}",
-                     "report this as a tbdkit bug, with the output of `tbdkit doctor --json`")
+        return Check(
+            area,
+            name,
+            False,
+            f"the check itself failed: {_exc_text(exc)}",
+            "report this as a tbdkit bug, with the output of `tbdkit doctor --json`",
+        )
 
 
 def checks() -> list[Check]:

@@ -21,7 +21,7 @@ def parse(text: str) -> dict[str, Any] | None:
     if not text.startswith(PREFIX):
         return None
     try:
-        event = json.loads(text[len(PREFIX):])
+        event = json.loads(text[len(PREFIX) :])
     except json.JSONDecodeError:
         return None
     return event if isinstance(event, dict) else None

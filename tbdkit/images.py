@@ -63,7 +63,9 @@ def load_lock(path: Path | None = None) -> dict[str, ImageSpec]:
     except FileNotFoundError:
         raise UserError(f"The image lock file {path} is missing: restore it from the kit's repository.") from None
     except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"The image lock file {path} is not valid TOML ({exc}): fix it or restore it with git.") from None
+        raise UserError(
+            f"The image lock file {path} is not valid TOML ({exc}): fix it or restore it with git."
+        ) from None
     return {name: ImageSpec(name, e["dockerfile"], e["base"], e.get("digest", ""), e) for name, e in data.items()}
 
 
@@ -82,11 +84,14 @@ def image_ref(stack: str) -> str:
 
 # ---------------------------------------------------------------- the docker CLI
 
+
 def docker_binary() -> str:
     found = shutil.which(os.environ.get("TBDKIT_DOCKER", "docker"))
     if not found:
-        raise UserError("Docker is not installed here: install Docker Engine (e.g. `apt-get install docker.io`) "
-                        f"and the NVIDIA Container Toolkit for GPUs, {NATIVE_HINT}.")
+        raise UserError(
+            "Docker is not installed here: install Docker Engine (e.g. `apt-get install docker.io`) "
+            f"and the NVIDIA Container Toolkit for GPUs, {NATIVE_HINT}."
+        )
     return found
 
 
@@ -94,15 +99,21 @@ def explain_failure(stderr: str) -> str | None:
     """One sentence with the fix for the Docker failures a user can cause, or None."""
     text = stderr.lower()
     if "cannot connect to the docker daemon" in text or "is the docker daemon running" in text:
-        return ("The Docker daemon is not running: start it (`sudo systemctl start docker`, or `dockerd &` as root), "
-                f"{NATIVE_HINT}.")
+        return (
+            "The Docker daemon is not running: start it (`sudo systemctl start docker`, or `dockerd &` as root), "
+            f"{NATIVE_HINT}."
+        )
     if "permission denied" in text and "docker.sock" in text:
-        return ("You may not use the Docker daemon: add yourself to the docker group "
-                f"(`sudo usermod -aG docker $USER`, then log in again), {NATIVE_HINT}.")
+        return (
+            "You may not use the Docker daemon: add yourself to the docker group "
+            f"(`sudo usermod -aG docker $USER`, then log in again), {NATIVE_HINT}."
+        )
     if "could not select device driver" in text and "gpu" in text:
-        return ("Docker has no NVIDIA runtime for --gpus: install the NVIDIA Container Toolkit and run "
-                f"`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`, "
-                f"pass --device cpu, {NATIVE_HINT}.")
+        return (
+            "Docker has no NVIDIA runtime for --gpus: install the NVIDIA Container Toolkit and run "
+            f"`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`, "
+            f"pass --device cpu, {NATIVE_HINT}."
+        )
     return None
 
 
@@ -111,11 +122,15 @@ def docker(*args: str, check: bool = True, timeout: float | None = 60) -> subpro
     try:
         proc = subprocess.run([docker_binary(), *args], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise UserError(f"`docker {' '.join(args[:2])}` did not answer in {timeout:.0f} s: check the Docker daemon "
-                        f"(`docker info`), {NATIVE_HINT}.") from None
+        raise UserError(
+            f"`docker {' '.join(args[:2])}` did not answer in {timeout:.0f} s: check the Docker daemon "
+            f"(`docker info`), {NATIVE_HINT}."
+        ) from None
     if check and proc.returncode != 0:
-        raise UserError(explain_failure(proc.stderr) or
-                        f"`docker {' '.join(args)}` failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}.")
+        raise UserError(
+            explain_failure(proc.stderr)
+            or f"`docker {' '.join(args)}` failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}."
+        )
     return proc
 
 
@@ -127,8 +142,10 @@ def daemon_version() -> str:
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 CDI_GPUS = "nvidia.com/gpu=all"
-GPU_FIX = ("install the NVIDIA Container Toolkit and run `sudo nvidia-ctk runtime configure --runtime=docker`, "
-           "then restart Docker")
+GPU_FIX = (
+    "install the NVIDIA Container Toolkit and run `sudo nvidia-ctk runtime configure --runtime=docker`, "
+    "then restart Docker"
+)
 
 
 @dataclass(frozen=True)
@@ -140,7 +157,7 @@ class GpuAccess:
     runtime works without it through `--runtime nvidia` and NVIDIA_VISIBLE_DEVICES; a CDI spec
     for nvidia.com/gpu works through `--device nvidia.com/gpu=all` when the daemon has CDI on."""
 
-    mode: str | None   # "gpus", "runtime", "cdi"; None: no way to the GPUs
+    mode: str | None  # "gpus", "runtime", "cdi"; None: no way to the GPUs
     detail: str
 
     @property
@@ -149,10 +166,18 @@ class GpuAccess:
 
     def run_args(self) -> list[str]:
         """The `docker run` arguments that hand the container every GPU."""
-        return {"gpus": ["--gpus", "all"],
-                "runtime": ["--runtime", "nvidia", "--env", "NVIDIA_VISIBLE_DEVICES=all",
-                            "--env", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"],
-                "cdi": ["--device", CDI_GPUS]}.get(self.mode or "", [])
+        return {
+            "gpus": ["--gpus", "all"],
+            "runtime": [
+                "--runtime",
+                "nvidia",
+                "--env",
+                "NVIDIA_VISIBLE_DEVICES=all",
+                "--env",
+                "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+            ],
+            "cdi": ["--device", CDI_GPUS],
+        }.get(self.mode or "", [])
 
 
 def cdi_nvidia_specs(dirs: tuple[Path, ...] | None = None) -> list[str]:
@@ -186,10 +211,16 @@ def gpu_access() -> GpuAccess:
     if specs and cdi_dirs:
         return GpuAccess("cdi", f"CDI spec for nvidia.com/gpu ({', '.join(specs)}): docker run --device {CDI_GPUS}")
     if specs:
-        return GpuAccess(None, f"CDI spec for nvidia.com/gpu ({', '.join(specs)}) but Docker's CDI support is off "
-                               '(add `"features": {"cdi": true}` to /etc/docker/daemon.json, Docker 25+)')
-    seen = f"Docker runtimes: {', '.join(runtimes)}" if runtimes else \
-        ("docker info failed" if proc.returncode != 0 else "Docker lists no runtimes")
+        return GpuAccess(
+            None,
+            f"CDI spec for nvidia.com/gpu ({', '.join(specs)}) but Docker's CDI support is off "
+            '(add `"features": {"cdi": true}` to /etc/docker/daemon.json, Docker 25+)',
+        )
+    seen = (
+        f"Docker runtimes: {', '.join(runtimes)}"
+        if runtimes
+        else ("docker info failed" if proc.returncode != 0 else "Docker lists no runtimes")
+    )
     return GpuAccess(None, f"{seen}; no {NVIDIA_HOOK}, nvidia runtime or CDI spec for nvidia.com/gpu")
 
 
@@ -201,8 +232,11 @@ def _json_or_none(text: str) -> Any:
     return parsed if isinstance(parsed, (dict, list)) else None
 
 
-IMAGE_LABELS = ("org.opencontainers.image.base.name", "org.opencontainers.image.base.digest",
-                "org.opencontainers.image.revision")
+IMAGE_LABELS = (
+    "org.opencontainers.image.base.name",
+    "org.opencontainers.image.base.digest",
+    "org.opencontainers.image.revision",
+)
 
 
 def _validate_revision(value: str) -> str:
@@ -219,9 +253,11 @@ def checked_labels(image: dict[str, Any]) -> dict[str, str]:
     labels = image.get("labels") or {}
     out = {key: str(labels.get(key) or "") for key in IMAGE_LABELS}
     bad = f"The image {image.get('ref')} carries a malformed label {{key}}={{value!r}}: rebuild it with `tbdkit images build`."
-    checks: dict[str, Callable[[str], str]] = {"org.opencontainers.image.base.name": oci.validate_image_reference,
-              "org.opencontainers.image.base.digest": oci.validate_digest,
-              "org.opencontainers.image.revision": _validate_revision}
+    checks: dict[str, Callable[[str], str]] = {
+        "org.opencontainers.image.base.name": oci.validate_image_reference,
+        "org.opencontainers.image.base.digest": oci.validate_digest,
+        "org.opencontainers.image.revision": _validate_revision,
+    }
     for key, check in checks.items():
         if out[key]:
             try:
@@ -253,21 +289,35 @@ def require_image(stack: str) -> dict[str, Any]:
     ref = image_ref(stack)
     found = inspect_image(ref)
     if found is None:
-        raise UserError(f"The image {ref} is not built here: run `tbdkit images build {stack}` (or `make images`), "
-                        f"{NATIVE_HINT}.")
+        raise UserError(
+            f"The image {ref} is not built here: run `tbdkit images build {stack}` (or `make images`), {NATIVE_HINT}."
+        )
     return found
 
 
 # ---------------------------------------------------------------- build and lock
 
-def build_command(spec: ImageSpec, tag: str, base: str | None = None,
-                  build_args: dict[str, str] | None = None, commit: str | None = None) -> list[str]:
+
+def build_command(
+    spec: ImageSpec,
+    tag: str,
+    base: str | None = None,
+    build_args: dict[str, str] | None = None,
+    commit: str | None = None,
+) -> list[str]:
     """The `docker build` argv for one image (the repo root is the build context)."""
     base = base or spec.pinned_base
     digest = base.split("@", 1)[1] if "@" in base else ""
     args = {"BASE_IMAGE": base, "BASE_DIGEST": digest, **(build_args or {})}
-    cmd = ["build", "--file", str(KIT_ROOT / spec.dockerfile), "--tag", tag,
-           "--label", f"org.opencontainers.image.revision={commit or ''}"]
+    cmd = [
+        "build",
+        "--file",
+        str(KIT_ROOT / spec.dockerfile),
+        "--tag",
+        tag,
+        "--label",
+        f"org.opencontainers.image.revision={commit or ''}",
+    ]
     for key, value in args.items():
         cmd += ["--build-arg", f"{key}={value}"]
     return cmd + [str(KIT_ROOT)]
@@ -288,8 +338,13 @@ def kit_commit() -> str:
     return proc.stdout.strip() if proc.returncode == 0 else ""
 
 
-def build(name: str, tag: str | None = None, base: str | None = None,
-          build_args: dict[str, str] | None = None, log: Path | None = None) -> dict[str, Any]:
+def build(
+    name: str,
+    tag: str | None = None,
+    base: str | None = None,
+    build_args: dict[str, str] | None = None,
+    log: Path | None = None,
+) -> dict[str, Any]:
     """Build one image from its Dockerfile and return what `inspect_image` says of it."""
     spec = get_spec(name)
     daemon_version()
@@ -302,8 +357,10 @@ def build(name: str, tag: str | None = None, base: str | None = None,
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=_builder_env())
     if proc.returncode != 0:
         tail = log.read_text().strip().splitlines()[-1:] or [""]
-        raise UserError(f"Building {tag} failed (exit {proc.returncode}; its log is {log}, ending: {tail[0]}): "
-                        "fix what the log reports and build again.")
+        raise UserError(
+            f"Building {tag} failed (exit {proc.returncode}; its log is {log}, ending: {tail[0]}): "
+            "fix what the log reports and build again."
+        )
     found = inspect_image(tag)
     assert found is not None, f"docker build succeeded but {tag} is not there"
     return found
@@ -316,7 +373,7 @@ def set_digest(name: str, digest: str, path: Path | None = None) -> None:
     section = re.compile(rf"(^\[{re.escape(name)}\]\n(?:(?!\[).*\n)*?)digest = \"[^\"]*\"", re.M)
     new, count = section.subn(lambda m: f'{m.group(1)}digest = "{digest}"', text, count=1)
     if count != 1:
-        raise UserError(f"{path} has no digest line under [{name}]: add `digest = \"\"` there and lock again.")
+        raise UserError(f'{path} has no digest line under [{name}]: add `digest = ""` there and lock again.')
     tmp = path.with_suffix(".tmp")
     tmp.write_text(new)
     os.replace(tmp, path)
@@ -338,6 +395,7 @@ def lock(name: str) -> str:
 
 # ---------------------------------------------------------------- doctor
 
+
 def doctor_checks() -> list[dict[str, Any]]:
     """Docker, the NVIDIA runtime and each image, as rows (area, check, ok, found, fix) for `tbdkit doctor`."""
     rows: list[dict[str, Any]] = []
@@ -357,6 +415,10 @@ def doctor_checks() -> list[dict[str, Any]]:
     for name in load_lock():
         ref = image_ref(name)
         found = inspect_image(ref)
-        row(f"image {name}", found is not None, f"{ref} {found['id'][:19]}" if found else f"{ref} not built",
-            f"tbdkit images build {name}")
+        row(
+            f"image {name}",
+            found is not None,
+            f"{ref} {found['id'][:19]}" if found else f"{ref} not built",
+            f"tbdkit images build {name}",
+        )
     return rows

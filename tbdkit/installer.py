@@ -37,8 +37,9 @@ def choose(installer: str) -> tuple[str, str | None]:
     if installer == "uv" and uv is None:
         from tbdkit.errors import UserError
 
-        raise UserError("uv is not installed here: `pip install uv` into the kit's environment, or pass "
-                        "--installer pip.")
+        raise UserError(
+            "uv is not installed here: `pip install uv` into the kit's environment, or pass --installer pip."
+        )
     return ("uv", uv) if uv else ("pip", None)
 
 
@@ -66,8 +67,9 @@ def pip_index_options(config_list: str) -> list[str]:
 
 def pip_config() -> str:
     try:
-        proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                              timeout=30)
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return proc.stdout if proc.returncode == 0 else ""
@@ -93,18 +95,25 @@ def commands(installer: str, uv: str | None, python: Path, lock: Path, kit_root:
     if installer == "uv":
         assert uv is not None
         index = pip_index_options(pip_config())
-        return [[uv, "pip", "sync", "--python", str(python), "--require-hashes", *index, str(lock)],
-                [uv, "pip", "install", "--python", str(python), "--no-deps", *index, "-e", str(kit_root)]]
+        return [
+            [uv, "pip", "sync", "--python", str(python), "--require-hashes", *index, str(lock)],
+            [uv, "pip", "install", "--python", str(python), "--no-deps", *index, "-e", str(kit_root)],
+        ]
     pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
-    return [[*pip, "install", "--require-hashes", "--no-deps", "-r", str(lock)],
-            [*pip, "install", "--no-deps", "-e", str(kit_root)]]
+    return [
+        [*pip, "install", "--require-hashes", "--no-deps", "-r", str(lock)],
+        [*pip, "install", "--no-deps", "-e", str(kit_root)],
+    ]
 
 
 def beyond_lock(lock_text: str, venv: Path) -> list[str]:
     """Packages installed in `venv` that the lock does not name (pip's and the kit's own excepted)."""
     have = locks.installed(locks.site_packages(venv))
-    return [str(d["package"]) for d in locks.differences(locks.pins(lock_text), have)
-            if d["locked"] is None and d["package"] not in locks.TOOLING]
+    return [
+        str(d["package"])
+        for d in locks.differences(locks.pins(lock_text), have)
+        if d["locked"] is None and d["package"] not in locks.TOOLING
+    ]
 
 
 def version(installer: str, uv: str | None, python: Path) -> str | None:

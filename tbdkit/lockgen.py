@@ -23,8 +23,21 @@ from tbdkit.paths import KIT_ROOT
 
 
 def compile_command(uv: str, env: locks.LockEnv, out: Path) -> list[str]:
-    cmd = [uv, "pip", "compile", str(KIT_ROOT / "pyproject.toml"), "--generate-hashes", "--quiet",
-           "--no-header", "--python-version", env.python, "--python-platform", locks.PLATFORM, "-o", str(out)]
+    cmd = [
+        uv,
+        "pip",
+        "compile",
+        str(KIT_ROOT / "pyproject.toml"),
+        "--generate-hashes",
+        "--quiet",
+        "--no-header",
+        "--python-version",
+        env.python,
+        "--python-platform",
+        locks.PLATFORM,
+        "-o",
+        str(out),
+    ]
     for extra in env.extras:
         cmd += ["--extra", extra]
     return cmd
@@ -38,8 +51,10 @@ def generate(env: locks.LockEnv, uv: str) -> Path:
         body = Path(tmp) / "body.txt"
         proc = subprocess.run(compile_command(uv, env, body), capture_output=True, text=True, cwd=KIT_ROOT)
         if proc.returncode != 0:
-            raise UserError(f"uv could not lock '{env.name}' (exit {proc.returncode}): "
-                            f"{proc.stderr.strip()[-2000:]}\nFix pyproject.toml's requirements, then run `make lock` again.")
+            raise UserError(
+                f"uv could not lock '{env.name}' (exit {proc.returncode}): "
+                f"{proc.stderr.strip()[-2000:]}\nFix pyproject.toml's requirements, then run `make lock` again."
+            )
         text = locks.header(env, project) + body.read_text().replace(str(KIT_ROOT) + "/", "")
     tmp_file = env.file.with_name(env.file.name + ".tmp")
     tmp_file.write_text(text)
@@ -53,14 +68,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     uv = uv_binary()
     if uv is None:
-        print("uv is not installed here: `pip install uv` into the kit's environment (it is in the test extra), "
-              "then run `make lock` again.", file=sys.stderr)
+        print(
+            "uv is not installed here: `pip install uv` into the kit's environment (it is in the test extra), "
+            "then run `make lock` again.",
+            file=sys.stderr,
+        )
         return 2
     try:
         for name in args.names or list(locks.ENVS):
             path = generate(locks.get(name), uv)
-            print(f"{path.relative_to(KIT_ROOT)}: {len(locks.pins(path.read_text()))} packages, "
-                  f"digest {locks.digest(path)}")
+            print(
+                f"{path.relative_to(KIT_ROOT)}: {len(locks.pins(path.read_text()))} packages, "
+                f"digest {locks.digest(path)}"
+            )
     except UserError as exc:
         print(exc, file=sys.stderr)
         return 1

@@ -33,9 +33,9 @@ from tbdkit.errors import UserError
 from tbdkit.paths import KIT_ROOT
 
 LOCKS_DIR = KIT_ROOT / "locks"
-PLATFORM = "x86_64-manylinux_2_28"   # uv's --python-platform: the Linux x86_64 machines the kit runs on
+PLATFORM = "x86_64-manylinux_2_28"  # uv's --python-platform: the Linux x86_64 machines the kit runs on
 DIGEST_LINE = "# inputs-sha256: "
-MARKER = "tbdkit-stack.json"        # an environment's install record (tbdkit.stacks, docker/stack-env.sh)
+MARKER = "tbdkit-stack.json"  # an environment's install record (tbdkit.stacks, docker/stack-env.sh)
 # A framework's import name -> its stack, to find the lock of a process that has no install record.
 MODULE_STACKS = {"torch": "pytorch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
 # Installed beside every environment by the tools that make it, never by the lock: not drift.
@@ -44,9 +44,9 @@ TOOLING = frozenset({"pip", "setuptools", "wheel", "tbdkit"})
 
 @dataclass(frozen=True)
 class LockEnv:
-    name: str                  # "kit", "kit-test", "pytorch", "mxnet-image", ...
-    extras: tuple[str, ...]    # pyproject optional-dependency groups beside the kit's dependencies
-    python: str                # the Python version it is resolved for
+    name: str  # "kit", "kit-test", "pytorch", "mxnet-image", ...
+    extras: tuple[str, ...]  # pyproject optional-dependency groups beside the kit's dependencies
+    python: str  # the Python version it is resolved for
     purpose: str
 
     @property
@@ -58,17 +58,21 @@ def _env(name: str, extras: tuple[str, ...], python: str, purpose: str) -> tuple
     return name, LockEnv(name, extras, python, purpose)
 
 
-ENVS: dict[str, LockEnv] = dict([
-    _env("kit", (), "3.11", "the kit's own environment (.venv), without the test extra"),
-    _env("kit-test", ("test", "host-test"), "3.11", "the kit's own environment with the test extras (make: .venv)"),
-    _env("pytorch", ("pytorch", "test"), "3.11", "the native PyTorch stack (tbdkit setup pytorch)"),
-    _env("tensorflow", ("tensorflow", "test"), "3.11", "the native TensorFlow stack (tbdkit setup tensorflow)"),
-    _env("mxnet", ("mxnet", "test"), "3.11", "the native MXNet stack (tbdkit setup mxnet)"),
-    # NGC's images: PyTorch 25.12 and TensorFlow 25.02 run Python 3.12, MXNet 23.09 Python 3.10.
-    _env("pytorch-image", ("pytorch",), "3.12", "docker/pytorch.Dockerfile on NGC PyTorch (Python 3.12)"),
-    _env("tensorflow-image", ("tensorflow",), "3.12", "docker/tensorflow.Dockerfile on NGC TensorFlow (Python 3.12)"),
-    _env("mxnet-image", ("mxnet",), "3.10", "docker/mxnet.Dockerfile on NGC MXNet (Python 3.10)"),
-])
+ENVS: dict[str, LockEnv] = dict(
+    [
+        _env("kit", (), "3.11", "the kit's own environment (.venv), without the test extra"),
+        _env("kit-test", ("test", "host-test"), "3.11", "the kit's own environment with the test extras (make: .venv)"),
+        _env("pytorch", ("pytorch", "test"), "3.11", "the native PyTorch stack (tbdkit setup pytorch)"),
+        _env("tensorflow", ("tensorflow", "test"), "3.11", "the native TensorFlow stack (tbdkit setup tensorflow)"),
+        _env("mxnet", ("mxnet", "test"), "3.11", "the native MXNet stack (tbdkit setup mxnet)"),
+        # NGC's images: PyTorch 25.12 and TensorFlow 25.02 run Python 3.12, MXNet 23.09 Python 3.10.
+        _env("pytorch-image", ("pytorch",), "3.12", "docker/pytorch.Dockerfile on NGC PyTorch (Python 3.12)"),
+        _env(
+            "tensorflow-image", ("tensorflow",), "3.12", "docker/tensorflow.Dockerfile on NGC TensorFlow (Python 3.12)"
+        ),
+        _env("mxnet-image", ("mxnet",), "3.10", "docker/mxnet.Dockerfile on NGC MXNet (Python 3.10)"),
+    ]
+)
 
 
 def get(name: str) -> LockEnv:
@@ -89,9 +93,12 @@ def pyproject(root: Path = KIT_ROOT) -> dict[str, Any]:
 def inputs(env: LockEnv, project: dict[str, Any]) -> dict[str, Any]:
     """What a lock is made from: pyproject.toml's requirements for it, the Python and the platform."""
     extras = project.get("optional-dependencies", {})
-    return {"dependencies": project.get("dependencies", []),
-            "extras": {e: extras.get(e, []) for e in env.extras},
-            "python": env.python, "platform": PLATFORM}
+    return {
+        "dependencies": project.get("dependencies", []),
+        "extras": {e: extras.get(e, []) for e in env.extras},
+        "python": env.python,
+        "platform": PLATFORM,
+    }
 
 
 def inputs_digest(env: LockEnv, project: dict[str, Any] | None = None) -> str:
@@ -101,15 +108,17 @@ def inputs_digest(env: LockEnv, project: dict[str, Any] | None = None) -> str:
 
 def header(env: LockEnv, project: dict[str, Any]) -> str:
     groups = ", ".join(("the kit's dependencies", *(f"extra '{e}'" for e in env.extras)))
-    return (f"# tbdkit lock '{env.name}': {env.purpose}.\n"
-            f"# From pyproject.toml ({groups}), Python {env.python}, {PLATFORM}; regenerate with `make lock`.\n"
-            f"{DIGEST_LINE}{inputs_digest(env, project)}\n")
+    return (
+        f"# tbdkit lock '{env.name}': {env.purpose}.\n"
+        f"# From pyproject.toml ({groups}), Python {env.python}, {PLATFORM}; regenerate with `make lock`.\n"
+        f"{DIGEST_LINE}{inputs_digest(env, project)}\n"
+    )
 
 
 def recorded_inputs_digest(text: str) -> str | None:
     for line in text.splitlines():
         if line.startswith(DIGEST_LINE):
-            return line[len(DIGEST_LINE):].strip()
+            return line[len(DIGEST_LINE) :].strip()
     return None
 
 
@@ -140,14 +149,17 @@ def read(env: LockEnv) -> str:
     try:
         return env.file.read_text()
     except OSError:
-        raise UserError(f"The lock {env.file} is missing: run `make lock` (it regenerates every lock from "
-                        "pyproject.toml), then try again.") from None
+        raise UserError(
+            f"The lock {env.file} is missing: run `make lock` (it regenerates every lock from "
+            "pyproject.toml), then try again."
+        ) from None
 
 
 def installed(paths: Iterable[str] | None = None) -> dict[str, str]:
     """{normalized name: version} of the distributions importable from `paths` (default: sys.path)."""
-    dists = importlib.metadata.distributions(path=list(paths)) if paths is not None \
-        else importlib.metadata.distributions()
+    dists = (
+        importlib.metadata.distributions(path=list(paths)) if paths is not None else importlib.metadata.distributions()
+    )
     out: dict[str, str] = {}
     for d in dists:
         name = d.metadata["Name"]
@@ -188,8 +200,12 @@ def state(env: LockEnv, paths: Iterable[str] | None = None, installed_from: str 
     try:
         data = env.file.read_bytes()
     except OSError as exc:
-        return {**out, "digest": None, "differences": None,
-                "reason": f"the lock is not in this kit ({exc.strerror or exc}); run `make lock`"}
+        return {
+            **out,
+            "digest": None,
+            "differences": None,
+            "reason": f"the lock is not in this kit ({exc.strerror or exc}); run `make lock`",
+        }
     out["digest"] = _digest(data)
     out["installed_from_digest"] = installed_from
     notes = []
@@ -217,8 +233,12 @@ def this_environment(stack: str | None = None) -> dict[str, Any]:
     stack = record.get("stack") or stack
     name = record.get("lock") or (f"{stack}-image" if os.environ.get("TBDKIT_IMAGE") else stack)
     if name not in ENVS:
-        return {"name": None, "digest": None, "differences": None,
-                "reason": f"no lock for this environment (stack {stack!r}, no install record in {sys.prefix})"}
+        return {
+            "name": None,
+            "digest": None,
+            "differences": None,
+            "reason": f"no lock for this environment (stack {stack!r}, no install record in {sys.prefix})",
+        }
     # records written since the locks name the lock's digest (None: an image installed from ranges); older
     # native records only the requirements digest, which was then the lock's
     installed_from = record.get("lock_digest") if "lock_digest" in record else record.get("requirements_digest")

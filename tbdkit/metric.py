@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def metric(value: float | int | None, unit: str, method: str, *, reason: str | None = None,
-           **extra: Any) -> dict[str, Any]:
+def metric(
+    value: float | int | None, unit: str, method: str, *, reason: str | None = None, **extra: Any
+) -> dict[str, Any]:
     """A measured value with its unit and method; `value=None` requires the reason it is missing."""
     if value is None and not reason:
         raise ValueError("a metric without a value must say why")

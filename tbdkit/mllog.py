@@ -25,9 +25,14 @@ from tbdkit.results import sink
 
 # workload.toml's optimizer hyperparameters -> MLPerf's key (others: opt_<name>)
 OPTIMIZER_KEYS = {
-    "optimizer": "opt_name", "learning_rate": "opt_base_learning_rate", "weight_decay": "opt_weight_decay",
-    "adam_beta1": "opt_adam_beta_1", "adam_beta2": "opt_adam_beta_2", "adam_epsilon": "opt_adam_epsilon",
-    "warmup_steps": "opt_learning_rate_warmup_steps", "clip_gradient_value": "opt_gradient_clip_value",
+    "optimizer": "opt_name",
+    "learning_rate": "opt_base_learning_rate",
+    "weight_decay": "opt_weight_decay",
+    "adam_beta1": "opt_adam_beta_1",
+    "adam_beta2": "opt_adam_beta_2",
+    "adam_epsilon": "opt_adam_epsilon",
+    "warmup_steps": "opt_learning_rate_warmup_steps",
+    "clip_gradient_value": "opt_gradient_clip_value",
 }
 OPTIMIZER_PREFIXES = ("adam_", "rmsprop_", "lr_", "sgd_")
 OPTIMIZER_NAMES = ("momentum", "decay_scheme")
@@ -86,8 +91,11 @@ def lines(summary: dict[str, Any], spec: dict[str, Any]) -> str:
         event(k.SEED, summary.get("seed", spec.get("seed")))
         batch = summary.get("batch_size") or spec.get("batch_size")
         world = summary.get("world_size") or 1
-        event(k.GLOBAL_BATCH_SIZE, batch * world if isinstance(batch, int) else batch,
-              {"per_worker_batch_size": batch, "workers": world})
+        event(
+            k.GLOBAL_BATCH_SIZE,
+            batch * world if isinstance(batch, int) else batch,
+            {"per_worker_batch_size": batch, "workers": world},
+        )
         for key, value in optimizer_hparams(hp).items():
             event(key, value, {"from": f"workloads/{model.name}/workload.toml"})
         ml.start(key=k.RUN_START, value=None, time_ms=start_ms, metadata=meta)
@@ -96,9 +104,17 @@ def lines(summary: dict[str, Any], spec: dict[str, Any]) -> str:
                 detail = {f: m[f] for f in ("unit", "method", "reason", "ci95_half_width") if m.get(f) is not None}
                 ml.event(key=f"{CUSTOM_PREFIX}{name}", value=m["value"], time_ms=stop_ms, metadata={**meta, **detail})
         status = k.SUCCESS if summary.get("status") == "ok" else k.ABORTED
-        ml.end(key=k.RUN_STOP, value=None, time_ms=stop_ms,
-               metadata={**meta, k.STATUS: status, "tbdkit_status": summary.get("status"),
-                         **({"error": summary["error"]} if summary.get("error") else {})})
+        ml.end(
+            key=k.RUN_STOP,
+            value=None,
+            time_ms=stop_ms,
+            metadata={
+                **meta,
+                k.STATUS: status,
+                "tbdkit_status": summary.get("status"),
+                **({"error": summary["error"]} if summary.get("error") else {}),
+            },
+        )
     finally:
         logger.removeHandler(handler)
     return text.getvalue()

@@ -18,10 +18,18 @@ import subprocess
 from pathlib import Path
 
 CANDIDATES = {
-    "ncu": ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda/nsight-compute-*/ncu",
-            "/usr/local/cuda-*/bin/ncu"),
-    "nsys": ("/usr/local/cuda/bin/nsys", "/opt/nvidia/nsight-systems/*/bin/nsys",
-             "/usr/local/cuda/nsight-systems-*/bin/nsys", "/usr/local/cuda-*/bin/nsys"),
+    "ncu": (
+        "/usr/local/cuda/bin/ncu",
+        "/opt/nvidia/nsight-compute/*/ncu",
+        "/usr/local/cuda/nsight-compute-*/ncu",
+        "/usr/local/cuda-*/bin/ncu",
+    ),
+    "nsys": (
+        "/usr/local/cuda/bin/nsys",
+        "/opt/nvidia/nsight-systems/*/bin/nsys",
+        "/usr/local/cuda/nsight-systems-*/bin/nsys",
+        "/usr/local/cuda-*/bin/nsys",
+    ),
 }
 VERSION_TIMEOUT_S = 10.0
 
@@ -45,8 +53,9 @@ def find(tool: str, path_only: bool = False) -> str | None:
 def version(exe: str, timeout: float = VERSION_TIMEOUT_S) -> str | None:
     """The version `exe --version` prints ("2025.3.1.0"), or None when it does not answer."""
     try:
-        proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [exe, "--version"], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     for line in (proc.stdout + proc.stderr).splitlines():
@@ -62,16 +71,41 @@ def ncu_profile_args(exe: str, report: Path, launch_count: int, metrics: tuple[s
     metrics of tbdkit.analysis.ncu, a report at `report`.ncu-rep."""
     from tbdkit.analysis import ncu
 
-    return [exe, "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "all",
-            "--filter-mode", "per-launch-config", "--launch-count", str(launch_count),
-            "--metrics", ",".join(metrics or ncu.METRICS), "--export", str(report), "--force-overwrite"]
+    return [
+        exe,
+        "--profile-from-start",
+        "off",
+        "--clock-control",
+        "none",
+        "--target-processes",
+        "all",
+        "--filter-mode",
+        "per-launch-config",
+        "--launch-count",
+        str(launch_count),
+        "--metrics",
+        ",".join(metrics or ncu.METRICS),
+        "--export",
+        str(report),
+        "--force-overwrite",
+    ]
 
 
 def ncu_import_args(exe: str, rep: Path) -> list[str]:
     """The raw page of a report as CSV (what tbdkit.analysis.ncu.parse_raw_csv reads), demangled names
     with their parameter lists, as torch.profiler names the kernels."""
-    return [exe, "--import", str(rep), "--csv", "--page", "raw", "--print-units", "base",
-            "--print-kernel-base", "demangled"]
+    return [
+        exe,
+        "--import",
+        str(rep),
+        "--csv",
+        "--page",
+        "raw",
+        "--print-units",
+        "base",
+        "--print-kernel-base",
+        "demangled",
+    ]
 
 
 def tools() -> dict[str, dict[str, str | None]]:
@@ -79,6 +113,9 @@ def tools() -> dict[str, dict[str, str | None]]:
     out: dict[str, dict[str, str | None]] = {}
     for tool in CANDIDATES:
         exe = find(tool)
-        out[tool] = {"path": exe, "version": version(exe) if exe else None,
-                     "required": "yes" if tool == "ncu" else "no: the kit never calls it"}
+        out[tool] = {
+            "path": exe,
+            "version": version(exe) if exe else None,
+            "required": "yes" if tool == "ncu" else "no: the kit never calls it",
+        }
     return out

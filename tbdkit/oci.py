@@ -48,11 +48,15 @@ def validate_image_reference(ref: str) -> str:
     """`ref` unchanged if it is a valid image reference; otherwise a UserError naming it."""
     match = REFERENCE.fullmatch(ref) if isinstance(ref, str) else None
     if match is None:
-        raise UserError(f"{ref!r} is not a container image reference (name[:tag][@digest] with lowercase "
-                        f"name parts, e.g. {EXAMPLE}): pass a valid image.")
+        raise UserError(
+            f"{ref!r} is not a container image reference (name[:tag][@digest] with lowercase "
+            f"name parts, e.g. {EXAMPLE}): pass a valid image."
+        )
     if len(match["name"]) > NAME_TOTAL_LENGTH_MAX:
-        raise UserError(f"The image name in {ref[:40]!r}... is {len(match['name'])} characters long, more than "
-                        f"the {NAME_TOTAL_LENGTH_MAX} a registry accepts: pass a shorter image name.")
+        raise UserError(
+            f"The image name in {ref[:40]!r}... is {len(match['name'])} characters long, more than "
+            f"the {NAME_TOTAL_LENGTH_MAX} a registry accepts: pass a shorter image name."
+        )
     return ref
 
 
@@ -62,6 +66,8 @@ _DIGEST_RE = re.compile(_DIGEST, re.ASCII)
 def validate_digest(value: str, what: str = "image digest") -> str:
     """A content digest such as `sha256:<64 hex>`; else one sentence with the fix."""
     if not isinstance(value, str) or not _DIGEST_RE.fullmatch(value):
-        raise UserError(f"The {what} {value!r} is not a content digest (algorithm:hex, e.g. sha256:...): "
-                        "rebuild the image with `tbdkit images build`.")
+        raise UserError(
+            f"The {what} {value!r} is not a content digest (algorithm:hex, e.g. sha256:...): "
+            "rebuild the image with `tbdkit images build`."
+        )
     return value

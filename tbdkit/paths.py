@@ -30,5 +30,7 @@ def existing_results_dir(path: Path) -> Path:
     if path.is_dir():
         return path
     what = f"{path} is a file, not a results folder" if path.exists() else f"No results folder at {path}"
-    raise UserError(f"{what}: pass the folder that holds your runs (--results/-r, or the RESULTS argument), "
-                    "or run `tbdkit bench` first.")
+    raise UserError(
+        f"{what}: pass the folder that holds your runs (--results/-r, or the RESULTS argument), "
+        "or run `tbdkit bench` first."
+    )

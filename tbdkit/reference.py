@@ -47,17 +47,29 @@ MODELS = ("deepspeech2", "resnet50")  # the pair `make reference` runs by defaul
 NCU_WARMUP_S = 15.0
 NCU_TIMEOUT_S = 240.0
 # iterations.csv and spec.json too: `tbdkit compare --reference` takes the reference's noise from its window's iterations.
-COPIED = (runfiles.SUMMARY, runfiles.ENV, runfiles.MEMORY, runfiles.KERNELS, runfiles.KERNEL_LAUNCHES, runfiles.NCU_RAW,
-          runfiles.ITERATIONS, runfiles.SPEC)
+COPIED = (
+    runfiles.SUMMARY,
+    runfiles.ENV,
+    runfiles.MEMORY,
+    runfiles.KERNELS,
+    runfiles.KERNEL_LAUNCHES,
+    runfiles.NCU_RAW,
+    runfiles.ITERATIONS,
+    runfiles.SPEC,
+)
 COVERAGE_AIM = 0.95
-NCU_METHOD = ("Nsight Compute over {n} training iterations after warm-up in a separate process "
-              "(cudaProfilerStart/Stop range, --clock-control none, --filter-mode per-launch-config "
-              "--launch-count {count}: up to {count} launches of each kernel and launch configuration), "
-              "weighted by the run's torch.profiler kernel timeline (kernel_launches.csv): sum over the "
-              "iteration's kernels of calls x (2 x FFMA + FADD + FMUL thread instructions per launch) / "
-              "(peak FP32 FLOP/s x their kernel time), paper eq. 2")
-TENSOR_METHOD = ("Nsight Compute sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active of the "
-                 "sampled launches, weighted by each kernel's time in the run's kernel timeline")
+NCU_METHOD = (
+    "Nsight Compute over {n} training iterations after warm-up in a separate process "
+    "(cudaProfilerStart/Stop range, --clock-control none, --filter-mode per-launch-config "
+    "--launch-count {count}: up to {count} launches of each kernel and launch configuration), "
+    "weighted by the run's torch.profiler kernel timeline (kernel_launches.csv): sum over the "
+    "iteration's kernels of calls x (2 x FFMA + FADD + FMUL thread instructions per launch) / "
+    "(peak FP32 FLOP/s x their kernel time), paper eq. 2"
+)
+TENSOR_METHOD = (
+    "Nsight Compute sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active of the "
+    "sampled launches, weighted by each kernel's time in the run's kernel timeline"
+)
 
 
 AGENT_NEEDS = ("torch", "torchvision", "numpy", "psutil", "pydantic", "pynvml")
@@ -74,8 +86,9 @@ def needs(models: list[str]) -> tuple[str, ...]:
 
 def missing_modules(python: str, modules: tuple[str, ...] = AGENT_NEEDS) -> list[str]:
     """Those of `modules` that `python` lacks."""
-    probe = ("import importlib.util, sys; "
-             f"print(' '.join(m for m in {modules!r} if importlib.util.find_spec(m) is None))")
+    probe = (
+        f"import importlib.util, sys; print(' '.join(m for m in {modules!r} if importlib.util.find_spec(m) is None))"
+    )
     out = subprocess.run([python, "-c", probe], capture_output=True, text=True)
     return out.stdout.split() if out.returncode == 0 else list(modules)
 
@@ -131,8 +144,7 @@ def find_ncu() -> str | None:
     return nsight.find("ncu")
 
 
-def run_agent(cmd_prefix: list[str], spec: specs.RunSpec, run_dir: Path, env: dict[str, str],
-              timeout_s: float) -> int:
+def run_agent(cmd_prefix: list[str], spec: specs.RunSpec, run_dir: Path, env: dict[str, str], timeout_s: float) -> int:
     """The agent through the native launcher in this reference's Python, `cmd_prefix` (ncu) in front;
     past `timeout_s` its whole process group ends (ncu forks the agent) and the exit code is 124. A
     Ctrl-C ends the group too, and the reference with it."""
@@ -160,8 +172,10 @@ def read_timeline(path: Path) -> list[ncu.TimelineEntry]:
     import csv
 
     with path.open() as f:
-        return [ncu.TimelineEntry(r["kernel"], r.get("launch") or "", int(r["calls"]), float(r["total_time_us"]) * 1e-6)
-                for r in csv.DictReader(f)]
+        return [
+            ncu.TimelineEntry(r["kernel"], r.get("launch") or "", int(r["calls"]), float(r["total_time_us"]) * 1e-6)
+            for r in csv.DictReader(f)
+        ]
 
 
 def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: int) -> dict[str, dict[str, Any]]:
@@ -172,8 +186,10 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
     method = NCU_METHOD.format(n=iterations, count=launch_count)
 
     def gap(reason: str) -> dict[str, dict[str, Any]]:
-        return {"fp32_utilization": missing("%", method, reason),
-                "tensor_utilization": missing("%", TENSOR_METHOD, reason)}
+        return {
+            "fp32_utilization": missing("%", method, reason),
+            "tensor_utilization": missing("%", TENSOR_METHOD, reason),
+        }
 
     exe = find_ncu()
     if exe is None:
@@ -183,14 +199,18 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
 
         check = counters_check()
         if check.ok is False:
-            return gap(f"GPU performance counters are not readable (ERR_NVGPUCTRPERM): {check.detail}; fix: {check.fix}")
+            return gap(
+                f"GPU performance counters are not readable (ERR_NVGPUCTRPERM): {check.detail}; fix: {check.fix}"
+            )
     except Exception:
         pass
     rd = RunDir(run_dir)
     timeline_file = rd.kernel_launches
     if not timeline_file.is_file():
-        return gap("the run wrote no kernel timeline (kernel_launches.csv) to weight the ncu samples by: "
-                   "its kernel trace did not run or failed (see its summary's gpu_utilization_trace)")
+        return gap(
+            "the run wrote no kernel timeline (kernel_launches.csv) to weight the ncu samples by: "
+            "its kernel trace did not run or failed (see its summary's gpu_utilization_trace)"
+        )
     device = device_from_env(rd.read_json(runfiles.ENV))
     peak = peak_flops(device, "fp32")[0] if device is not None else None
     if peak is None:
@@ -199,16 +219,20 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
     scratch.mkdir(exist_ok=True)
     report = scratch / "profile"
     prefix = nsight.ncu_profile_args(exe, report, launch_count)
-    quick = spec.model_copy(update={"analyses": False,
-                                    "measure": spec.measure.model_copy(update={"max_warmup_s": NCU_WARMUP_S})})
-    rc = run_agent(prefix, quick, scratch, agent_env({"TBDKIT_PROFILE_ITERATIONS": str(iterations)}),
-                   timeout_s=NCU_TIMEOUT_S)
+    quick = spec.model_copy(
+        update={"analyses": False, "measure": spec.measure.model_copy(update={"max_warmup_s": NCU_WARMUP_S})}
+    )
+    rc = run_agent(
+        prefix, quick, scratch, agent_env({"TBDKIT_PROFILE_ITERATIONS": str(iterations)}), timeout_s=NCU_TIMEOUT_S
+    )
     rep = report.with_suffix(".ncu-rep")
     if rc != 0 or not rep.is_file():
         tail = RunDir(scratch).log.read_text()[-400:].replace("\n", " | ")
         if "ERR_NVGPUCTRPERM" in tail:
-            return gap("ERR_NVGPUCTRPERM: this user may not read the GPU performance counters "
-                       "(run as root, or set NVreg_RestrictProfilingToAdminUsers=0; `tbdkit doctor` says how)")
+            return gap(
+                "ERR_NVGPUCTRPERM: this user may not read the GPU performance counters "
+                "(run as root, or set NVreg_RestrictProfilingToAdminUsers=0; `tbdkit doctor` says how)"
+            )
         return gap(f"the ncu pass failed (exit {rc}): {tail}")
     # demangled names with their parameter lists, as torch.profiler names the kernels of kernels.csv
     raw = subprocess.run(nsight.ncu_import_args(exe, rep), capture_output=True, text=True)
@@ -219,55 +243,94 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
     except (ValueError, KeyError) as exc:
         return gap(f"ncu's CSV or the kernel timeline could not be read: {exc}")
     if totals["fp32_utilization"] is None:
-        return gap("no kernel of the run's timeline was among the ncu samples (kernel names or launch "
-                   "configurations did not match)")
+        return gap(
+            "no kernel of the run's timeline was among the ncu samples (kernel names or launch "
+            "configurations did not match)"
+        )
     table = rd.kernels
     if table.is_file():
         import csv
 
         rows = list(csv.DictReader(table.open()))
-        merged = merge_utilization(rows, totals["per_kernel"], "FP32/tensor utilization from Nsight Compute "
-                                   "samples weighted by the kernel timeline")
+        merged = merge_utilization(
+            rows,
+            totals["per_kernel"],
+            "FP32/tensor utilization from Nsight Compute samples weighted by the kernel timeline",
+        )
         sink.write_csv(table, [{c: r.get(c, "") for c in KERNEL_COLUMNS} for r in merged])
     coverage = totals["coverage"]
-    extra: dict[str, Any] = {"kernels_profiled": totals["kernels_profiled"], "coverage": round(coverage, 6),
-                             "active_s": round(totals["active_seconds"], 9), "peak_flops": peak}
+    extra: dict[str, Any] = {
+        "kernels_profiled": totals["kernels_profiled"],
+        "coverage": round(coverage, 6),
+        "active_s": round(totals["active_seconds"], 9),
+        "peak_flops": peak,
+    }
     if coverage < COVERAGE_AIM:
-        extra["note"] = (f"the ncu samples cover {100 * coverage:.1f}% of the iteration's kernel time (aim: "
-                         f"{100 * COVERAGE_AIM:.0f}%); the figure is over the covered kernels only")
+        extra["note"] = (
+            f"the ncu samples cover {100 * coverage:.1f}% of the iteration's kernel time (aim: "
+            f"{100 * COVERAGE_AIM:.0f}%); the figure is over the covered kernels only"
+        )
     tensor = totals["tensor_utilization"]
-    return {"fp32_utilization": metric(totals["fp32_utilization"], "%", method, **extra),
-            "tensor_utilization": (metric(tensor, "%", TENSOR_METHOD, **extra) if tensor is not None
-                                   else missing("%", TENSOR_METHOD, "ncu reported no tensor-pipe metric"))}
+    return {
+        "fp32_utilization": metric(totals["fp32_utilization"], "%", method, **extra),
+        "tensor_utilization": (
+            metric(tensor, "%", TENSOR_METHOD, **extra)
+            if tensor is not None
+            else missing("%", TENSOR_METHOD, "ncu reported no tensor-pipe metric")
+        ),
+    }
 
 
-def reference(models: list[str], results: Path, precision: str, max_measure_s: float, max_warmup_s: float,
-              profile_iterations: int, launch_count: int, use_ncu: bool) -> list[Path]:
+def reference(
+    models: list[str],
+    results: Path,
+    precision: str,
+    max_measure_s: float,
+    max_warmup_s: float,
+    profile_iterations: int,
+    launch_count: int,
+    use_ncu: bool,
+) -> list[Path]:
     if gpu_count() == 0:
-        raise UserError("tbdkit reference measures on an NVIDIA GPU and NVML finds none here: run it on a GPU "
-                        "machine (on a CPU, `tbdkit bench --preset smoke` measures what a CPU can).")
+        raise UserError(
+            "tbdkit reference measures on an NVIDIA GPU and NVML finds none here: run it on a GPU "
+            "machine (on a CPU, `tbdkit bench --preset smoke` measures what a CPU can)."
+        )
     python = agent_python()
     lacking = missing_modules(python, needs(models))
     if lacking:
-        raise UserError(f"{python} lacks {', '.join(lacking)}, which the agent or these models need: install them "
-                        f"into it (pip install {' '.join(PIP_NAMES.get(m, m) for m in lacking)}), drop those models, "
-                        "or point TBDKIT_VENVS at a stack that has them.")
+        raise UserError(
+            f"{python} lacks {', '.join(lacking)}, which the agent or these models need: install them "
+            f"into it (pip install {' '.join(PIP_NAMES.get(m, m) for m in lacking)}), drop those models, "
+            "or point TBDKIT_VENVS at a stack that has them."
+        )
     from tbdkit.launch.outcome import finalize, new_run_dir
 
     copied = []
     for model in models:
         for batch in two_batches(model):
-            spec = specs.build(model=model, framework="pytorch", batch_size=batch, precision=precision,
-                               preset="paper", device="cuda", measure={"max_measure_s": max_measure_s,
-                                                                       "max_warmup_s": max_warmup_s})
+            spec = specs.build(
+                model=model,
+                framework="pytorch",
+                batch_size=batch,
+                precision=precision,
+                preset="paper",
+                device="cuda",
+                measure={"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s},
+            )
             run_dir = new_run_dir(results, spec)
             rc = run_agent([], spec, run_dir, agent_env(), timeout_s=max_measure_s + max_warmup_s + 600)
             status, summary = finalize(run_dir, spec, rc)
             print(f"{model} b{batch}: {status} {summary.get('error') or ''}", flush=True)
             if status == "ok":
-                extra = (ncu_pass(spec, run_dir, profile_iterations, launch_count) if use_ncu else
-                         {k: missing("%", "Nsight Compute", "the ncu pass was skipped (--no-ncu)")
-                          for k in ("fp32_utilization", "tensor_utilization")})
+                extra = (
+                    ncu_pass(spec, run_dir, profile_iterations, launch_count)
+                    if use_ncu
+                    else {
+                        k: missing("%", "Nsight Compute", "the ncu pass was skipped (--no-ncu)")
+                        for k in ("fp32_utilization", "tensor_utilization")
+                    }
+                )
                 summary["metrics"].update(extra)
                 RunDir(run_dir).write_json(runfiles.SUMMARY, summary)
             dest = destination(model, batch, precision)
@@ -302,11 +365,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-measure-s", type=float, default=30.0)
     parser.add_argument("--max-warmup-s", type=float, default=30.0)
     parser.add_argument("--profile-iterations", type=int, default=3)
-    parser.add_argument("--launch-count", type=int, default=3,
-                        help="launches ncu profiles of each kernel and launch configuration")
+    parser.add_argument(
+        "--launch-count", type=int, default=3, help="launches ncu profiles of each kernel and launch configuration"
+    )
     parser.add_argument("--no-ncu", action="store_true")
-    parser.add_argument("--table", action="store_true",
-                        help="print the committed reference results as a Markdown table; run nothing")
+    parser.add_argument(
+        "--table", action="store_true", help="print the committed reference results as a Markdown table; run nothing"
+    )
     parser.add_argument("--readme", action="store_true", help="with --table: also write it into README.md")
     args = parser.parse_args(argv)
     try:
@@ -314,8 +379,16 @@ def main(argv: list[str] | None = None) -> int:
             table(args.readme)
             return 0
         models = suite() if args.suite else args.model or list(MODELS)
-        reference(models, args.results, args.precision, args.max_measure_s, args.max_warmup_s,
-                  args.profile_iterations, args.launch_count, not args.no_ncu)
+        reference(
+            models,
+            args.results,
+            args.precision,
+            args.max_measure_s,
+            args.max_warmup_s,
+            args.profile_iterations,
+            args.launch_count,
+            not args.no_ncu,
+        )
     except UserError as exc:
         print(f"tbdkit reference: {exc}", file=sys.stderr)
         return 2

@@ -28,7 +28,12 @@ from tbdkit.results import files as runfiles
 from tbdkit.spec import RunSpec
 
 TARGETS = {"torchrun": "torchrun.sh", "slurm": "job.sbatch", "k8s": "job.yaml", "compose": "compose.yaml"}
-TEMPLATES = {"torchrun": "torchrun.sh.j2", "slurm": "slurm.sbatch.j2", "k8s": "k8s.yaml.j2", "compose": "compose.yaml.j2"}
+TEMPLATES = {
+    "torchrun": "torchrun.sh.j2",
+    "slurm": "slurm.sbatch.j2",
+    "k8s": "k8s.yaml.j2",
+    "compose": "compose.yaml.j2",
+}
 # A job name is a file name, a Slurm job name and (lowercased) part of a Kubernetes name.
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -45,8 +50,11 @@ def compose_literal(value: str) -> str:
 
 
 def _env() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("tbdkit", "templates/cluster"),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("tbdkit", "templates/cluster"),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
     env.filters.update(sh=lambda v: shlex.quote(str(v)), yaml=yaml_scalar, compose=compose_literal)
     return env
 
@@ -56,25 +64,44 @@ def job_name(spec: RunSpec) -> str:
     return f"{stamp}-{spec.model}-{spec.framework}-b{spec.batch_size}-{spec.nodes}x{spec.gpus_per_node}"
 
 
-def render(spec: RunSpec, target: str, *, image: str | None = None, results: str = "results",
-           python: str = "python", run_id: str | None = None) -> str:
+def render(
+    spec: RunSpec,
+    target: str,
+    *,
+    image: str | None = None,
+    results: str = "results",
+    python: str = "python",
+    run_id: str | None = None,
+) -> str:
     if target == "torchrun" and spec.framework != "pytorch":
-        raise UserError(f"The torchrun target is PyTorch's; a {spec.framework} job renders for --target slurm, "
-                        "k8s or compose (each node runs `python -m tbdkit.launch.node`).")
+        raise UserError(
+            f"The torchrun target is PyTorch's; a {spec.framework} job renders for --target slurm, "
+            "k8s or compose (each node runs `python -m tbdkit.launch.node`)."
+        )
     image = validate_image_reference(image or images.image_ref(spec.framework))
     run_id = run_id or job_name(spec)
     if not _RUN_ID.fullmatch(run_id):
-        raise UserError(f"The job name {run_id!r} may hold only letters, digits, '.', '_' and '-' "
-                        "(at most 128): pass another.")
-    name = ("tbdkit-" + run_id.lower().replace("_", "-").replace(".", "-"))[:52].rstrip("-")  # DNS-1035, room for "-spec"
+        raise UserError(
+            f"The job name {run_id!r} may hold only letters, digits, '.', '_' and '-' (at most 128): pass another."
+        )
+    name = ("tbdkit-" + run_id.lower().replace("_", "-").replace(".", "-"))[:52].rstrip(
+        "-"
+    )  # DNS-1035, room for "-spec"
     values = {
-        "spec": spec, "run_id": run_id, "name": name, "results": results, "python": python,
-        "image": image, "pvc": "tbdkit-results",
+        "spec": spec,
+        "run_id": run_id,
+        "name": name,
+        "results": results,
+        "python": python,
+        "image": image,
+        "pvc": "tbdkit-results",
         # json.dumps escapes every control and non-ASCII character: each line of it is safe in a YAML block
-        "spec_json": json.dumps(spec.model_dump(), indent=2), "cpus_per_task": 8 * spec.gpus_per_node,
+        "spec_json": json.dumps(spec.model_dump(), indent=2),
+        "cpus_per_task": 8 * spec.gpus_per_node,
         "time_limit": "01:00:00",
         # TensorFlow and MXNet jobs: the workers' control-channel key, fresh for each rendered file
-        "control_key": secrets.token_hex(16), "port": NODE_PORT,
+        "control_key": secrets.token_hex(16),
+        "port": NODE_PORT,
     }
     return _env().get_template(TEMPLATES[target]).render(**values)
 

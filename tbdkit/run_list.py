@@ -10,8 +10,9 @@ from tbdkit.console import RunProgress, make_progress
 from tbdkit.store import Index
 
 
-def run_all(run_specs: list[specs.RunSpec], results: Path, unit: str,
-            quiet_stdout: bool = False) -> list[dict[str, Any]]:
+def run_all(
+    run_specs: list[specs.RunSpec], results: Path, unit: str, quiet_stdout: bool = False
+) -> list[dict[str, Any]]:
     from tbdkit.launch import launch
 
     index = Index(results)
@@ -31,11 +32,12 @@ def run_all(run_specs: list[specs.RunSpec], results: Path, unit: str,
                 progress.console.print("[yellow]interrupted: the remaining runs were not started[/]")
                 break
             if outcome.status == "disturbed":
-                progress.console.print(f"[yellow]{label}: disturbed[/]: "
-                                       + "; ".join(summary.get("disturbed_reasons") or []), highlight=False)
+                progress.console.print(
+                    f"[yellow]{label}: disturbed[/]: " + "; ".join(summary.get("disturbed_reasons") or []),
+                    highlight=False,
+                )
             elif outcome.status != "ok":
-                progress.console.print(f"[red]{label}: {outcome.status}[/]: {outcome.summary.get('error')}",
-                                       highlight=False)
+                progress.console.print(
+                    f"[red]{label}: {outcome.status}[/]: {outcome.summary.get('error')}", highlight=False
+                )
     return summaries
-
-

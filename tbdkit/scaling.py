@@ -23,20 +23,40 @@ def add_scaling_efficiency(run_dir: Path, index: Index) -> dict[str, Any]:
     if world <= 1 or summary.get("status") not in MEASURED:
         return summary
     aggregate = ((summary.get("metrics") or {}).get("aggregate_throughput") or {}).get("value")
-    singles = [r for r in index.runs(model=summary["model"]) if r["status"] in MEASURED
-               and r["framework"] == summary["framework"] and r["batch_size"] == summary["batch_size"]
-               and r["precision"] == summary["precision"] and r["device"] == summary.get("device")
-               and (r.get("world_size") or 1) == 1 and r.get("throughput")]
+    singles = [
+        r
+        for r in index.runs(model=summary["model"])
+        if r["status"] in MEASURED
+        and r["framework"] == summary["framework"]
+        and r["batch_size"] == summary["batch_size"]
+        and r["precision"] == summary["precision"]
+        and r["device"] == summary.get("device")
+        and (r.get("world_size") or 1) == 1
+        and r.get("throughput")
+    ]
     unit = "%"
-    rule = ("aggregate throughput / (workers x throughput of the latest single-worker run of the same model, "
-            "framework, per-worker batch, precision and device in this results folder)")
+    rule = (
+        "aggregate throughput / (workers x throughput of the latest single-worker run of the same model, "
+        "framework, per-worker batch, precision and device in this results folder)"
+    )
     if aggregate is None or not singles:
-        value = metric(None, unit, rule, reason="no single-worker run of the same model, framework, batch, precision "
-                                                 "and device in this results folder: run it with --gpus-per-node 1 first")
+        value = metric(
+            None,
+            unit,
+            rule,
+            reason="no single-worker run of the same model, framework, batch, precision "
+            "and device in this results folder: run it with --gpus-per-node 1 first",
+        )
     else:
         single = max(singles, key=lambda r: r["started_utc"] or "")
-        value = metric(100.0 * aggregate / (world * single["throughput"]), unit, rule, baseline_run=single["run_id"],
-                       baseline_throughput=single["throughput"], baseline_status=single["status"])
+        value = metric(
+            100.0 * aggregate / (world * single["throughput"]),
+            unit,
+            rule,
+            baseline_run=single["run_id"],
+            baseline_throughput=single["throughput"],
+            baseline_status=single["status"],
+        )
     summary.setdefault("metrics", {})["scaling_efficiency"] = value
     rd.write_json(runfiles.SUMMARY, summary)
     return summary

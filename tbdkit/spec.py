@@ -56,8 +56,12 @@ class MeasurePolicy(BaseModel):
     max_measure_iterations: int = Field(2000, ge=2)
     sample_interval_s: float = Field(0.5, gt=0)
     synthetic_pool: int = Field(8, ge=1)
-    foreign_cpu_limit: float = Field(0.25, gt=0, description="core-equivalents of other processes' CPU time on the "
-                                     "run's cores above which its window is disturbed (tbdkit.agent.disturbance)")
+    foreign_cpu_limit: float = Field(
+        0.25,
+        gt=0,
+        description="core-equivalents of other processes' CPU time on the "
+        "run's cores above which its window is disturbed (tbdkit.agent.disturbance)",
+    )
 
 
 PRESET_POLICY: dict[str, dict[str, Any]] = {
@@ -81,20 +85,32 @@ class RunSpec(BaseModel):
     data: str = "synthetic"
     seed: int = 0
     memory_limit_mb: int | None = Field(
-        None, gt=0, description="cap on the agent's memory growth (its address space above what it holds "
-        "once the framework and model are loaded): allocations past it fail as out-of-memory instead of swapping or waking the OOM killer")
+        None,
+        gt=0,
+        description="cap on the agent's memory growth (its address space above what it holds "
+        "once the framework and model are loaded): allocations past it fail as out-of-memory instead of swapping or waking the OOM killer",
+    )
     measure: MeasurePolicy = Field(default_factory=MeasurePolicy)
-    analyses: bool = Field(True, description="after the window: memory breakdown, model FLOPs and MFU, "
-                           "kernel trace on CUDA (tbdkit.agent.analysis), in extra iterations outside it")
+    analyses: bool = Field(
+        True,
+        description="after the window: memory breakdown, model FLOPs and MFU, "
+        "kernel trace on CUDA (tbdkit.agent.analysis), in extra iterations outside it",
+    )
     # Data parallelism (paper Sec. IV-E): the per-worker mini-batch is batch_size, fixed; the
     # global batch grows with nodes x gpus_per_node. On CPUs a "GPU" is a worker process.
     # PyTorch: DDP through torchrun; TensorFlow: MultiWorkerMirroredStrategy; MXNet: kvstore dist_sync.
     nodes: int = Field(1, ge=1, le=64)
     gpus_per_node: int = Field(1, ge=1, le=64)
-    link_rate: str | None = Field(None, description="shape each node's link to this rate with tc (netns launcher), e.g. 1gbit")
-    cpus: int | None = Field(None, ge=1, description="cores the run is given (split over its workers on this machine): "
-                             "the frameworks' threads are set from it (tbdkit.cpus); None: every core of the "
-                             "affinity mask and cgroup quota")
+    link_rate: str | None = Field(
+        None, description="shape each node's link to this rate with tc (netns launcher), e.g. 1gbit"
+    )
+    cpus: int | None = Field(
+        None,
+        ge=1,
+        description="cores the run is given (split over its workers on this machine): "
+        "the frameworks' threads are set from it (tbdkit.cpus); None: every core of the "
+        "affinity mask and cgroup quota",
+    )
     pin: bool = Field(False, description="pin the agent to the first `cpus` cores of its affinity mask")
 
     @property
@@ -112,15 +128,21 @@ class RunSpec(BaseModel):
     def _distributed(self) -> RunSpec:
         only = TF_DATA_PARALLEL_MODELS if self.framework == "tensorflow" else None
         if self.world_size > 1 and only is not None and self.model not in only:
-            raise ValueError(f"model: data-parallel TensorFlow (MultiWorkerMirroredStrategy) is built for "
-                             f"{', '.join(sorted(only))}, whose shared training step averages the replicas' gradients; "
-                             f"run {self.model} with --framework pytorch or mxnet, or with --nodes 1 --gpus-per-node 1")
+            raise ValueError(
+                f"model: data-parallel TensorFlow (MultiWorkerMirroredStrategy) is built for "
+                f"{', '.join(sorted(only))}, whose shared training step averages the replicas' gradients; "
+                f"run {self.model} with --framework pytorch or mxnet, or with --nodes 1 --gpus-per-node 1"
+            )
         if self.world_size > 1 and self.launcher == "docker":
-            raise ValueError("launcher: several workers run natively (one process each) or over network namespaces "
-                             "(--launcher netns); for containers on a cluster use `tbdkit render`")
+            raise ValueError(
+                "launcher: several workers run natively (one process each) or over network namespaces "
+                "(--launcher netns); for containers on a cluster use `tbdkit render`"
+            )
         if self.nodes > 1 and self.launcher != "netns":
-            raise ValueError("launcher: several nodes on this machine need --launcher netns (one network namespace per "
-                             "node); for real machines use `tbdkit render --target slurm|k8s`")
+            raise ValueError(
+                "launcher: several nodes on this machine need --launcher netns (one network namespace per "
+                "node); for real machines use `tbdkit render --target slurm|k8s`"
+            )
         if self.link_rate is not None and self.launcher != "netns":
             raise ValueError("link_rate: shaping the link needs --launcher netns")
         return self
@@ -144,8 +166,10 @@ class RunSpec(BaseModel):
     @classmethod
     def _seed(cls, value: int) -> int:
         if not 0 <= value <= SEED_MAX:
-            raise ValueError(f"must be a whole number from 0 to {SEED_MAX} (NumPy and every framework take "
-                             "seeds in that range): pass e.g. --seed 0")
+            raise ValueError(
+                f"must be a whole number from 0 to {SEED_MAX} (NumPy and every framework take "
+                "seeds in that range): pass e.g. --seed 0"
+            )
         return value
 
     @field_validator("device")
@@ -171,14 +195,19 @@ class RunSpec(BaseModel):
                 f"it has {', '.join(model.frameworks) or 'none'}"
             )
         if self.preset not in model.presets:
-            raise ValueError(f"preset: model {self.model} has no '{self.preset}' preset; "
-                             f"it has {', '.join(model.presets)}")
+            raise ValueError(
+                f"preset: model {self.model} has no '{self.preset}' preset; it has {', '.join(model.presets)}"
+            )
         if self.preset == "converge" and (self.framework != "pytorch" or self.world_size > 1):
-            raise ValueError("preset: converge (train to a quality target) runs on pytorch with one worker; "
-                             "use --framework pytorch --nodes 1 --gpus-per-node 1")
+            raise ValueError(
+                "preset: converge (train to a quality target) runs on pytorch with one worker; "
+                "use --framework pytorch --nodes 1 --gpus-per-node 1"
+            )
         if self.variant is not None and self.variant not in model.variants:
-            raise ValueError(f"variant: model {self.model} has no variant '{self.variant}'; "
-                             f"it has {', '.join(model.variants) or 'none'}")
+            raise ValueError(
+                f"variant: model {self.model} has no variant '{self.variant}'; "
+                f"it has {', '.join(model.variants) or 'none'}"
+            )
         return self
 
     def to_json(self) -> str:

@@ -30,9 +30,9 @@ MARKER = locks.MARKER
 class Stack:
     name: str
     title: str
-    extra: str          # the pyproject optional-dependency group installed into its environment
-    module: str         # the framework's import name, to read its version
-    disk_gb: float      # what its environment takes on disk, measured (a fresh install, Python 3.11)
+    extra: str  # the pyproject optional-dependency group installed into its environment
+    module: str  # the framework's import name, to read its version
+    disk_gb: float  # what its environment takes on disk, measured (a fresh install, Python 3.11)
 
 
 STACKS: dict[str, Stack] = {
@@ -132,8 +132,10 @@ def setup(name: str, log_path: Path | None = None, force: bool = False, how: str
     _check_disk(stack, env_dir)
     (env_dir / MARKER).unlink(missing_ok=True)
     with log_path.open("w") as log:
-        steps = [installer.venv_command(tool, uv, env_dir),
-                 *installer.commands(tool, uv, python_of(name), lock.file, KIT_ROOT)]
+        steps = [
+            installer.venv_command(tool, uv, env_dir),
+            *installer.commands(tool, uv, python_of(name), lock.file, KIT_ROOT),
+        ]
         for cmd in steps:
             # pip gets a second try: a file index or a registry can fail once and then answer.
             for attempt in (1, 2) if "pip" in cmd else (1,):
@@ -160,7 +162,9 @@ def setup(name: str, log_path: Path | None = None, force: bool = False, how: str
             subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=_clean_env())
     version = subprocess.run(
         [str(python_of(name)), "-c", f"import {stack.module}; print({stack.module}.__version__)"],
-        capture_output=True, text=True, env=_clean_env(),
+        capture_output=True,
+        text=True,
+        env=_clean_env(),
     )
     record = {
         "stack": name,
@@ -168,7 +172,9 @@ def setup(name: str, log_path: Path | None = None, force: bool = False, how: str
         "python": str(python_of(name)),
         "kit_root": str(KIT_ROOT),
         "requirements_digest": _requirements_digest(stack),
-        "lock": lock.name, "lock_file": f"locks/{lock.file.name}", "lock_digest": locks.digest(lock.file),
+        "lock": lock.name,
+        "lock_file": f"locks/{lock.file.name}",
+        "lock_digest": locks.digest(lock.file),
         "installer": installer.version(tool, uv, python_of(name)),
         "differences": locks.differences(locks.pins(lock_text), locks.installed(locks.site_packages(env_dir))),
     }
@@ -181,7 +187,7 @@ def setup(name: str, log_path: Path | None = None, force: bool = False, how: str
 def _check_disk(stack: Stack, env_dir: Path) -> None:
     """Refuse to start an install that cannot fit: a full disk half-way through pip is a worse error."""
     present = sum(f.stat().st_size for f in env_dir.rglob("*") if f.is_file()) if env_dir.exists() else 0
-    need = stack.disk_gb * 1e9 * 1.1 - present          # a tenth more for pip's temporary files
+    need = stack.disk_gb * 1e9 * 1.1 - present  # a tenth more for pip's temporary files
     free = shutil.disk_usage(env_dir.parent).free
     if free < need:
         raise UserError(
@@ -213,5 +219,7 @@ def agent_env() -> dict[str, str]:
     # stack environment made from another checkout (TBDKIT_VENVS) still runs this checkout's code.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(KIT_ROOT), env.get("PYTHONPATH", "")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ start-up INFO/WARNING lines, not errors
-    env["TBDKIT_LAUNCHER_PID"] = str(os.getpid())  # the run's process tree grows from here (agent/collectors/neighbours.py)
+    env["TBDKIT_LAUNCHER_PID"] = str(
+        os.getpid()
+    )  # the run's process tree grows from here (agent/collectors/neighbours.py)
     return env

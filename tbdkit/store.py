@@ -23,20 +23,45 @@ from tbdkit.results import summary as summaries
 
 INDEX = "index.sqlite"
 COLUMNS = {
-    "run_id": "TEXT PRIMARY KEY", "status": "TEXT", "model": "TEXT", "framework": "TEXT",
-    "batch_size": "INTEGER", "precision": "TEXT", "preset": "TEXT", "device": "TEXT",
-    "throughput": "REAL", "throughput_unit": "TEXT", "ci95_relative": "REAL",
-    "sample_throughput": "REAL", "gpu_utilization": "REAL", "cpu_utilization": "REAL",
-    "started_utc": "TEXT", "error": "TEXT", "path": "TEXT",
-    "world_size": "INTEGER", "nodes": "INTEGER", "link_rate": "TEXT",
+    "run_id": "TEXT PRIMARY KEY",
+    "status": "TEXT",
+    "model": "TEXT",
+    "framework": "TEXT",
+    "batch_size": "INTEGER",
+    "precision": "TEXT",
+    "preset": "TEXT",
+    "device": "TEXT",
+    "throughput": "REAL",
+    "throughput_unit": "TEXT",
+    "ci95_relative": "REAL",
+    "sample_throughput": "REAL",
+    "gpu_utilization": "REAL",
+    "cpu_utilization": "REAL",
+    "started_utc": "TEXT",
+    "error": "TEXT",
+    "path": "TEXT",
+    "world_size": "INTEGER",
+    "nodes": "INTEGER",
+    "link_rate": "TEXT",
 }
 
 
 # Sweep membership (results/sweeps/<sweep-id>/sweep.json, see tbdkit/sweep.py): one row per point.
 SWEEP_COLUMNS = {
-    "sweep_id": "TEXT", "point": "TEXT", "run_id": "TEXT", "framework": "TEXT", "precision": "TEXT",
-    "batch": "TEXT", "batch_size": "INTEGER", "repeat": "INTEGER", "status": "TEXT", "throughput": "REAL",
-    "window_cv": "REAL", "group_throughput_cv": "REAL", "unstable": "INTEGER", "unstable_reason": "TEXT",
+    "sweep_id": "TEXT",
+    "point": "TEXT",
+    "run_id": "TEXT",
+    "framework": "TEXT",
+    "precision": "TEXT",
+    "batch": "TEXT",
+    "batch_size": "INTEGER",
+    "repeat": "INTEGER",
+    "status": "TEXT",
+    "throughput": "REAL",
+    "window_cv": "REAL",
+    "group_throughput_cv": "REAL",
+    "unstable": "INTEGER",
+    "unstable_reason": "TEXT",
 }
 
 
@@ -45,12 +70,24 @@ def sweep_rows(state: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for key, p in (state.get("points") or {}).items():
         group = groups.get(key.rsplit("/", 1)[0]) or {}
-        rows.append({"sweep_id": state.get("sweep_id"), "point": key, "run_id": p.get("run_id"),
-                     "framework": p.get("framework"), "precision": p.get("precision"), "batch": str(p.get("batch")),
-                     "batch_size": p.get("batch_size"), "repeat": p.get("repeat"), "status": p.get("status"),
-                     "throughput": p.get("throughput"), "window_cv": p.get("window_cv"),
-                     "group_throughput_cv": group.get("throughput_cv"), "unstable": int(bool(p.get("unstable"))),
-                     "unstable_reason": group.get("unstable_reason")})
+        rows.append(
+            {
+                "sweep_id": state.get("sweep_id"),
+                "point": key,
+                "run_id": p.get("run_id"),
+                "framework": p.get("framework"),
+                "precision": p.get("precision"),
+                "batch": str(p.get("batch")),
+                "batch_size": p.get("batch_size"),
+                "repeat": p.get("repeat"),
+                "status": p.get("status"),
+                "throughput": p.get("throughput"),
+                "window_cv": p.get("window_cv"),
+                "group_throughput_cv": group.get("throughput_cv"),
+                "unstable": int(bool(p.get("unstable"))),
+                "unstable_reason": group.get("unstable_reason"),
+            }
+        )
     return rows
 
 
@@ -66,22 +103,35 @@ def row_of(run_dir: Path) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     return {
-        "run_id": run_dir.name, "status": summary.get("status"), "model": summary.get("model"),
-        "framework": summary.get("framework"), "batch_size": summary.get("batch_size"),
-        "precision": summary.get("precision"), "preset": summary.get("preset"), "device": summary.get("device"),
-        "throughput": _value(summary, "throughput"), "throughput_unit": _value(summary, "throughput", "unit"),
+        "run_id": run_dir.name,
+        "status": summary.get("status"),
+        "model": summary.get("model"),
+        "framework": summary.get("framework"),
+        "batch_size": summary.get("batch_size"),
+        "precision": summary.get("precision"),
+        "preset": summary.get("preset"),
+        "device": summary.get("device"),
+        "throughput": _value(summary, "throughput"),
+        "throughput_unit": _value(summary, "throughput", "unit"),
         "ci95_relative": _value(summary, "throughput", "ci95_relative"),
         "sample_throughput": _value(summary, "sample_throughput"),
-        "gpu_utilization": _value(summary, "gpu_utilization"), "cpu_utilization": _value(summary, "cpu_utilization"),
-        "started_utc": summary.get("started_utc"), "error": summary.get("error"), "path": run_dir.name,
-        "world_size": summary.get("world_size") or 1, "nodes": summary.get("nodes") or 1,
+        "gpu_utilization": _value(summary, "gpu_utilization"),
+        "cpu_utilization": _value(summary, "cpu_utilization"),
+        "started_utc": summary.get("started_utc"),
+        "error": summary.get("error"),
+        "path": run_dir.name,
+        "world_size": summary.get("world_size") or 1,
+        "nodes": summary.get("nodes") or 1,
         "link_rate": summary.get("link_rate"),
     }
 
 
 def _insert(conn: sqlite3.Connection, table: str, row: dict[str, Any], replace: bool = True) -> None:
-    conn.execute(f"INSERT {'OR REPLACE ' if replace else ''}INTO {table} ({', '.join(row)}) "
-                 f"VALUES ({', '.join('?' * len(row))})", list(row.values()))
+    conn.execute(
+        f"INSERT {'OR REPLACE ' if replace else ''}INTO {table} ({', '.join(row)}) "
+        f"VALUES ({', '.join('?' * len(row))})",
+        list(row.values()),
+    )
 
 
 # ---------------------------------------------------------------- what is on disk
@@ -139,12 +189,18 @@ def _sweep_rows_of(path: Path, key: str) -> list[dict[str, Any]]:
         state = json.loads(path.read_bytes())
     except (OSError, ValueError, RecursionError) as exc:
         raise summaries.Unreadable(where, f"not readable JSON ({str(exc).splitlines()[0][:120]})") from None
-    if not isinstance(state, dict) or not isinstance(state.get("points") or {}, dict) \
-            or not isinstance(state.get("groups") or {}, dict) \
-            or not all(isinstance(p, dict) for p in (state.get("points") or {}).values()) \
-            or not all(isinstance(g, dict) for g in (state.get("groups") or {}).values()):
+    if (
+        not isinstance(state, dict)
+        or not isinstance(state.get("points") or {}, dict)
+        or not isinstance(state.get("groups") or {}, dict)
+        or not all(isinstance(p, dict) for p in (state.get("points") or {}).values())
+        or not all(isinstance(g, dict) for g in (state.get("groups") or {}).values())
+    ):
         raise summaries.Unreadable(where, "not a sweep state (an object whose points and groups are objects)")
-    state = {**state, "sweep_id": state.get("sweep_id") if isinstance(state.get("sweep_id"), str) else key[len(SWEEP_KEY):]}
+    state = {
+        **state,
+        "sweep_id": state.get("sweep_id") if isinstance(state.get("sweep_id"), str) else key[len(SWEEP_KEY) :],
+    }
     return [{k: _bindable(v) for k, v in row.items()} for row in sweep_rows(state)]
 
 

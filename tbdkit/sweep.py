@@ -66,6 +66,7 @@ class _Quiet:
 
 # ---------------------------------------------------------------- the max-batch search
 
+
 @dataclass(frozen=True)
 class MaxSearch:
     batch_size: int | None  # the largest batch that trained; None if none did
@@ -91,7 +92,9 @@ def search_max(probe: Callable[[int], str], start: int, limit: int) -> MaxSearch
         elif status == "oom":
             smallest_oom = b
         else:
-            return MaxSearch(largest_ok or None, None, "failed", f"the probe at batch {b} ended {status}, not ok or oom")
+            return MaxSearch(
+                largest_ok or None, None, "failed", f"the probe at batch {b} ended {status}, not ok or oom"
+            )
     while smallest_oom - largest_ok > 1:
         mid = (largest_ok + smallest_oom) // 2
         status = probe(mid)
@@ -100,23 +103,29 @@ def search_max(probe: Callable[[int], str], start: int, limit: int) -> MaxSearch
         elif status == "oom":
             smallest_oom = mid
         else:
-            return MaxSearch(largest_ok or None, smallest_oom, "failed",
-                             f"the probe at batch {mid} ended {status}, not ok or oom")
+            return MaxSearch(
+                largest_ok or None, smallest_oom, "failed", f"the probe at batch {mid} ended {status}, not ok or oom"
+            )
     if largest_ok == 0:
         return MaxSearch(None, smallest_oom, "none_fit", "even batch 1 runs out of memory")
-    return MaxSearch(largest_ok, smallest_oom, "found",
-                     f"batch {largest_ok} fits and batch {smallest_oom} runs out of memory")
+    return MaxSearch(
+        largest_ok, smallest_oom, "found", f"batch {largest_ok} fits and batch {smallest_oom} runs out of memory"
+    )
 
 
 # ---------------------------------------------------------------- stability
+
 
 def window_cv(run_dir: Path) -> float | None:
     """Coefficient of variation (sample stdev / mean) of the per-iteration throughput (work /
     seconds) over a run's sample window, from its iterations.csv; None with fewer than 2."""
     try:
         with RunDir(run_dir).iterations.open() as f:
-            rates = [float(r["work"]) / float(r["seconds"]) for r in csv.DictReader(f)
-                     if r.get("phase") == "measure" and float(r["seconds"]) > 0]
+            rates = [
+                float(r["work"]) / float(r["seconds"])
+                for r in csv.DictReader(f)
+                if r.get("phase") == "measure" and float(r["seconds"]) > 0
+            ]
     except (OSError, KeyError, ValueError):
         return None
     return _cv(rates)
@@ -154,8 +163,9 @@ def group_stats(entries: list[dict[str, Any]], cv_limit: float) -> dict[str, Any
         reasons.append(f"throughput CV across {len(values)} repeats is {across:.1%} > {cv_limit:.1%}")
     noisy = [w for w in windows if w > cv_limit]
     if noisy:
-        reasons.append(f"{len(noisy)} run(s) have a per-iteration throughput CV above {cv_limit:.1%} "
-                       f"(max {max(noisy):.1%})")
+        reasons.append(
+            f"{len(noisy)} run(s) have a per-iteration throughput CV above {cv_limit:.1%} (max {max(noisy):.1%})"
+        )
     return {
         "runs": len(ok),
         "disturbed_runs": sum(e["status"] == "disturbed" for e in ok),
@@ -167,13 +177,14 @@ def group_stats(entries: list[dict[str, Any]], cv_limit: float) -> dict[str, Any
         "max_window_cv": max(windows) if windows else None,
         "cv_limit": cv_limit,
         "cv_method": "sample stdev / mean of the throughput across repeats; per run, of work/seconds per "
-                     "iteration over its sample window (iterations.csv)",
+        "iteration over its sample window (iterations.csv)",
         "unstable": bool(reasons),
         "unstable_reason": "; ".join(reasons) or None,
     }
 
 
 # ---------------------------------------------------------------- the state on disk
+
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -189,13 +200,22 @@ def _saved_state(path: Path) -> dict[str, Any]:
         data, why = None, str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
     else:
         why = "not a sweep state"
-    shapes = isinstance(data, dict) and isinstance(data.get("points", {}), dict) and all(
-        isinstance(p, dict) and isinstance(p.get("attempts", []), list) and all(isinstance(a, dict) for a in
-                                                                                 p.get("attempts", []))
-        for p in data.get("points", {}).values()) and all(isinstance(data.get(k, {}), dict) for k in ("max_batch", "groups"))
+    shapes = (
+        isinstance(data, dict)
+        and isinstance(data.get("points", {}), dict)
+        and all(
+            isinstance(p, dict)
+            and isinstance(p.get("attempts", []), list)
+            and all(isinstance(a, dict) for a in p.get("attempts", []))
+            for p in data.get("points", {}).values()
+        )
+        and all(isinstance(data.get(k, {}), dict) for k in ("max_batch", "groups"))
+    )
     if not shapes:
-        raise UserError(f"The sweep state {path} is damaged ({why}): move it away to run the sweep afresh "
-                        "(its run folders are kept).")
+        raise UserError(
+            f"The sweep state {path} is damaged ({why}): move it away to run the sweep afresh "
+            "(its run folders are kept)."
+        )
     assert isinstance(data, dict)
     data.setdefault("points", {})
     data.setdefault("max_batch", {})
@@ -212,16 +232,31 @@ class SweepState:
             self.data = _saved_state(self.path)
             self.data["spec"] = sweep.model_dump(mode="json")
         else:
-            self.data = {"format": FORMAT, "sweep_id": sweep.sweep_id(), "kit_version": __version__,
-                         "created_utc": _now(), "spec": sweep.model_dump(mode="json"),
-                         "points": {}, "max_batch": {}, "groups": {}}
+            self.data = {
+                "format": FORMAT,
+                "sweep_id": sweep.sweep_id(),
+                "kit_version": __version__,
+                "created_utc": _now(),
+                "spec": sweep.model_dump(mode="json"),
+                "points": {},
+                "max_batch": {},
+                "groups": {},
+            }
         self.recovered = self._recover_killed_attempts()
         for p in points(sweep):
-            self.data["points"].setdefault(p.key, {
-                "framework": p.framework, "precision": p.precision, "batch": p.batch, "repeat": p.repeat,
-                "batch_size": p.batch if p.batch != MAX else None, "status": "pending", "run_id": None,
-                "attempts": [],
-            })
+            self.data["points"].setdefault(
+                p.key,
+                {
+                    "framework": p.framework,
+                    "precision": p.precision,
+                    "batch": p.batch,
+                    "repeat": p.repeat,
+                    "batch_size": p.batch if p.batch != MAX else None,
+                    "status": "pending",
+                    "run_id": None,
+                    "attempts": [],
+                },
+            )
 
     @property
     def points(self) -> dict[str, dict[str, Any]]:
@@ -238,16 +273,28 @@ class SweepState:
                 run_id = attempt.get("run_id")
                 summary = _summary_of(self.sweep.results / run_id) if run_id else None
                 if summary is not None:
-                    attempt.update(status=summary["status"], note="the sweep was killed while this run went on; "
-                                   "its run folder has its summary")
-                    entry.update(status=summary["status"], run_id=run_id, error=summary.get("error"),
-                                 throughput=throughput_of(summary), window_cv=window_cv(self.sweep.results / run_id))
+                    attempt.update(
+                        status=summary["status"],
+                        note="the sweep was killed while this run went on; its run folder has its summary",
+                    )
+                    entry.update(
+                        status=summary["status"],
+                        run_id=run_id,
+                        error=summary.get("error"),
+                        throughput=throughput_of(summary),
+                        window_cv=window_cv(self.sweep.results / run_id),
+                    )
                 else:
-                    attempt.update(status="killed", note="the sweep was killed while this run went on; "
-                                   + ("its run folder has no summary" if run_id else "no run folder was made"))
+                    attempt.update(
+                        status="killed",
+                        note="the sweep was killed while this run went on; "
+                        + ("its run folder has no summary" if run_id else "no run folder was made"),
+                    )
                     entry.update(status="killed", run_id=run_id, error=attempt["note"])
-                notes.append(f"{key}: the sweep was killed during run {run_id or '(none started)'}, "
-                             f"marked {attempt['status']}{'' if attempt['status'] in FINAL else ' (retried)'}")
+                notes.append(
+                    f"{key}: the sweep was killed during run {run_id or '(none started)'}, "
+                    f"marked {attempt['status']}{'' if attempt['status'] in FINAL else ' (retried)'}"
+                )
             if entry.get("status") == "running":  # killed before the attempt was recorded (an older kit)
                 entry.update(status="killed", error="the sweep was killed while this point ran")
         return notes
@@ -270,15 +317,20 @@ class SweepState:
         self.data["groups"] = {}
         for key, entries in groups.items():
             first = entries[0]
-            self.data["groups"][key] = {"framework": first["framework"], "precision": first["precision"],
-                                        "batch": first["batch"], "batch_size": first["batch_size"],
-                                        **group_stats(entries, self.sweep.cv_limit)}
+            self.data["groups"][key] = {
+                "framework": first["framework"],
+                "precision": first["precision"],
+                "batch": first["batch"],
+                "batch_size": first["batch_size"],
+                **group_stats(entries, self.sweep.cv_limit),
+            }
         unstable = {g for g, v in self.data["groups"].items() if v["unstable"]}
         for p in points(self.sweep):
             self.points[p.key]["unstable"] = p.group in unstable
 
 
 # ---------------------------------------------------------------- running it
+
 
 class SweepRun:
     def __init__(self, sweep: SweepSpec, runner: Runner | None = None, observer: Observer | None = None) -> None:
@@ -311,8 +363,10 @@ class SweepRun:
             if self.interrupted:
                 break
             if batch is None:
-                entry["status"], entry["error"] = "failed", self.state.data["max_batch"][
-                    f"{p.framework}/{p.precision}"]["reason"]
+                entry["status"], entry["error"] = (
+                    "failed",
+                    self.state.data["max_batch"][f"{p.framework}/{p.precision}"]["reason"],
+                )
                 self.state.save()
                 self.observer.point_finished(p, "failed")
                 continue
@@ -320,7 +374,9 @@ class SweepRun:
             retries = 0
             while entry["status"] == "disturbed" and retries < self.sweep.retry_disturbed and not self.interrupted:
                 retries += 1
-                self.observer.point_retried(p, retries, self.sweep.retry_disturbed, entry.get("disturbed_reasons") or [])
+                self.observer.point_retried(
+                    p, retries, self.sweep.retry_disturbed, entry.get("disturbed_reasons") or []
+                )
                 entry["retried_disturbed"] = retries
                 self.run_point(p, entry, batch)
             while p.batch == MAX and entry["status"] == "oom" and not self.interrupted:
@@ -350,9 +406,14 @@ class SweepRun:
         finally:
             self._attempt = None
         attempt.update(run_id=result.run_id, status=result.status)
-        entry.update(status=result.status, run_id=result.run_id, error=result.summary.get("error"),
-                     throughput=throughput_of(result.summary), window_cv=window_cv(result.run_dir),
-                     disturbed_reasons=result.summary.get("disturbed_reasons") or None)
+        entry.update(
+            status=result.status,
+            run_id=result.run_id,
+            error=result.summary.get("error"),
+            throughput=throughput_of(result.summary),
+            window_cv=window_cv(result.run_dir),
+            disturbed_reasons=result.summary.get("disturbed_reasons") or None,
+        )
         if result.status == "disturbed":
             attempt["disturbed_reasons"] = result.summary.get("disturbed_reasons")
         self.interrupted = result.status == "interrupted"
@@ -370,15 +431,25 @@ class SweepRun:
 
         def probe(b: int) -> str:
             known = search["probes"].get(str(b)) or next(
-                (e for e in self.state.points.values() if e["batch"] == b and e["status"] in FINAL
-                 and (e["framework"], e["precision"]) == (framework, precision)), None)
+                (
+                    e
+                    for e in self.state.points.values()
+                    if e["batch"] == b
+                    and e["status"] in FINAL
+                    and (e["framework"], e["precision"]) == (framework, precision)
+                ),
+                None,
+            )
             if known and known["status"] in FINAL:
                 return str(known["status"])
             self.observer.probe_started(framework, precision, b)
             assert self.runner is not None
             result = self.runner(self.sweep.run_spec(framework, precision, b, probe=True), self.probes_dir, True)
-            search["probes"][str(b)] = {"status": result.status, "run_id": result.run_id,
-                                        "error": result.summary.get("error")}
+            search["probes"][str(b)] = {
+                "status": result.status,
+                "run_id": result.run_id,
+                "error": result.summary.get("error"),
+            }
             self.state.save()
             if result.status == "interrupted":
                 self.interrupted = True
@@ -386,19 +457,27 @@ class SweepRun:
 
         start = max(self.sweep.int_batches, default=0) or self.default_batch()
         found = search_max(probe, start, self.sweep.max_batch_limit)
-        search.update(status=found.status if not self.interrupted else "interrupted", batch_size=found.batch_size,
-                      smallest_oom=found.smallest_oom, reason=found.reason, start=start,
-                      limit=self.sweep.max_batch_limit,
-                      method="double from the start batch until out of memory, then bisect (short probe runs in "
-                             "probes/: one pass over the synthetic pool and 2 measured iterations)")
+        search.update(
+            status=found.status if not self.interrupted else "interrupted",
+            batch_size=found.batch_size,
+            smallest_oom=found.smallest_oom,
+            reason=found.reason,
+            start=start,
+            limit=self.sweep.max_batch_limit,
+            method="double from the start batch until out of memory, then bisect (short probe runs in "
+            "probes/: one pass over the synthetic pool and 2 measured iterations)",
+        )
         self.state.save()
         return found.batch_size if found.status in ("found", "limit") else None
 
     def lower_max(self, framework: str, precision: str, batch: int, run_id: str) -> int | None:
         search = self.state.data["max_batch"][f"{framework}/{precision}"]
-        search["probes"][str(batch)] = {"status": "oom", "run_id": run_id, "error": "the measured run at this "
-                                        "batch ran out of memory (its probe had not)", "superseded": search[
-                                            "probes"].get(str(batch))}
+        search["probes"][str(batch)] = {
+            "status": "oom",
+            "run_id": run_id,
+            "error": "the measured run at this batch ran out of memory (its probe had not)",
+            "superseded": search["probes"].get(str(batch)),
+        }
         search["status"] = "searching"
         return self.max_batch(framework, precision)
 

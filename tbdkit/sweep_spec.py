@@ -43,22 +43,34 @@ class SweepSpec(BaseModel):
     device: str = "auto"
     data: str = "synthetic"
     seed: int = 0
-    cv_limit: float = Field(0.05, gt=0, lt=1, description="a point is unstable when the coefficient of variation "
-                            "of its throughput across repeats, or of one run's per-iteration throughput, exceeds this")
+    cv_limit: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        description="a point is unstable when the coefficient of variation "
+        "of its throughput across repeats, or of one run's per-iteration throughput, exceeds this",
+    )
     max_batch_limit: int = Field(4096, ge=1, description="the max-batch search stops doubling here")
     memory_limit_mb: int | None = Field(None, gt=0)
     measure: dict[str, Any] = Field(default_factory=dict, description="MeasurePolicy overrides")
     cpus: int | None = Field(None, ge=1, description="cores each run is given (RunSpec.cpus)")
     pin: bool = Field(False, description="pin each run to its cores (RunSpec.pin)")
-    retry_disturbed: int = Field(0, ge=0, le=10, description="re-run a point whose run was disturbed (foreign load, "
-                                 "another GPU process, throttling) up to this many times; every attempt is kept")
+    retry_disturbed: int = Field(
+        0,
+        ge=0,
+        le=10,
+        description="re-run a point whose run was disturbed (foreign load, "
+        "another GPU process, throttling) up to this many times; every attempt is kept",
+    )
 
     @field_validator("preset")
     @classmethod
     def _throughput_preset(cls, value: str) -> str:
         if value == "converge":
-            raise ValueError("a sweep measures throughput: use smoke or paper (train to a target with "
-                             "`tbdkit bench --preset converge`)")
+            raise ValueError(
+                "a sweep measures throughput: use smoke or paper (train to a target with "
+                "`tbdkit bench --preset converge`)"
+            )
         return value
 
     @field_validator("batches")
@@ -86,12 +98,27 @@ class SweepSpec(BaseModel):
         measure = dict(self.measure)
         if probe:
             pool = int(measure.get("synthetic_pool", specs.MeasurePolicy().synthetic_pool))
-            measure.update(PROBE_MEASURE, min_warmup_iterations=pool, max_warmup_iterations=pool,
-                           max_warmup_s=max(float(measure.get("max_warmup_s", 0)), PROBE_WARMUP_CAP_S))
-        return specs.build(model=self.model, framework=framework, batch_size=batch, precision=precision,
-                           preset=self.preset, device=self.device, launcher=self.launcher, data=self.data,
-                           seed=self.seed, measure=measure, memory_limit_mb=self.memory_limit_mb,
-                           cpus=self.cpus, pin=self.pin)
+            measure.update(
+                PROBE_MEASURE,
+                min_warmup_iterations=pool,
+                max_warmup_iterations=pool,
+                max_warmup_s=max(float(measure.get("max_warmup_s", 0)), PROBE_WARMUP_CAP_S),
+            )
+        return specs.build(
+            model=self.model,
+            framework=framework,
+            batch_size=batch,
+            precision=precision,
+            preset=self.preset,
+            device=self.device,
+            launcher=self.launcher,
+            data=self.data,
+            seed=self.seed,
+            measure=measure,
+            memory_limit_mb=self.memory_limit_mb,
+            cpus=self.cpus,
+            pin=self.pin,
+        )
 
     def sweep_id(self) -> str:
         """Names the grid (not the repeat count or the stability limit, so a rerun with more
@@ -127,8 +154,13 @@ class Point:
 
 
 def points(sweep: SweepSpec) -> list[Point]:
-    return [Point(fw, p, b, r) for fw in sweep.frameworks for p in sweep.precisions
-            for b in sweep.batches for r in range(sweep.repeat)]
+    return [
+        Point(fw, p, b, r)
+        for fw in sweep.frameworks
+        for p in sweep.precisions
+        for b in sweep.batches
+        for r in range(sweep.repeat)
+    ]
 
 
 def parse(data: dict[str, Any]) -> SweepSpec:
@@ -138,8 +170,9 @@ def parse(data: dict[str, Any]) -> SweepSpec:
     except ValidationError as exc:
         raise UserError(specs.describe_errors(exc).replace("Invalid run spec", "Invalid sweep spec")) from None
     if sweep.model not in catalog.models():
-        raise UserError(f"Invalid sweep spec: model: must be one of {', '.join(catalog.models())} "
-                        f"(got {sweep.model!r}).")
+        raise UserError(
+            f"Invalid sweep spec: model: must be one of {', '.join(catalog.models())} (got {sweep.model!r})."
+        )
     for fw in sweep.frameworks:
         for precision in sweep.precisions:
             for b in sweep.int_batches or [1]:
@@ -156,6 +189,8 @@ def parse_batch_list(values: list[str]) -> list[BatchEntry]:
         try:
             out.append(int(v))
         except ValueError:
-            raise UserError(f"Invalid sweep spec: batches: '{v}' is neither a whole number nor 'max': "
-                            "pass e.g. --batch 8,16,32,max.") from None
+            raise UserError(
+                f"Invalid sweep spec: batches: '{v}' is neither a whole number nor 'max': "
+                "pass e.g. --batch 8,16,32,max."
+            ) from None
     return out

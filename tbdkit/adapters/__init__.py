@@ -18,12 +18,12 @@ class Adapter(Protocol):
     """What the agent's loop needs from every framework; everything else is shared."""
 
     framework: str
-    device_label: str        # "cpu", "cuda:0", ...
-    cuda_index: int | None   # the run's GPU as a CUDA ordinal of this process, None on CPU (collectors find
-                             # it in NVML by the UUID / PCI bus id in environment()['device_properties'])
+    device_label: str  # "cpu", "cuda:0", ...
+    cuda_index: int | None  # the run's GPU as a CUDA ordinal of this process, None on CPU (collectors find
+    # it in NVML by the UUID / PCI bus id in environment()['device_properties'])
 
     def prepare(self, batch: Any) -> Any: ...
-    def step(self, inputs: Any) -> Any: ...              # trains one step, waits for the device; the loss
+    def step(self, inputs: Any) -> Any: ...  # trains one step, waits for the device; the loss
     def loss_value(self, loss: Any) -> float: ...
     def environment(self) -> dict[str, Any]: ...
     def model_info(self) -> dict[str, Any]: ...
@@ -33,9 +33,10 @@ class Adapter(Protocol):
 
 # The optional capabilities, each one protocol.
 
+
 @runtime_checkable
 class PeakReset(Protocol):
-    def reset_peaks(self) -> None: ...                   # the allocator's peak restarts at the window
+    def reset_peaks(self) -> None: ...  # the allocator's peak restarts at the window
 
 
 @runtime_checkable
@@ -65,7 +66,7 @@ class ProfilerRange(Protocol):
 
 @runtime_checkable
 class Inference(Protocol):
-    def infer(self, inputs: Any) -> Any: ...             # held-out outputs, for a convergence run's quality
+    def infer(self, inputs: Any) -> Any: ...  # held-out outputs, for a convergence run's quality
 
 
 @runtime_checkable
@@ -73,7 +74,7 @@ class Distributed(Protocol):
     """A worker of a data-parallel job: joins the process group, agrees on decisions, gathers results."""
 
     backend: str | None
-    comm: Any                # the communication timer (.seconds, .method), None before join()
+    comm: Any  # the communication timer (.seconds, .method), None before join()
 
     def join(self, world_size: int) -> None: ...
     def agree(self, flags: list[bool]) -> list[bool]: ...
@@ -88,7 +89,7 @@ class ParameterSync(Protocol):
     carries the workers' decisions (tbdkit.agent.distributed.WithControl)."""
 
     backend: str | None
-    comm: Any                # the communication timer (.seconds, .method), or None
+    comm: Any  # the communication timer (.seconds, .method), or None
     comm_reason: str | None  # why communication is not timed, where comm is None
 
     def join(self, world_size: int) -> None: ...
@@ -112,21 +113,42 @@ class Capabilities:
 
 def capabilities(adapter: Any) -> Capabilities:
     """Check once which optional capabilities `adapter` has."""
+
     def of(kind: type) -> Any:
         return adapter if isinstance(adapter, kind) else None
 
-    return Capabilities(peak_reset=of(PeakReset), memory_breakdown=of(MemoryBreakdown),
-                        optimizer_state=of(OptimizerState), flop_count=of(FlopCount),
-                        kernel_trace=of(KernelTrace), profiler_range=of(ProfilerRange),
-                        inference=of(Inference), distributed=of(Distributed),
-                        parameter_sync=of(ParameterSync))
+    return Capabilities(
+        peak_reset=of(PeakReset),
+        memory_breakdown=of(MemoryBreakdown),
+        optimizer_state=of(OptimizerState),
+        flop_count=of(FlopCount),
+        kernel_trace=of(KernelTrace),
+        profiler_range=of(ProfilerRange),
+        inference=of(Inference),
+        distributed=of(Distributed),
+        parameter_sync=of(ParameterSync),
+    )
 
 
 def load(framework: str, **kwargs: Any) -> Adapter:
     module = importlib.import_module(f"tbdkit.adapters.{framework}")
     adapter = module.make(**kwargs)
     if not isinstance(adapter, Adapter):
-        missing = [n for n in ("framework", "device_label", "cuda_index", "prepare", "step", "loss_value",
-                               "environment", "model_info", "memory", "is_oom") if not hasattr(adapter, n)]
+        missing = [
+            n
+            for n in (
+                "framework",
+                "device_label",
+                "cuda_index",
+                "prepare",
+                "step",
+                "loss_value",
+                "environment",
+                "model_info",
+                "memory",
+                "is_oom",
+            )
+            if not hasattr(adapter, n)
+        ]
         raise TypeError(f"tbdkit.adapters.{framework} does not implement the adapter protocol: lacks {missing}")
     return adapter

@@ -15,8 +15,10 @@ from typing import Any
 LIBCUDA = "libcuda.so.1"
 CUDA_ERROR_NO_DEVICE = 100
 CUDA_ERROR_INSUFFICIENT_DRIVER = 35
-NO_DRIVER = ("no NVIDIA driver is visible to this process ({lib} cannot be loaded): on a GPU machine install the "
-             "NVIDIA driver; in a container, start it with `--gpus all` (the NVIDIA Container Toolkit adds the driver)")
+NO_DRIVER = (
+    "no NVIDIA driver is visible to this process ({lib} cannot be loaded): on a GPU machine install the "
+    "NVIDIA driver; in a container, start it with `--gpus all` (the NVIDIA Container Toolkit adds the driver)"
+)
 
 
 class _CUuuid(ctypes.Structure):
@@ -59,8 +61,11 @@ def identity(ordinal: int) -> dict[str, Any]:
     dev = ctypes.c_int(0)
     if _fn(cuda, "cuDeviceGet", ctypes.POINTER(ctypes.c_int), ctypes.c_int)(ctypes.byref(dev), ordinal) != 0:
         return {"uuid": None, "pci_bus_id": None, "reason": f"cuDeviceGet({ordinal}) failed"}
-    out: dict[str, Any] = {"uuid": None, "pci_bus_id": None,
-                           "source": f"CUDA driver API cuDeviceGetUuid_v2 / cuDeviceGetPCIBusId of CUDA ordinal {ordinal}"}
+    out: dict[str, Any] = {
+        "uuid": None,
+        "pci_bus_id": None,
+        "source": f"CUDA driver API cuDeviceGetUuid_v2 / cuDeviceGetPCIBusId of CUDA ordinal {ordinal}",
+    }
     u = _CUuuid()
     if _fn(cuda, "cuDeviceGetUuid_v2", ctypes.POINTER(_CUuuid), ctypes.c_int)(ctypes.byref(u), dev.value) == 0:
         h = bytes(u.bytes).hex()
@@ -74,8 +79,10 @@ def identity(ordinal: int) -> dict[str, Any]:
 def why_no_gpu(framework: str, built_cuda: str | None) -> str:
     """One sentence: why `framework` (built for CUDA `built_cuda`, None if CPU-only) sees no GPU, and the fix."""
     if not built_cuda:
-        return (f"the installed {framework} is a CPU-only build (no CUDA): install its CUDA build "
-                f"(`tbdkit setup {framework.lower()} --force` on a GPU machine) or run with --device cpu")
+        return (
+            f"the installed {framework} is a CPU-only build (no CUDA): install its CUDA build "
+            f"(`tbdkit setup {framework.lower()} --force` on a GPU machine) or run with --device cpu"
+        )
     try:
         cuda = _load()
     except OSError:
@@ -85,19 +92,27 @@ def why_no_gpu(framework: str, built_cuda: str | None) -> str:
     need_major = int(major) if major.isdigit() else None  # None: the framework does not say (MXNet 1.9)
     built = f"CUDA {built_cuda}" if need_major is not None else "CUDA of an unreported version"
     if driver is not None and need_major is not None and driver // 1000 < need_major:
-        return (f"the NVIDIA driver is too old for this {framework} build: it supports CUDA {version_text(driver)}, "
-                f"the build needs {built}; update the driver, or install a {framework} build for "
-                f"CUDA {version_text(driver)}")
+        return (
+            f"the NVIDIA driver is too old for this {framework} build: it supports CUDA {version_text(driver)}, "
+            f"the build needs {built}; update the driver, or install a {framework} build for "
+            f"CUDA {version_text(driver)}"
+        )
     code = _fn(cuda, "cuInit", ctypes.c_uint)(0)
     if code == CUDA_ERROR_NO_DEVICE:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        return ("the NVIDIA driver sees no GPU" + (f" (CUDA_VISIBLE_DEVICES={visible!r} hides the others)"
-                                                   if visible is not None else "")
-                + ": check `nvidia-smi`, and in a container start it with `--gpus all`")
+        return (
+            "the NVIDIA driver sees no GPU"
+            + (f" (CUDA_VISIBLE_DEVICES={visible!r} hides the others)" if visible is not None else "")
+            + ": check `nvidia-smi`, and in a container start it with `--gpus all`"
+        )
     if code == CUDA_ERROR_INSUFFICIENT_DRIVER:
-        return (f"the NVIDIA driver (CUDA {version_text(driver) if driver else '?'}) is too old for this {framework} "
-                f"build ({built}): update the driver")
+        return (
+            f"the NVIDIA driver (CUDA {version_text(driver) if driver else '?'}) is too old for this {framework} "
+            f"build ({built}): update the driver"
+        )
     if code != 0:
         return f"the CUDA driver failed to initialize (cuInit error {code}): check `nvidia-smi` and the driver install"
-    return (f"{framework} (built for {built}) sees no GPU although the CUDA driver "
-            f"(CUDA {version_text(driver) if driver else '?'}) does: check the build's CUDA libraries")
+    return (
+        f"{framework} (built for {built}) sees no GPU although the CUDA driver "
+        f"(CUDA {version_text(driver) if driver else '?'}) does: check the build's CUDA libraries"
+    )

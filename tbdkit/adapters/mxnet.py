@@ -25,8 +25,10 @@ from tbdkit.metric import metric
 class Precision:
     def __init__(self, mode: str, on_gpu: bool) -> None:
         if mode == "amp" and not on_gpu:
-            raise RuntimeError("precision 'amp' on MXNet needs a GPU (MXNet 1.9's AMP is float16 with loss "
-                               "scaling): run with --precision fp32 on the CPU")
+            raise RuntimeError(
+                "precision 'amp' on MXNet needs a GPU (MXNet 1.9's AMP is float16 with loss "
+                "scaling): run with --precision fp32 on the CPU"
+            )
         self.mode = mode
         if mode == "fp32":
             os.environ["NVIDIA_TF32_OVERRIDE"] = "0"
@@ -35,11 +37,13 @@ class Precision:
         self.amp = mode == "amp"
         if self.amp:
             from mxnet.contrib import amp
+
             amp.init(target_dtype="float16")
 
     def prepare_trainer(self, trainer: Any) -> None:
         if self.amp:
             from mxnet.contrib import amp
+
             amp.init_trainer(trainer)
 
     @contextlib.contextmanager
@@ -48,6 +52,7 @@ class Precision:
             yield loss
             return
         from mxnet.contrib import amp
+
         with amp.scale_loss(loss, trainer) as scaled:
             yield scaled
 
@@ -58,6 +63,7 @@ class Precision:
 
         if self.amp:
             from mxnet.contrib import amp
+
             amp.unscale(trainer)
         grads = [p.grad(ctx) for p in params if p.grad_req != "null" for ctx in p.list_ctx()]
         gluon.utils.clip_global_norm(grads, max_norm)
@@ -113,14 +119,17 @@ def threads_of(threads: tuple[int, int] | None) -> dict[str, Any]:
         "requested": None if threads is None else {"intra_op": threads[0], "inter_op": threads[1]},
         "intra_op": int(intra) if intra and intra.isdigit() else None,
         "inter_op": int(inter) if inter and inter.isdigit() else None,
-        "method": "OMP_NUM_THREADS and MXNET_CPU_WORKER_NTHREADS in the environment MXNet loaded with"}
+        "method": "OMP_NUM_THREADS and MXNET_CPU_WORKER_NTHREADS in the environment MXNet loaded with",
+    }
     if threads is not None and (out["intra_op"], out["inter_op"]) != tuple(threads):
         out["error"] = "MXNet's environment does not hold the budget's threads: it was set after MXNet loaded"
     return out
 
 
-NO_DIST_KVSTORE = ("this MXNet build has no distributed kvstore (mx.runtime.Features() lacks DIST_KVSTORE), "
-                   "so dist_sync cannot run: use a build with it, such as NGC's MXNet container")
+NO_DIST_KVSTORE = (
+    "this MXNet build has no distributed kvstore (mx.runtime.Features() lacks DIST_KVSTORE), "
+    "so dist_sync cannot run: use a build with it, such as NGC's MXNet container"
+)
 
 
 def require_dist_kvstore(features: Any) -> None:
@@ -133,11 +142,20 @@ class MXNetAdapter:
     framework = "mxnet"
     backend: str | None = None
     comm = None  # push and pull run in MXNet's asynchronous engine, overlapped with the backward pass
-    comm_reason = ("the kvstore's push and pull run inside MXNet's asynchronous engine, overlapped with the backward "
-                   "pass; MXNet exposes no timing of them outside its profiler")
+    comm_reason = (
+        "the kvstore's push and pull run inside MXNet's asynchronous engine, overlapped with the backward "
+        "pass; MXNet exposes no timing of them outside its profiler"
+    )
 
-    def __init__(self, workload: ModuleType, hp: dict[str, Any], device: str, precision: str, seed: int,
-                 threads: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        workload: ModuleType,
+        hp: dict[str, Any],
+        device: str,
+        precision: str,
+        seed: int,
+        threads: tuple[int, int] | None = None,
+    ) -> None:
         self.threads = threads_of(threads)
         seed_everything(seed)
         self.ctx, self.cuda_index = resolve_device(device)
@@ -156,8 +174,10 @@ class MXNetAdapter:
         require_dist_kvstore(mx.runtime.Features())
         kv = mx.kv.create("dist_sync")  # blocks until every worker and server has met the scheduler
         if kv.num_workers != world_size:
-            raise RuntimeError(f"the kvstore has {kv.num_workers} workers and the job {world_size}: "
-                               "DMLC_NUM_WORKER must be the job's world size")
+            raise RuntimeError(
+                f"the kvstore has {kv.num_workers} workers and the job {world_size}: "
+                "DMLC_NUM_WORKER must be the job's world size"
+            )
         trainers = [t for t in vars(self.training).values() if isinstance(t, mx.gluon.Trainer)]
         if not trainers:
             raise RuntimeError("the workload's training state holds no Gluon Trainer to distribute")
@@ -220,9 +240,11 @@ class MXNetAdapter:
         return breakdown(self._trainable(), self.optimizer_state_bytes, self.ctx, step)
 
     def memory(self) -> dict[str, Any]:
-        reason = ("MXNet 1.9 has no peak-allocation counter; NVML's memory used covers the GPU"
-                  if self.cuda_index is not None else
-                  "the run is on the CPU: MXNet's GPU memory pool is not in use (see peak_rss)")
+        reason = (
+            "MXNet 1.9 has no peak-allocation counter; NVML's memory used covers the GPU"
+            if self.cuda_index is not None
+            else "the run is on the CPU: MXNet's GPU memory pool is not in use (see peak_rss)"
+        )
         return {
             "framework_peak_allocated": metric(None, "MiB", "MXNet storage manager", reason=reason),
             "framework_peak_reserved": metric(None, "MiB", "MXNet storage manager pool", reason=reason),
@@ -233,7 +255,8 @@ class MXNetAdapter:
             return True
         text = str(exc)
         return isinstance(exc, mx.base.MXNetError) and (
-            "out of memory" in text.lower() or "cudaMalloc" in text or "bad_alloc" in text)
+            "out of memory" in text.lower() or "cudaMalloc" in text or "bad_alloc" in text
+        )
 
     def environment(self) -> dict[str, Any]:
         features = mx.runtime.Features()

@@ -30,9 +30,11 @@ from tbdkit.analysis.memory import entry
 
 DOMAIN = "tbdkit"
 START, RECORD_END = "tbdkit step start", "tbdkit record end"
-FEATURE_METHOD = ("MXNet storage profiler (profile_memory): the most device storage allocated since the step "
-                  "began and still held when an autograd.record() scope closes (the recorded graph's "
-                  "activations and the loss), over the step's record scopes")
+FEATURE_METHOD = (
+    "MXNet storage profiler (profile_memory): the most device storage allocated since the step "
+    "began and still held when an autograd.record() scope closes (the recorded graph's "
+    "activations and the loss), over the step's record scopes"
+)
 
 
 def array_bytes(arrays: Any) -> int:
@@ -71,8 +73,11 @@ def held_at_record_ends(events: list[dict[str, Any]], counter: str) -> int | Non
     start) over the record ends; None if the step recorded nothing. The counter's value at an
     instant is that of its last event at or before it (0 before its first: it starts with the
     profiler)."""
-    samples = sorted((float(e["ts"]), float((e.get("args") or {}).get(counter, 0)))
-                     for e in events if e.get("ph") == "C" and e.get("name") == counter)
+    samples = sorted(
+        (float(e["ts"]), float((e.get("args") or {}).get(counter, 0)))
+        for e in events
+        if e.get("ph") == "C" and e.get("name") == counter
+    )
     marks = sorted((float(e["ts"]), e.get("name")) for e in events if e.get("name") in (START, RECORD_END))
 
     def value_at(ts: float) -> float:
@@ -100,8 +105,14 @@ _TRACE: list[Path] = []  # MXNet's profiler takes its configuration once per pro
 def _trace_file() -> Path:
     if not _TRACE:
         _TRACE.append(Path(tempfile.mkdtemp(prefix="tbdkit-mxnet-profile-")) / "profile.json")
-        mx.profiler.set_config(profile_memory=True, profile_imperative=True, profile_symbolic=True,
-                               profile_api=False, aggregate_stats=False, filename=str(_TRACE[0]))
+        mx.profiler.set_config(
+            profile_memory=True,
+            profile_imperative=True,
+            profile_symbolic=True,
+            profile_api=False,
+            aggregate_stats=False,
+            filename=str(_TRACE[0]),
+        )
     return _TRACE[0]
 
 
@@ -140,8 +151,9 @@ def feature_maps(ctx: Any, step: Callable[[], Any]) -> tuple[int | None, str | N
     return got, None
 
 
-def breakdown(params: list[Any], optimizer_state_bytes: Callable[[], int | None], ctx: Any,
-              step: Callable[[], Any]) -> dict[str, Any]:
+def breakdown(
+    params: list[Any], optimizer_state_bytes: Callable[[], int | None], ctx: Any, step: Callable[[], Any]
+) -> dict[str, Any]:
     """The five categories and the peak for memory.json (tbdkit.analysis.memory.breakdown)."""
     fm, why = feature_maps(ctx, step)
     optimizer_state = optimizer_state_bytes()  # after the step, which creates the state
@@ -150,17 +162,27 @@ def breakdown(params: list[Any], optimizer_state_bytes: Callable[[], int | None]
     no_state = "the workload's training state holds no Gluon trainer"
     cats = {
         "weights": entry(weights, "bytes of the trainable parameters' arrays (Parameter.list_data())"),
-        "weight_gradients": entry(grads, "bytes of the gradient arrays MXNet holds for the trainable parameters "
-                                  "(Parameter.list_grad())"),
+        "weight_gradients": entry(
+            grads, "bytes of the gradient arrays MXNet holds for the trainable parameters (Parameter.list_grad())"
+        ),
         "feature_maps": entry(fm, FEATURE_METHOD, why),
-        "workspace": entry(None, "MXNet temporary workspace (kTempSpace)",
-                           "MXNet 1.9's storage profiler counts device storage as one total: it does not tell "
-                           "operator workspace from other storage (it is part of the feature-map window's "
-                           "transients, not of what the graph holds)"),
-        "dynamic": entry(optimizer_state, "bytes of the Gluon trainers' optimizer state after the step",
-                         None if optimizer_state is not None else no_state),
+        "workspace": entry(
+            None,
+            "MXNet temporary workspace (kTempSpace)",
+            "MXNet 1.9's storage profiler counts device storage as one total: it does not tell "
+            "operator workspace from other storage (it is part of the feature-map window's "
+            "transients, not of what the graph holds)",
+        ),
+        "dynamic": entry(
+            optimizer_state,
+            "bytes of the Gluon trainers' optimizer state after the step",
+            None if optimizer_state is not None else no_state,
+        ),
     }
-    peak = entry(None, "MXNet storage manager peak",
-                 "MXNet 1.9 has no peak-allocation counter; its storage profiler counts changes since it "
-                 "started, not the memory in use before (NVML's memory used covers the GPU)")
+    peak = entry(
+        None,
+        "MXNet storage manager peak",
+        "MXNet 1.9 has no peak-allocation counter; its storage profiler counts changes since it "
+        "started, not the memory in use before (NVML's memory used covers the GPU)",
+    )
     return {"categories": cats, "peak": peak}

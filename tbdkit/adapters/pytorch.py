@@ -70,9 +70,11 @@ def resolve_device(requested: str) -> torch.device:
         device = torch.device(f"cuda:{local}")
     if device.index >= count:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        raise RuntimeError(f"device {device} was asked for but PyTorch sees {count} GPU(s)"
-                           + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else "")
-                           + ": give each worker its own GPU, or fewer workers per node")
+        raise RuntimeError(
+            f"device {device} was asked for but PyTorch sees {count} GPU(s)"
+            + (f" (CUDA_VISIBLE_DEVICES={visible!r})" if visible is not None else "")
+            + ": give each worker its own GPU, or fewer workers per node"
+        )
     return device
 
 
@@ -132,9 +134,12 @@ class CommTimer:
 
     @property
     def method(self) -> str:
-        return ("CUDA events around each bucket's NCCL all-reduce (start on the launching stream, end on the "
-                "stream synchronized with NCCL's), union of the intervals" if self.cuda else
-                "host clock from each bucket's all-reduce launch to its future's completion (gloo), union of the intervals")
+        return (
+            "CUDA events around each bucket's NCCL all-reduce (start on the launching stream, end on the "
+            "stream synchronized with NCCL's), union of the intervals"
+            if self.cuda
+            else "host clock from each bucket's all-reduce launch to its future's completion (gloo), union of the intervals"
+        )
 
     def _resolve(self, wait: bool) -> None:
         keep = []
@@ -205,16 +210,26 @@ def set_threads(threads: tuple[int, int] | None) -> dict[str, Any]:
             torch.set_num_interop_threads(threads[1])
         except RuntimeError as exc:  # parallel work already started: the defaults stay, and env.json says so
             out["error"] = str(exc)
-    out.update(intra_op=torch.get_num_threads(), inter_op=torch.get_num_interop_threads(),
-               method="torch.set_num_threads / set_num_interop_threads, read back with get_num_*")
+    out.update(
+        intra_op=torch.get_num_threads(),
+        inter_op=torch.get_num_interop_threads(),
+        method="torch.set_num_threads / set_num_interop_threads, read back with get_num_*",
+    )
     return out
 
 
 class PyTorchAdapter:
     framework = "pytorch"
 
-    def __init__(self, workload: ModuleType, hp: dict[str, Any], device: str, precision: str, seed: int,
-                 threads: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        workload: ModuleType,
+        hp: dict[str, Any],
+        device: str,
+        precision: str,
+        seed: int,
+        threads: tuple[int, int] | None = None,
+    ) -> None:
         self.threads = set_threads(threads)
         seed_everything(seed)
         self.device = resolve_device(device)
@@ -263,8 +278,9 @@ class PyTorchAdapter:
 
         self.backend = "nccl" if self.cuda_index is not None else "gloo"
         dist.init_process_group(self.backend, timeout=dt.timedelta(seconds=120))
-        ddp = DistributedDataParallel(self.training.model,
-                                      device_ids=[self.cuda_index] if self.cuda_index is not None else None)
+        ddp = DistributedDataParallel(
+            self.training.model, device_ids=[self.cuda_index] if self.cuda_index is not None else None
+        )
         self.comm = CommTimer(cuda=self.backend == "nccl")
         ddp.register_comm_hook(None, self.comm.hook())
         self.training.model = ddp
@@ -273,8 +289,9 @@ class PyTorchAdapter:
         """Each flag true on any worker is true on all: every worker stops at the same iteration."""
         import torch.distributed as dist
 
-        t = torch.tensor([int(f) for f in flags], dtype=torch.int32,
-                         device=self.device if self.backend == "nccl" else "cpu")
+        t = torch.tensor(
+            [int(f) for f in flags], dtype=torch.int32, device=self.device if self.backend == "nccl" else "cpu"
+        )
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return [bool(v) for v in t.tolist()]
 
@@ -310,11 +327,15 @@ class PyTorchAdapter:
         mib = 1024 * 1024
         return {
             "framework_peak_allocated": metric(
-                torch.cuda.max_memory_allocated(self.device) / mib, "MiB",
-                "torch.cuda.max_memory_allocated over the sample window (peak stats reset at its start)"),
+                torch.cuda.max_memory_allocated(self.device) / mib,
+                "MiB",
+                "torch.cuda.max_memory_allocated over the sample window (peak stats reset at its start)",
+            ),
             "framework_peak_reserved": metric(
-                torch.cuda.max_memory_reserved(self.device) / mib, "MiB",
-                "torch.cuda.max_memory_reserved over the sample window"),
+                torch.cuda.max_memory_reserved(self.device) / mib,
+                "MiB",
+                "torch.cuda.max_memory_reserved over the sample window",
+            ),
         }
 
     def memory_breakdown(self, step: Callable[[], Any]) -> dict[str, Any]:
@@ -362,10 +383,15 @@ class PyTorchAdapter:
             "device": self.device_label,
             "device_name": torch.cuda.get_device_name(self.device) if self.cuda_index is not None else "cpu",
             "cudnn_benchmark": torch.backends.cudnn.benchmark,
-            "cudnn_benchmark_reason": self.cudnn_benchmark_reason if self.cuda_index is not None
+            "cudnn_benchmark_reason": self.cudnn_benchmark_reason
+            if self.cuda_index is not None
             else "the run is on the CPU: cuDNN is not used",
             "torch_threads": torch.get_num_threads(),
-            "threads": {**self.threads, "intra_op": torch.get_num_threads(), "inter_op": torch.get_num_interop_threads()},
+            "threads": {
+                **self.threads,
+                "intra_op": torch.get_num_threads(),
+                "inter_op": torch.get_num_interop_threads(),
+            },
             "math_mode": self.precision.describe(),
         }
         if self.cuda_index is not None:

@@ -109,11 +109,13 @@ class SavedTensors:
 # cuBLASLt workspace). cuDNN RNNs allocate theirs with at::empty inside _cudnn_rnn, beside the
 # op's outputs: they cannot be told apart by stack and stay in 'unattributed'.
 WORKSPACE_FRAMES = ("run_conv_plan", "generate_and_filter_plans", "getNewWorkspace", "getCUDABlasLtWorkspace")
-WORKSPACE_METHOD = ("max bytes of cuDNN/cuBLAS workspace allocations live at once over one step, from the CUDA "
-                    "caching allocator's history (torch.cuda.memory._record_memory_history, C++ stacks): "
-                    "allocations made under " + ", ".join(WORKSPACE_FRAMES) + " (cuBLAS workspaces are "
-                    "released before the step so they are allocated inside it; cuDNN RNN workspaces are "
-                    "not separable and stay in 'unattributed')")
+WORKSPACE_METHOD = (
+    "max bytes of cuDNN/cuBLAS workspace allocations live at once over one step, from the CUDA "
+    "caching allocator's history (torch.cuda.memory._record_memory_history, C++ stacks): "
+    "allocations made under " + ", ".join(WORKSPACE_FRAMES) + " (cuBLAS workspaces are "
+    "released before the step so they are allocated inside it; cuDNN RNN workspaces are "
+    "not separable and stay in 'unattributed')"
+)
 
 
 def is_workspace(frames: list[dict[str, Any]]) -> bool:
@@ -170,7 +172,8 @@ def memory_breakdown(training: Any, device: torch.device, step: Callable[[], Any
     saved = SavedTensors(params)
     cuda = device.type == "cuda"
     history: contextlib.AbstractContextManager[dict[str, Any]] = (
-        allocator_history(device) if cuda else contextlib.nullcontext({}))
+        allocator_history(device) if cuda else contextlib.nullcontext({})
+    )
     if cuda:
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -183,24 +186,39 @@ def memory_breakdown(training: Any, device: torch.device, step: Callable[[], Any
     cats = {
         "weights": entry(tensor_bytes(iter(params)), "bytes of the model's parameters (distinct storages)"),
         "weight_gradients": entry(grads, "bytes of the parameters' .grad tensors after one training step"),
-        "feature_maps": entry(saved.peak, "max bytes of tensors held for backward at once over one step: "
-                              "torch.autograd.graph.saved_tensors_hooks count each from when it is saved until "
-                              "autograd releases it (distinct storages, parameters excluded)"),
-        "dynamic": entry(tensor_bytes(v for o in optimizers for s in o.state.values() for v in s.values()
-                                      if isinstance(v, torch.Tensor)) if optimizers else None,
-                         "bytes of the optimizers' state tensors (e.g. momentum, Adam's moments) after one step",
-                         None if optimizers else "the workload exposes no optimizer"),
+        "feature_maps": entry(
+            saved.peak,
+            "max bytes of tensors held for backward at once over one step: "
+            "torch.autograd.graph.saved_tensors_hooks count each from when it is saved until "
+            "autograd releases it (distinct storages, parameters excluded)",
+        ),
+        "dynamic": entry(
+            tensor_bytes(
+                v for o in optimizers for s in o.state.values() for v in s.values() if isinstance(v, torch.Tensor)
+            )
+            if optimizers
+            else None,
+            "bytes of the optimizers' state tensors (e.g. momentum, Adam's moments) after one step",
+            None if optimizers else "the workload exposes no optimizer",
+        ),
     }
     if cuda:
         cats["workspace"] = entry(workspace_peak(allocations["trace"]), WORKSPACE_METHOD)
-        peak = entry(torch.cuda.max_memory_allocated(device),
-                     "torch.cuda.max_memory_allocated over one training step after the sample window "
-                     "(peak stats reset before it)")
+        peak = entry(
+            torch.cuda.max_memory_allocated(device),
+            "torch.cuda.max_memory_allocated over one training step after the sample window "
+            "(peak stats reset before it)",
+        )
     else:
-        cats["workspace"] = entry(None, "cuDNN/cuBLAS workspaces", f"the run is on the {where}: no GPU library workspaces")
-        peak = entry(None, "torch.cuda.max_memory_allocated",
-                     "the run is on the CPU: there is no CUDA caching allocator whose peak the categories "
-                     "could be checked against (the process's peak RSS is in summary.json)")
+        cats["workspace"] = entry(
+            None, "cuDNN/cuBLAS workspaces", f"the run is on the {where}: no GPU library workspaces"
+        )
+        peak = entry(
+            None,
+            "torch.cuda.max_memory_allocated",
+            "the run is on the CPU: there is no CUDA caching allocator whose peak the categories "
+            "could be checked against (the process's peak RSS is in summary.json)",
+        )
     return {"categories": cats, "peak": peak}
 
 
@@ -212,8 +230,9 @@ def count_flops(device: torch.device, step: Callable[[], Any], model: torch.nn.M
 
     recurrent = model is None or any(isinstance(m, torch.nn.RNNBase) for m in model.modules())
     counter = FlopCounterMode(display=False)
-    flags = (torch.backends.cudnn.flags(enabled=False) if device.type == "cuda" and recurrent
-             else contextlib.nullcontext())
+    flags = (
+        torch.backends.cudnn.flags(enabled=False) if device.type == "cuda" and recurrent else contextlib.nullcontext()
+    )
     with flags, counter:
         step()
     return int(counter.get_total_flops())

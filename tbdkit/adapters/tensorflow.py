@@ -73,9 +73,11 @@ def set_threads(threads: tuple[int, int] | None) -> dict[str, Any]:
             tf.config.threading.set_inter_op_parallelism_threads(threads[1])
         except RuntimeError as exc:  # the runtime was already initialized: its threads stay, and env.json says so
             out["error"] = str(exc)
-    out.update(intra_op=tf.config.threading.get_intra_op_parallelism_threads(),
-               inter_op=tf.config.threading.get_inter_op_parallelism_threads(),
-               method="tf.config.threading.set_intra_op / set_inter_op_parallelism_threads, read back with get_*")
+    out.update(
+        intra_op=tf.config.threading.get_intra_op_parallelism_threads(),
+        inter_op=tf.config.threading.get_inter_op_parallelism_threads(),
+        method="tf.config.threading.set_intra_op / set_inter_op_parallelism_threads, read back with get_*",
+    )
     return out
 
 
@@ -102,11 +104,20 @@ def multi_worker_strategy(on_gpu: bool) -> tf.distribute.Strategy:
 class TensorFlowAdapter:
     framework = "tensorflow"
     comm = None  # the all-reduce runs inside the compiled step: TensorFlow exposes no per-collective timing
-    comm_reason = ("MultiWorkerMirroredStrategy's all-reduce runs inside the compiled training step; TensorFlow "
-                   "exposes no timing of its collectives outside a profiler trace")
+    comm_reason = (
+        "MultiWorkerMirroredStrategy's all-reduce runs inside the compiled training step; TensorFlow "
+        "exposes no timing of its collectives outside a profiler trace"
+    )
 
-    def __init__(self, workload: ModuleType, hp: dict[str, Any], device: str, precision: str, seed: int,
-                 threads: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        workload: ModuleType,
+        hp: dict[str, Any],
+        device: str,
+        precision: str,
+        seed: int,
+        threads: tuple[int, int] | None = None,
+    ) -> None:
         self.threads = set_threads(threads)
         self.strategy: tf.distribute.Strategy | None = None
         self.backend: str | None = None
@@ -146,11 +157,15 @@ class TensorFlowAdapter:
 
     def join(self, world_size: int) -> None:
         if self.strategy is None:
-            raise RuntimeError("this TensorFlow worker has no TF_CONFIG naming several workers: start data-parallel "
-                               "jobs through tbdkit's launchers")
+            raise RuntimeError(
+                "this TensorFlow worker has no TF_CONFIG naming several workers: start data-parallel "
+                "jobs through tbdkit's launchers"
+            )
         if self.strategy.num_replicas_in_sync != world_size:
-            raise RuntimeError(f"MultiWorkerMirroredStrategy has {self.strategy.num_replicas_in_sync} replicas and the "
-                               f"job {world_size} workers: give each worker process one GPU (CUDA_VISIBLE_DEVICES) or none")
+            raise RuntimeError(
+                f"MultiWorkerMirroredStrategy has {self.strategy.num_replicas_in_sync} replicas and the "
+                f"job {world_size} workers: give each worker process one GPU (CUDA_VISIBLE_DEVICES) or none"
+            )
 
     def leave(self) -> None:
         """Nothing to end: the strategy's gRPC server goes with the process."""
@@ -202,8 +217,13 @@ class TensorFlowAdapter:
         """memory.json's categories over steps after the window (tbdkit.adapters.tensorflow_memory)."""
         from tbdkit.adapters.tensorflow_memory import breakdown
 
-        return breakdown(self.model_info()["parameter_bytes"], _attributes(self.training), self.optimizer_state_bytes,
-                         self.tf_device.strip("/") if self.cuda_index is not None else None, step)
+        return breakdown(
+            self.model_info()["parameter_bytes"],
+            _attributes(self.training),
+            self.optimizer_state_bytes,
+            self.tf_device.strip("/") if self.cuda_index is not None else None,
+            step,
+        )
 
     def memory(self) -> dict[str, Any]:
         method = "tf.config.experimental.get_memory_info(...)['peak'] over the sample window (reset at its start)"
@@ -217,8 +237,11 @@ class TensorFlowAdapter:
         return {
             "framework_peak_allocated": metric(info["peak"] / 2**20, "MiB", method),
             "framework_peak_reserved": metric(
-                None, "MiB", "BFC allocator pool",
-                reason="TensorFlow does not report its allocator's reserved pool; NVML's memory used covers it"),
+                None,
+                "MiB",
+                "BFC allocator pool",
+                reason="TensorFlow does not report its allocator's reserved pool; NVML's memory used covers it",
+            ),
         }
 
     def is_oom(self, exc: BaseException) -> bool:
@@ -242,8 +265,11 @@ class TensorFlowAdapter:
             "device_name": "cpu",
             "intra_op_threads": tf.config.threading.get_intra_op_parallelism_threads(),
             "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-            "threads": {**self.threads, "intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
-                        "inter_op": tf.config.threading.get_inter_op_parallelism_threads()},
+            "threads": {
+                **self.threads,
+                "intra_op": tf.config.threading.get_intra_op_parallelism_threads(),
+                "inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
+            },
             "math_mode": self.precision.describe(),
             "distribute_strategy": type(self.strategy).__name__ if self.strategy is not None else None,
         }
@@ -252,8 +278,10 @@ class TensorFlowAdapter:
             env["device_name"] = details.get("device_name")
             cc = details.get("compute_capability")
             # TensorFlow names its GPUs by CUDA ordinal only; the driver API says which physical GPU that is.
-            env["device_properties"] = {"compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
-                                        **identity(self.cuda_index)}
+            env["device_properties"] = {
+                "compute_capability": f"{cc[0]}.{cc[1]}" if cc else None,
+                **identity(self.cuda_index),
+            }
         return env
 
 

@@ -26,11 +26,15 @@ import tensorflow as tf
 
 from tbdkit.analysis.memory import entry
 
-GRADIENT_METHOD = ("bytes of the gradient tensors handed to optimizer.apply in one step run eagerly "
-                   "(tf.config.run_functions_eagerly; IndexedSlices: values + indices; one per variable)")
-FEATURE_METHOD = ("tf.config.experimental.get_memory_info over one graph-mode step with the peak reset: peak - "
-                  "memory in use before the step - the gradients (includes library workspaces and transient "
-                  "tensors: an upper bound on what the tape keeps)")
+GRADIENT_METHOD = (
+    "bytes of the gradient tensors handed to optimizer.apply in one step run eagerly "
+    "(tf.config.run_functions_eagerly; IndexedSlices: values + indices; one per variable)"
+)
+FEATURE_METHOD = (
+    "tf.config.experimental.get_memory_info over one graph-mode step with the peak reset: peak - "
+    "memory in use before the step - the gradients (includes library workspaces and transient "
+    "tensors: an upper bound on what the tape keeps)"
+)
 
 
 def gradient_bytes(grad: Any) -> int:
@@ -85,8 +89,13 @@ def optimizers_of(attributes: list[Any]) -> list[Any]:
     return list(out.values())
 
 
-def breakdown(weights: int | None, attributes: list[Any], optimizer_state_bytes: Callable[[], int | None],
-              device: str | None, step: Callable[[], Any]) -> dict[str, Any]:
+def breakdown(
+    weights: int | None,
+    attributes: list[Any],
+    optimizer_state_bytes: Callable[[], int | None],
+    device: str | None,
+    step: Callable[[], Any],
+) -> dict[str, Any]:
     """The five categories and the peak for memory.json; `device` is TensorFlow's name of the GPU
     ('GPU:0'), None on the CPU."""
     optimizers = optimizers_of(attributes)
@@ -104,29 +113,43 @@ def breakdown(weights: int | None, attributes: list[Any], optimizer_state_bytes:
         why_grads = "the step handed no gradients to optimizer.apply"
     state = optimizer_state_bytes()
     fm: int | None = None
-    why_fm = ("the run is on the CPU: TensorFlow keeps no allocator peak there, and the tensors its tape keeps "
-              "for backward are not exposed")
+    why_fm = (
+        "the run is on the CPU: TensorFlow keeps no allocator peak there, and the tensors its tape keeps "
+        "for backward are not exposed"
+    )
     peak = entry(None, "tf.config.experimental.get_memory_info peak", why_fm)
     if device is not None:
         tf.config.experimental.reset_memory_stats(device)
         before = tf.config.experimental.get_memory_info(device)["current"]
         step()
         top = tf.config.experimental.get_memory_info(device)["peak"]
-        peak = entry(top, "tf.config.experimental.get_memory_info(...)['peak'] over one graph-mode step after the "
-                     "sample window (reset before it)")
+        peak = entry(
+            top,
+            "tf.config.experimental.get_memory_info(...)['peak'] over one graph-mode step after the "
+            "sample window (reset before it)",
+        )
         if grads is None:
             why_fm = "no gradient bytes to take out of the step's peak"
         else:
             fm = max(0, top - before - grads)
     cats = {
-        "weights": entry(weights, "bytes of the trainable variables",
-                         None if weights is not None else "the model reported no variables"),
+        "weights": entry(
+            weights,
+            "bytes of the trainable variables",
+            None if weights is not None else "the model reported no variables",
+        ),
         "weight_gradients": entry(grads, GRADIENT_METHOD, None if grads is not None else why_grads),
         "feature_maps": entry(fm, FEATURE_METHOD, None if fm is not None else why_fm),
-        "workspace": entry(None, "cuDNN/cuBLAS workspaces",
-                           "TensorFlow's allocator statistics do not separate library scratch space"
-                           + ("; on the GPU it is inside the feature-map figure" if device is not None else "")),
-        "dynamic": entry(state, "bytes of the optimizers' variables (slots such as momentum, and counters) after the steps",
-                         None if state is not None else "the workload's training state holds no Keras optimizer"),
+        "workspace": entry(
+            None,
+            "cuDNN/cuBLAS workspaces",
+            "TensorFlow's allocator statistics do not separate library scratch space"
+            + ("; on the GPU it is inside the feature-map figure" if device is not None else ""),
+        ),
+        "dynamic": entry(
+            state,
+            "bytes of the optimizers' variables (slots such as momentum, and counters) after the steps",
+            None if state is not None else "the workload's training state holds no Keras optimizer",
+        ),
     }
     return {"categories": cats, "peak": peak}

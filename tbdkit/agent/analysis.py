@@ -32,9 +32,13 @@ from tbdkit.results.rundir import RunDir
 log = logging.getLogger("tbdkit.agent")
 
 TRACE_ITERATIONS = 5
-TRACE_METHOD = ("torch.profiler CUDA trace over {n} iterations after the sample window: union of kernel "
-                "intervals / traced wall time (paper eq. 1)")
-FLOPS_METHOD = "torch.utils.flop_counter.FlopCounterMode over one training step (forward + backward) / samples in its batch"
+TRACE_METHOD = (
+    "torch.profiler CUDA trace over {n} iterations after the sample window: union of kernel "
+    "intervals / traced wall time (paper eq. 1)"
+)
+FLOPS_METHOD = (
+    "torch.utils.flop_counter.FlopCounterMode over one training step (forward + backward) / samples in its batch"
+)
 
 
 def device_of(env: dict[str, Any], cuda_index: int | None) -> tuple[Device | None, str | None]:
@@ -53,8 +57,13 @@ def device_of(env: dict[str, Any], cuda_index: int | None) -> tuple[Device | Non
     except Exception as exc:
         return None, f"NVML could not report the maximum SM clock ({type(exc).__name__}: {exc})"
     name = env.get("framework", {}).get("device_name", "gpu")
-    return Device(name, props["compute_capability"], int(props["sm_count"]), clock,
-                  "NVML nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM)"), None
+    return Device(
+        name,
+        props["compute_capability"],
+        int(props["sm_count"]),
+        clock,
+        "NVML nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM)",
+    ), None
 
 
 def fallback_memory(adapter: Any, caps: Capabilities) -> dict[str, Any]:
@@ -81,12 +90,22 @@ def _optimizer_state(adapter: Any, why: str, caps: Capabilities) -> dict[str, An
     state = caps.optimizer_state.optimizer_state_bytes() if caps.optimizer_state is not None else None
     if state is None:
         return memory_doc.entry(None, "optimizer state", why)
-    return memory_doc.entry(state, f"{adapter.framework}: bytes of the optimizer's state variables after the "
-                            "measured steps (other allocations made during iterations are not counted)")
+    return memory_doc.entry(
+        state,
+        f"{adapter.framework}: bytes of the optimizer's state variables after the "
+        "measured steps (other allocations made during iterations are not counted)",
+    )
 
 
-def run(adapter: Any, loop: Any, env: dict[str, Any], run_dir: Path, throughput: dict[str, Any],
-        math_mode: str, caps: Capabilities | None = None) -> dict[str, dict[str, Any]]:
+def run(
+    adapter: Any,
+    loop: Any,
+    env: dict[str, Any],
+    run_dir: Path,
+    throughput: dict[str, Any],
+    math_mode: str,
+    caps: Capabilities | None = None,
+) -> dict[str, dict[str, Any]]:
     """Take the analyses, write memory.json (and kernels.csv on CUDA); return the summary metrics.
     `caps`: the adapter's capabilities where the caller has checked them already."""
     caps = caps if caps is not None else capabilities(adapter)
@@ -107,10 +126,12 @@ def _keep_profiler_trace(run_dir: Path, got: dict[str, Any], loop_t0: float) -> 
     doc = got["chrome_trace"]
     doc = dict(doc) if isinstance(doc, dict) else {"traceEvents": doc}
     doc["tbdkit_clock"] = {
-        "anchor_event": ANCHOR_EVENT, "anchor_loop_s": round(got["anchor_perf_s"] - loop_t0, 6),
+        "anchor_event": ANCHOR_EVENT,
+        "anchor_loop_s": round(got["anchor_perf_s"] - loop_t0, 6),
         "uncertainty_s": round(got["anchor_uncertainty_s"], 6),
         "method": "the anchor annotation's midpoint, recorded between two time.perf_counter() reads, is this "
-                  "time on the training loop's clock (iterations.csv's start_s)"}
+        "time on the training loop's clock (iterations.csv's start_s)",
+    }
     sink.write_json(run_dir / runfiles.PROFILER_TRACE, doc)
 
 
@@ -118,11 +139,17 @@ def _pipe_utilization(adapter: Any) -> dict[str, dict[str, Any]]:
     """FP32 and tensor-core utilization (paper eq. 2) come from an Nsight Compute replay of the
     kernels, which a bench run does not do: every summary holds them as null with the reason;
     `make reference` (tbdkit.reference) replaces them with its ncu pass's values."""
-    reason = ("the run is on the CPU: FP32 and tensor-core pipe utilization are read by Nsight Compute on NVIDIA GPUs"
-              if adapter.cuda_index is None else
-              "a bench run does not replay its kernels under Nsight Compute: `make reference` adds these from its ncu pass")
-    return {"fp32_utilization": missing("%", "Nsight Compute: FP32 FLOPs / (peak FP32 FLOP/s x kernel time), paper eq. 2", reason),
-            "tensor_utilization": missing("%", "Nsight Compute: tensor pipe active, kernel-time-weighted", reason)}
+    reason = (
+        "the run is on the CPU: FP32 and tensor-core pipe utilization are read by Nsight Compute on NVIDIA GPUs"
+        if adapter.cuda_index is None
+        else "a bench run does not replay its kernels under Nsight Compute: `make reference` adds these from its ncu pass"
+    )
+    return {
+        "fp32_utilization": missing(
+            "%", "Nsight Compute: FP32 FLOPs / (peak FP32 FLOP/s x kernel time), paper eq. 2", reason
+        ),
+        "tensor_utilization": missing("%", "Nsight Compute: tensor pipe active, kernel-time-weighted", reason),
+    }
 
 
 def _guard(name: str, fn: Callable[[], Any], fallback: Callable[[str], Any]) -> Any:
@@ -143,16 +170,27 @@ def _memory(adapter: Any, caps: Capabilities, step: Callable[[], None], run_dir:
 
     def failed(reason: str) -> dict[str, Any]:
         e = memory_doc.entry
-        return {"categories": {c: e(None, "not measured", reason) for c in memory_doc.CATEGORIES},
-                "peak": e(None, "not measured", reason)}
+        return {
+            "categories": {c: e(None, "not measured", reason) for c in memory_doc.CATEGORIES},
+            "peak": e(None, "not measured", reason),
+        }
 
     got = _guard("memory", measure, failed)
-    RunDir(run_dir).write_json(runfiles.MEMORY, memory_doc.breakdown(adapter.device_label, got["categories"], got["peak"]))
+    RunDir(run_dir).write_json(
+        runfiles.MEMORY, memory_doc.breakdown(adapter.device_label, got["categories"], got["peak"])
+    )
     return {}
 
 
-def _flops(adapter: Any, caps: Capabilities, step: Callable[[], None], last: dict[str, Any], env: dict[str, Any],
-           throughput: dict[str, Any], math_mode: str) -> dict[str, dict[str, Any]]:
+def _flops(
+    adapter: Any,
+    caps: Capabilities,
+    step: Callable[[], None],
+    last: dict[str, Any],
+    env: dict[str, Any],
+    throughput: dict[str, Any],
+    math_mode: str,
+) -> dict[str, dict[str, Any]]:
     device, why = device_of(env, adapter.cuda_index)
     peak = peak_metric(device, math_mode, why)
     out: dict[str, dict[str, Any]] = {}
@@ -178,13 +216,17 @@ def _flops(adapter: Any, caps: Capabilities, step: Callable[[], None], last: dic
     return out
 
 
-def _trace(adapter: Any, caps: Capabilities, step: Callable[[], None], run_dir: Path,
-           loop_t0: float | None = None) -> dict[str, dict[str, Any]]:
+def _trace(
+    adapter: Any, caps: Capabilities, step: Callable[[], None], run_dir: Path, loop_t0: float | None = None
+) -> dict[str, dict[str, Any]]:
     method = TRACE_METHOD.format(n=TRACE_ITERATIONS)
     tracer = caps.kernel_trace
     if adapter.cuda_index is None or tracer is None:
-        reason = ("the run is on the CPU: there are no GPU kernels to trace" if adapter.cuda_index is None
-                  else f"{adapter.framework}: tbdkit traces kernels only on PyTorch so far")
+        reason = (
+            "the run is on the CPU: there are no GPU kernels to trace"
+            if adapter.cuda_index is None
+            else f"{adapter.framework}: tbdkit traces kernels only on PyTorch so far"
+        )
         return {"gpu_utilization_trace": missing("%", method, reason)}
 
     def trace() -> dict[str, dict[str, Any]]:
@@ -200,9 +242,17 @@ def _trace(adapter: Any, caps: Capabilities, step: Callable[[], None], run_dir: 
         rows = kernel_table(kernels, source)
         RunDir(run_dir).write_csv(runfiles.KERNELS, [{c: r[c] for c in KERNEL_COLUMNS} for r in rows])
         # the timeline by launch configuration, which weights Nsight Compute's samples (tbdkit.reference)
-        RunDir(run_dir).write_csv(runfiles.KERNEL_LAUNCHES,
-                       [{c: r[c] for c in LAUNCH_COLUMNS} for r in launch_table(kernels, source)])
-        return {"gpu_utilization_trace": metric(utilization(kernels, got["elapsed_us"]), "%", method,
-                                                kernels=len(kernels), traced_us=round(got["elapsed_us"], 1))}
+        RunDir(run_dir).write_csv(
+            runfiles.KERNEL_LAUNCHES, [{c: r[c] for c in LAUNCH_COLUMNS} for r in launch_table(kernels, source)]
+        )
+        return {
+            "gpu_utilization_trace": metric(
+                utilization(kernels, got["elapsed_us"]),
+                "%",
+                method,
+                kernels=len(kernels),
+                traced_us=round(got["elapsed_us"], 1),
+            )
+        }
 
     return _guard("kernel trace", trace, lambda reason: {"gpu_utilization_trace": missing("%", method, reason)})

@@ -47,8 +47,10 @@ class Control:
                 break
             except OSError as exc:
                 if time.monotonic() > deadline:
-                    raise PeerLost(f"rank {self.rank} could not reach rank 0 at {self.address[0]}:{self.address[1]} "
-                                   f"within {CONNECT_TIMEOUT_S:.0f} s ({exc})") from None
+                    raise PeerLost(
+                        f"rank {self.rank} could not reach rank 0 at {self.address[0]}:{self.address[1]} "
+                        f"within {CONNECT_TIMEOUT_S:.0f} s ({exc})"
+                    ) from None
                 time.sleep(0.2)
         self._root.send(self.rank)
 

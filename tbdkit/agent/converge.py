@@ -54,8 +54,17 @@ def evaluate(adapter: Any, data: Any, task: Any) -> float | None:
     return float(data.quality(outputs, task.held_out))
 
 
-def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: int, seed: int, run_dir: Path,
-          stop_requested: Callable[[], bool], unit: str = "samples/s") -> dict[str, Any]:
+def train(
+    adapter: Any,
+    data: Any,
+    hp: dict[str, Any],
+    source: str,
+    batch_size: int,
+    seed: int,
+    run_dir: Path,
+    stop_requested: Callable[[], bool],
+    unit: str = "samples/s",
+) -> dict[str, Any]:
     """Train until the held-out quality reaches hp['target'] or hp['max_train_s'] of training time
     has passed; write convergence.csv and return the summary's `convergence` and `metrics`."""
     task = data.convergence_task(source, hp, batch_size, seed)
@@ -68,15 +77,21 @@ def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: 
 
     def checkpoint() -> bool:
         quality = evaluate(adapter, data, task)
-        row = {"wall_s": round(time.perf_counter() - started, 3), "train_s": round(train_s, 3), "step": steps,
-               "samples": samples, "loss": round(sum(losses) / len(losses), 6) if losses else "",
-               "quality": "" if quality is None else round(quality, 6)}
+        row = {
+            "wall_s": round(time.perf_counter() - started, 3),
+            "train_s": round(train_s, 3),
+            "step": steps,
+            "samples": samples,
+            "loss": round(sum(losses) / len(losses), 6) if losses else "",
+            "quality": "" if quality is None else round(quality, 6),
+        }
         losses.clear()
         log.info("evaluation: %s", row)
         done = curve.add(row)
-        RunDir(run_dir).write_csv(runfiles.CONVERGENCE, curve.rows)  # after every point: a cut-short run keeps its curve
-        events.emit("progress", elapsed_s=train_s, throughput=work / train_s if train_s else None,
-                    quality=quality)
+        RunDir(run_dir).write_csv(
+            runfiles.CONVERGENCE, curve.rows
+        )  # after every point: a cut-short run keeps its curve
+        events.emit("progress", elapsed_s=train_s, throughput=work / train_s if train_s else None, quality=quality)
         return done
 
     events.emit("phase", phase="converging", cap_s=cap)
@@ -97,34 +112,62 @@ def train(adapter: Any, data: Any, hp: dict[str, Any], source: str, batch_size: 
             next_eval = train_s + every
     if not reached and curve.rows[-1]["step"] != steps:
         reached = checkpoint()  # the last steps' quality, so the curve ends where training did
-    return {"data_source": task.description,
-            **result(curve, hp, held_out_size=sum(b.samples for b in held_out), train_s=train_s, work=work, unit=unit,
-                     stopped=stop_requested())}
+    return {
+        "data_source": task.description,
+        **result(
+            curve,
+            hp,
+            held_out_size=sum(b.samples for b in held_out),
+            train_s=train_s,
+            work=work,
+            unit=unit,
+            stopped=stop_requested(),
+        ),
+    }
 
 
-def result(curve: Curve, hp: dict[str, Any], held_out_size: int, train_s: float, work: float, unit: str,
-           stopped: bool) -> dict[str, Any]:
+def result(
+    curve: Curve, hp: dict[str, Any], held_out_size: int, train_s: float, work: float, unit: str, stopped: bool
+) -> dict[str, Any]:
     on = f" on {held_out_size} held-out samples" if held_out_size else ""
-    method = (f"training seconds (the steps' wall time, evaluations excluded) until {curve.metric_name}{on}, "
-              f"evaluated every {hp['eval_every_s']} s of training, first reached {curve.target}")
+    method = (
+        f"training seconds (the steps' wall time, evaluations excluded) until {curve.metric_name}{on}, "
+        f"evaluated every {hp['eval_every_s']} s of training, first reached {curve.target}"
+    )
     scored = [r["quality"] for r in curve.rows if r["quality"] != ""]
     best = max(scored) if scored else None
     if curve.reached_at is not None:
         at = curve.reached_at
-        time_to_target = metric(at["train_s"], "s", method, steps=at["step"], samples=at["samples"],
-                                wall_s=at["wall_s"])
+        time_to_target = metric(
+            at["train_s"], "s", method, steps=at["step"], samples=at["samples"], wall_s=at["wall_s"]
+        )
     else:
         best_text = "no score yet" if best is None else f"best {best:.4f}"
-        why = ("the run was interrupted" if stopped else
-               f"not reached within max_train_s = {hp['max_train_s']} s of training ({best_text})")
+        why = (
+            "the run was interrupted"
+            if stopped
+            else f"not reached within max_train_s = {hp['max_train_s']} s of training ({best_text})"
+        )
         time_to_target = missing("s", method, why)
-    convergence = {"quality_metric": curve.metric_name, "target": curve.target, "reached": curve.reached_at is not None,
-                   "first_quality": scored[0] if scored else None, "best_quality": best,
-                   "final_quality": scored[-1] if scored else None, "evaluations": len(curve.rows),
-                   "curve": runfiles.CONVERGENCE, "held_out_samples": held_out_size}
-    metrics = {"time_to_target": time_to_target,
-               "training_throughput": metric(work / train_s if train_s else None, unit,
-                                             "work trained on / training seconds over the whole convergence run "
-                                             "(no warm-up removed: not comparable with the bench's window)",
-                                             reason=None if train_s else "no training step ran")}
+    convergence = {
+        "quality_metric": curve.metric_name,
+        "target": curve.target,
+        "reached": curve.reached_at is not None,
+        "first_quality": scored[0] if scored else None,
+        "best_quality": best,
+        "final_quality": scored[-1] if scored else None,
+        "evaluations": len(curve.rows),
+        "curve": runfiles.CONVERGENCE,
+        "held_out_samples": held_out_size,
+    }
+    metrics = {
+        "time_to_target": time_to_target,
+        "training_throughput": metric(
+            work / train_s if train_s else None,
+            unit,
+            "work trained on / training seconds over the whole convergence run "
+            "(no warm-up removed: not comparable with the bench's window)",
+            reason=None if train_s else "no training step ran",
+        ),
+    }
     return {"convergence": convergence, "metrics": metrics}

@@ -50,9 +50,14 @@ def from_env(env: dict[str, str] | None = None) -> Worker | None:
     env = dict(os.environ if env is None else env)
     if int(env.get("WORLD_SIZE", "1")) <= 1:
         return None
-    return Worker(rank=int(env["RANK"]), local_rank=int(env.get("LOCAL_RANK", "0")),
-                  world_size=int(env["WORLD_SIZE"]), node_rank=int(env.get("GROUP_RANK", "0")),
-                  master_addr=env.get("MASTER_ADDR", "127.0.0.1"), master_port=int(env.get("MASTER_PORT", "29500")))
+    return Worker(
+        rank=int(env["RANK"]),
+        local_rank=int(env.get("LOCAL_RANK", "0")),
+        world_size=int(env["WORLD_SIZE"]),
+        node_rank=int(env.get("GROUP_RANK", "0")),
+        master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+        master_port=int(env.get("MASTER_PORT", "29500")),
+    )
 
 
 CONTROL_KEY_ENV = "TBDKIT_CONTROL_KEY"  # the launcher's secret for the control channel (hex)
@@ -66,11 +71,17 @@ class WithControl:
     def __init__(self, sync: ParameterSync, worker: Worker, env: dict[str, str] | None = None) -> None:
         env = dict(os.environ if env is None else env)
         if CONTROL_KEY_ENV not in env:
-            raise RuntimeError(f"{CONTROL_KEY_ENV} is not set: start data-parallel {getattr(sync, 'framework', '')} "
-                               "jobs through tbdkit's launchers (or a file `tbdkit render` wrote)")
+            raise RuntimeError(
+                f"{CONTROL_KEY_ENV} is not set: start data-parallel {getattr(sync, 'framework', '')} "
+                "jobs through tbdkit's launchers (or a file `tbdkit render` wrote)"
+            )
         self.sync = sync
-        self.control = Control(worker.rank, worker.world_size, (worker.master_addr, worker.master_port),
-                               bytes.fromhex(env[CONTROL_KEY_ENV]))
+        self.control = Control(
+            worker.rank,
+            worker.world_size,
+            (worker.master_addr, worker.master_port),
+            bytes.fromhex(env[CONTROL_KEY_ENV]),
+        )
         self.backend: str | None = sync.backend
         self.comm: Any = sync.comm
         self.comm_reason: str | None = sync.comm_reason
@@ -107,30 +118,52 @@ def interface_towards(address: str) -> dict[str, Any]:
     for name, addrs in psutil.net_if_addrs().items():
         if any(a.address == local for a in addrs):
             st = stats.get(name)
-            return {"interface": name, "address": local, "speed_mbps": st.speed if st and st.speed else None,
-                    "mtu": st.mtu if st else None,
-                    "method": "psutil.net_if_stats() of the interface holding the route's source address"}
+            return {
+                "interface": name,
+                "address": local,
+                "speed_mbps": st.speed if st and st.speed else None,
+                "mtu": st.mtu if st else None,
+                "method": "psutil.net_if_stats() of the interface holding the route's source address",
+            }
     return {"interface": None, "address": local, "reason": "no interface holds the route's source address"}
 
 
-def job_metrics(per_worker: list[float], unit: str, comm_share: list[float | None], window_s: float,
-                comm_timing: str | None = None, comm_reason: str | None = None,
-                comm_method: str | None = None) -> dict[str, Any]:
+def job_metrics(
+    per_worker: list[float],
+    unit: str,
+    comm_share: list[float | None],
+    window_s: float,
+    comm_timing: str | None = None,
+    comm_reason: str | None = None,
+    comm_method: str | None = None,
+) -> dict[str, Any]:
     """Rank 0's metrics over the job: each worker's window throughput, gathered from all of them."""
     n = len(per_worker)
     shares = [c for c in comm_share if c is not None]
-    method = comm_method or ("union of the intervals from each gradient bucket's all-reduce launch to its completion "
-                             "(DDP comm hook)")
+    method = comm_method or (
+        "union of the intervals from each gradient bucket's all-reduce launch to its completion (DDP comm hook)"
+    )
     return {
-        "aggregate_throughput": metric(sum(per_worker), unit,
-                                       f"sum over the {n} workers of each one's window throughput (each trains its own "
-                                       "batches; the framework's data parallelism keeps them in step)", per_worker=[round(v, 6) for v in per_worker]),
-        "per_worker_throughput": metric(sum(per_worker) / n, unit, f"mean of the {n} workers' window throughputs",
-                                        min=round(min(per_worker), 6), max=round(max(per_worker), 6)),
+        "aggregate_throughput": metric(
+            sum(per_worker),
+            unit,
+            f"sum over the {n} workers of each one's window throughput (each trains its own "
+            "batches; the framework's data parallelism keeps them in step)",
+            per_worker=[round(v, 6) for v in per_worker],
+        ),
+        "per_worker_throughput": metric(
+            sum(per_worker) / n,
+            unit,
+            f"mean of the {n} workers' window throughputs",
+            min=round(min(per_worker), 6),
+            max=round(max(per_worker), 6),
+        ),
         "communication_time": metric(
-            sum(shares) / len(shares) if shares else None, "%",
+            sum(shares) / len(shares) if shares else None,
+            "%",
             f"{method} over the window / window wall time ({window_s:.1f} s), mean over workers; it overlaps the backward pass, "
             "so it is time in communication, not time added by it",
             **({"timing": comm_timing} if comm_timing else {}),
-            **({} if shares else {"reason": comm_reason or "no worker timed its all-reduces"})),
+            **({} if shares else {"reason": comm_reason or "no worker timed its all-reduces"}),
+        ),
     }

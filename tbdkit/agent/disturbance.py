@@ -24,9 +24,11 @@ FOREIGN_CPU_LIMIT = 0.25  # core-equivalents of other processes' CPU time on the
 
 
 def rule(limit: float = FOREIGN_CPU_LIMIT) -> str:
-    return (f"disturbed when other processes used more than {limit:g} core-equivalents of the run's cores on "
-            "average over the sample window (foreign_cpu), any other compute process was on its GPU "
-            "(foreign_gpu_processes), or a thermal or power clock event was seen in the window (gpu_clock_events)")
+    return (
+        f"disturbed when other processes used more than {limit:g} core-equivalents of the run's cores on "
+        "average over the sample window (foreign_cpu), any other compute process was on its GPU "
+        "(foreign_gpu_processes), or a thermal or power clock event was seen in the window (gpu_clock_events)"
+    )
 
 
 def _value(metrics: dict[str, Any], name: str) -> float | None:
@@ -40,20 +42,30 @@ def reasons(metrics: dict[str, Any], limit: float = FOREIGN_CPU_LIMIT) -> list[s
     cpu = _value(metrics, "foreign_cpu")
     if cpu is not None and cpu > limit:
         cores = metrics["foreign_cpu"].get("cores") or []
-        out.append(f"foreign CPU load: other processes used {cpu:.2f} core-equivalents of the run's "
-                   f"{len(cores) or '?'} core(s) (limit {limit:g})")
+        out.append(
+            f"foreign CPU load: other processes used {cpu:.2f} core-equivalents of the run's "
+            f"{len(cores) or '?'} core(s) (limit {limit:g})"
+        )
     procs = _value(metrics, "foreign_gpu_processes")
     if procs:
         listed = metrics["foreign_gpu_processes"].get("processes") or []
-        named = ", ".join(f"pid {p.get('pid')}" + (f" ({p['name']})" if p.get("name") else "")
-                          + (f" {p['used_gpu_memory_mib']:.0f} MiB" if p.get("used_gpu_memory_mib") else "")
-                          for p in listed)
-        out.append(f"foreign GPU processes: {int(procs)} other process(es) on the run's GPU" + (f": {named}" if named else ""))
+        named = ", ".join(
+            f"pid {p.get('pid')}"
+            + (f" ({p['name']})" if p.get("name") else "")
+            + (f" {p['used_gpu_memory_mib']:.0f} MiB" if p.get("used_gpu_memory_mib") else "")
+            for p in listed
+        )
+        out.append(
+            f"foreign GPU processes: {int(procs)} other process(es) on the run's GPU" + (f": {named}" if named else "")
+        )
     events = metrics.get("gpu_clock_events") or {}
     seen = set((events.get("reasons_seen") or {}).keys()) & DISTURBING
     if seen:
         kinds = "/".join(k for k, group in (("thermal", THERMAL), ("power", POWER)) if seen & group)
         share = _value(metrics, "gpu_clock_events")
-        out.append(f"{kinds} throttling: clock-event reasons {', '.join(sorted(seen))} in "
-                   f"{share:.0f}% of the window's reads" if share is not None else f"{kinds} throttling")
+        out.append(
+            f"{kinds} throttling: clock-event reasons {', '.join(sorted(seen))} in {share:.0f}% of the window's reads"
+            if share is not None
+            else f"{kinds} throttling"
+        )
     return out

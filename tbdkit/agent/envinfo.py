@@ -32,13 +32,21 @@ def cpu_model() -> str | None:
 def git_state() -> dict[str, Any]:
     """The kit's commit: from the launcher (TBDKIT_GIT_COMMIT, e.g. inside an image), else git."""
     if os.environ.get("TBDKIT_GIT_COMMIT"):
-        return {"commit": os.environ["TBDKIT_GIT_COMMIT"], "dirty": os.environ.get("TBDKIT_GIT_DIRTY") == "1",
-                "source": "launcher"}
+        return {
+            "commit": os.environ["TBDKIT_GIT_COMMIT"],
+            "dirty": os.environ.get("TBDKIT_GIT_DIRTY") == "1",
+            "source": "launcher",
+        }
     try:
-        commit = subprocess.run(["git", "-C", str(KIT_ROOT), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=5)
-        dirty = subprocess.run(["git", "-C", str(KIT_ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=5)
+        commit = subprocess.run(
+            ["git", "-C", str(KIT_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(KIT_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+        )
         if commit.returncode == 0:
             return {"commit": commit.stdout.strip(), "dirty": bool(dirty.stdout.strip()), "source": "git"}
         return {"commit": None, "reason": commit.stderr.strip() or "not a git checkout"}
@@ -73,13 +81,15 @@ def gpus() -> dict[str, Any]:
         for i in range(n.nvmlDeviceGetCount()):
             h = n.nvmlDeviceGetHandleByIndex(i)
             mem = n.nvmlDeviceGetMemoryInfo(h)
-            devices.append({
-                "index": i,
-                "name": n.nvmlDeviceGetName(h),
-                "uuid": n.nvmlDeviceGetUUID(h),
-                "memory_total_mib": mem.total // 2**20,
-                "pci_bus_id": n.nvmlDeviceGetPciInfo(h).busId,
-            })
+            devices.append(
+                {
+                    "index": i,
+                    "name": n.nvmlDeviceGetName(h),
+                    "uuid": n.nvmlDeviceGetUUID(h),
+                    "memory_total_mib": mem.total // 2**20,
+                    "pci_bus_id": n.nvmlDeviceGetPciInfo(h).busId,
+                }
+            )
         return {
             "available": True,
             "driver_version": n.nvmlSystemGetDriverVersion(),
@@ -108,15 +118,23 @@ def container() -> dict[str, Any] | None:
         "image": os.environ["TBDKIT_IMAGE"],
         "image_id": os.environ.get("TBDKIT_IMAGE_ID") or None,
         "image_digest": os.environ.get("TBDKIT_IMAGE_DIGEST") or None,
-        "image_digest_note": None if os.environ.get("TBDKIT_IMAGE_DIGEST") else
-        "built locally and never pushed: it has no registry digest; image_id is its content digest",
+        "image_digest_note": None
+        if os.environ.get("TBDKIT_IMAGE_DIGEST")
+        else "built locally and never pushed: it has no registry digest; image_id is its content digest",
         "base_image": os.environ.get("TBDKIT_BASE_IMAGE") or None,
         "base_digest": os.environ.get("TBDKIT_BASE_DIGEST") or None,
     }
 
 
-LAUNCH_VARS = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME",
-               "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NVIDIA_TF32_OVERRIDE")
+LAUNCH_VARS = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "OMP_NUM_THREADS",
+    "GLOO_SOCKET_IFNAME",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "NVIDIA_TF32_OVERRIDE",
+)
 
 
 def launch_env() -> dict[str, Any]:
@@ -134,21 +152,32 @@ def launch_env() -> dict[str, Any]:
 
 def _torch_build(torch: Any) -> dict[str, Any]:
     nccl = torch.cuda.nccl.version() if hasattr(torch._C, "_nccl_version") else None
-    return {"cuda": torch.version.cuda, "git": getattr(torch.version, "git_version", None),
-            "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-            "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl}
+    return {
+        "cuda": torch.version.cuda,
+        "git": getattr(torch.version, "git_version", None),
+        "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
+        "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl,
+    }
 
 
 def _tensorflow_build(tf: Any) -> dict[str, Any]:
     info = dict(tf.sysconfig.get_build_info())
-    return {"cuda": info.get("cuda_version"), "cudnn": info.get("cudnn_version"), "nccl": None,
-            "cuda_build": info.get("is_cuda_build")}
+    return {
+        "cuda": info.get("cuda_version"),
+        "cudnn": info.get("cudnn_version"),
+        "nccl": None,
+        "cuda_build": info.get("is_cuda_build"),
+    }
 
 
 def _mxnet_build(mx: Any) -> dict[str, Any]:
     features = mx.runtime.Features()
-    return {"cuda": features.is_enabled("CUDA"), "cudnn": features.is_enabled("CUDNN"),
-            "nccl": features.is_enabled("NCCL"), "note": "MXNet reports what it was built with, not versions"}
+    return {
+        "cuda": features.is_enabled("CUDA"),
+        "cudnn": features.is_enabled("CUDNN"),
+        "nccl": features.is_enabled("NCCL"),
+        "note": "MXNet reports what it was built with, not versions",
+    }
 
 
 BUILDS = {"torch": _torch_build, "tensorflow": _tensorflow_build, "mxnet": _mxnet_build}
@@ -161,8 +190,11 @@ def framework_build() -> dict[str, Any] | None:
         module = sys.modules.get(name)
         if module is None:
             continue
-        out: dict[str, Any] = {"module": name, "version": str(getattr(module, "__version__", "")) or None,
-                               "file": getattr(module, "__file__", None)}
+        out: dict[str, Any] = {
+            "module": name,
+            "version": str(getattr(module, "__version__", "")) or None,
+            "file": getattr(module, "__file__", None),
+        }
         try:
             out.update(build(module))
         except Exception as exc:  # a build that lacks one of these queries still says what it is
@@ -191,7 +223,7 @@ def calibration(run_dir: Path) -> dict[str, Any]:
     """What env.json says of this machine's calibration: the file, its time and per-metric verdicts,
     when the nearest calibration.json above `run_dir` was made on this very machine."""
     here = machine_identity()
-    for folder in [run_dir, *run_dir.parents][:CALIBRATION_SEARCH_UP + 1]:
+    for folder in [run_dir, *run_dir.parents][: CALIBRATION_SEARCH_UP + 1]:
         path = folder / CALIBRATION_FILE
         if not path.is_file():
             continue
@@ -200,10 +232,18 @@ def calibration(run_dir: Path) -> dict[str, Any]:
         except (OSError, ValueError) as exc:
             return {"calibrated": False, "path": str(path), "reason": f"unreadable: {exc}"}
         if doc.get("machine") != here:
-            return {"calibrated": False, "path": str(path),
-                    "reason": "calibration.json was made on another machine (identity differs); run tbdkit calibrate here"}
-        return {"calibrated": True, "path": str(path.resolve()), "time_utc": doc.get("time_utc"),
-                "device": doc.get("device"), "verdicts": doc.get("verdicts") or {}}
+            return {
+                "calibrated": False,
+                "path": str(path),
+                "reason": "calibration.json was made on another machine (identity differs); run tbdkit calibrate here",
+            }
+        return {
+            "calibrated": True,
+            "path": str(path.resolve()),
+            "time_utc": doc.get("time_utc"),
+            "device": doc.get("device"),
+            "verdicts": doc.get("verdicts") or {},
+        }
     return {"calibrated": False, "reason": "no calibration.json in the results folder; run tbdkit calibrate"}
 
 
@@ -244,6 +284,7 @@ def collect(framework_env: dict[str, Any], seed: int, run_dir: Path | None = Non
         "seed": seed,
         "packages": packages(),
         "lock": lock_state(),
-        "calibration": calibration(run_dir) if run_dir is not None else
-        {"calibrated": False, "reason": "no run folder given, so no results folder to look in"},
+        "calibration": calibration(run_dir)
+        if run_dir is not None
+        else {"calibrated": False, "reason": "no run folder given, so no results folder to look in"},
     }

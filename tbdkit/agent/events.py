@@ -37,6 +37,6 @@ def _stop_emitting() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-    logging.getLogger("tbdkit.agent").warning("the launcher stopped reading progress (broken pipe): "
-                                              "events go to this log only")
-
+    logging.getLogger("tbdkit.agent").warning(
+        "the launcher stopped reading progress (broken pipe): events go to this log only"
+    )

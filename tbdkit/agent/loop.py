@@ -50,9 +50,13 @@ class Iteration:
 
     def row(self) -> dict[str, Any]:
         return {
-            "iteration": self.index, "phase": self.phase, "start_s": round(self.start_s, 6),
-            "seconds": round(self.seconds, 6), "data_wait_s": round(self.data_wait_s, 6),
-            "samples": self.samples, "work": round(self.work, 6),
+            "iteration": self.index,
+            "phase": self.phase,
+            "start_s": round(self.start_s, 6),
+            "seconds": round(self.seconds, 6),
+            "data_wait_s": round(self.data_wait_s, 6),
+            "samples": self.samples,
+            "work": round(self.work, 6),
             **{f"work_{name}": round(value, 6) for name, value in self.extra.items()},
             "loss": None if self.loss is None or math.isnan(self.loss) else round(self.loss, 6),
         }
@@ -101,9 +105,16 @@ class LoopResult:
 
 
 class TrainingLoop:
-    def __init__(self, adapter: Any, batches: Iterator[Any], policy: MeasurePolicy,
-                 stop_requested: Callable[[], bool], collectors: list[Collector] | None = None,
-                 agree: Callable[[list[bool]], list[bool]] | None = None, caps: Capabilities | None = None) -> None:
+    def __init__(
+        self,
+        adapter: Any,
+        batches: Iterator[Any],
+        policy: MeasurePolicy,
+        stop_requested: Callable[[], bool],
+        collectors: list[Collector] | None = None,
+        agree: Callable[[list[bool]], list[bool]] | None = None,
+        caps: Capabilities | None = None,
+    ) -> None:
         self.adapter = adapter
         # the allocator's peak restarts with the window where the adapter can (caps: checked by the caller, else here)
         self._peaks = (caps if caps is not None else capabilities(adapter)).peak_reset
@@ -143,9 +154,14 @@ class TrainingLoop:
         loss = self.adapter.step(self.adapter.prepare(batch))
         end = time.perf_counter()
         it = Iteration(
-            index=len(self.result.iterations), phase=phase, start_s=self._last_end - self._t0,
-            seconds=end - self._last_end, data_wait_s=t_data - t_fetch, samples=batch.samples,
-            work=float(batch.work), loss=self.adapter.loss_value(loss) if loss is not None else None,
+            index=len(self.result.iterations),
+            phase=phase,
+            start_s=self._last_end - self._t0,
+            seconds=end - self._last_end,
+            data_wait_s=t_data - t_fetch,
+            samples=batch.samples,
+            work=float(batch.work),
+            loss=self.adapter.loss_value(loss) if loss is not None else None,
             extra=extra_work(batch),
         )
         self._last_end = end
@@ -161,8 +177,12 @@ class TrainingLoop:
         if now - self._last_emit < 0.25:
             return
         self._last_emit = now
-        fields: dict[str, Any] = {"phase": phase, "iteration": it.index, "elapsed_s": round(elapsed, 3),
-                                  "throughput": round(it.work / it.seconds, 4) if it.seconds > 0 else None}
+        fields: dict[str, Any] = {
+            "phase": phase,
+            "iteration": it.index,
+            "elapsed_s": round(elapsed, 3),
+            "throughput": round(it.work / it.seconds, 4) if it.seconds > 0 else None,
+        }
         if est is not None:
             fields["throughput"] = round(est.throughput, 4)
             fields["ci_relative"] = None if math.isinf(est.relative) else round(est.relative, 5)
@@ -181,7 +201,8 @@ class TrainingLoop:
             self._progress("warmup", it, elapsed=elapsed)
             stable, capped = self._decide(
                 warmup_done(costs, p.warmup_window, p.warmup_tolerance, p.min_warmup_iterations),
-                elapsed >= p.max_warmup_s)
+                elapsed >= p.max_warmup_s,
+            )
             if stable:
                 reason = "stable"
                 break
@@ -189,14 +210,18 @@ class TrainingLoop:
                 reason = "time_cap"
                 break
         self.result.warmup = {
-            "iterations": len(costs), "seconds": round(time.perf_counter() - start, 4), "end_reason": reason,
-            "rule": (f"stable when the seconds per unit of work stop drifting over the later half of the iterations "
-                     f"so far (at least {2 * p.warmup_window}, at most {MAX_HORIZON}): the halves' means agree "
-                     f"within {p.warmup_tolerance:.0%} (95% interval), Mann-Kendall finds no trend (5%) and "
-                     f"Sen's slope interval moves the cost by less than {p.warmup_tolerance:.0%} over "
-                     f"{DRIFT_PROJECTION:g}x the iterations so far, at most {MAX_HORIZON} "
-                     f"(min {p.min_warmup_iterations} iterations; caps {p.max_warmup_s} s, "
-                     f"{p.max_warmup_iterations} iterations)"),
+            "iterations": len(costs),
+            "seconds": round(time.perf_counter() - start, 4),
+            "end_reason": reason,
+            "rule": (
+                f"stable when the seconds per unit of work stop drifting over the later half of the iterations "
+                f"so far (at least {2 * p.warmup_window}, at most {MAX_HORIZON}): the halves' means agree "
+                f"within {p.warmup_tolerance:.0%} (95% interval), Mann-Kendall finds no trend (5%) and "
+                f"Sen's slope interval moves the cost by less than {p.warmup_tolerance:.0%} over "
+                f"{DRIFT_PROJECTION:g}x the iterations so far, at most {MAX_HORIZON} "
+                f"(min {p.min_warmup_iterations} iterations; caps {p.max_warmup_s} s, "
+                f"{p.max_warmup_iterations} iterations)"
+            ),
         }
         events.emit("warmup_done", **self.result.warmup)
 
@@ -219,7 +244,8 @@ class TrainingLoop:
                 elapsed = time.perf_counter() - start
                 self._progress("measuring", it, est, elapsed)
                 converged, capped = self._decide(
-                    running.n >= p.min_measure_iterations and est.relative < p.target_ci, elapsed >= p.max_measure_s)
+                    running.n >= p.min_measure_iterations and est.relative < p.target_ci, elapsed >= p.max_measure_s
+                )
                 if converged:
                     reason = "converged"
                     break
@@ -237,13 +263,17 @@ class TrainingLoop:
             self.result.samples = sampler.rows
             window = self.result.iterations[first:]
             self.result.window = {
-                "first_iteration": first, "last_iteration": len(self.result.iterations) - 1,
-                "iterations": len(window), "seconds": round(sum(i.seconds for i in window), 6),
+                "first_iteration": first,
+                "last_iteration": len(self.result.iterations) - 1,
+                "iterations": len(window),
+                "seconds": round(sum(i.seconds for i in window), 6),
                 "stop_reason": reason,
                 "samples_origin_s": round(sampler.t0 - self._t0, 6),  # samples.csv's t_s = 0 on start_s's clock
-                "rule": (f"until the 95% confidence half-width of throughput is below {p.target_ci:.1%} "
-                         f"(min {p.min_measure_iterations} iterations; caps {p.max_measure_s} s, "
-                         f"{p.max_measure_iterations} iterations)"),
+                "rule": (
+                    f"until the 95% confidence half-width of throughput is below {p.target_ci:.1%} "
+                    f"(min {p.min_measure_iterations} iterations; caps {p.max_measure_s} s, "
+                    f"{p.max_measure_iterations} iterations)"
+                ),
             }
         return running.estimate()
 
@@ -254,8 +284,14 @@ def default_collectors(adapter: Any) -> list[Collector]:
     props = (adapter.environment().get("device_properties") or {}) if adapter.cuda_index is not None else {}
     uuid, pci = props.get("uuid"), props.get("pci_bus_id")
     # Energy first: its window opens first and closes first, nearest the sample window's own ends.
-    return [EnergyCollector(adapter.cuda_index, uuid, pci), CpuCollector(), NvmlCollector(adapter.cuda_index, uuid, pci),
-            GpmCollector(adapter.cuda_index, uuid, pci), NeighbourCollector(), GpuStateCollector(adapter.cuda_index, uuid, pci)]
+    return [
+        EnergyCollector(adapter.cuda_index, uuid, pci),
+        CpuCollector(),
+        NvmlCollector(adapter.cuda_index, uuid, pci),
+        GpmCollector(adapter.cuda_index, uuid, pci),
+        NeighbourCollector(),
+        GpuStateCollector(adapter.cuda_index, uuid, pci),
+    ]
 
 
 def synthetic_pool(batches: Iterator[Any], size: int) -> Iterator[Any]:
@@ -269,30 +305,47 @@ def extra_throughput_metrics(window: list[Iteration], units: Mapping[str, str]) 
     names = list(dict.fromkeys(name for i in window for name in i.extra))
     return {
         f"{name}_throughput": metric(
-            sum(i.extra.get(name, 0.0) for i in window) / total, units.get(name, f"{name}/s"),
+            sum(i.extra.get(name, 0.0) for i in window) / total,
+            units.get(name, f"{name}/s"),
             f"{name} in the window's batches (Batch.extra_work) / window wall time "
-            f"(iterations {window[0].index}-{window[-1].index})")
+            f"(iterations {window[0].index}-{window[-1].index})",
+        )
         for name in names
     }
 
 
-def throughput_metrics(window: list[Iteration], est: Estimate, unit: str, sample_unit: str,
-                       extra_units: Mapping[str, str] | None = None) -> dict[str, Any]:
+def throughput_metrics(
+    window: list[Iteration], est: Estimate, unit: str, sample_unit: str, extra_units: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     seconds = [i.seconds for i in window]
     samples = sum(i.samples for i in window)
     total = sum(seconds)
-    method = (f"sum of work / sum of iteration wall times over the sample window "
-              f"(iterations {window[0].index}-{window[-1].index}); ratio estimator, 95% CI by the delta method")
+    method = (
+        f"sum of work / sum of iteration wall times over the sample window "
+        f"(iterations {window[0].index}-{window[-1].index}); ratio estimator, 95% CI by the delta method"
+    )
     return {
-        "throughput": metric(est.throughput, unit, method,
-                             ci95_half_width=None if math.isinf(est.half_width) else round(est.half_width, 6),
-                             ci95_relative=None if math.isinf(est.relative) else round(est.relative, 6)),
+        "throughput": metric(
+            est.throughput,
+            unit,
+            method,
+            ci95_half_width=None if math.isinf(est.half_width) else round(est.half_width, 6),
+            ci95_relative=None if math.isinf(est.relative) else round(est.relative, 6),
+        ),
         "sample_throughput": metric(samples / total, sample_unit, "samples in the window / window wall time"),
-        "iteration_time": metric(fmean(seconds), "s", "mean iteration wall time in the window",
-                                 median_s=round(median(seconds), 6),
-                                 p90_s=round(sorted(seconds)[int(0.9 * (len(seconds) - 1))], 6),
-                                 min_s=round(min(seconds), 6), max_s=round(max(seconds), 6)),
-        "data_wait": metric(100.0 * sum(i.data_wait_s for i in window) / total, "%",
-                            "share of window wall time spent waiting for the next batch"),
+        "iteration_time": metric(
+            fmean(seconds),
+            "s",
+            "mean iteration wall time in the window",
+            median_s=round(median(seconds), 6),
+            p90_s=round(sorted(seconds)[int(0.9 * (len(seconds) - 1))], 6),
+            min_s=round(min(seconds), 6),
+            max_s=round(max(seconds), 6),
+        ),
+        "data_wait": metric(
+            100.0 * sum(i.data_wait_s for i in window) / total,
+            "%",
+            "share of window wall time spent waiting for the next batch",
+        ),
         **extra_throughput_metrics(window, extra_units or {}),
     }

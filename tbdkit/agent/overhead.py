@@ -31,8 +31,13 @@ def bare_block(adapter, batches, iterations: int) -> tuple[float, float]:
 
 
 def full_block(adapter, batches, iterations: int, interval_s: float) -> tuple[float, float]:
-    policy = MeasurePolicy(min_measure_iterations=iterations, max_measure_iterations=iterations,
-                           target_ci=1e-9, max_measure_s=1e9, sample_interval_s=interval_s)
+    policy = MeasurePolicy(
+        min_measure_iterations=iterations,
+        max_measure_iterations=iterations,
+        target_ci=1e-9,
+        max_measure_s=1e9,
+        sample_interval_s=interval_s,
+    )
     loop = TrainingLoop(adapter, batches, policy, stop_requested=lambda: False)
     est = loop.measure()
     return est.work, est.seconds
@@ -54,8 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     hp = model.hp(args.preset)
     batch = args.batch or int(hp["default_batch"])
     data = catalog.load_module(model, "data")
-    adapter = load_adapter(args.framework, workload=catalog.load_module(model, args.framework), hp=hp,
-                           device=args.device, precision="fp32", seed=0)
+    adapter = load_adapter(
+        args.framework,
+        workload=catalog.load_module(model, args.framework),
+        hp=hp,
+        device=args.device,
+        precision="fp32",
+        seed=0,
+    )
     batches = synthetic_pool(data.batches("synthetic", hp, batch, 0), args.pool)
     block = args.pool * args.cycles
     bare_block(adapter, batches, block)  # warm-up of both paths, not counted
@@ -67,12 +78,22 @@ def main(argv: list[str] | None = None) -> int:
         bare_rates.append(w0 / t0)
         full_rates.append(w1 / t1)
         ratios.append((w1 / t1) / (w0 / t0))
-        print(f"round {r + 1}/{args.rounds}: bare {w0 / t0:.3f}, with collectors {w1 / t1:.3f} "
-              f"{model.throughput_unit}, ratio {ratios[-1]:.4f}", file=sys.stderr, flush=True)
+        print(
+            f"round {r + 1}/{args.rounds}: bare {w0 / t0:.3f}, with collectors {w1 / t1:.3f} "
+            f"{model.throughput_unit}, ratio {ratios[-1]:.4f}",
+            file=sys.stderr,
+            flush=True,
+        )
     result = {
-        "model": args.model, "framework": args.framework, "preset": args.preset, "batch_size": batch,
-        "device": adapter.device_label, "rounds": args.rounds, "iterations_per_block": block,
-        "bare_throughput": fmean(bare_rates), "collected_throughput": fmean(full_rates),
+        "model": args.model,
+        "framework": args.framework,
+        "preset": args.preset,
+        "batch_size": batch,
+        "device": adapter.device_label,
+        "rounds": args.rounds,
+        "iterations_per_block": block,
+        "bare_throughput": fmean(bare_rates),
+        "collected_throughput": fmean(full_rates),
         "unit": model.throughput_unit,
         "ratio": sum(full_rates) / len(full_rates) / fmean(bare_rates),
         "ratio_per_round": ratios,

@@ -42,8 +42,9 @@ class StopFlag:
 
     def __call__(self, signum: int, frame: Any) -> None:
         self.count += 1
-        log.warning("signal %s received: %s", signum,
-                    "stopping after this iteration" if self.count == 1 else "stopping now")
+        log.warning(
+            "signal %s received: %s", signum, "stopping after this iteration" if self.count == 1 else "stopping now"
+        )
         if self.count > 1:
             raise KeyboardInterrupt
 
@@ -74,9 +75,13 @@ def _classify(exc: BaseException, adapter: Any, memory_limited: bool = False) ->
         return "interrupted", "the run was interrupted by the user (Ctrl-C / SIGTERM)"
     # Before the adapter exists (building a large model), recognise the frameworks' OOM messages.
     text = str(exc).lower()
-    oom = (isinstance(exc, MemoryError) or (adapter is not None and adapter.is_oom(exc))
-           or "out of memory" in text or "can't allocate memory" in text
-           or (memory_limited and any(m in text for m in CAPPED_ALLOCATION_FAILURES)))
+    oom = (
+        isinstance(exc, MemoryError)
+        or (adapter is not None and adapter.is_oom(exc))
+        or "out of memory" in text
+        or "can't allocate memory" in text
+        or (memory_limited and any(m in text for m in CAPPED_ALLOCATION_FAILURES))
+    )
     if oom:
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return "oom", f"out of memory ({detail})"
@@ -89,8 +94,10 @@ def _classify(exc: BaseException, adapter: Any, memory_limited: bool = False) ->
 # noisy to trust: a capped window of 2-4 iterations gives a 95% CI of +-100% or more.
 UNSTABLE_MIN_ITERATIONS = 5
 UNSTABLE_MAX_CI = 0.10
-STABILITY_RULE = (f"unstable when the sample window has fewer than {UNSTABLE_MIN_ITERATIONS} iterations or the "
-                  f"throughput's 95% confidence half-width is undefined or above {UNSTABLE_MAX_CI:.0%} of it")
+STABILITY_RULE = (
+    f"unstable when the sample window has fewer than {UNSTABLE_MIN_ITERATIONS} iterations or the "
+    f"throughput's 95% confidence half-width is undefined or above {UNSTABLE_MAX_CI:.0%} of it"
+)
 
 
 def instability(iterations: int, ci_relative: float) -> str | None:
@@ -119,8 +126,9 @@ def profile_iterations() -> int:
     return int(value) if value.isdigit() else 0
 
 
-def _profiled_pass(adapter: Any, loop: TrainingLoop, n: int, summary: dict[str, Any],
-                   caps: Capabilities | None = None) -> None:
+def _profiled_pass(
+    adapter: Any, loop: TrainingLoop, n: int, summary: dict[str, Any], caps: Capabilities | None = None
+) -> None:
     ranged = (caps if caps is not None else capabilities(adapter)).profiler_range
     if ranged is None:
         raise RuntimeError(f"{adapter.framework}: tbdkit has no profiler start/stop range for this framework")
@@ -162,18 +170,30 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
     try:
         events.emit("phase", phase="setup")
         # Threads and pinning before any framework loads: OpenMP and MXNet read their variables once.
-        budget = cpus.plan(spec.cpus, spec.pin, 0 if spec.data == "synthetic" else 1,
-                           spec.gpus_per_node if worker is not None else 1)
+        budget = cpus.plan(
+            spec.cpus, spec.pin, 0 if spec.data == "synthetic" else 1, spec.gpus_per_node if worker is not None else 1
+        )
         os.environ.update(cpus.thread_env(budget))
         pinned = cpus.pin(budget)
-        summary["cpu_budget"] = {"cpus": budget.cpus, "intra_op_threads": budget.intra_op,
-                                 "inter_op_threads": budget.inter_op, "data_workers": budget.data_workers,
-                                 "pinned": pinned}
+        summary["cpu_budget"] = {
+            "cpus": budget.cpus,
+            "intra_op_threads": budget.intra_op,
+            "inter_op_threads": budget.inter_op,
+            "data_workers": budget.data_workers,
+            "pinned": pinned,
+        }
         data = catalog.load_module(model, "data")
         summary["data_source"] = data.check_source(spec.data, hp)
         workload = catalog.load_module(model, spec.framework)
-        adapter = load_adapter(spec.framework, workload=workload, hp=hp, device=spec.device,
-                               precision=spec.precision, seed=spec.seed, threads=(budget.intra_op, budget.inter_op))
+        adapter = load_adapter(
+            spec.framework,
+            workload=workload,
+            hp=hp,
+            device=spec.device,
+            precision=spec.precision,
+            seed=spec.seed,
+            threads=(budget.intra_op, budget.inter_op),
+        )
         caps = capabilities(adapter)
         if worker is not None:
             if caps.distributed is not None:
@@ -183,29 +203,52 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             else:
                 raise RuntimeError(f"{spec.framework}: this adapter cannot run data-parallel jobs")
             dist.join(worker.world_size)
-            summary.update(world_size=worker.world_size, nodes=spec.nodes, gpus_per_node=spec.gpus_per_node,
-                           link_rate=spec.link_rate, worker=worker.label)
+            summary.update(
+                world_size=worker.world_size,
+                nodes=spec.nodes,
+                gpus_per_node=spec.gpus_per_node,
+                link_rate=spec.link_rate,
+                worker=worker.label,
+            )
         if spec.memory_limit_mb:
             limit_memory(spec.memory_limit_mb)
         summary["device"] = adapter.device_label
         summary["model_info"] = adapter.model_info()
         env = envinfo.collect(adapter.environment(), spec.seed, run_dir)
-        env["cpu_budget"] = {**budget.record(), "pinned_affinity": pinned, "thread_env": cpus.thread_env(budget),
-                             "method": "tbdkit.cpus.plan: os.sched_getaffinity, cgroup cpu.max; the framework's "
-                                       "own read-back is framework.threads"}
+        env["cpu_budget"] = {
+            **budget.record(),
+            "pinned_affinity": pinned,
+            "thread_env": cpus.thread_env(budget),
+            "method": "tbdkit.cpus.plan: os.sched_getaffinity, cgroup cpu.max; the framework's "
+            "own read-back is framework.threads",
+        }
         RunDir(run_dir).write_json(runfiles.ENV, env)
         if spec.preset == "converge":
-            summary.update(converge.train(adapter, data, hp, spec.data, spec.batch_size, spec.seed, run_dir,
-                                          stop.requested, model.throughput_unit))
+            summary.update(
+                converge.train(
+                    adapter,
+                    data,
+                    hp,
+                    spec.data,
+                    spec.batch_size,
+                    spec.seed,
+                    run_dir,
+                    stop.requested,
+                    model.throughput_unit,
+                )
+            )
             if stop.requested():  # the curve so far is kept; the run is marked interrupted as any other
                 raise StopRequested
             summary["status"] = "ok"
             return _exit_code("ok")
         # Each worker trains its own batches (its seed offset by its rank), as a distributed sampler would.
         batches = data.batches(spec.data, hp, spec.batch_size, spec.seed + (worker.rank if worker else 0))
-        source = synthetic_pool(batches, spec.measure.synthetic_pool) if spec.data == "synthetic" else Prefetcher(batches)
-        loop = TrainingLoop(adapter, source, spec.measure, stop.requested,
-                            agree=dist.agree if dist is not None else None, caps=caps)
+        source = (
+            synthetic_pool(batches, spec.measure.synthetic_pool) if spec.data == "synthetic" else Prefetcher(batches)
+        )
+        loop = TrainingLoop(
+            adapter, source, spec.measure, stop.requested, agree=dist.agree if dist is not None else None, caps=caps
+        )
         # Each iteration's row reaches iterations.csv as it is measured: a SIGKILL keeps them.
         loop.result.iterations = sink.StreamedRows(RunDir(run_dir).iterations, lambda i: i.row())
         loop.warm_up()
@@ -216,42 +259,72 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             _profiled_pass(adapter, loop, profiled, summary, caps)
         else:
             estimate = loop.measure()
-            window = loop.result.iterations[loop.result.window["first_iteration"]:loop.result.window["last_iteration"] + 1]
+            window = loop.result.iterations[
+                loop.result.window["first_iteration"] : loop.result.window["last_iteration"] + 1
+            ]
             reason = instability(len(window), estimate.relative)  # rank 0's own window on a data-parallel job
             summary.update(unstable=reason is not None, instability_reason=reason, stability_rule=STABILITY_RULE)
             summary["metrics"] = {
-                **throughput_metrics(window, estimate, model.throughput_unit, model.sample_unit,
-                                     model.info.get("extra_units", {})),
+                **throughput_metrics(
+                    window, estimate, model.throughput_unit, model.sample_unit, model.info.get("extra_units", {})
+                ),
                 **loop.result.metrics,
                 **adapter.memory(),
             }
-            summary["metrics"].update(energy.per_work(
-                summary["metrics"], sum(i.work for i in window), sum(i.samples for i in window),
-                model.throughput_unit, model.sample_unit, adapter.cuda_index is not None))
+            summary["metrics"].update(
+                energy.per_work(
+                    summary["metrics"],
+                    sum(i.work for i in window),
+                    sum(i.samples for i in window),
+                    model.throughput_unit,
+                    model.sample_unit,
+                    adapter.cuda_index is not None,
+                )
+            )
             limit = spec.measure.foreign_cpu_limit
-            summary.update(disturbed_reasons=disturbance.reasons(loop.result.metrics, limit),
-                           disturbance_rule=disturbance.rule(limit), gpu_state=_gpu_state(loop))
+            summary.update(
+                disturbed_reasons=disturbance.reasons(loop.result.metrics, limit),
+                disturbance_rule=disturbance.rule(limit),
+                gpu_state=_gpu_state(loop),
+            )
             if worker is not None and dist is not None:
                 window_s = sum(i.seconds for i in window)
                 comm = dist.comm.seconds / window_s * 100 if dist.comm is not None and window_s else None
                 gathered = dist.gather((estimate.throughput, comm))
-                summary["metrics"].update(distributed.job_metrics(
-                    [g[0] for g in gathered], model.throughput_unit, [g[1] for g in gathered], window_s,
-                    getattr(dist.comm, "method", None), getattr(dist, "comm_reason", None),
-                    getattr(dist, "comm_method", None)))
+                summary["metrics"].update(
+                    distributed.job_metrics(
+                        [g[0] for g in gathered],
+                        model.throughput_unit,
+                        [g[1] for g in gathered],
+                        window_s,
+                        getattr(dist.comm, "method", None),
+                        getattr(dist, "comm_reason", None),
+                        getattr(dist, "comm_method", None),
+                    )
+                )
                 # The job's throughput is what all workers train together; rank 0's own estimate stays beside it.
                 summary["metrics"]["worker0_throughput"] = summary["metrics"]["throughput"]
-                summary["metrics"]["throughput"] = {**summary["metrics"]["aggregate_throughput"],
-                                                    "ci95_half_width": None, "ci95_relative": None}
+                summary["metrics"]["throughput"] = {
+                    **summary["metrics"]["aggregate_throughput"],
+                    "ci95_half_width": None,
+                    "ci95_relative": None,
+                }
                 summary["interconnect"] = {
-                    "gpu_link": None, "gpu_link_reason": ("NVLink/PCIe topology is read only on GPUs"
-                                                          if adapter.cuda_index is None else "not read by this kit version"),
-                    "network": distributed.interface_towards(worker.master_addr), "link_rate": spec.link_rate,
-                    "backend": dist.backend}
+                    "gpu_link": None,
+                    "gpu_link_reason": (
+                        "NVLink/PCIe topology is read only on GPUs"
+                        if adapter.cuda_index is None
+                        else "not read by this kit version"
+                    ),
+                    "network": distributed.interface_towards(worker.master_addr),
+                    "link_rate": spec.link_rate,
+                    "backend": dist.backend,
+                }
             if spec.analyses and worker is None:
                 events.emit("phase", phase="analysis")
-                summary["metrics"].update(analysis.run(adapter, loop, env, run_dir, summary["metrics"]["throughput"],
-                                                       spec.precision, caps))
+                summary["metrics"].update(
+                    analysis.run(adapter, loop, env, run_dir, summary["metrics"]["throughput"], spec.precision, caps)
+                )
         losses = [i.loss for i in loop.result.iterations if i.loss is not None]
         summary["loss"] = {"first": losses[0] if losses else None, "last": losses[-1] if losses else None}
         summary["status"] = "disturbed" if summary.get("disturbed_reasons") else "ok"
@@ -263,8 +336,10 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         else:
             log.error("run %s: %s", status, message)
         if status == "oom":
-            summary["error"] = (f"out of memory at batch size {spec.batch_size}: try a smaller batch "
-                                f"{summary['error'].removeprefix('out of memory ')}")
+            summary["error"] = (
+                f"out of memory at batch size {spec.batch_size}: try a smaller batch "
+                f"{summary['error'].removeprefix('out of memory ')}"
+            )
         if loop is not None and loop.result.metrics:
             summary["metrics"] = loop.result.metrics
     finally:
@@ -306,8 +381,12 @@ def _write_rows(run_dir: Path, name: str, rows: list[dict[str, Any]], summary: d
         RunDir(run_dir).write_csv(name, rows)
     except OSError as exc:
         summary.setdefault("files_not_written", {})[name] = f"{exc.strerror or exc} ({len(rows)} rows lost)"
-        log.error("%s could not be written (%s): its %d rows are lost; the summary is written next",
-                  name, exc.strerror or exc, len(rows))
+        log.error(
+            "%s could not be written (%s): its %d rows are lost; the summary is written next",
+            name,
+            exc.strerror or exc,
+            len(rows),
+        )
 
 
 def _write_trace(run_dir: Path, summary: dict[str, Any]) -> None:
@@ -327,8 +406,11 @@ def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     try:
         where = rd.write_json_or_fallback(runfiles.SUMMARY, summary)
     except OSError as exc:
-        log.error("summary.json could not be written in the run folder nor in %s (%s)",
-                  rd.fallback(runfiles.SUMMARY).parent, exc.strerror or exc)
+        log.error(
+            "summary.json could not be written in the run folder nor in %s (%s)",
+            rd.fallback(runfiles.SUMMARY).parent,
+            exc.strerror or exc,
+        )
         return
     if where != rd.summary:
         log.error("summary.json could not be written in the run folder (full disk?): it is kept at %s", where)

@@ -72,7 +72,7 @@ def mann_kendall(x: list[float]) -> tuple[float, float]:
     s = 0
     for i in range(n - 1):
         xi = x[i]
-        for xj in x[i + 1:]:
+        for xj in x[i + 1 :]:
             s += (xj > xi) - (xj < xi)
     ties = Counter(x).values()
     var = (n * (n - 1) * (2 * n + 5) - sum(t * (t - 1) * (2 * t + 5) for t in ties)) / 18
@@ -81,8 +81,7 @@ def mann_kendall(x: list[float]) -> tuple[float, float]:
     return ((s - 1) if s > 0 else (s + 1)) / math.sqrt(var), var
 
 
-def warmup_done(costs: list[float], window: int, tolerance: float, min_iterations: int,
-                alpha: float = 0.05) -> bool:
+def warmup_done(costs: list[float], window: int, tolerance: float, min_iterations: int, alpha: float = 0.05) -> bool:
     """True when iteration cost has stopped drifting, by three tests over the trailing horizon
     (`warmup_horizon`: the later half of the iterations so far, at least 2 x `window`, at most
     MAX_HORIZON), after at least `min_iterations` and 2 x `window` iterations:
@@ -103,7 +102,7 @@ def warmup_done(costs: list[float], window: int, tolerance: float, min_iteration
         return False
     h = warmup_horizon(n, window)
     x = costs[-h:]
-    if not _means_match(x[: h // 2], x[h // 2:], tolerance) or n % max(1, h // MK_CHECKS_PER_HORIZON):
+    if not _means_match(x[: h // 2], x[h // 2 :], tolerance) or n % max(1, h // MK_CHECKS_PER_HORIZON):
         return False
     z_crit = NormalDist().inv_cdf(1 - alpha / 2)
     z, var_s = mann_kendall(x)
@@ -112,8 +111,8 @@ def warmup_done(costs: list[float], window: int, tolerance: float, min_iteration
 
 @dataclass(frozen=True)
 class Estimate:
-    throughput: float          # units of work per second (ratio estimator: sum work / sum time)
-    half_width: float          # 95% confidence half-width, same unit
+    throughput: float  # units of work per second (ratio estimator: sum work / sum time)
+    half_width: float  # 95% confidence half-width, same unit
     iterations: int
     seconds: float
     work: float

@@ -14,7 +14,11 @@ CATEGORIES = ("weights", "weight_gradients", "feature_maps", "workspace", "dynam
 def entry(value: int | None, method: str, reason: str | None = None) -> dict[str, Any]:
     if value is None and not reason:
         raise ValueError("a memory category without bytes must say why")
-    return {"bytes": None if value is None else int(value), "method": method, "reason": None if value is not None else reason}
+    return {
+        "bytes": None if value is None else int(value),
+        "method": method,
+        "reason": None if value is not None else reason,
+    }
 
 
 def breakdown(device: str, categories: dict[str, dict[str, Any]], peak: dict[str, Any]) -> dict[str, Any]:
@@ -28,8 +32,14 @@ def breakdown(device: str, categories: dict[str, dict[str, Any]], peak: dict[str
         unattributed = entry(None, method, f"no peak to attribute against: {peak['reason']}")
     else:
         unattributed = entry(peak["bytes"] - known, method)
-    return {"device": device, "unit": "bytes", "categories": {c: categories[c] for c in CATEGORIES},
-            "peak": peak, "unattributed": unattributed, "category_shares": category_shares(categories)}
+    return {
+        "device": device,
+        "unit": "bytes",
+        "categories": {c: categories[c] for c in CATEGORIES},
+        "peak": peak,
+        "unattributed": unattributed,
+        "category_shares": category_shares(categories),
+    }
 
 
 def category_shares(categories: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -44,8 +54,12 @@ def category_shares(categories: dict[str, dict[str, Any]]) -> dict[str, Any]:
     elif total <= 0:
         reason = "the five categories sum to zero bytes"
     else:
-        return {"over": list(CATEGORIES), "values": {c: categories[c]["bytes"] / total for c in CATEGORIES},
-                "method": method, "reason": None}
+        return {
+            "over": list(CATEGORIES),
+            "values": {c: categories[c]["bytes"] / total for c in CATEGORIES},
+            "method": method,
+            "reason": None,
+        }
     return {"over": list(CATEGORIES), "values": None, "method": method, "reason": reason}
 
 

@@ -32,8 +32,16 @@ FMUL = "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum"
 DURATION = "gpu__time_duration.sum"
 TENSOR = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"
 METRICS = (FFMA, FADD, FMUL, DURATION, TENSOR)
-TIME_UNITS = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "msecond": 1e-3, "ms": 1e-3,
-              "second": 1.0, "s": 1.0}
+TIME_UNITS = {
+    "nsecond": 1e-9,
+    "ns": 1e-9,
+    "usecond": 1e-6,
+    "us": 1e-6,
+    "msecond": 1e-3,
+    "ms": 1e-3,
+    "second": 1.0,
+    "s": 1.0,
+}
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,7 @@ def parse_raw_csv(text: str) -> list[KernelCounters]:
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
-        raise ValueError("no ncu raw CSV header (a line starting with \"ID\") in the text")
+        raise ValueError('no ncu raw CSV header (a line starting with "ID") in the text')
     reader = csv.reader(io.StringIO("\n".join(lines[start:])))
     header = next(reader)
     units = dict(zip(header, next(reader)))
@@ -75,8 +83,15 @@ def parse_raw_csv(text: str) -> list[KernelCounters]:
         r = dict(zip(header, row))
         seconds = (_number(r[DURATION]) or 0.0) * scale
         flops = 2 * (_number(r[FFMA]) or 0.0) + (_number(r[FADD]) or 0.0) + (_number(r[FMUL]) or 0.0)
-        out.append(KernelCounters(r["Kernel Name"], seconds, flops, _number(r[TENSOR]) if TENSOR in r else None,
-                                  launch_config(r.get("Grid Size"), r.get("Block Size"))))
+        out.append(
+            KernelCounters(
+                r["Kernel Name"],
+                seconds,
+                flops,
+                _number(r[TENSOR]) if TENSOR in r else None,
+                launch_config(r.get("Grid Size"), r.get("Block Size")),
+            )
+        )
     return out
 
 
@@ -92,9 +107,13 @@ def per_kernel(kernels: list[KernelCounters], peak_fp32: float) -> dict[str, dic
         if k.tensor_percent is not None:
             tensor[k.name] += k.tensor_percent * k.seconds
             tensor_secs[k.name] += k.seconds
-    return {name: {"fp32_utilization": 100.0 * flops[name] / (peak_fp32 * secs[name]) if secs[name] > 0 else None,
-                   "tensor_utilization": tensor[name] / tensor_secs[name] if tensor_secs[name] > 0 else None}
-            for name in secs}
+    return {
+        name: {
+            "fp32_utilization": 100.0 * flops[name] / (peak_fp32 * secs[name]) if secs[name] > 0 else None,
+            "tensor_utilization": tensor[name] / tensor_secs[name] if tensor_secs[name] > 0 else None,
+        }
+        for name in secs
+    }
 
 
 def overall(kernels: list[KernelCounters], peak_fp32: float) -> dict[str, Any]:
@@ -104,14 +123,18 @@ def overall(kernels: list[KernelCounters], peak_fp32: float) -> dict[str, Any]:
         raise ValueError("the profiled kernels have no duration")
     timed = [(k.tensor_percent, k.seconds) for k in kernels if k.tensor_percent is not None]
     tsec = sum(s for _, s in timed)
-    return {"fp32_utilization": 100.0 * sum(k.fp32_flops for k in kernels) / (peak_fp32 * seconds),
-            "tensor_utilization": sum(p * s for p, s in timed) / tsec if tsec > 0 else None,
-            "kernels": len(kernels), "active_seconds": seconds}
+    return {
+        "fp32_utilization": 100.0 * sum(k.fp32_flops for k in kernels) / (peak_fp32 * seconds),
+        "tensor_utilization": sum(p * s for p, s in timed) / tsec if tsec > 0 else None,
+        "kernels": len(kernels),
+        "active_seconds": seconds,
+    }
 
 
 @dataclass(frozen=True)
 class TimelineEntry:
     """The iteration's launches of one kernel in one launch configuration (kernel_launches.csv)."""
+
     name: str
     launch: str
     calls: int
@@ -140,8 +163,9 @@ class _Samples:
         return [], ""
 
 
-def whole_iteration(timeline: Iterable[TimelineEntry], sampled: list[KernelCounters],
-                    peak_fp32: float) -> dict[str, Any]:
+def whole_iteration(
+    timeline: Iterable[TimelineEntry], sampled: list[KernelCounters], peak_fp32: float
+) -> dict[str, Any]:
     """Eq. 2 over the whole iteration: each timeline entry's FP32 FLOPs are its calls x the mean
     FLOPs per launch of its samples; T is the timeline's kernel time of the entries with samples.
     Returns the overall FP32 and tensor utilization, `coverage` (share of the timeline's kernel
@@ -173,12 +197,22 @@ def whole_iteration(timeline: Iterable[TimelineEntry], sampled: list[KernelCount
     if total <= 0:
         raise ValueError("the kernel timeline has no kernel time")
     tsec = sum(tsecs_by.values())
-    per_kernel = {name: {"fp32_utilization": 100.0 * flops_by[name] / (peak_fp32 * secs_by[name]) if secs_by[name] > 0 else None,
-                         "tensor_utilization": tensor_by[name] / tsecs_by[name] if tsecs_by[name] > 0 else None,
-                         "coverage": secs_by[name] / all_by[name] if all_by[name] > 0 else 0.0}
-                  for name in all_by}
-    return {"fp32_utilization": 100.0 * sum(flops_by.values()) / (peak_fp32 * active) if active > 0 else None,
-            "tensor_utilization": sum(tensor_by.values()) / tsec if tsec > 0 else None,
-            "coverage": active / total, "active_seconds": active, "timeline_seconds": total,
-            "timeline_entries": entries, "covered_entries": covered, "kernels_profiled": len(sampled),
-            "per_kernel": per_kernel}
+    per_kernel = {
+        name: {
+            "fp32_utilization": 100.0 * flops_by[name] / (peak_fp32 * secs_by[name]) if secs_by[name] > 0 else None,
+            "tensor_utilization": tensor_by[name] / tsecs_by[name] if tsecs_by[name] > 0 else None,
+            "coverage": secs_by[name] / all_by[name] if all_by[name] > 0 else 0.0,
+        }
+        for name in all_by
+    }
+    return {
+        "fp32_utilization": 100.0 * sum(flops_by.values()) / (peak_fp32 * active) if active > 0 else None,
+        "tensor_utilization": sum(tensor_by.values()) / tsec if tsec > 0 else None,
+        "coverage": active / total,
+        "active_seconds": active,
+        "timeline_seconds": total,
+        "timeline_entries": entries,
+        "covered_entries": covered,
+        "kernels_profiled": len(sampled),
+        "per_kernel": per_kernel,
+    }

@@ -20,8 +20,16 @@ from tbdkit.metric import metric, missing
 
 # compute capability -> FP32 FMA lanes per SM
 FP32_LANES_PER_SM: dict[str, int] = {
-    "6.0": 64, "6.1": 128, "7.0": 64, "7.2": 64, "7.5": 64,
-    "8.0": 64, "8.6": 128, "8.7": 128, "8.9": 128, "9.0": 128,
+    "6.0": 64,
+    "6.1": 128,
+    "7.0": 64,
+    "7.2": 64,
+    "7.5": 64,
+    "8.0": 64,
+    "8.6": 128,
+    "8.7": 128,
+    "8.9": 128,
+    "9.0": 128,
 }
 # compute capability -> dense tensor-core FLOPs per clock per SM, by input type (8.6/8.9: GeForce rates;
 # the data-center parts of those capabilities are in PRODUCTS)
@@ -45,17 +53,21 @@ A100_DS = "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com/content/dam/en-zz/S
 L4_DS = "NVIDIA L4 Tensor Core GPU datasheet (resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet)"
 L40S_DS = "NVIDIA L40S datasheet (resources.nvidia.com/en-us-l40s/l40s-datasheet-28413)"
 L40_DS = "NVIDIA L40 datasheet (images.nvidia.com/content/Solutions/data-center/vgpu-L40-datasheet.pdf)"
-H100_DS = "NVIDIA H100 Tensor Core GPU datasheet (resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet)"
-H200_DS = "NVIDIA H200 Tensor Core GPU datasheet (nvdam.widen.net/s/nb5zzzsjdf/hpc-datasheet-sc23-h200-datasheet-3002446)"
+H100_DS = (
+    "NVIDIA H100 Tensor Core GPU datasheet (resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet)"
+)
+H200_DS = (
+    "NVIDIA H200 Tensor Core GPU datasheet (nvdam.widen.net/s/nb5zzzsjdf/hpc-datasheet-sc23-h200-datasheet-3002446)"
+)
 
 
 @dataclass(frozen=True)
 class Product:
     name: str
-    pattern: str                  # regular expression over the reported device name
-    fp32: float                   # TFLOP/s, FP32 CUDA cores
-    tf32: float | None            # TFLOP/s, dense TF32 tensor (None: the GPU has no TF32 tensor math)
-    fp16: float | None            # TFLOP/s, dense FP16 tensor with FP32 accumulation
+    pattern: str  # regular expression over the reported device name
+    fp32: float  # TFLOP/s, FP32 CUDA cores
+    tf32: float | None  # TFLOP/s, dense TF32 tensor (None: the GPU has no TF32 tensor math)
+    fp16: float | None  # TFLOP/s, dense FP16 tensor with FP32 accumulation
     source: str
 
 
@@ -89,9 +101,9 @@ MODE_UNIT = {"fp32": "fp32 CUDA cores", "tf32": "tf32 tensor cores", "amp": "fp1
 @dataclass(frozen=True)
 class Device:
     name: str
-    compute_capability: str   # "9.0"
+    compute_capability: str  # "9.0"
     sm_count: int
-    sm_clock_mhz: float       # the maximum (boost) SM clock
+    sm_clock_mhz: float  # the maximum (boost) SM clock
     clock_source: str
 
 
@@ -119,10 +131,17 @@ def peak_flops(device: Device, mode: str) -> tuple[float | None, str, str | None
     rate = TENSOR_FLOPS_PER_CLOCK_PER_SM.get(cc, {}).get(kind)
     if rate is None:
         return None, base, f"compute capability {cc} has no dense {kind} tensor rate in tbdkit's table"
-    note = (" (GeForce rate: a data-center part of this compute capability does twice this; it is not in "
-            "tbdkit's product table)" if cc in ("8.6", "8.9") else "")
-    return (device.sm_count * clock_hz * rate,
-            f"{base} x {rate} dense {kind} tensor FLOPs per clock per SM{note}", None)
+    note = (
+        " (GeForce rate: a data-center part of this compute capability does twice this; it is not in "
+        "tbdkit's product table)"
+        if cc in ("8.6", "8.9")
+        else ""
+    )
+    return (
+        device.sm_count * clock_hz * rate,
+        f"{base} x {rate} dense {kind} tensor FLOPs per clock per SM{note}",
+        None,
+    )
 
 
 def peak_metric(device: Device | None, mode: str, reason: str | None = None) -> dict[str, Any]:
@@ -130,12 +149,19 @@ def peak_metric(device: Device | None, mode: str, reason: str | None = None) -> 
     if device is None:
         return missing(unit, f"device peak for math mode {mode}", reason or "no GPU")
     value, method, why = peak_flops(device, mode)
-    return metric(value, unit, f"{method} ({MODE_UNIT.get(mode, mode)}, math mode {mode})", reason=why,
-                  device=device.name, compute_capability=device.compute_capability)
+    return metric(
+        value,
+        unit,
+        f"{method} ({MODE_UNIT.get(mode, mode)}, math mode {mode})",
+        reason=why,
+        device=device.name,
+        compute_capability=device.compute_capability,
+    )
 
 
-def mfu_metric(flops_per_work: float | None, throughput: float | None, peak: dict[str, Any],
-               flops_reason: str | None = None) -> dict[str, Any]:
+def mfu_metric(
+    flops_per_work: float | None, throughput: float | None, peak: dict[str, Any], flops_reason: str | None = None
+) -> dict[str, Any]:
     """MFU % = model FLOPs per unit of work x work per second / peak FLOP/s of the math mode."""
     method = "model FLOPs per unit of work (torch.utils.flop_counter, one training step) x throughput / peak FLOP/s"
     if flops_per_work is None:
@@ -144,5 +170,10 @@ def mfu_metric(flops_per_work: float | None, throughput: float | None, peak: dic
         return missing("%", method, "no throughput was measured")
     if peak.get("value") is None:
         return missing("%", method, f"no peak FLOP/s: {peak.get('reason')}")
-    return metric(100.0 * flops_per_work * throughput / peak["value"], "%", method,
-                  peak_flops=peak["value"], peak_method=peak["method"])
+    return metric(
+        100.0 * flops_per_work * throughput / peak["value"],
+        "%",
+        method,
+        peak_flops=peak["value"],
+        peak_method=peak["method"],
+    )

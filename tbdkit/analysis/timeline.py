@@ -8,8 +8,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-KERNEL_COLUMNS = ("kernel", "calls", "total_time_us", "time_share", "mean_time_us",
-                  "fp32_utilization", "tensor_utilization", "method")
+KERNEL_COLUMNS = (
+    "kernel",
+    "calls",
+    "total_time_us",
+    "time_share",
+    "mean_time_us",
+    "fp32_utilization",
+    "tensor_utilization",
+    "method",
+)
 # kernel_launches.csv: the traced iterations' kernels by name and launch configuration (grid, block)
 LAUNCH_COLUMNS = ("kernel", "launch", "calls", "total_time_us", "method")
 
@@ -26,6 +34,7 @@ def launch_config(grid: Any, block: Any) -> str:
     """One spelling of a kernel's launch configuration for torch.profiler's trace args (lists
     [x, y, z]) and Nsight Compute's CSV columns (text "(x, y, z)"): 'grid=XxYxZ block=XxYxZ';
     "" when either is missing."""
+
     def dims(v: Any) -> str | None:
         if isinstance(v, str):
             v = [p for p in v.strip().strip("()[]").replace(" ", "").split(",") if p]
@@ -49,9 +58,16 @@ def from_chrome_trace(doc: dict[str, Any] | list[Any]) -> tuple[list[Kernel], fl
         return [], 0.0
     start = min(float(e["ts"]) for e in spans)
     end = max(float(e["ts"]) + float(e["dur"]) for e in spans)
-    kernels = [Kernel(str(e.get("name", "")), float(e["ts"]) - start, float(e["dur"]),
-                      launch_config((e.get("args") or {}).get("grid"), (e.get("args") or {}).get("block")))
-               for e in spans if e.get("cat") == "kernel"]
+    kernels = [
+        Kernel(
+            str(e.get("name", "")),
+            float(e["ts"]) - start,
+            float(e["dur"]),
+            launch_config((e.get("args") or {}).get("grid"), (e.get("args") or {}).get("block")),
+        )
+        for e in spans
+        if e.get("cat") == "kernel"
+    ]
     return kernels, end - start
 
 
@@ -88,10 +104,18 @@ def kernel_table(kernels: list[Kernel], method: str) -> list[dict[str, Any]]:
     grand = sum(total.values())
     rows = []
     for name in sorted(total, key=lambda n: (-total[n], n)):
-        rows.append({"kernel": name, "calls": calls[name], "total_time_us": round(total[name], 3),
-                     "time_share": round(total[name] / grand, 6) if grand > 0 else 0.0,
-                     "mean_time_us": round(total[name] / calls[name], 3),
-                     "fp32_utilization": "", "tensor_utilization": "", "method": method})
+        rows.append(
+            {
+                "kernel": name,
+                "calls": calls[name],
+                "total_time_us": round(total[name], 3),
+                "time_share": round(total[name] / grand, 6) if grand > 0 else 0.0,
+                "mean_time_us": round(total[name] / calls[name], 3),
+                "fp32_utilization": "",
+                "tensor_utilization": "",
+                "method": method,
+            }
+        )
     return rows
 
 
@@ -104,8 +128,16 @@ def launch_table(kernels: list[Kernel], method: str) -> list[dict[str, Any]]:
     for k in kernels:
         calls[(k.name, k.launch)] += 1
         total[(k.name, k.launch)] += k.duration_us
-    return [{"kernel": key[0], "launch": key[1], "calls": calls[key], "total_time_us": round(total[key], 3),
-             "method": method} for key in sorted(total, key=lambda k: (-total[k], k))]
+    return [
+        {
+            "kernel": key[0],
+            "launch": key[1],
+            "calls": calls[key],
+            "total_time_us": round(total[key], 3),
+            "method": method,
+        }
+        for key in sorted(total, key=lambda k: (-total[k], k))
+    ]
 
 
 def loose_name(kernel: str) -> str:
@@ -115,8 +147,9 @@ def loose_name(kernel: str) -> str:
     return "".join(head.removeprefix("void ").split())
 
 
-def merge_utilization(rows: list[dict[str, Any]], per_kernel: dict[str, dict[str, float | None]],
-                      method: str) -> list[dict[str, Any]]:
+def merge_utilization(
+    rows: list[dict[str, Any]], per_kernel: dict[str, dict[str, float | None]], method: str
+) -> list[dict[str, Any]]:
     """Fill fp32/tensor utilization from Nsight Compute into the table rows of the same kernel name
     (else of the same name up to its parameter list, spaces ignored, where that is unambiguous)."""
     loose: dict[str, list[str]] = defaultdict(list)

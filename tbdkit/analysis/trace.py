@@ -26,8 +26,8 @@ from typing import Any
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 
-PID = 1                  # the run's own tracks (iterations, data wait)
-SAMPLES_PID = 2          # the sampled instruments' counters
+PID = 1  # the run's own tracks (iterations, data wait)
+SAMPLES_PID = 2  # the sampled instruments' counters
 ITERATIONS_TID = 1
 CLOCK = "microseconds since the training loop started (time.perf_counter), the clock of iterations.csv's start_s"
 ANCHOR_EVENT = "tbdkit.clock_anchor"  # the user annotation a profiled pass records at a known loop time
@@ -67,19 +67,55 @@ def iteration_events(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
         ts, dur = _us(start), _us(seconds)
         wait = _float(row.get("data_wait_s")) or 0.0
         args: dict[str, Any] = {k: v for k, v in row.items() if k not in ("start_s", "seconds") and v not in (None, "")}
-        events.append({"name": f"iteration {row.get('iteration')}", "cat": phase, "ph": "X", "ts": ts, "dur": dur,
-                       "pid": PID, "tid": ITERATIONS_TID, "args": args})
+        events.append(
+            {
+                "name": f"iteration {row.get('iteration')}",
+                "cat": phase,
+                "ph": "X",
+                "ts": ts,
+                "dur": dur,
+                "pid": PID,
+                "tid": ITERATIONS_TID,
+                "args": args,
+            }
+        )
         if wait > 0:
-            events.append({"name": "data wait", "cat": "data", "ph": "X", "ts": ts, "dur": min(_us(wait), dur),
-                           "pid": PID, "tid": ITERATIONS_TID, "args": {"data_wait_s": wait}})
-        events.append({"name": "data wait share", "ph": "C", "ts": ts, "pid": PID,
-                       "args": {"percent": round(100.0 * wait / seconds, 3) if seconds > 0 else 0.0}})
+            events.append(
+                {
+                    "name": "data wait",
+                    "cat": "data",
+                    "ph": "X",
+                    "ts": ts,
+                    "dur": min(_us(wait), dur),
+                    "pid": PID,
+                    "tid": ITERATIONS_TID,
+                    "args": {"data_wait_s": wait},
+                }
+            )
+        events.append(
+            {
+                "name": "data wait share",
+                "ph": "C",
+                "ts": ts,
+                "pid": PID,
+                "args": {"percent": round(100.0 * wait / seconds, 3) if seconds > 0 else 0.0},
+            }
+        )
         span = spans.setdefault(phase, [ts, ts + dur, 0])
         span[0], span[1], span[2] = min(span[0], ts), max(span[1], ts + dur), span[2] + 1
     for phase, (begin, end, count) in spans.items():
-        events.append({"name": PHASE_SPANS.get(phase, phase), "cat": phase, "ph": "X", "ts": begin,
-                       "dur": round(end - begin, 3), "pid": PID, "tid": ITERATIONS_TID,
-                       "args": {"phase": phase, "iterations": int(count)}})
+        events.append(
+            {
+                "name": PHASE_SPANS.get(phase, phase),
+                "cat": phase,
+                "ph": "X",
+                "ts": begin,
+                "dur": round(end - begin, 3),
+                "pid": PID,
+                "tid": ITERATIONS_TID,
+                "args": {"phase": phase, "iterations": int(count)},
+            }
+        )
     return events
 
 
@@ -135,14 +171,20 @@ def build(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
         first = window.get("first_iteration")
         starts = [_float(r.get("start_s")) for r in iterations if r.get("iteration") == str(first)]
         origin = starts[0] if starts and starts[0] is not None else 0.0
-        notes["samples_clock"] = "samples_origin_s not recorded: samples.csv's t_s placed from the window's first iteration"
-    events = [*_metadata(PID, f"tbdkit run {summary.get('run_id', run_dir.name)}", ITERATIONS_TID, "iterations"),
-              *iteration_events(iterations)]
+        notes["samples_clock"] = (
+            "samples_origin_s not recorded: samples.csv's t_s placed from the window's first iteration"
+        )
+    events = [
+        *_metadata(PID, f"tbdkit run {summary.get('run_id', run_dir.name)}", ITERATIONS_TID, "iterations"),
+        *iteration_events(iterations),
+    ]
     sampled = sample_events(samples, float(origin))
     if sampled:
         events += [*_metadata(SAMPLES_PID, "sampled instruments (samples.csv)"), *sampled]
     else:
-        notes["samples"] = "samples.csv holds no samples (the window was shorter than one sample interval, or the run ended before it)"
+        notes["samples"] = (
+            "samples.csv holds no samples (the window was shorter than one sample interval, or the run ended before it)"
+        )
     profiler_path = run_dir / runfiles.PROFILER_TRACE
     if profiler_path.is_file():
         try:
@@ -157,10 +199,16 @@ def build(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"run_id": summary.get("run_id", run_dir.name), "model": summary.get("model"),
-                      "framework": summary.get("framework"), "clock": CLOCK,
-                      "window": window, "warmup": summary.get("warmup"),
-                      "data_wait": (summary.get("metrics") or {}).get("data_wait"), **notes},
+        "otherData": {
+            "run_id": summary.get("run_id", run_dir.name),
+            "model": summary.get("model"),
+            "framework": summary.get("framework"),
+            "clock": CLOCK,
+            "window": window,
+            "warmup": summary.get("warmup"),
+            "data_wait": (summary.get("metrics") or {}).get("data_wait"),
+            **notes,
+        },
     }
 
 

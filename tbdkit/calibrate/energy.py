@@ -17,16 +17,37 @@ PROBE = "idle then busy window: counter moves forward, idle < busy mean power <=
 METRICS = ("cpu_energy", "cpu_power", "dram_energy", "dram_power")
 
 
-def rapl_result(idle_j: float | None, idle_s: float, busy_j: float | None, busy_s: float,
-                limit_w: float | None, details: dict[str, Any] | None = None) -> ProbeResult:
+def rapl_result(
+    idle_j: float | None,
+    idle_s: float,
+    busy_j: float | None,
+    busy_s: float,
+    limit_w: float | None,
+    details: dict[str, Any] | None = None,
+) -> ProbeResult:
     """The verdict from the two windows' package energy (J) and lengths (s)."""
     details = dict(details or {})
     if idle_j is None or busy_j is None:
-        return ProbeResult(INSTRUMENT, PROBE, None, None, "W", Tolerance(),
-                           unsupported("Zeus returned no RAPL package reading"), METRICS, details)
+        return ProbeResult(
+            INSTRUMENT,
+            PROBE,
+            None,
+            None,
+            "W",
+            Tolerance(),
+            unsupported("Zeus returned no RAPL package reading"),
+            METRICS,
+            details,
+        )
     idle_w, busy_w = idle_j / idle_s, busy_j / busy_s
-    details.update(idle_j=round(idle_j, 6), busy_j=round(busy_j, 6), busy_s=round(busy_s, 6), idle_w=round(idle_w, 3),
-                   busy_w=round(busy_w, 3), package_limit_w=limit_w)
+    details.update(
+        idle_j=round(idle_j, 6),
+        busy_j=round(busy_j, 6),
+        busy_s=round(busy_s, 6),
+        idle_w=round(idle_w, 3),
+        busy_w=round(busy_w, 3),
+        package_limit_w=limit_w,
+    )
     if idle_j < 0 or busy_j < 0:
         verdict = "off by a decrease: the RAPL counter went backwards"
     elif busy_j == 0:
@@ -56,8 +77,18 @@ def probe(seconds: float = 2.0) -> list[ProbeResult]:
 
         from tbdkit.agent.collectors.energy import rapl_reason
     except ImportError:
-        return [ProbeResult(INSTRUMENT, PROBE, None, None, "W", Tolerance(),
-                            unsupported("zeus is not installed in this environment (pip install zeus)"), METRICS)]
+        return [
+            ProbeResult(
+                INSTRUMENT,
+                PROBE,
+                None,
+                None,
+                "W",
+                Tolerance(),
+                unsupported("zeus is not installed in this environment (pip install zeus)"),
+                METRICS,
+            )
+        ]
     why = rapl_reason()
     if why is not None:
         return [ProbeResult(INSTRUMENT, PROBE, None, None, "W", Tolerance(), unsupported(why), METRICS)]
@@ -76,5 +107,14 @@ def probe(seconds: float = 2.0) -> list[ProbeResult]:
 
     def total(m: Any) -> float | None:
         return float(sum(m.cpu_energy.values())) if m.cpu_energy else None
-    return [rapl_result(total(idle), idle.time, total(busy), busy.time, _limit_w(root),
-                        {"packages": len(monitor.cpu_indices), "threads": threads})]
+
+    return [
+        rapl_result(
+            total(idle),
+            idle.time,
+            total(busy),
+            busy.time,
+            _limit_w(root),
+            {"packages": len(monitor.cpu_indices), "threads": threads},
+        )
+    ]

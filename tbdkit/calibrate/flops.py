@@ -30,13 +30,13 @@ from tbdkit.analysis import ncu
 from tbdkit.analysis.peak import Device, peak_flops
 from tbdkit.calibrate.verdict import TRUSTED, ProbeResult, Tolerance, judge, unsupported
 
-GEMM = (4096, 4096, 4096)           # M, N, K: multiples of every cuBLAS tile, so no tail
+GEMM = (4096, 4096, 4096)  # M, N, K: multiples of every cuBLAS tile, so no tail
 QUICK_GEMM = (2048, 2048, 2048)
 FLOP_TOLERANCE = Tolerance(relative=0.01)
-PIPE_HIGH = 40.0    # % of time: a GEMM running back to back keeps its own pipe at least this busy
-PIPE_LOW = 5.0      # % of time: the pipe a GEMM does not use stays under this
+PIPE_HIGH = 40.0  # % of time: a GEMM running back to back keeps its own pipe at least this busy
+PIPE_LOW = 5.0  # % of time: the pipe a GEMM does not use stays under this
 FP32_SHARE_LOW = 0.01  # a tensor GEMM's FP32 FLOPs (epilogue) as a share of 2·M·N·K
-PEAK_SLACK = 0.02   # achieved above peak x (1 + this): the peak table is wrong for this SKU
+PEAK_SLACK = 0.02  # achieved above peak x (1 + this): the peak table is wrong for this SKU
 MODES = ("fp32", "tf32", "bf16")
 PEAK_MODE = {"fp32": "fp32", "tf32": "tf32", "bf16": "amp"}  # BF16 dense tensor peak = FP16's on A100/H100
 NCU_TIMEOUT_S = 300.0
@@ -63,20 +63,35 @@ def ncu_result(mode: str, m: int, n: int, k: int, kernels: list[ncu.KernelCounte
     probe = f"{mode.upper()} GEMM {_shape(m, n, k)} under ncu"
     if not kernels:
         metrics = ("fp32_utilization",) if mode == "fp32" else ("tensor_utilization",)
-        return ProbeResult(f"ncu.{'fp32_flops' if mode == 'fp32' else 'tensor_pipe'}", probe, None, None, "",
-                           Tolerance(), unsupported("ncu profiled no kernel inside the GEMM's profiler range"), metrics)
+        return ProbeResult(
+            f"ncu.{'fp32_flops' if mode == 'fp32' else 'tensor_pipe'}",
+            probe,
+            None,
+            None,
+            "",
+            Tolerance(),
+            unsupported("ncu profiled no kernel inside the GEMM's profiler range"),
+            metrics,
+        )
     flops = sum(x.fp32_flops for x in kernels)
     tensor = _weighted_tensor(kernels)
-    details: dict[str, Any] = {"kernels": [x.name for x in kernels], "tensor_pipe_pct": tensor,
-                               "fp32_flops": flops, "formula": "2 x FFMA + FADD + FMUL (tbdkit.analysis.ncu)"}
+    details: dict[str, Any] = {
+        "kernels": [x.name for x in kernels],
+        "tensor_pipe_pct": tensor,
+        "fp32_flops": flops,
+        "formula": "2 x FFMA + FADD + FMUL (tbdkit.analysis.ncu)",
+    }
     if mode == "fp32":
         verdict = judge(truth, flops, FLOP_TOLERANCE, "FLOP")
         if verdict == TRUSTED and tensor is not None and tensor > PIPE_LOW:
             verdict = f"off by {tensor:.0f}% tensor pipe in a TF32-off SGEMM (TF32 was not off, or the metric is wrong)"
-        return ProbeResult("ncu.fp32_flops", probe, truth, flops, "FLOP", FLOP_TOLERANCE, verdict,
-                           ("fp32_utilization",), details)
+        return ProbeResult(
+            "ncu.fp32_flops", probe, truth, flops, "FLOP", FLOP_TOLERANCE, verdict, ("fp32_utilization",), details
+        )
     share = flops / truth
-    details.update(fp32_share=share, rule=f"tensor pipe >= {PIPE_HIGH:g}% and FP32 FLOPs <= {FP32_SHARE_LOW:.0%} of 2MNK")
+    details.update(
+        fp32_share=share, rule=f"tensor pipe >= {PIPE_HIGH:g}% and FP32 FLOPs <= {FP32_SHARE_LOW:.0%} of 2MNK"
+    )
     if tensor is None:
         verdict = unsupported("ncu reported no tensor-pipe metric")
     elif tensor < PIPE_HIGH:
@@ -85,18 +100,25 @@ def ncu_result(mode: str, m: int, n: int, k: int, kernels: list[ncu.KernelCounte
         verdict = f"off by {share:.1%} of 2MNK counted as FP32 FLOPs in a {mode.upper()} GEMM"
     else:
         verdict = TRUSTED
-    return ProbeResult("ncu.tensor_pipe", probe, PIPE_HIGH, tensor, "%", Tolerance(), verdict,
-                       ("tensor_utilization",), details)
+    return ProbeResult(
+        "ncu.tensor_pipe", probe, PIPE_HIGH, tensor, "%", Tolerance(), verdict, ("tensor_utilization",), details
+    )
 
 
 def ncu_result_from_csv(mode: str, m: int, n: int, k: int, text: str) -> ProbeResult:
     try:
         kernels = ncu.parse_raw_csv(text)
     except ValueError as exc:
-        return ProbeResult("ncu.fp32_flops" if mode == "fp32" else "ncu.tensor_pipe",
-                           f"{mode.upper()} GEMM {_shape(m, n, k)} under ncu", None, None, "", Tolerance(),
-                           unsupported(f"ncu's CSV could not be read: {exc}"),
-                           ("fp32_utilization",) if mode == "fp32" else ("tensor_utilization",))
+        return ProbeResult(
+            "ncu.fp32_flops" if mode == "fp32" else "ncu.tensor_pipe",
+            f"{mode.upper()} GEMM {_shape(m, n, k)} under ncu",
+            None,
+            None,
+            "",
+            Tolerance(),
+            unsupported(f"ncu's CSV could not be read: {exc}"),
+            ("fp32_utilization",) if mode == "fp32" else ("tensor_utilization",),
+        )
     return ncu_result(mode, m, n, k, kernels)
 
 
@@ -113,8 +135,11 @@ def gpm_result(mode: str, shape: tuple[int, int, int], got: dict[str, dict[str, 
     probe = f"{mode.upper()} GEMMs {_shape(*shape)} back to back"
     mine, other = ("gpm_fp32_pipe", "gpm_tensor_pipe") if mode == "fp32" else ("gpm_tensor_pipe", "gpm_fp32_pipe")
     high, low = (fp32, tensor) if mode == "fp32" else (tensor, fp32)
-    details = {"fp32_pipe_pct": fp32, "tensor_pipe_pct": tensor,
-               "rule": f"{mine} >= {PIPE_HIGH:g}% and {other} <= {PIPE_LOW:g}%"}
+    details = {
+        "fp32_pipe_pct": fp32,
+        "tensor_pipe_pct": tensor,
+        "rule": f"{mine} >= {PIPE_HIGH:g}% and {other} <= {PIPE_LOW:g}%",
+    }
     if high is None or low is None:
         verdict = unsupported(f"NVML GPM did not measure the pipes ({why32 or whyt})")
     elif high < PIPE_HIGH:
@@ -123,8 +148,17 @@ def gpm_result(mode: str, shape: tuple[int, int, int], got: dict[str, dict[str, 
         verdict = f"off by {low - PIPE_LOW:+.0f} points: {other} {low:.0f}% while a {mode.upper()} GEMM ran"
     else:
         verdict = TRUSTED
-    return ProbeResult(f"gpm.{mine.removeprefix('gpm_')}", probe, PIPE_HIGH, high, "%", Tolerance(), verdict,
-                       ("gpm_fp32_pipe", "gpm_tensor_pipe"), details)
+    return ProbeResult(
+        f"gpm.{mine.removeprefix('gpm_')}",
+        probe,
+        PIPE_HIGH,
+        high,
+        "%",
+        Tolerance(),
+        verdict,
+        ("gpm_fp32_pipe", "gpm_tensor_pipe"),
+        details,
+    )
 
 
 def peak_result(mode: str, device: Device | None, achieved: float | None, why: str | None = None) -> ProbeResult:
@@ -132,22 +166,27 @@ def peak_result(mode: str, device: Device | None, achieved: float | None, why: s
     probe = f"{mode.upper()} GEMM achieved FLOP/s <= the peak table's"
     metrics = ("mfu", "fp32_utilization") if mode == "fp32" else ("mfu",)
     if device is None or achieved is None:
-        return ProbeResult("peak_table", probe, None, achieved, "FLOP/s", Tolerance(),
-                           unsupported(why or "no GPU to compare"), metrics)
+        return ProbeResult(
+            "peak_table", probe, None, achieved, "FLOP/s", Tolerance(), unsupported(why or "no GPU to compare"), metrics
+        )
     peak, method, reason = peak_flops(device, PEAK_MODE[mode])
     details = {"device": device.name, "peak_method": method, "fraction_of_peak": None if not peak else achieved / peak}
     if peak is None:
-        return ProbeResult("peak_table", probe, None, achieved, "FLOP/s", Tolerance(), unsupported(reason or method),
-                           metrics, details)
+        return ProbeResult(
+            "peak_table", probe, None, achieved, "FLOP/s", Tolerance(), unsupported(reason or method), metrics, details
+        )
     if achieved > peak * (1 + PEAK_SLACK):
-        verdict = (f"off by {achieved / peak - 1:+.1%}: measured above the peak ({method}): the peak table is "
-                   f"wrong for this SKU ({device.name})")
+        verdict = (
+            f"off by {achieved / peak - 1:+.1%}: measured above the peak ({method}): the peak table is "
+            f"wrong for this SKU ({device.name})"
+        )
     else:
         verdict = TRUSTED
     return ProbeResult("peak_table", probe, peak, achieved, "FLOP/s", Tolerance(), verdict, metrics, details)
 
 
 # --- device code: runs in the PyTorch stack's interpreter ---------------------------------------
+
 
 def set_math(torch: Any, mode: str) -> Any:
     """TF32 on only for tf32 (as tbdkit.adapters.pytorch does for a run's math mode); the GEMM's dtype."""
@@ -188,9 +227,17 @@ def profiled_gemm(device: str, mode: str, shape: tuple[int, int, int]) -> None:
         torch.cuda.profiler.stop()
 
 
-def gemm_window(device: str, index: int | None, mode: str, shape: tuple[int, int, int], seconds: float,
-                peak_device: Device | None, peak_why: str | None = None, uuid: str | None = None,
-                pci_bus_id: str | None = None) -> list[ProbeResult]:
+def gemm_window(
+    device: str,
+    index: int | None,
+    mode: str,
+    shape: tuple[int, int, int],
+    seconds: float,
+    peak_device: Device | None,
+    peak_why: str | None = None,
+    uuid: str | None = None,
+    pci_bus_id: str | None = None,
+) -> list[ProbeResult]:
     """GEMMs back to back for `seconds` with GPM sampled around them: GPM's pipes and the peak check."""
     import torch
 
@@ -222,8 +269,15 @@ def gemm_window(device: str, index: int | None, mode: str, shape: tuple[int, int
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
-def ncu_probe(python: Path, index: int, quick: bool, env: dict[str, str], exe: str | None = None,
-              run: Runner = subprocess.run, skip: str | None = None) -> list[ProbeResult]:
+def ncu_probe(
+    python: Path,
+    index: int,
+    quick: bool,
+    env: dict[str, str],
+    exe: str | None = None,
+    run: Runner = subprocess.run,
+    skip: str | None = None,
+) -> list[ProbeResult]:
     """An FP32 and a TF32 GEMM, each in its own process under the kit's ncu command (`skip`: why the
     PyTorch stack cannot run them, when it cannot)."""
     from tbdkit import nsight
@@ -232,10 +286,18 @@ def ncu_probe(python: Path, index: int, quick: bool, env: dict[str, str], exe: s
     exe = exe or nsight.find("ncu")
     out = []
     for mode in ("fp32", "tf32"):
+
         def gap(why: str, mode: str = mode) -> ProbeResult:
-            return ProbeResult("ncu.fp32_flops" if mode == "fp32" else "ncu.tensor_pipe",
-                               f"{mode.upper()} GEMM {_shape(*shape)} under ncu", None, None, "", Tolerance(),
-                               unsupported(why), ("fp32_utilization",) if mode == "fp32" else ("tensor_utilization",))
+            return ProbeResult(
+                "ncu.fp32_flops" if mode == "fp32" else "ncu.tensor_pipe",
+                f"{mode.upper()} GEMM {_shape(*shape)} under ncu",
+                None,
+                None,
+                "",
+                Tolerance(),
+                unsupported(why),
+                ("fp32_utilization",) if mode == "fp32" else ("tensor_utilization",),
+            )
 
         if skip or exe is None:
             out.append(gap(skip or "Nsight Compute (ncu) is not installed here"))
@@ -243,8 +305,17 @@ def ncu_probe(python: Path, index: int, quick: bool, env: dict[str, str], exe: s
         with tempfile.TemporaryDirectory(prefix="tbdkit-calibrate-ncu-") as tmp:
             report = Path(tmp) / f"gemm-{mode}"
             cmd = nsight.ncu_profile_args(exe, report, launch_count=1) + [
-                str(python), "-m", "tbdkit.calibrate.stack", "gemm-range", "--index", str(index), "--mode", mode,
-                "--shape", ",".join(map(str, shape))]
+                str(python),
+                "-m",
+                "tbdkit.calibrate.stack",
+                "gemm-range",
+                "--index",
+                str(index),
+                "--mode",
+                mode,
+                "--shape",
+                ",".join(map(str, shape)),
+            ]
             try:
                 proc = run(cmd, capture_output=True, text=True, env=env, timeout=NCU_TIMEOUT_S)
             except subprocess.TimeoutExpired:
@@ -253,9 +324,14 @@ def ncu_probe(python: Path, index: int, quick: bool, env: dict[str, str], exe: s
             rep = report.with_suffix(".ncu-rep")
             if proc.returncode != 0 or not rep.is_file():
                 tail = (proc.stdout + proc.stderr)[-300:].replace("\n", " | ")
-                out.append(gap("ERR_NVGPUCTRPERM: this user may not read the GPU performance counters "
-                               "(`tbdkit doctor` says how to allow it)" if "ERR_NVGPUCTRPERM" in tail else
-                               f"the ncu pass failed (exit {proc.returncode}): {tail}"))
+                out.append(
+                    gap(
+                        "ERR_NVGPUCTRPERM: this user may not read the GPU performance counters "
+                        "(`tbdkit doctor` says how to allow it)"
+                        if "ERR_NVGPUCTRPERM" in tail
+                        else f"the ncu pass failed (exit {proc.returncode}): {tail}"
+                    )
+                )
                 continue
             raw = run(nsight.ncu_import_args(exe, rep), capture_output=True, text=True)
         out.append(ncu_result_from_csv(mode, *shape, raw.stdout))

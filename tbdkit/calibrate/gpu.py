@@ -16,38 +16,70 @@ from typing import Any
 
 from tbdkit.calibrate.verdict import TRUSTED, ProbeResult, Tolerance, judge, unsupported
 
-UTIL_TOLERANCE = Tolerance(absolute=10.0)   # percentage points: NVML samples a ~10-170 ms period
+UTIL_TOLERANCE = Tolerance(absolute=10.0)  # percentage points: NVML samples a ~10-170 ms period
 # Reasons that slow the clocks (nvmlClocksEventReason*): idle, application clocks and sync boost do not.
-THROTTLE_REASONS = {0x4: "software power cap", 0x8: "hardware slowdown", 0x20: "software thermal slowdown",
-                    0x40: "hardware thermal slowdown", 0x80: "hardware power brake"}
+THROTTLE_REASONS = {
+    0x4: "software power cap",
+    0x8: "hardware slowdown",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "hardware power brake",
+}
 
 
 def throttle_names(mask: int) -> list[str]:
     return [name for bit, name in THROTTLE_REASONS.items() if mask & bit]
 
 
-def utilization_result(probe: str, expected: float, samples: list[int], period_ms: float | None,
-                       window_s: float) -> ProbeResult:
+def utilization_result(
+    probe: str, expected: float, samples: list[int], period_ms: float | None, window_s: float
+) -> ProbeResult:
     """NVML's utilization samples over a window of known GPU duty cycle `expected` (%)."""
     details: dict[str, Any] = {"samples": len(samples), "sample_period_ms": period_ms}
     if not samples:
-        return ProbeResult("nvml.gpu_utilization", probe, expected, None, "%", UTIL_TOLERANCE,
-                           unsupported("NVML returned no utilization samples for the window"), ("gpu_utilization",),
-                           details)
+        return ProbeResult(
+            "nvml.gpu_utilization",
+            probe,
+            expected,
+            None,
+            "%",
+            UTIL_TOLERANCE,
+            unsupported("NVML returned no utilization samples for the window"),
+            ("gpu_utilization",),
+            details,
+        )
     if period_ms:
         details["buffer_coverage"] = min(1.0, len(samples) * period_ms / 1e3 / window_s)
     measured = sum(samples) / len(samples)
-    return ProbeResult("nvml.gpu_utilization", probe, expected, measured, "%", UTIL_TOLERANCE,
-                       judge(expected, measured, UTIL_TOLERANCE, "%"), ("gpu_utilization",), details)
+    return ProbeResult(
+        "nvml.gpu_utilization",
+        probe,
+        expected,
+        measured,
+        "%",
+        UTIL_TOLERANCE,
+        judge(expected, measured, UTIL_TOLERANCE, "%"),
+        ("gpu_utilization",),
+        details,
+    )
 
 
-def energy_result(readings_mj: list[int | None], seconds: float, idle_w: float | None,
-                  limit_w: float | None) -> ProbeResult:
+def energy_result(
+    readings_mj: list[int | None], seconds: float, idle_w: float | None, limit_w: float | None
+) -> ProbeResult:
     """The energy counter over a busy window: it never decreases, and its average power lies between
     the idle power and the board's power limit. A missing counter is unsupported, never 0."""
     if any(r is None for r in readings_mj) or len(readings_mj) < 2:
-        return ProbeResult("nvml.energy", "busy window", None, None, "W", Tolerance(),
-                           unsupported("nvmlDeviceGetTotalEnergyConsumption not available on this GPU"), ("energy",))
+        return ProbeResult(
+            "nvml.energy",
+            "busy window",
+            None,
+            None,
+            "W",
+            Tolerance(),
+            unsupported("nvmlDeviceGetTotalEnergyConsumption not available on this GPU"),
+            ("energy",),
+        )
     vals = [int(r) for r in readings_mj if r is not None]
     power = (vals[-1] - vals[0]) / 1e3 / seconds
     details = {"idle_w": idle_w, "power_limit_w": limit_w, "readings": len(vals)}
@@ -62,8 +94,17 @@ def energy_result(readings_mj: list[int | None], seconds: float, idle_w: float |
     else:
         verdict = TRUSTED
     expected = None if idle_w is None or limit_w is None else (idle_w + limit_w) / 2
-    return ProbeResult("nvml.energy", "busy window: monotonic, idle <= mean power <= limit", expected, power, "W",
-                       Tolerance(), verdict, ("energy",), details)
+    return ProbeResult(
+        "nvml.energy",
+        "busy window: monotonic, idle <= mean power <= limit",
+        expected,
+        power,
+        "W",
+        Tolerance(),
+        verdict,
+        ("energy",),
+        details,
+    )
 
 
 def clocks_result(clocks_mhz: list[int], max_mhz: int | None, reasons: list[int]) -> ProbeResult:
@@ -74,8 +115,17 @@ def clocks_result(clocks_mhz: list[int], max_mhz: int | None, reasons: list[int]
     names = throttle_names(mask)
     mean = sum(clocks_mhz) / len(clocks_mhz) if clocks_mhz else None
     verdict = TRUSTED if not names else f"off by throttling: {', '.join(names)}"
-    return ProbeResult("nvml.sm_clock", "SM clock during the probes, throttle reasons", max_mhz, mean, "MHz",
-                       Tolerance(), verdict, ("sm_clock",), {"reasons_mask": mask, "throttled": names})
+    return ProbeResult(
+        "nvml.sm_clock",
+        "SM clock during the probes, throttle reasons",
+        max_mhz,
+        mean,
+        "MHz",
+        Tolerance(),
+        verdict,
+        ("sm_clock",),
+        {"reasons_mask": mask, "throttled": names},
+    )
 
 
 @dataclass
@@ -83,6 +133,7 @@ class Nvml:
     """The readings the probes need, each None when the driver refuses it (say why, never 0). The
     device is the framework's cuda:`index` found by its UUID or PCI bus id (NVML numbers GPUs in
     another order than CUDA: tbdkit.agent.collectors.device); the index alone only where NVML sees one GPU."""
+
     index: int
     uuid: str | None = None
     pci_bus_id: str | None = None
@@ -136,22 +187,47 @@ class Nvml:
         self._try(self.n.nvmlShutdown)
 
 
-def probe(index: int, quick: bool, spin: Callable[[float], None] | None = None, uuid: str | None = None,
-          pci_bus_id: str | None = None) -> list[ProbeResult]:
+def probe(
+    index: int,
+    quick: bool,
+    spin: Callable[[float], None] | None = None,
+    uuid: str | None = None,
+    pci_bus_id: str | None = None,
+) -> list[ProbeResult]:
     """Busy, idle and 50% duty-cycle windows on GPU `index` (CUDA's; `uuid`/`pci_bus_id` name it to
     NVML), read through NVML. `spin(seconds)` keeps the GPU busy for that long and returns when it is
     done (default: torch.cuda._sleep)."""
     try:
         nv = Nvml(index, uuid, pci_bus_id)
     except Exception as exc:
-        return [ProbeResult("nvml", "NVML on this machine", None, None, "", Tolerance(),
-                            unsupported(f"NVML not usable: {type(exc).__name__}: {exc}"), ("gpu_utilization",))]
+        return [
+            ProbeResult(
+                "nvml",
+                "NVML on this machine",
+                None,
+                None,
+                "",
+                Tolerance(),
+                unsupported(f"NVML not usable: {type(exc).__name__}: {exc}"),
+                ("gpu_utilization",),
+            )
+        ]
     if spin is None:
         spinner = _torch_spinner(index, nv.max_sm_clock())
         if isinstance(spinner, str):
             nv.close()
-            return [ProbeResult("nvml.gpu_utilization", "busy kernel", 100.0, None, "%", UTIL_TOLERANCE,
-                                unsupported(spinner), ("gpu_utilization",))]
+            return [
+                ProbeResult(
+                    "nvml.gpu_utilization",
+                    "busy kernel",
+                    100.0,
+                    None,
+                    "%",
+                    UTIL_TOLERANCE,
+                    unsupported(spinner),
+                    ("gpu_utilization",),
+                )
+            ]
         spin = spinner
     keep_busy: Callable[[float], None] = spin
     seconds = 1.0 if quick else 6.0
@@ -200,4 +276,5 @@ def _torch_spinner(index: int, max_mhz: int | None) -> Callable[[float], None] |
         with torch.cuda.device(index):
             torch.cuda._sleep(int(seconds * cycles_per_s))
             torch.cuda.synchronize()
+
     return spin

@@ -29,17 +29,35 @@ COUNTERS = {
 MIB = 2**20
 
 
-def memory_result(framework: str, mib: float, rise_bytes: float | None, why: str | None = None,
-                  **details: Any) -> ProbeResult:
+def memory_result(
+    framework: str, mib: float, rise_bytes: float | None, why: str | None = None, **details: Any
+) -> ProbeResult:
     probe = f"allocate a {mib:g} MiB tensor on the GPU"
     instrument = f"{framework}.gpu_memory"
     if rise_bytes is None:
-        return ProbeResult(instrument, probe, mib, None, "MiB", MEMORY_TOLERANCE, unsupported(why or "not measured"),
-                           ("framework_peak_allocated",), {"counter": COUNTERS[framework], **details})
+        return ProbeResult(
+            instrument,
+            probe,
+            mib,
+            None,
+            "MiB",
+            MEMORY_TOLERANCE,
+            unsupported(why or "not measured"),
+            ("framework_peak_allocated",),
+            {"counter": COUNTERS[framework], **details},
+        )
     rise = rise_bytes / MIB
-    return ProbeResult(instrument, probe, mib, rise, "MiB", MEMORY_TOLERANCE,
-                       judge(mib, rise, MEMORY_TOLERANCE, "MiB"), ("framework_peak_allocated",),
-                       {"counter": COUNTERS[framework], **details})
+    return ProbeResult(
+        instrument,
+        probe,
+        mib,
+        rise,
+        "MiB",
+        MEMORY_TOLERANCE,
+        judge(mib, rise, MEMORY_TOLERANCE, "MiB"),
+        ("framework_peak_allocated",),
+        {"counter": COUNTERS[framework], **details},
+    )
 
 
 TITLES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
@@ -107,8 +125,13 @@ def mxnet_probe(index: int, mib: float = TENSOR_MIB) -> ProbeResult:
     block.wait_to_read()
     free_after, _ = mx.context.gpu_memory_info(index)
     del block
-    return memory_result("mxnet", mib, free_before - free_after, total_bytes=total,
-                         note="device-wide free memory: another process allocating meanwhile moves it")
+    return memory_result(
+        "mxnet",
+        mib,
+        free_before - free_after,
+        total_bytes=total,
+        note="device-wide free memory: another process allocating meanwhile moves it",
+    )
 
 
 PROBES = {"pytorch": pytorch_probe, "tensorflow": tensorflow_probe, "mxnet": mxnet_probe}

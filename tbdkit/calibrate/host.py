@@ -26,7 +26,7 @@ import psutil
 from tbdkit.agent.collectors.cpu import CpuCollector
 from tbdkit.calibrate.verdict import TRUSTED, ProbeResult, Tolerance, judge, unsupported
 
-CPU_TOLERANCE = Tolerance(relative=0.03, absolute=2.0)   # percentage points: window edges, the main thread
+CPU_TOLERANCE = Tolerance(relative=0.03, absolute=2.0)  # percentage points: window edges, the main thread
 IDLE_TOLERANCE = Tolerance(absolute=1.0)
 MEMORY_TOLERANCE = Tolerance(relative=0.05, absolute=4.0)  # MiB: the allocator's own pages, the interpreter
 NOISY_WIDTH = 0.05  # an A/A CI wider than this says nothing about a 2% overhead
@@ -57,8 +57,9 @@ def spinning(k: int) -> Iterator[list[float]]:
             w.join()
 
 
-def cpu_probe(seconds: float = 2.0, threads: int | None = None,
-              collector: Callable[[], CpuCollector] = CpuCollector) -> list[ProbeResult]:
+def cpu_probe(
+    seconds: float = 2.0, threads: int | None = None, collector: Callable[[], CpuCollector] = CpuCollector
+) -> list[ProbeResult]:
     cores = psutil.cpu_count(logical=True) or 1
     k = threads or max(1, cores // 2)
     idle = collector()
@@ -80,25 +81,64 @@ def cpu_probe(seconds: float = 2.0, threads: int | None = None,
     system = got["cpu_utilization"]["value"]
     share = sum(clocks) / (k * wall)  # of the cores the threads asked for, what they got
     foreign = max(0.0, system - proc)
-    note = {"threads": k, "cores": cores, "nominal": 100.0 * k / cores, "threads_got_cores": round(share * k, 3),
-            "foreign_load_pct": foreign, "background_load_pct": background}
+    note = {
+        "threads": k,
+        "cores": cores,
+        "nominal": 100.0 * k / cores,
+        "threads_got_cores": round(share * k, 3),
+        "foreign_load_pct": foreign,
+        "background_load_pct": background,
+    }
     verdict = judge(truth, proc, CPU_TOLERANCE, "%")
     if verdict == TRUSTED and share < STARVED:
-        note["busy"] = (f"machine busy ({foreign:.0f}% foreign load): the threads got {share:.0%} of "
-                        f"{k} core(s), so k/cores = {100.0 * k / cores:.0f}% was not reached; the collector "
-                        "agrees with the threads' clocks")
-    sys_verdict = TRUSTED if proc - CPU_TOLERANCE.absolute <= system <= 100.0 + CPU_TOLERANCE.absolute else \
-        judge(proc, system, CPU_TOLERANCE, "%")
+        note["busy"] = (
+            f"machine busy ({foreign:.0f}% foreign load): the threads got {share:.0%} of "
+            f"{k} core(s), so k/cores = {100.0 * k / cores:.0f}% was not reached; the collector "
+            "agrees with the threads' clocks"
+        )
+    sys_verdict = (
+        TRUSTED
+        if proc - CPU_TOLERANCE.absolute <= system <= 100.0 + CPU_TOLERANCE.absolute
+        else judge(proc, system, CPU_TOLERANCE, "%")
+    )
     return [
-        ProbeResult("cpu.process_utilization", f"{k} busy thread(s) for {seconds:g} s on {cores} cores",
-                    truth, proc, "%", CPU_TOLERANCE, verdict, ("process_cpu_utilization",), note),
-        ProbeResult("cpu.process_utilization", f"idle for {seconds / 2:g} s", 0.0, idle_proc, "%",
-                    IDLE_TOLERANCE, judge(0.0, idle_proc, IDLE_TOLERANCE, "%"), ("process_cpu_utilization",),
-                    {"background_load_pct": background}),
-        ProbeResult("cpu.system_utilization", "same busy window: all cores, includes the busy threads",
-                    proc, system, "%", CPU_TOLERANCE, sys_verdict, ("cpu_utilization",),
-                    {"rule": "process <= system <= 100 (within the tolerance)", "background_load_pct": background,
-                     "foreign_load_pct": foreign}),
+        ProbeResult(
+            "cpu.process_utilization",
+            f"{k} busy thread(s) for {seconds:g} s on {cores} cores",
+            truth,
+            proc,
+            "%",
+            CPU_TOLERANCE,
+            verdict,
+            ("process_cpu_utilization",),
+            note,
+        ),
+        ProbeResult(
+            "cpu.process_utilization",
+            f"idle for {seconds / 2:g} s",
+            0.0,
+            idle_proc,
+            "%",
+            IDLE_TOLERANCE,
+            judge(0.0, idle_proc, IDLE_TOLERANCE, "%"),
+            ("process_cpu_utilization",),
+            {"background_load_pct": background},
+        ),
+        ProbeResult(
+            "cpu.system_utilization",
+            "same busy window: all cores, includes the busy threads",
+            proc,
+            system,
+            "%",
+            CPU_TOLERANCE,
+            sys_verdict,
+            ("cpu_utilization",),
+            {
+                "rule": "process <= system <= 100 (within the tolerance)",
+                "background_load_pct": background,
+                "foreign_load_pct": foreign,
+            },
+        ),
     ]
 
 
@@ -114,12 +154,21 @@ def memory_probe(mib: int = 128, collector: Callable[[], CpuCollector] = CpuColl
     del block
     after = c.stop()["peak_rss"]["value"]
     rise = after - before
-    return ProbeResult("cpu.peak_rss", f"allocate and write {mib} MiB", float(mib), rise, "MiB", MEMORY_TOLERANCE,
-                       judge(float(mib), rise, MEMORY_TOLERANCE, "MiB"), ("peak_rss",),
-                       {"rss_before_mib": before, "peak_after_mib": after})
+    return ProbeResult(
+        "cpu.peak_rss",
+        f"allocate and write {mib} MiB",
+        float(mib),
+        rise,
+        "MiB",
+        MEMORY_TOLERANCE,
+        judge(float(mib), rise, MEMORY_TOLERANCE, "MiB"),
+        ("peak_rss",),
+        {"rss_before_mib": before, "peak_after_mib": after},
+    )
 
 
 # --- collector overhead: paired rounds of bare and instrumented blocks -------------------------
+
 
 def median_ci(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
     """The median and its distribution-free confidence interval: order statistics j..n+1-j, the
@@ -155,6 +204,7 @@ class _Batch:
 class _Spinner:
     """A CPU-bound 'model' for the overhead blocks: each step is fixed pure-Python work (holds the GIL,
     so the sampler thread's cost shows)."""
+
     cuda_index = None
     device_label = "cpu"
 
@@ -205,23 +255,50 @@ def overhead_probe(rounds: int = 8, block: int = 200, slow_full: float = 1.0) ->
         b = arm(False)
         ab.append(arm(True) / b)
     out = []
-    for name, ratios, expected in (("A/A: bare vs bare (true ratio 1)", aa, 1.0),
-                                   ("bare vs every collector sampling", ab, None)):
+    for name, ratios, expected in (
+        ("A/A: bare vs bare (true ratio 1)", aa, 1.0),
+        ("bare vs every collector sampling", ab, None),
+    ):
         med, lo, hi = median_ci(ratios)
         need = rounds_needed(rounds, lo, hi, med)
-        details = {"ratio_per_round": ratios, "ci95": [lo, hi], "rounds": rounds,
-                   "rounds_for_ci_under_1pct": need, "iterations_per_block": block}
+        details = {
+            "ratio_per_round": ratios,
+            "ci95": [lo, hi],
+            "rounds": rounds,
+            "rounds_for_ci_under_1pct": need,
+            "iterations_per_block": block,
+        }
         width = (hi - lo) / med if math.isfinite(hi - lo) else math.inf
         if expected is not None:
-            verdict = (judge(expected, med, Tolerance(), "") if not lo <= expected <= hi else
-                       TRUSTED if width <= NOISY_WIDTH else
-                       unsupported(f"machine too noisy (CI width {width:.0%}; ~{need} rounds for 1%)"))
+            verdict = (
+                judge(expected, med, Tolerance(), "")
+                if not lo <= expected <= hi
+                else TRUSTED
+                if width <= NOISY_WIDTH
+                else unsupported(f"machine too noisy (CI width {width:.0%}; ~{need} rounds for 1%)")
+            )
         else:
-            verdict = (TRUSTED if lo >= 1 - OVERHEAD_LIMIT else
-                       f"off by {med - 1:+.1%} (collectors cost more than {OVERHEAD_LIMIT:.0%})" if hi < 1 - OVERHEAD_LIMIT else
-                       unsupported(f"machine too noisy (CI {lo:.3f}-{hi:.3f}; ~{need} rounds for 1%)"))
-            details["rule"] = f"the CI's lower end >= {1 - OVERHEAD_LIMIT}: the collectors cost under {OVERHEAD_LIMIT:.0%}"
-        out.append(ProbeResult("agent.collector_overhead", name, expected if expected else 1.0, med, "ratio",
-                               Tolerance(absolute=0.02) if expected is None else Tolerance(), verdict,
-                               ("throughput",), details))
+            verdict = (
+                TRUSTED
+                if lo >= 1 - OVERHEAD_LIMIT
+                else f"off by {med - 1:+.1%} (collectors cost more than {OVERHEAD_LIMIT:.0%})"
+                if hi < 1 - OVERHEAD_LIMIT
+                else unsupported(f"machine too noisy (CI {lo:.3f}-{hi:.3f}; ~{need} rounds for 1%)")
+            )
+            details["rule"] = (
+                f"the CI's lower end >= {1 - OVERHEAD_LIMIT}: the collectors cost under {OVERHEAD_LIMIT:.0%}"
+            )
+        out.append(
+            ProbeResult(
+                "agent.collector_overhead",
+                name,
+                expected if expected else 1.0,
+                med,
+                "ratio",
+                Tolerance(absolute=0.02) if expected is None else Tolerance(),
+                verdict,
+                ("throughput",),
+                details,
+            )
+        )
     return out

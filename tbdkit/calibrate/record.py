@@ -43,5 +43,3 @@ def instrument_verdicts(probes: list[dict[str, Any]]) -> dict[str, str]:
             if rank.get(p["status"], 2) >= rank.get(out.get(m, "trusted"), 0):
                 out[m] = p["status"]
     return out
-
-

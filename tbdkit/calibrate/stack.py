@@ -25,15 +25,27 @@ MARKER = "TBDKIT_CALIBRATION "
 TIMEOUT_S = 600.0
 # probe -> (stack, instrument, metrics its results cover): named when the probe cannot run at all
 PROBES: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "pytorch-gpu": ("pytorch", "pytorch.gpu_probes", ("gpu_utilization", "energy", "sm_clock", "gpm_fp32_pipe",
-                                                      "gpm_tensor_pipe", "mfu", "gpu_utilization_trace",
-                                                      "framework_peak_allocated")),
+    "pytorch-gpu": (
+        "pytorch",
+        "pytorch.gpu_probes",
+        (
+            "gpu_utilization",
+            "energy",
+            "sm_clock",
+            "gpm_fp32_pipe",
+            "gpm_tensor_pipe",
+            "mfu",
+            "gpu_utilization_trace",
+            "framework_peak_allocated",
+        ),
+    ),
     "memory-tensorflow": ("tensorflow", "tensorflow.gpu_memory", ("framework_peak_allocated",)),
     "memory-mxnet": ("mxnet", "mxnet.gpu_memory", ("framework_peak_allocated",)),
 }
 
 
 # --- inside the stack ---------------------------------------------------------------------------
+
 
 def _identity(index: int) -> tuple[Any, dict[str, str | None], str | None]:
     """The peak table's Device for cuda:`index` (or None and why), and the UUID and PCI bus id that
@@ -54,8 +66,17 @@ def _identity(index: int) -> tuple[Any, dict[str, str | None], str | None]:
         return None, ids, f"NVML could not report the maximum SM clock ({type(exc).__name__}: {exc})"
     if clock is None:
         return None, ids, "NVML could not report the maximum SM clock"
-    return (Device(props.name, f"{props.major}.{props.minor}", props.multi_processor_count, float(clock),
-                   "NVML nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM)"), ids, None)
+    return (
+        Device(
+            props.name,
+            f"{props.major}.{props.minor}",
+            props.multi_processor_count,
+            float(clock),
+            "NVML nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM)",
+        ),
+        ids,
+        None,
+    )
 
 
 def pytorch_gpu(index: int, quick: bool) -> list[ProbeResult]:
@@ -101,17 +122,19 @@ def main(argv: list[str]) -> int:
 
 # --- on the host --------------------------------------------------------------------------------
 
+
 def failed(probe: str, why: str) -> ProbeResult:
     stack, instrument, metrics = PROBES[probe]
-    return ProbeResult(instrument, f"{probe} in the {stack} stack", None, None, "", Tolerance(),
-                       unsupported(why), metrics)
+    return ProbeResult(
+        instrument, f"{probe} in the {stack} stack", None, None, "", Tolerance(), unsupported(why), metrics
+    )
 
 
 def parse_output(probe: str, text: str) -> list[ProbeResult]:
     line = next((x for x in reversed(text.splitlines()) if x.startswith(MARKER)), None)
     if line is None:
         return [failed(probe, "the stack's probe printed no result: " + text[-300:].replace("\n", " | "))]
-    return [ProbeResult.from_json(p) for p in json.loads(line[len(MARKER):])["probes"]]
+    return [ProbeResult.from_json(p) for p in json.loads(line[len(MARKER) :])["probes"]]
 
 
 Runner = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -133,8 +156,13 @@ def run_in_stack(probe: str, index: int, quick: bool, run: Runner = subprocess.r
     except subprocess.TimeoutExpired:
         return [failed(probe, f"the probe did not finish in {TIMEOUT_S:.0f} s")]
     if proc.returncode != 0:
-        return [failed(probe, f"the probe failed (exit {proc.returncode}): "
-                       + (proc.stdout + proc.stderr)[-300:].replace("\n", " | "))]
+        return [
+            failed(
+                probe,
+                f"the probe failed (exit {proc.returncode}): "
+                + (proc.stdout + proc.stderr)[-300:].replace("\n", " | "),
+            )
+        ]
     return parse_output(probe, proc.stdout)
 
 
@@ -148,8 +176,9 @@ def gpu_probes(index: int, quick: bool, run: Runner = subprocess.run) -> list[Pr
     if stopped is None:  # the PyTorch stack ran and saw the GPU: the ncu pass runs in it too
         out += flops.ncu_probe(stacks.python_of("pytorch"), index, quick, stacks.agent_env(), run=run)
     else:
-        out += flops.ncu_probe(stacks.python_of("pytorch"), index, quick, {}, run=run,
-                               skip=stopped.verdict.removeprefix("unsupported: "))
+        out += flops.ncu_probe(
+            stacks.python_of("pytorch"), index, quick, {}, run=run, skip=stopped.verdict.removeprefix("unsupported: ")
+        )
     out += run_in_stack("memory-tensorflow", index, quick, run)
     out += run_in_stack("memory-mxnet", index, quick, run)
     return out

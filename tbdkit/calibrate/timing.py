@@ -54,7 +54,11 @@ class SyntheticLoop:
         return math.ceil(self.warmup * (1 - POLICY.warmup_tolerance / self.drift))
 
     def cost(self, i: int, rng: random.Random) -> float:
-        return self.base_s * (1 + self.drift * max(0.0, 1 - i / self.warmup)) * rng.uniform(1 - self.spread, 1 + self.spread)
+        return (
+            self.base_s
+            * (1 + self.drift * max(0.0, 1 - i / self.warmup))
+            * rng.uniform(1 - self.spread, 1 + self.spread)
+        )
 
 
 Detector = Callable[[list[float], int, float, int], bool]
@@ -67,8 +71,12 @@ class Repeat:
     half_width: float
 
 
-def one_repeat(loop: SyntheticLoop, rng: random.Random, detector: Detector = warmup_done,
-               run: Callable[[float], float] | None = None) -> Repeat:
+def one_repeat(
+    loop: SyntheticLoop,
+    rng: random.Random,
+    detector: Detector = warmup_done,
+    run: Callable[[float], float] | None = None,
+) -> Repeat:
     """One loop: warm-up until `detector` says stable (cap: the policy's), then `loop.measure`
     iterations into the ratio estimator. `run(cost)` returns the seconds the iteration took (None:
     the drawn cost itself)."""
@@ -94,6 +102,7 @@ def sleeper(clock: Callable[[], float] = time.perf_counter) -> Callable[[float],
         t0 = clock()
         time.sleep(seconds)
         return clock() - t0
+
     return run
 
 
@@ -104,8 +113,13 @@ def wilson_upper(successes: int, n: int, z: float = 1.96) -> float:
     return min(1.0, (centre + margin) / (1 + z * z / n))
 
 
-def probe(repeats: int = 200, seed: int = 0, loop: SyntheticLoop = SyntheticLoop(),
-          detector: Detector = warmup_done, clock: Callable[[], float] = time.perf_counter) -> list[ProbeResult]:
+def probe(
+    repeats: int = 200,
+    seed: int = 0,
+    loop: SyntheticLoop = SyntheticLoop(),
+    detector: Detector = warmup_done,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[ProbeResult]:
     rng = random.Random(seed)
     sims = [one_repeat(loop, rng, detector) for _ in range(repeats)]
     covered = sum(abs(r.throughput - loop.rate) <= r.half_width for r in sims)
@@ -116,7 +130,9 @@ def probe(repeats: int = 200, seed: int = 0, loop: SyntheticLoop = SyntheticLoop
     early = sum(e < loop.true_warmup_end for e in ends) / repeats
     med_end = median(ends)
     if early > 1 - COVERAGE_TARGET:
-        warm_verdict = f"off by {med_end - loop.true_warmup_end:+g} iterations ({early:.0%} of repeats ended warm-up early)"
+        warm_verdict = (
+            f"off by {med_end - loop.true_warmup_end:+g} iterations ({early:.0%} of repeats ended warm-up early)"
+        )
     elif med_end - loop.true_warmup_end > WARMUP_LATENESS:
         warm_verdict = judge(loop.true_warmup_end, med_end, Tolerance(absolute=WARMUP_LATENESS), "iterations")
     else:
@@ -130,19 +146,52 @@ def probe(repeats: int = 200, seed: int = 0, loop: SyntheticLoop = SyntheticLoop
     real = ratio.estimate()
     window_rate = 2 * loop.measure / wall
     return [
-        ProbeResult("timing.warmup_detector", f"drift +{loop.drift:.0%} fading over {loop.warmup} iterations, "
-                    f"{repeats} repeats", loop.true_warmup_end, med_end, "iterations",
-                    Tolerance(absolute=WARMUP_LATENESS), warm_verdict, ("warmup",),
-                    {"early_fraction": early, "min_end": min(ends), "max_end": max(ends),
-                     "rule": "ends at or after the truth in >= 95% of repeats, median at most "
-                             f"{WARMUP_LATENESS} iterations late"}),
-        ProbeResult("timing.throughput_ci", f"95% CI over {loop.measure} iterations, {repeats} drawn repeats",
-                    COVERAGE_TARGET, coverage, "coverage", Tolerance(), cov_verdict, ("throughput",),
-                    {"covered": covered, "repeats": repeats, "wilson_upper_95": upper,
-                     "rule": "trusted when the 95% Wilson interval of the coverage reaches 0.95"}),
-        ProbeResult("timing.throughput", f"{2 * loop.measure} slept iterations of {loop.base_s * 1e3:g} ms "
-                    "vs the window's own clock", window_rate, real.throughput, "it/s", THROUGHPUT_TOLERANCE,
-                    judge(window_rate, real.throughput, THROUGHPUT_TOLERANCE, "it/s"), ("throughput",),
-                    {"ci95_half_width": real.half_width, "nominal_rate": loop.rate,
-                     "sleep_overshoot_ms": (wall / (2 * loop.measure) - loop.base_s) * 1e3}),
+        ProbeResult(
+            "timing.warmup_detector",
+            f"drift +{loop.drift:.0%} fading over {loop.warmup} iterations, {repeats} repeats",
+            loop.true_warmup_end,
+            med_end,
+            "iterations",
+            Tolerance(absolute=WARMUP_LATENESS),
+            warm_verdict,
+            ("warmup",),
+            {
+                "early_fraction": early,
+                "min_end": min(ends),
+                "max_end": max(ends),
+                "rule": "ends at or after the truth in >= 95% of repeats, median at most "
+                f"{WARMUP_LATENESS} iterations late",
+            },
+        ),
+        ProbeResult(
+            "timing.throughput_ci",
+            f"95% CI over {loop.measure} iterations, {repeats} drawn repeats",
+            COVERAGE_TARGET,
+            coverage,
+            "coverage",
+            Tolerance(),
+            cov_verdict,
+            ("throughput",),
+            {
+                "covered": covered,
+                "repeats": repeats,
+                "wilson_upper_95": upper,
+                "rule": "trusted when the 95% Wilson interval of the coverage reaches 0.95",
+            },
+        ),
+        ProbeResult(
+            "timing.throughput",
+            f"{2 * loop.measure} slept iterations of {loop.base_s * 1e3:g} ms vs the window's own clock",
+            window_rate,
+            real.throughput,
+            "it/s",
+            THROUGHPUT_TOLERANCE,
+            judge(window_rate, real.throughput, THROUGHPUT_TOLERANCE, "it/s"),
+            ("throughput",),
+            {
+                "ci95_half_width": real.half_width,
+                "nominal_rate": loop.rate,
+                "sleep_overshoot_ms": (wall / (2 * loop.measure) - loop.base_s) * 1e3,
+            },
+        ),
     ]

@@ -19,28 +19,59 @@ NOMINAL = 50.0
 INSTRUMENT = "torch_profiler.kernel_timeline"
 
 
-def timeline_result(kernel_util: float | None, nvml_samples: list[int], period_ms: float | None,
-                    seconds: float, why: str | None = None) -> ProbeResult:
+def timeline_result(
+    kernel_util: float | None, nvml_samples: list[int], period_ms: float | None, seconds: float, why: str | None = None
+) -> ProbeResult:
     """The kernel-union utilization over the traced duty cycle (measured) against NVML's mean over
     the same window (expected)."""
     probe = f"busy 50 ms / idle 50 ms for {seconds:g} s: kernel union vs NVML"
-    details: dict[str, Any] = {"nominal_pct": NOMINAL, "nvml_samples": len(nvml_samples),
-                               "sample_period_ms": period_ms}
+    details: dict[str, Any] = {"nominal_pct": NOMINAL, "nvml_samples": len(nvml_samples), "sample_period_ms": period_ms}
     if kernel_util is None:
-        return ProbeResult(INSTRUMENT, probe, None, None, "%", TIMELINE_TOLERANCE,
-                           unsupported(why or "the torch profiler traced no kernel"), ("gpu_utilization_trace",), details)
+        return ProbeResult(
+            INSTRUMENT,
+            probe,
+            None,
+            None,
+            "%",
+            TIMELINE_TOLERANCE,
+            unsupported(why or "the torch profiler traced no kernel"),
+            ("gpu_utilization_trace",),
+            details,
+        )
     if not nvml_samples:
-        return ProbeResult(INSTRUMENT, probe, None, kernel_util, "%", TIMELINE_TOLERANCE,
-                           unsupported("NVML returned no utilization samples for the window to compare with"),
-                           ("gpu_utilization_trace",), details)
+        return ProbeResult(
+            INSTRUMENT,
+            probe,
+            None,
+            kernel_util,
+            "%",
+            TIMELINE_TOLERANCE,
+            unsupported("NVML returned no utilization samples for the window to compare with"),
+            ("gpu_utilization_trace",),
+            details,
+        )
     nvml = sum(nvml_samples) / len(nvml_samples)
     details["timeline_vs_nominal"] = kernel_util - NOMINAL
-    return ProbeResult(INSTRUMENT, probe, nvml, kernel_util, "%", TIMELINE_TOLERANCE,
-                       judge(nvml, kernel_util, TIMELINE_TOLERANCE, "%"), ("gpu_utilization_trace",), details)
+    return ProbeResult(
+        INSTRUMENT,
+        probe,
+        nvml,
+        kernel_util,
+        "%",
+        TIMELINE_TOLERANCE,
+        judge(nvml, kernel_util, TIMELINE_TOLERANCE, "%"),
+        ("gpu_utilization_trace",),
+        details,
+    )
 
 
-def probe(index: int, quick: bool, spin: Callable[[float], None] | None = None, uuid: str | None = None,
-          pci_bus_id: str | None = None) -> ProbeResult:
+def probe(
+    index: int,
+    quick: bool,
+    spin: Callable[[float], None] | None = None,
+    uuid: str | None = None,
+    pci_bus_id: str | None = None,
+) -> ProbeResult:
     """Runs in the PyTorch stack: the duty cycle on cuda:`index` under the kit's kernel trace."""
     import torch
 

@@ -11,6 +11,7 @@ TRUSTED = "trusted"
 @dataclass(frozen=True)
 class Tolerance:
     """|measured - expected| <= absolute + relative x |expected|."""
+
     relative: float = 0.0
     absolute: float = 0.0
 
@@ -25,14 +26,14 @@ class Tolerance:
 
 @dataclass
 class ProbeResult:
-    instrument: str   # what is calibrated, e.g. "cpu.process_cpu_utilization"; the metric names it covers below
-    probe: str        # the workload with a known answer
+    instrument: str  # what is calibrated, e.g. "cpu.process_cpu_utilization"; the metric names it covers below
+    probe: str  # the workload with a known answer
     expected: float | None
     measured: float | None
     unit: str
     tolerance: Tolerance
-    verdict: str      # "trusted", "off by X", "unsupported: why"
-    metrics: tuple[str, ...] = ()   # summary.json metric names this instrument produces
+    verdict: str  # "trusted", "off by X", "unsupported: why"
+    metrics: tuple[str, ...] = ()  # summary.json metric names this instrument produces
     details: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -52,9 +53,17 @@ class ProbeResult:
         """The inverse of as_json: a probe that ran in another interpreter (a framework stack) and
         printed its result."""
         tol = doc.get("tolerance") or {}
-        return cls(doc["instrument"], doc["probe"], doc.get("expected"), doc.get("measured"), doc.get("unit", ""),
-                   Tolerance(tol.get("relative", 0.0), tol.get("absolute", 0.0)), doc["verdict"],
-                   tuple(doc.get("metrics") or ()), dict(doc.get("details") or {}))
+        return cls(
+            doc["instrument"],
+            doc["probe"],
+            doc.get("expected"),
+            doc.get("measured"),
+            doc.get("unit", ""),
+            Tolerance(tol.get("relative", 0.0), tol.get("absolute", 0.0)),
+            doc["verdict"],
+            tuple(doc.get("metrics") or ()),
+            dict(doc.get("details") or {}),
+        )
 
 
 def judge(expected: float, measured: float, tolerance: Tolerance, unit: str) -> str:

@@ -32,34 +32,48 @@ def bundle(
     results = existing_results_dir(results or default_results_dir())
     manifest = artifact.bundle(results, out)
     report = manifest["report"]
-    console.print(f"wrote {out}: {len(manifest['runs'])} runs, {len(manifest['sweeps'])} sweeps, "
-                  f"{len(manifest['files'])} files (sha256 of each in {artifact.PREFIX}/{artifact.MANIFEST}), "
-                  f"{out.stat().st_size / 1024:,.1f} KiB", highlight=False)
-    console.print(f"report: {report['path'] if report['included'] else 'not included: ' + report['reason']}",
-                  highlight=False)
+    console.print(
+        f"wrote {out}: {len(manifest['runs'])} runs, {len(manifest['sweeps'])} sweeps, "
+        f"{len(manifest['files'])} files (sha256 of each in {artifact.PREFIX}/{artifact.MANIFEST}), "
+        f"{out.stat().st_size / 1024:,.1f} KiB",
+        highlight=False,
+    )
+    console.print(
+        f"report: {report['path'] if report['included'] else 'not included: ' + report['reason']}", highlight=False
+    )
     if manifest["guide"]:
         console.print(f"guide for reviewers: {artifact.PREFIX}/{manifest['guide']}", highlight=False, markup=False)
     for item in manifest["missing"]:
         console.print(f"[yellow]missing[/]: {escape(item['path'])}: {escape(item['reason'])}", highlight=False)
     for broken in manifest["broken_runs"]:
-        console.print(f"[yellow]not packed[/]: run {escape(broken['run'])}: {escape(broken['reason'])}", highlight=False)
+        console.print(
+            f"[yellow]not packed[/]: run {escape(broken['run'])}: {escape(broken['reason'])}", highlight=False
+        )
     excluded = manifest["excluded"]
     for item in excluded[:SHOWN]:
         console.print(f"left out: {item['path']}: {item['reason']}", highlight=False, markup=False)
     if len(excluded) > SHOWN:
-        console.print(f"left out: {len(excluded) - SHOWN} more (every one in the manifest's \"excluded\")",
-                      highlight=False, markup=False)
-    console.print("this machine's paths and host name are replaced by placeholders (the manifest's \"placeholders\")",
-                  highlight=False, markup=False)
+        console.print(
+            f'left out: {len(excluded) - SHOWN} more (every one in the manifest\'s "excluded")',
+            highlight=False,
+            markup=False,
+        )
+    console.print(
+        "this machine's paths and host name are replaced by placeholders (the manifest's \"placeholders\")",
+        highlight=False,
+        markup=False,
+    )
 
 
 def reproduce(
     bundle_path: Annotated[Path, typer.Argument(metavar="ARTIFACT", help="a bundle made by `tbdkit bundle`")],
-    results: Annotated[Path | None, typer.Option("--results", "-r",
-                       help="where the new runs go (default: results)")] = None,
+    results: Annotated[
+        Path | None, typer.Option("--results", "-r", help="where the new runs go (default: results)")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the comparison as JSON")] = False,
-    force: Annotated[bool, typer.Option("--force", help="compare even with runs made on another lock "
-                                        "(the differences are listed)")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="compare even with runs made on another lock (the differences are listed)")
+    ] = False,
 ) -> None:
     """Re-run every ok run of ARTIFACT with the same spec here; report new / recorded, point by point, and
     per run and per claim: reproduced / not reproduced / not comparable (different GPU)."""
@@ -75,14 +89,17 @@ def reproduce(
     run_specs = [specs.parse(spec) for spec, _ in recorded]  # every spec valid here before any runs
     mismatches = artifact.lock_mismatches(files, [str(summary.get("run_id")) for _, summary in recorded])
     if mismatches and not force:
-        raise UserError(f"{len(mismatches)} of the bundle's runs were made on another lock than this kit's "
-                        f"({lock_mismatch_text(mismatches)}): their numbers would compare two environments. "
-                        "Recreate the bundle's environment from the locks it carries (its manifest's \"locks\"), "
-                        "or pass --force to compare anyway.")
+        raise UserError(
+            f"{len(mismatches)} of the bundle's runs were made on another lock than this kit's "
+            f"({lock_mismatch_text(mismatches)}): their numbers would compare two environments. "
+            "Recreate the bundle's environment from the locks it carries (its manifest's \"locks\"), "
+            "or pass --force to compare anyway."
+        )
     for m in mismatches:
         (err_console if as_json else console).print(
             f"[yellow]another lock[/]: run {escape(m['run'])}: {escape(lock_mismatch_text([m], shown=20))}",
-            highlight=False)
+            highlight=False,
+        )
     points: list[dict[str, Any]] = []
     new_dirs: list[Path] = []
     for (_, old), run_spec in zip(recorded, run_specs):
@@ -90,17 +107,27 @@ def reproduce(
         point = artifact.compare(old, new)
         new_dir = results / str(new.get("run_id"))
         new_dirs.append(new_dir)
-        point.update(artifact.run_verdict(
-            point, artifact_doc.device_of(old, artifact.recorded_env(files, str(old.get("run_id")))),
-            artifact_doc.device_of(new, _env(new_dir))))
+        point.update(
+            artifact.run_verdict(
+                point,
+                artifact_doc.device_of(old, artifact.recorded_env(files, str(old.get("run_id")))),
+                artifact_doc.device_of(new, _env(new_dir)),
+            )
+        )
         points.append(point)
         if new.get("status") == "interrupted":
             break
     claim_verdicts = artifact.claim_verdicts(files, new_dirs)
-    report = {"bundle": str(bundle_path), "bundle_kit_version": manifest.get("kit_version"),
-              "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-              "results": str(results), "method": "ratio = new / recorded value of each metric, same spec",
-              "lock_mismatches": mismatches, "points": points, "claims": claim_verdicts}
+    report = {
+        "bundle": str(bundle_path),
+        "bundle_kit_version": manifest.get("kit_version"),
+        "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "results": str(results),
+        "method": "ratio = new / recorded value of each metric, same spec",
+        "lock_mismatches": mismatches,
+        "points": points,
+        "claims": claim_verdicts,
+    }
     out = results / f"reproduce-{dt.datetime.now(dt.timezone.utc).strftime('%Y%m%d-%H%M%S')}.json"
     sink.write_json(out, report)
     if as_json:
@@ -117,27 +144,55 @@ def lock_mismatch_text(mismatches: list[dict[str, Any]], shown: int = 3) -> str:
     parts: dict[str, str] = {}
     for m in mismatches:
         diffs = m["differences"]
-        what = m["reason"] if diffs is None else ", ".join(
-            f"{d['package']} {d['recorded'] or '(none)'} -> {d['here'] or '(none)'}" for d in diffs[:shown]) + (
-            f" and {len(diffs) - shown} more" if len(diffs) > shown else "") if diffs else "the same pins"
+        what = (
+            m["reason"]
+            if diffs is None
+            else ", ".join(
+                f"{d['package']} {d['recorded'] or '(none)'} -> {d['here'] or '(none)'}" for d in diffs[:shown]
+            )
+            + (f" and {len(diffs) - shown} more" if len(diffs) > shown else "")
+            if diffs
+            else "the same pins"
+        )
         parts.setdefault(m["lock"], f"{m['lock']}: recorded {m['recorded_digest']}, here {m['digest_here']}; {what}")
     return "; ".join(parts.values())
 
 
 def ratio_table(points: list[dict[str, Any]], title: str) -> Table:
     table = Table(title=f"reproducing {title}: new / recorded")
-    for col in ("model", "framework", "batch", "precision", "status", "throughput recorded", "new", "ratio",
-                "verdict", "other metrics (ratio)"):
+    for col in (
+        "model",
+        "framework",
+        "batch",
+        "precision",
+        "status",
+        "throughput recorded",
+        "new",
+        "ratio",
+        "verdict",
+        "other metrics (ratio)",
+    ):
         table.add_column(col, justify="right" if col in ("batch", "ratio", "new", "throughput recorded") else "left")
     for p in points:
         m = p["metrics"]
         thr = m.get("throughput") or {}
-        others = ", ".join(f"{k} {v['ratio']:.3f}" if v["ratio"] is not None else f"{k} — ({v['reason']})"
-                           for k, v in m.items() if k != "throughput")
-        table.add_row(p["model"], p["framework"], str(p["batch_size"]), p["precision"], p["new_status"],
-                      _num(thr.get("recorded"), thr.get("unit")), _num(thr.get("new"), thr.get("unit")),
-                      "—" if thr.get("ratio") is None else f"{thr['ratio']:.3f}",
-                      f"{p['verdict']}: {p['reason']}", others or "—")
+        others = ", ".join(
+            f"{k} {v['ratio']:.3f}" if v["ratio"] is not None else f"{k} — ({v['reason']})"
+            for k, v in m.items()
+            if k != "throughput"
+        )
+        table.add_row(
+            p["model"],
+            p["framework"],
+            str(p["batch_size"]),
+            p["precision"],
+            p["new_status"],
+            _num(thr.get("recorded"), thr.get("unit")),
+            _num(thr.get("new"), thr.get("unit")),
+            "—" if thr.get("ratio") is None else f"{thr['ratio']:.3f}",
+            f"{p['verdict']}: {p['reason']}",
+            others or "—",
+        )
     table.caption = "ratio 1.000: the same figure as recorded; devices and load differ between machines"
     return table
 

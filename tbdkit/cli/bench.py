@@ -28,26 +28,48 @@ from tbdkit.run_list import run_all
 
 def bench(
     model: Annotated[str, typer.Option("--model", "-m", help="model to train (see `tbdkit list`)")] = "deepspeech2",
-    framework: Annotated[list[str] | None, typer.Option("--framework", "-f",
-                         help="framework(s), comma list or 'all'; default: every installed one the model has")] = None,
+    framework: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--framework", "-f", help="framework(s), comma list or 'all'; default: every installed one the model has"
+        ),
+    ] = None,
     batch: Annotated[list[str] | None, typer.Option("--batch", "-b", help="batch size(s), e.g. 8,16,32")] = None,
     precision: Annotated[str, typer.Option(help="fp32 (TF32 off) | tf32 | amp")] = "fp32",
-    preset: Annotated[str, typer.Option(help="smoke | paper | auto (paper with a GPU, else smoke) | converge "
-                                        "(train to the model's quality target and record the curve; PyTorch)")] = "auto",
-    variant: Annotated[str | None, typer.Option(help="another setting of the model ([setting.<name>] in its "
-                                                   "workload.toml, e.g. bert's pretrain512 or squad)")] = None,
+    preset: Annotated[
+        str,
+        typer.Option(
+            help="smoke | paper | auto (paper with a GPU, else smoke) | converge "
+            "(train to the model's quality target and record the curve; PyTorch)"
+        ),
+    ] = "auto",
+    variant: Annotated[
+        str | None,
+        typer.Option(
+            help="another setting of the model ([setting.<name>] in its "
+            "workload.toml, e.g. bert's pretrain512 or squad)"
+        ),
+    ] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
-    launcher: Annotated[str, typer.Option(help="auto (netns for several nodes, else native) | native | docker | netns")] = "auto",
+    launcher: Annotated[
+        str, typer.Option(help="auto (netns for several nodes, else native) | native | docker | netns")
+    ] = "auto",
     nodes: Annotated[int, typer.Option(help="machines of a data-parallel job (with --launcher netns here)")] = 1,
-    gpus_per_node: Annotated[int, typer.Option(help="workers per machine (GPUs; processes on CPUs); batch is per worker")] = 1,
+    gpus_per_node: Annotated[
+        int, typer.Option(help="workers per machine (GPUs; processes on CPUs); batch is per worker")
+    ] = 1,
     link_rate: Annotated[str | None, typer.Option(help="shape each node's link, e.g. 1gbit (--launcher netns)")] = None,
     data: Annotated[str, typer.Option(help="'synthetic' or the path of the real dataset")] = "synthetic",
     seed: Annotated[int, typer.Option(help="random seed (recorded in env.json)")] = 0,
     max_measure_s: Annotated[float | None, typer.Option(help="cap on the sample window, seconds")] = None,
     max_warmup_s: Annotated[float | None, typer.Option(help="cap on warm-up, seconds")] = None,
-    target_ci: Annotated[float | None, typer.Option(help="stop when the 95% CI half-width is below this fraction")] = None,
-    memory_limit_mb: Annotated[int | None, typer.Option(
-        help="fail as out-of-memory past this many MiB of growth (CPU runs; protects the host)")] = None,
+    target_ci: Annotated[
+        float | None, typer.Option(help="stop when the 95% CI half-width is below this fraction")
+    ] = None,
+    memory_limit_mb: Annotated[
+        int | None,
+        typer.Option(help="fail as out-of-memory past this many MiB of growth (CPU runs; protects the host)"),
+    ] = None,
     cpus: CpusOpt = None,
     pin: PinOpt = False,
     results: ResultsOpt = default_results_dir(),
@@ -61,28 +83,51 @@ def bench(
     if launcher == "auto":  # several "machines" here are network namespaces; one is this machine
         launcher = "netns" if nodes > 1 else "native"
     wanted = split_list(framework)
-    candidates = (list(m.frameworks) if wanted == ["all"] else wanted or
-                  [fw for fw in m.frameworks if fw in stacks.STACKS and stacks.is_installed(fw)] or list(m.frameworks[:1]))
+    candidates = (
+        list(m.frameworks)
+        if wanted == ["all"]
+        else wanted
+        or [fw for fw in m.frameworks if fw in stacks.STACKS and stacks.is_installed(fw)]
+        or list(m.frameworks[:1])
+    )
     if preset == "auto":
         preset = resolve_auto_preset(device, candidates, launcher)
     elif device.startswith("cuda") and launcher != "docker":  # the framework itself says why it has no GPU
         require_framework_gpus(device, {fw: framework_gpus(fw) for fw in candidates})
     hp = m.hp(preset, variant)
     batches = parse_batches(batch) or [int(hp["default_batch"])]
-    measure = {k: v for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s,
-                                 "target_ci": target_ci}.items() if v is not None}
+    measure = {
+        k: v
+        for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s, "target_ci": target_ci}.items()
+        if v is not None
+    }
     if data != "synthetic":
         data = str(Path(data).expanduser().resolve())
 
     def make(fw: str, b: int) -> specs.RunSpec:
-        return specs.build(model=model, framework=fw, batch_size=b, precision=precision, preset=preset,
-                           variant=variant, device=device, launcher=launcher, data=data, seed=seed, measure=measure,
-                           memory_limit_mb=memory_limit_mb, nodes=nodes, gpus_per_node=gpus_per_node,
-                           link_rate=link_rate, cpus=check_cpus(cpus), pin=pin)
+        return specs.build(
+            model=model,
+            framework=fw,
+            batch_size=b,
+            precision=precision,
+            preset=preset,
+            variant=variant,
+            device=device,
+            launcher=launcher,
+            data=data,
+            seed=seed,
+            measure=measure,
+            memory_limit_mb=memory_limit_mb,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            link_rate=link_rate,
+            cpus=check_cpus(cpus),
+            pin=pin,
+        )
 
     # Validate every spec of the grid before anything installs or runs.
     requested = split_list(framework) or (["pytorch"] if preset == "converge" else [])
-    for fw in (list(m.frameworks) if requested == ["all"] else requested or list(m.frameworks[:1])):
+    for fw in list(m.frameworks) if requested == ["all"] else requested or list(m.frameworks[:1]):
         for b in batches:
             make(fw, b)
     if data != "synthetic":
@@ -128,4 +173,3 @@ def list_models() -> None:
         presets = ", ".join(f"{p} ({m.default_batch(p)})" for p in m.presets)
         table.add_row(m.name, m.info.get("application", ""), m.throughput_unit, *cells, presets)
     console.print(table)
-

@@ -54,8 +54,10 @@ def calibrate(
         table.add_row(p.instrument, p.probe, _fmt(p.expected), _fmt(p.measured), p.unit, f"[{color}]{p.verdict}[/]")
     console.print(table)
     busy = next((p.details for p in probes if "background_load_pct" in p.details), {})
-    console.print(f"background load (all cores, before the busy probe): {busy.get('background_load_pct', 0):.0f}%",
-                  highlight=False)
+    console.print(
+        f"background load (all cores, before the busy probe): {busy.get('background_load_pct', 0):.0f}%",
+        highlight=False,
+    )
     for p in probes:
         if p.details.get("busy"):
             console.print(f"{p.instrument}: {p.details['busy']}", highlight=False)

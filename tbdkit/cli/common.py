@@ -14,9 +14,14 @@ from tbdkit.console import err_console
 from tbdkit.errors import UserError
 
 ResultsOpt = Annotated[Path, typer.Option("--results", "-r", help="results folder")]
-CpusOpt = Annotated[int | None, typer.Option(
-    "--cpus", help="cores each run is given: the frameworks' intra-op threads are set from it, a data-loading "
-    "worker counted against it (default: every core of the affinity mask and cgroup quota)")]
+CpusOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--cpus",
+        help="cores each run is given: the frameworks' intra-op threads are set from it, a data-loading "
+        "worker counted against it (default: every core of the affinity mask and cgroup quota)",
+    ),
+]
 PinOpt = Annotated[bool, typer.Option("--pin", help="pin each run's process to its --cpus cores (sched_setaffinity)")]
 
 
@@ -43,12 +48,18 @@ def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise
             err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
             raise typer.Exit(2) from None
+
     return wrapper
 
 
-PriceOpt = Annotated[float | None, typer.Option(
-    "--price-per-hour", help="your price per hour of this machine (or TBDKIT_PRICE_PER_HOUR, or a prices.toml): "
-                             "adds cost per million samples and cost of each run")]
+PriceOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--price-per-hour",
+        help="your price per hour of this machine (or TBDKIT_PRICE_PER_HOUR, or a prices.toml): "
+        "adds cost per million samples and cost of each run",
+    ),
+]
 
 
 def cost_table(summaries: list[dict[str, Any]], results: Path, prices: Any) -> Any:
@@ -71,16 +82,24 @@ def cost_table(summaries: list[dict[str, Any]], results: Path, prices: Any) -> A
         device = device_name(s, env if isinstance(env, dict) else {})
         price = cost.price_of(prices, device)
         c = cost.costs(s, price)
-        cells = ["—" if m["value"] is None else f"{m['value']:,.4g} {m['unit'].split('/')[0]}"
-                 for m in (c["cost_per_million_samples"], c["run_cost"])]
+        cells = [
+            "—" if m["value"] is None else f"{m['value']:,.4g} {m['unit'].split('/')[0]}"
+            for m in (c["cost_per_million_samples"], c["run_cost"])
+        ]
         rows.append((s, device, cells, price.text if price else str(c["run_cost"]["reason"])))
     one_price = len({r[3] for r in rows}) == 1
     table = Table(title="Cost")
     for col in ("framework", "batch", "device", "per 1M samples", "this run") + (() if one_price else ("price",)):
         table.add_column(col, justify="right" if col in ("batch", "per 1M samples", "this run") else "left")
     for s, device, cells, price_text in rows:
-        table.add_row(escape(str(s.get("framework"))), str(s.get("batch_size")), escape(device), *cells,
-                      *(() if one_price else (escape(price_text),)))
-    table.caption = ((f"at {escape(rows[0][3])}; " if one_price and rows else "") +
-                     "samples: the model's sample unit; a run's cost covers its whole wall time (setup included)")
+        table.add_row(
+            escape(str(s.get("framework"))),
+            str(s.get("batch_size")),
+            escape(device),
+            *cells,
+            *(() if one_price else (escape(price_text),)),
+        )
+    table.caption = (
+        f"at {escape(rows[0][3])}; " if one_price and rows else ""
+    ) + "samples: the model's sample unit; a run's cost covers its whole wall time (setup included)"
     return table

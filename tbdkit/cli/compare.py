@@ -24,16 +24,24 @@ def _run_dir(run: str, results: Path) -> Path:
         return Path(run)
     path = Index(results).find(run) if results.is_dir() else None
     if path is None:
-        raise UserError(f"No run folder '{run}' and no run matching it in {results}: pass a run's folder or id "
-                        "(`tbdkit runs` lists them).")
+        raise UserError(
+            f"No run folder '{run}' and no run matching it in {results}: pass a run's folder or id "
+            "(`tbdkit runs` lists them)."
+        )
     return Path(path)
 
 
 def compare(
     run: Annotated[str, typer.Argument(help="run A: its folder, or its id (unique part, or 'last') in --results")],
     against: Annotated[str | None, typer.Option("--against", help="run B, as RUN")] = None,
-    reference: Annotated[bool, typer.Option("--reference", help="run B is the committed reference for the same "
-                                            "model, framework, preset, precision, batch and GPU product")] = False,
+    reference: Annotated[
+        bool,
+        typer.Option(
+            "--reference",
+            help="run B is the committed reference for the same "
+            "model, framework, preset, precision, batch and GPU product",
+        ),
+    ] = False,
     force: Annotated[bool, typer.Option("--force", help="compare unlike runs, listing every difference")] = False,
     results: ResultsOpt = default_results_dir(),
     as_json: Annotated[bool, typer.Option("--json", help="print the comparison as JSON")] = False,
@@ -57,8 +65,13 @@ def compare(
     for col in ("", "run", "throughput", "±95%", "from"):
         table.add_column(col)
     for tag, side in (("A", a), ("B", b)):
-        table.add_row(tag, escape(side.label), f"{side.throughput:,.4g} {escape(side.unit)}",
-                      f"{side.ci95_relative:.2%}", escape(side.source))
+        table.add_row(
+            tag,
+            escape(side.label),
+            f"{side.throughput:,.4g} {escape(side.unit)}",
+            f"{side.ci95_relative:.2%}",
+            escape(side.source),
+        )
     console.print(table)
     style = {"faster": "green", "slower": "red"}.get(result.verdict, "cyan")
     console.print(f"[bold {style}]{escape(result.sentence())}[/]")

@@ -28,12 +28,18 @@ def prepare(
     m = catalog.get(model)
     hp = m.hp(preset)
     info = m.info
-    console.print(f"[bold]{info.get('title', model)}[/] trains on {info.get('dataset', 'its dataset')}.", highlight=False)
+    console.print(
+        f"[bold]{info.get('title', model)}[/] trains on {info.get('dataset', 'its dataset')}.", highlight=False
+    )
     console.print(f"expected layout: {info.get('dataset_layout', 'not stated in workload.toml')}", highlight=False)
     if source is None:
-        console.print(f"check a copy with `{shlex.join(['tbdkit', 'data', 'prepare', model])} --from PATH`, then run "
-                      f"it with `{shlex.join(['make', 'bench', f'MODEL={model}'])} DATA=PATH`; synthetic data of the "
-                      "same shapes is the default.", markup=False, highlight=False)
+        console.print(
+            f"check a copy with `{shlex.join(['tbdkit', 'data', 'prepare', model])} --from PATH`, then run "
+            f"it with `{shlex.join(['make', 'bench', f'MODEL={model}'])} DATA=PATH`; synthetic data of the "
+            "same shapes is the default.",
+            markup=False,
+            highlight=False,
+        )
         return
     source = source.expanduser().resolve()
     if not source.exists():
@@ -42,5 +48,9 @@ def prepare(
     described = catalog.load_module(m, "data").check_source(str(source), hp, full=True)
     console.print(f"[green]ok[/]: {described}", highlight=False)
     # one shell word per argument, on one line: the suggestion can be pasted into a shell as it is
-    console.print(f"run it with `{shlex.join(['make', 'bench', f'MODEL={model}', f'DATA={source}'])}`",
-                  markup=False, highlight=False, soft_wrap=True)
+    console.print(
+        f"run it with `{shlex.join(['make', 'bench', f'MODEL={model}', f'DATA={source}'])}`",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )

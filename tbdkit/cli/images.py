@@ -28,8 +28,12 @@ def parse_build_args(values: list[str] | None) -> dict[str, str]:
 @app.command("build")
 def build_cmd(
     names: Annotated[list[str] | None, typer.Argument(help="images to build (default: pytorch)")] = None,
-    base_image: Annotated[str | None, typer.Option("--base-image", help="build on this base instead of the locked one")] = None,
-    build_arg: Annotated[list[str] | None, typer.Option("--build-arg", help="KEY=VALUE, passed to docker build")] = None,
+    base_image: Annotated[
+        str | None, typer.Option("--base-image", help="build on this base instead of the locked one")
+    ] = None,
+    build_arg: Annotated[
+        list[str] | None, typer.Option("--build-arg", help="KEY=VALUE, passed to docker build")
+    ] = None,
     tag: Annotated[str | None, typer.Option(help="tag the image so (default: tbdkit/<stack>:<kit version>)")] = None,
 ) -> None:
     """Build framework images from their Dockerfiles, on the locked NGC base by default."""
@@ -37,8 +41,10 @@ def build_cmd(
     for name in names or ["pytorch"]:
         spec = images.get_spec(name)
         if base_image is None and not spec.digest:
-            console.print(f"[yellow]{name}: the base {spec.base} has no digest in images.lock yet; building from the "
-                          f"tag alone (run `tbdkit images lock {name}` to pin it)[/]")
+            console.print(
+                f"[yellow]{name}: the base {spec.base} has no digest in images.lock yet; building from the "
+                f"tag alone (run `tbdkit images lock {name}` to pin it)[/]"
+            )
         with console.status(f"building {tag or images.image_ref(name)} ..."):
             found = images.build(name, tag=tag, base=base_image, build_args=args)
         console.print(f"{name}: built {found['ref']} {found['id']} ({(found['size_bytes'] or 0) / 2**20:,.0f} MiB)")
@@ -64,5 +70,7 @@ def list_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     for col in ("check", "", "found", "fix"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["check"], {True: "[green]yes[/]", False: "[red]no[/]", None: "n/a"}[r["ok"]], r["found"], r["fix"])
+        table.add_row(
+            r["check"], {True: "[green]yes[/]", False: "[red]no[/]", None: "n/a"}[r["ok"]], r["found"], r["fix"]
+        )
     console.print(table)

@@ -31,10 +31,11 @@ def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     console.print(table)
 
 
-def setup(names: Annotated[list[str] | None, typer.Argument(help="stacks to install, or 'all' (default: pytorch)")] = None,
-          force: Annotated[bool, typer.Option(help="reinstall even if current")] = False,
-          installer: Annotated[str, typer.Option(help="auto (uv when installed, else pip), uv or pip")] = "auto",
-          ) -> None:
+def setup(
+    names: Annotated[list[str] | None, typer.Argument(help="stacks to install, or 'all' (default: pytorch)")] = None,
+    force: Annotated[bool, typer.Option(help="reinstall even if current")] = False,
+    installer: Annotated[str, typer.Option(help="auto (uv when installed, else pip), uv or pip")] = "auto",
+) -> None:
     """Create each framework stack's virtual environment from its lock, exactly (idempotent)."""
     if installer not in ("auto", "uv", "pip"):
         raise UserError(f"--installer must be auto, uv or pip, not '{installer}'.")
@@ -45,6 +46,7 @@ def setup(names: Annotated[list[str] | None, typer.Argument(help="stacks to inst
             continue
         with console.status(f"installing the {stack.title} stack in {stacks.venv_path(name)} ..."):
             record = stacks.setup(name, force=force, how=installer)
-        console.print(f"{stack.title} stack: installed {stack.module} {record.get('framework_version')} "
-                      f"in {stacks.venv_path(name)} from {record.get('lock_file')} with {record.get('installer')}")
-
+        console.print(
+            f"{stack.title} stack: installed {stack.module} {record.get('framework_version')} "
+            f"in {stacks.venv_path(name)} from {record.get('lock_file')} with {record.get('installer')}"
+        )

@@ -26,16 +26,29 @@ from tbdkit.cli import (
 )
 from tbdkit.cli.common import friendly
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="tbdkit: the TBD training benchmark, measured the same way every time.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="tbdkit: the TBD training benchmark, measured the same way every time.",
+)
 
 COMMANDS: dict[str, Callable[..., Any]] = {
-    "bench": bench.bench, "list": bench.list_models, "sweep": sweep.sweep,
-    "show": runs.show, "runs": runs.runs,
-    "report": report.report, "bundle": artifact.bundle, "reproduce": artifact.reproduce,
-    "render": render.render, "describe": network.describe, "overhead": network.overhead,
-    "doctor": machine.doctor, "setup": machine.setup,
-    "calibrate": calibrate.calibrate, "reference": reference.reference,
+    "bench": bench.bench,
+    "list": bench.list_models,
+    "sweep": sweep.sweep,
+    "show": runs.show,
+    "runs": runs.runs,
+    "report": report.report,
+    "bundle": artifact.bundle,
+    "reproduce": artifact.reproduce,
+    "render": render.render,
+    "describe": network.describe,
+    "overhead": network.overhead,
+    "doctor": machine.doctor,
+    "setup": machine.setup,
+    "calibrate": calibrate.calibrate,
+    "reference": reference.reference,
     "compare": compare.compare,
 }
 GROUPS: dict[str, typer.Typer] = {"images": images.app, "data": data.app}

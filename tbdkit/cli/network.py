@@ -13,10 +13,12 @@ from tbdkit.console import console
 from tbdkit.errors import UserError
 
 
-def describe(model: Annotated[str, typer.Argument(help="model (see `tbdkit list`)")],
-             framework: Annotated[str, typer.Option("--framework", "-f", help="pytorch | tensorflow | mxnet")] = "pytorch",
-             preset: Annotated[str, typer.Option(help="smoke | paper")] = "smoke",
-             as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def describe(
+    model: Annotated[str, typer.Argument(help="model (see `tbdkit list`)")],
+    framework: Annotated[str, typer.Option("--framework", "-f", help="pytorch | tensorflow | mxnet")] = "pytorch",
+    preset: Annotated[str, typer.Option(help="smoke | paper")] = "smoke",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
     """The network as FRAMEWORK builds it: parameters, per-layer shapes (canonical order), FLOPs per sample."""
     from tbdkit.describe import in_stack
 
@@ -33,15 +35,20 @@ def describe(model: Annotated[str, typer.Argument(help="model (see `tbdkit list`
     console.print(table)
     flops = info["flops_per_sample"]
     ref = flops["reference_sample"]
-    console.print(f"parameters: {info['parameters']:,}; FLOPs per sample (input {ref['input_shape']}, "
-                  f"{ref['work']:g} {ref['work_unit']}): "
-                  f"forward {flops['forward']:,}, training {flops['training']:,}", highlight=False)
+    console.print(
+        f"parameters: {info['parameters']:,}; FLOPs per sample (input {ref['input_shape']}, "
+        f"{ref['work']:g} {ref['work_unit']}): "
+        f"forward {flops['forward']:,}, training {flops['training']:,}",
+        highlight=False,
+    )
 
 
-def overhead(model: Annotated[str, typer.Option("--model", "-m")] = "deepspeech2",
-             framework: Annotated[str, typer.Option("--framework", "-f")] = "pytorch",
-             preset: Annotated[str, typer.Option()] = "smoke",
-             rounds: Annotated[int, typer.Option(help="bare/instrumented block pairs")] = 6) -> None:
+def overhead(
+    model: Annotated[str, typer.Option("--model", "-m")] = "deepspeech2",
+    framework: Annotated[str, typer.Option("--framework", "-f")] = "pytorch",
+    preset: Annotated[str, typer.Option()] = "smoke",
+    rounds: Annotated[int, typer.Option(help="bare/instrumented block pairs")] = 6,
+) -> None:
     """Benchmark the collectors' cost: instrumented throughput / bare loop throughput, one run."""
     import subprocess
 
@@ -50,8 +57,20 @@ def overhead(model: Annotated[str, typer.Option("--model", "-m")] = "deepspeech2
     m = catalog.get(model)
     catalog.check_framework(m, framework)
     python = stacks.require(framework)
-    cmd = [str(python), "-u", "-m", "tbdkit.agent.overhead", "--model", model, "--framework", framework,
-           "--preset", preset, "--rounds", str(rounds)]
+    cmd = [
+        str(python),
+        "-u",
+        "-m",
+        "tbdkit.agent.overhead",
+        "--model",
+        model,
+        "--framework",
+        framework,
+        "--preset",
+        preset,
+        "--rounds",
+        str(rounds),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=stacks.agent_env())
     result = None
     assert proc.stdout is not None
@@ -65,7 +84,9 @@ def overhead(model: Annotated[str, typer.Option("--model", "-m")] = "deepspeech2
         f"[bold]collector overhead[/] {model}/{framework} ({preset}, batch {result['batch_size']}, "
         f"{result['device']}): bare {result['bare_throughput']:.3f}, with collectors "
         f"{result['collected_throughput']:.3f} {result['unit']} over {result['rounds']} alternating rounds "
-        f"of {result['iterations_per_block']} iterations")
-    console.print(f"[bold]ratio (with collectors / bare) = {result['ratio']:.4f}[/]  "
-                  f"(per round: {', '.join(f'{r:.4f}' for r in result['ratio_per_round'])})")
-
+        f"of {result['iterations_per_block']} iterations"
+    )
+    console.print(
+        f"[bold]ratio (with collectors / bare) = {result['ratio']:.4f}[/]  "
+        f"(per round: {', '.join(f'{r:.4f}' for r in result['ratio_per_round'])})"
+    )

@@ -12,16 +12,24 @@ from tbdkit import reference as ref
 
 
 def reference(
-    model: Annotated[list[str] | None, typer.Option("--model", "-m", help=f"repeatable; default: {', '.join(ref.MODELS)}")] = None,
+    model: Annotated[
+        list[str] | None, typer.Option("--model", "-m", help=f"repeatable; default: {', '.join(ref.MODELS)}")
+    ] = None,
     suite: Annotated[bool, typer.Option("--suite", help="every model of the suite (PyTorch)")] = False,
-    results: Annotated[Path, typer.Option("--results", "-r", help="where the runs are written")] = Path("results/reference"),
+    results: Annotated[Path, typer.Option("--results", "-r", help="where the runs are written")] = Path(
+        "results/reference"
+    ),
     precision: Annotated[str, typer.Option(help="fp32 | tf32 | amp")] = "fp32",
     max_measure_s: Annotated[float, typer.Option(help="cap on each sample window, seconds")] = 30.0,
     max_warmup_s: Annotated[float, typer.Option(help="cap on each warm-up, seconds")] = 30.0,
     profile_iterations: Annotated[int, typer.Option(help="iterations the Nsight Compute pass covers")] = 3,
-    launch_count: Annotated[int, typer.Option(help="launches ncu profiles of each kernel and launch configuration")] = 3,
+    launch_count: Annotated[
+        int, typer.Option(help="launches ncu profiles of each kernel and launch configuration")
+    ] = 3,
     ncu: Annotated[bool, typer.Option("--ncu/--no-ncu", help="add the Nsight Compute pass")] = True,
-    table: Annotated[bool, typer.Option("--table", help="print the committed reference results as a Markdown table; run nothing")] = False,
+    table: Annotated[
+        bool, typer.Option("--table", help="print the committed reference results as a Markdown table; run nothing")
+    ] = False,
     readme: Annotated[bool, typer.Option("--readme", help="with --table: also write it into README.md")] = False,
 ) -> None:
     """Reference results on one NVIDIA GPU: measured runs plus an Nsight Compute pass, copied into workloads/<model>/reference/."""

@@ -28,20 +28,40 @@ def render(
     nodes: Annotated[int, typer.Option(help="machines")] = 2,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs (workers) per machine")] = 1,
     image: Annotated[str | None, typer.Option(help="container image (default: the kit's image of the stack)")] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="a folder (made if missing) for the launch file and the "
-                                      "spec.json it reads; the file's name is the target's")] = Path("render"),
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="a folder (made if missing) for the launch file and the "
+            "spec.json it reads; the file's name is the target's",
+        ),
+    ] = Path("render"),
 ) -> None:
     """Write TARGET's launch file for MODEL on NODES x GPUS_PER_NODE workers (and the spec.json it runs)."""
     if target not in TARGETS:
         raise UserError(f"Unknown render target '{target}': choose one of {', '.join(TARGETS)}.")
     if out.is_file() or (not out.is_dir() and out.suffix.lower() in FILE_SUFFIXES):
-        raise UserError(f"-o takes a folder, not a file ('{out}'): pass a folder, e.g. -o {out.parent / out.stem}, "
-                        f"and the launch file is written in it as {TARGETS[target]}.")
+        raise UserError(
+            f"-o takes a folder, not a file ('{out}'): pass a folder, e.g. -o {out.parent / out.stem}, "
+            f"and the launch file is written in it as {TARGETS[target]}."
+        )
     hp = catalog.get(model).hp(preset)
     # Validated as a job on real machines; the launcher field is not used by rendered files.
-    run_spec = specs.build(model=model, framework=framework, batch_size=batch or int(hp["default_batch"]),
-                           precision=precision, preset=preset, device="auto",
-                           launcher="netns" if nodes > 1 else "native", nodes=nodes, gpus_per_node=gpus_per_node)
+    run_spec = specs.build(
+        model=model,
+        framework=framework,
+        batch_size=batch or int(hp["default_batch"]),
+        precision=precision,
+        preset=preset,
+        device="auto",
+        launcher="netns" if nodes > 1 else "native",
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+    )
     path = write(run_spec, target, out, image=image)
-    console.print(f"wrote {path} and {out / runfiles.SPEC} ({nodes} node(s) x {gpus_per_node} worker(s), "
-                  f"per-worker batch {run_spec.batch_size})", highlight=False)
+    console.print(
+        f"wrote {path} and {out / runfiles.SPEC} ({nodes} node(s) x {gpus_per_node} worker(s), "
+        f"per-worker batch {run_spec.batch_size})",
+        highlight=False,
+    )

@@ -16,10 +16,17 @@ from tbdkit.store import Index
 
 def report(
     results: Annotated[Path | None, typer.Argument(help="results folder (default: results)")] = None,
-    out: Annotated[Path, typer.Option("--out", "-o", help="folder for report.html, report.md, summary.csv, figures/")] = Path("report"),
-    include_disturbed: Annotated[bool, typer.Option(
-        "--include-disturbed", help="check the paper's claims on disturbed runs too (foreign load, another GPU "
-        "process or throttling in their window); they are always drawn, hollow")] = False,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="folder for report.html, report.md, summary.csv, figures/")
+    ] = Path("report"),
+    include_disturbed: Annotated[
+        bool,
+        typer.Option(
+            "--include-disturbed",
+            help="check the paper's claims on disturbed runs too (foreign load, another GPU "
+            "process or throttling in their window); they are always drawn, hollow",
+        ),
+    ] = False,
     price_per_hour: PriceOpt = None,
 ) -> None:
     """The paper's figures, tables and claim checks for the runs in RESULTS."""
@@ -40,4 +47,6 @@ def report(
     for v in verdicts:
         color = {"holds": "green", "does not hold": "red"}.get(v.verdict, "yellow")
         console.print(f"  {v.n:>2}. [{color}]{v.verdict:<16}[/] {v.claim}", highlight=False)
-    console.print(f"report: {html} (also {out / 'report.md'}, {out / 'summary.csv'}, {out / 'figures'}/)", highlight=False)
+    console.print(
+        f"report: {html} (also {out / 'report.md'}, {out / 'summary.csv'}, {out / 'figures'}/)", highlight=False
+    )

@@ -21,21 +21,24 @@ from tbdkit.store import Index
 SHOWN_MATCHES = 10  # run ids listed when a prefix given to `show` matches several
 
 
-def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suffix, or 'last')")],
-         results: ResultsOpt = default_results_dir(),
-         as_json: Annotated[bool, typer.Option("--json")] = False,
-         trace: Annotated[bool, typer.Option("--trace", help="where the run's trace.json is and how to open it")] = False,
-         ) -> None:
+def show(
+    run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suffix, or 'last')")],
+    results: ResultsOpt = default_results_dir(),
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    trace: Annotated[bool, typer.Option("--trace", help="where the run's trace.json is and how to open it")] = False,
+) -> None:
     """One run's summary: every metric with its unit and method."""
     index = Index(existing_results_dir(results))
     path = index.find(run)
     if path is None:
         hits = [r["run_id"] for r in index.runs() if r["run_id"].startswith(run) or r["run_id"].endswith(run)]
         if len(hits) > 1:
-            shown = ", ".join(hits[:SHOWN_MATCHES]) + (f" and {len(hits) - SHOWN_MATCHES} more"
-                                                       if len(hits) > SHOWN_MATCHES else "")
-            raise UserError(f"'{run}' is ambiguous in {results}: it matches {len(hits)} runs ({shown}); "
-                            "pass more of the run id.")
+            shown = ", ".join(hits[:SHOWN_MATCHES]) + (
+                f" and {len(hits) - SHOWN_MATCHES} more" if len(hits) > SHOWN_MATCHES else ""
+            )
+            raise UserError(
+                f"'{run}' is ambiguous in {results}: it matches {len(hits)} runs ({shown}); pass more of the run id."
+            )
         raise UserError(f"No run matches '{run}' in {results}: list them with `tbdkit runs`.")
     if trace:
         console.print(trace_help(path), highlight=False, markup=False)
@@ -43,7 +46,9 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
     try:
         summary = summaries.read(path)
     except (OSError, summaries.Unreadable) as exc:
-        raise UserError(escape(f"{exc}: the run folder {path} is damaged; its other files are kept as they are.")) from None
+        raise UserError(
+            escape(f"{exc}: the run folder {path} is damaged; its other files are kept as they are.")
+        ) from None
     if as_json:
         print(json.dumps(summary, indent=2))
         return
@@ -54,8 +59,12 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
         table.add_column(col)
     for name, m in (summary.get("metrics") or {}).items():
         value = m.get("value")
-        table.add_row(name, "null" if value is None else f"{value:,.4g}", m.get("unit", ""),
-                      m.get("reason") and f"[yellow]{escape(m['reason'])}[/]" or escape(m.get("method") or ""))
+        table.add_row(
+            name,
+            "null" if value is None else f"{value:,.4g}",
+            m.get("unit", ""),
+            m.get("reason") and f"[yellow]{escape(m['reason'])}[/]" or escape(m.get("method") or ""),
+        )
     console.print(table)
     for key in ("warmup", "window"):
         if summary.get(key):
@@ -72,19 +81,25 @@ def show(run: Annotated[str, typer.Argument(help="run id (or a unique prefix/suf
 def trace_help(run_dir: Path) -> str:
     path = run_dir / runfiles.TRACE
     if not path.is_file():
-        raise UserError(f"The run {run_dir.name} has no {runfiles.TRACE} (it ended before its loop started, or a "
-                        f"kit older than the trace made it): run it again with `tbdkit bench`.")
-    return (f"{path.resolve()}\n"
-            f"  open it in https://ui.perfetto.dev (Open trace file; it stays in the browser) or chrome://tracing (Load);\n"
-            f"  tracks: the iterations (warm-up, sample window, analysis) with each one's data wait, the data-wait share,\n"
-            f"  one counter per sampled instrument (samples.csv) and, where a kernel timeline was taken, the profiler's events;\n"
-            f"  times are microseconds since the training loop started (iterations.csv's start_s)")
+        raise UserError(
+            f"The run {run_dir.name} has no {runfiles.TRACE} (it ended before its loop started, or a "
+            f"kit older than the trace made it): run it again with `tbdkit bench`."
+        )
+    return (
+        f"{path.resolve()}\n"
+        f"  open it in https://ui.perfetto.dev (Open trace file; it stays in the browser) or chrome://tracing (Load);\n"
+        f"  tracks: the iterations (warm-up, sample window, analysis) with each one's data wait, the data-wait share,\n"
+        f"  one counter per sampled instrument (samples.csv) and, where a kernel timeline was taken, the profiler's events;\n"
+        f"  times are microseconds since the training loop started (iterations.csv's start_s)"
+    )
 
 
-def runs(results: ResultsOpt = default_results_dir(),
-         model: Annotated[str | None, typer.Option(help="only this model")] = None,
-         rebuild: Annotated[bool, typer.Option("--rebuild", help="rebuild the index from the run folders")] = False,
-         as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+def runs(
+    results: ResultsOpt = default_results_dir(),
+    model: Annotated[str | None, typer.Option(help="only this model")] = None,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="rebuild the index from the run folders")] = False,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
     """The results index (SQLite, rebuilt from the run folders when lost)."""
     index = Index(existing_results_dir(results))
     if rebuild:
@@ -96,11 +111,23 @@ def runs(results: ResultsOpt = default_results_dir(),
         print(json.dumps(rows, indent=2))
         return
     table = Table(title=f"Runs in {results}")
-    cols = ("run_id", "status", "model", "framework", "batch_size", "precision", "device", "throughput",
-            "throughput_unit", "cpu_utilization", "gpu_utilization")
+    cols = (
+        "run_id",
+        "status",
+        "model",
+        "framework",
+        "batch_size",
+        "precision",
+        "device",
+        "throughput",
+        "throughput_unit",
+        "cpu_utilization",
+        "gpu_utilization",
+    )
     for c in cols:
         table.add_column(c)
     for r in rows:
-        table.add_row(*("—" if r[c] is None else f"{r[c]:,.2f}" if isinstance(r[c], float) else str(r[c]) for c in cols))
+        table.add_row(
+            *("—" if r[c] is None else f"{r[c]:,.2f}" if isinstance(r[c], float) else str(r[c]) for c in cols)
+        )
     console.print(table)
-

@@ -33,8 +33,13 @@ class SweepProgress:
         self.run = run
         self.unit = unit
         counts = run.state.counts(run.keys())
-        self.task = progress.add_task(f"sweep of {len(run.keys())} points", total=len(run.keys()),
-                                      completed=counts["done"], phase=self._phase(), rate="")
+        self.task = progress.add_task(
+            f"sweep of {len(run.keys())} points",
+            total=len(run.keys()),
+            completed=counts["done"],
+            phase=self._phase(),
+            rate="",
+        )
 
     def _phase(self) -> str:
         c = self.run.state.counts(self.run.keys())
@@ -52,16 +57,19 @@ class SweepProgress:
             self.progress.console.print(f"[red]{point.key}: {status}[/] (retried when the sweep is run again)")
 
     def point_retried(self, point: Point, attempt: int, of: int, reasons: list[str]) -> None:
-        self.progress.console.print(f"[yellow]{escape(point.key)}: disturbed[/] ({escape('; '.join(reasons) or 'flagged')}): "
-                                    f"re-running it (retry {attempt} of {of}, --retry-disturbed); the disturbed run is kept",
-                                    highlight=False)
+        self.progress.console.print(
+            f"[yellow]{escape(point.key)}: disturbed[/] ({escape('; '.join(reasons) or 'flagged')}): "
+            f"re-running it (retry {attempt} of {of}, --retry-disturbed); the disturbed run is kept",
+            highlight=False,
+        )
 
     def probe_started(self, framework: str, precision: str, batch_size: int) -> None:
         self.progress.update(self.task, rate=f"max-batch search {framework}/{precision}: probing batch {batch_size}")
 
 
-def bench_runner(results: Path, progress: SweepProgress,
-                 run_dir_created: Callable[[Path], None] | None = None) -> Runner:
+def bench_runner(
+    results: Path, progress: SweepProgress, run_dir_created: Callable[[Path], None] | None = None
+) -> Runner:
     """Each point through the bench machinery: the spec's launcher, then the results index.
     `run_dir_created` hears each measured point's run folder as soon as the launcher makes it."""
     from tbdkit.launch import launch
@@ -88,8 +96,10 @@ def bench_runner(results: Path, progress: SweepProgress,
 def grid_table(state: dict[str, Any], unit: str) -> Table:
     """Rows: framework/precision; columns: batch entries; a cell: status, mean throughput, spread."""
     spec = state["spec"]
-    table = Table(title=f"sweep {state['sweep_id']} ({spec['model']}, {spec['preset']} preset, "
-                        f"{spec['repeat']} repeat(s), CV limit {spec['cv_limit']:.0%}) — throughput in {unit}")
+    table = Table(
+        title=f"sweep {state['sweep_id']} ({spec['model']}, {spec['preset']} preset, "
+        f"{spec['repeat']} repeat(s), CV limit {spec['cv_limit']:.0%}) — throughput in {unit}"
+    )
     table.add_column("framework / precision")
     for b in spec["batches"]:
         table.add_column(f"batch {b}", justify="right")
@@ -99,12 +109,17 @@ def grid_table(state: dict[str, Any], unit: str) -> Table:
             cells = []
             for b in spec["batches"]:
                 g = groups.get(f"{fw}/{precision}/b{b}") or {}
-                statuses = [p["status"] for p in state["points"].values()
-                            if (p["framework"], p["precision"], p["batch"]) == (fw, precision, b)]
+                statuses = [
+                    p["status"]
+                    for p in state["points"].values()
+                    if (p["framework"], p["precision"], p["batch"]) == (fw, precision, b)
+                ]
                 cells.append(_cell(g, statuses))
             table.add_row(f"{fw} / {precision}", *cells)
-    table.caption = ("mean over ok repeats [± sample stdev, CV]; 'max' shows the batch found; "
-                     "unstable: CV above the limit (sweep.json groups.*.unstable)")
+    table.caption = (
+        "mean over ok repeats [± sample stdev, CV]; 'max' shows the batch found; "
+        "unstable: CV above the limit (sweep.json groups.*.unstable)"
+    )
     return table
 
 
@@ -131,10 +146,20 @@ def _cell(group: dict[str, Any], statuses: list[str]) -> str:
 
 def sweep(
     model: Annotated[str, typer.Argument(help="model to sweep (see `tbdkit list`)")],
-    frameworks: Annotated[list[str] | None, typer.Option("--frameworks", "--framework", "-f",
-                          help="comma list or 'all'; default: every installed one the model has")] = None,
-    batch: Annotated[list[str] | None, typer.Option("--batch", "-b",
-                     help="batch sizes, e.g. 8,16,32,max (max: the largest that fits); default: the preset's list")] = None,
+    frameworks: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--frameworks", "--framework", "-f", help="comma list or 'all'; default: every installed one the model has"
+        ),
+    ] = None,
+    batch: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--batch",
+            "-b",
+            help="batch sizes, e.g. 8,16,32,max (max: the largest that fits); default: the preset's list",
+        ),
+    ] = None,
     precision: Annotated[list[str] | None, typer.Option("--precision", help="comma list of fp32 | tf32 | amp")] = None,
     repeat: Annotated[int, typer.Option(help="runs per grid point (their spread is reported)")] = 1,
     preset: Annotated[str, typer.Option(help="smoke | paper | auto (paper with a GPU, else smoke)")] = "auto",
@@ -146,12 +171,17 @@ def sweep(
     max_batch_limit: Annotated[int, typer.Option(help="the max-batch search doubles no further than this")] = 4096,
     max_measure_s: Annotated[float | None, typer.Option(help="cap on each sample window, seconds")] = None,
     max_warmup_s: Annotated[float | None, typer.Option(help="cap on each warm-up, seconds")] = None,
-    memory_limit_mb: Annotated[int | None, typer.Option(
-        help="fail as out-of-memory past this many MiB of growth (CPU runs)")] = None,
+    memory_limit_mb: Annotated[
+        int | None, typer.Option(help="fail as out-of-memory past this many MiB of growth (CPU runs)")
+    ] = None,
     cpus: CpusOpt = None,
     pin: PinOpt = False,
-    retry_disturbed: Annotated[int, typer.Option(
-        help="re-run a point whose run was disturbed (foreign load, another GPU process, throttling) up to N times")] = 0,
+    retry_disturbed: Annotated[
+        int,
+        typer.Option(
+            help="re-run a point whose run was disturbed (foreign load, another GPU process, throttling) up to N times"
+        ),
+    ] = 0,
     results: Annotated[Path, typer.Option("--results", "-r", help="results folder")] = default_results_dir(),
     setup: Annotated[bool, typer.Option("--setup/--no-setup", help="install missing framework stacks first")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the sweep's state as JSON")] = False,
@@ -165,17 +195,29 @@ def sweep(
         preset = resolve_auto_preset(device, wanted if wanted and wanted != ["all"] else list(m.frameworks), launcher)
     requested = split_list(frameworks)
     launcher = "native" if launcher == "auto" else launcher  # a sweep's points run on one machine
-    measure = {k: v for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s}.items()
-               if v is not None}
+    measure = {k: v for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s}.items() if v is not None}
     if data != "synthetic":
         data = str(Path(data).expanduser().resolve())
     fields: dict[str, Any] = {
-        "model": model, "frameworks": requested if requested and requested != ["all"] else list(m.frameworks),
-        "batches": parse_batch_list(split_list(batch)) or list(m.hp(preset).get("batch_sizes") or [m.default_batch(preset)]),
-        "precisions": split_list(precision) or ["fp32"], "preset": preset, "repeat": repeat, "launcher": launcher,
-        "results": str(results), "device": device, "data": data, "seed": seed, "cv_limit": cv_limit,
-        "max_batch_limit": max_batch_limit, "memory_limit_mb": memory_limit_mb, "measure": measure,
-        "cpus": check_cpus(cpus), "pin": pin, "retry_disturbed": retry_disturbed,
+        "model": model,
+        "frameworks": requested if requested and requested != ["all"] else list(m.frameworks),
+        "batches": parse_batch_list(split_list(batch))
+        or list(m.hp(preset).get("batch_sizes") or [m.default_batch(preset)]),
+        "precisions": split_list(precision) or ["fp32"],
+        "preset": preset,
+        "repeat": repeat,
+        "launcher": launcher,
+        "results": str(results),
+        "device": device,
+        "data": data,
+        "seed": seed,
+        "cv_limit": cv_limit,
+        "max_batch_limit": max_batch_limit,
+        "memory_limit_mb": memory_limit_mb,
+        "measure": measure,
+        "cpus": check_cpus(cpus),
+        "pin": pin,
+        "retry_disturbed": retry_disturbed,
     }
     parse(fields)  # the whole grid is valid before anything installs or runs
     if data != "synthetic":
@@ -223,10 +265,15 @@ def run_sweep(spec: SweepSpec, unit: str, quiet_stdout: bool = False) -> dict[st
     """Run (or resume) the sweep with live progress; returns its state. Progress goes to stderr
     when stdout carries JSON."""
     progress = Progress(
-        TextColumn("[bold]{task.description}"), TextColumn("[cyan]{task.fields[phase]}"), BarColumn(),
-        TimeElapsedColumn(), TextColumn("ETA"),
-        TimeRemainingColumn(), TextColumn("{task.fields[rate]}"),
-        console=err_console if quiet_stdout else console, transient=False,
+        TextColumn("[bold]{task.description}"),
+        TextColumn("[cyan]{task.fields[phase]}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[rate]}"),
+        console=err_console if quiet_stdout else console,
+        transient=False,
     )
     run = SweepRun(spec)
     observer = SweepProgress(progress, run, unit)
@@ -235,8 +282,11 @@ def run_sweep(spec: SweepSpec, unit: str, quiet_stdout: bool = False) -> dict[st
         progress.console.print(f"[yellow]resuming:[/] {escape(note)}", highlight=False)
     counts = run.state.counts(run.keys())
     if counts["done"] or counts["failed"]:
-        progress.console.print(f"resuming sweep {spec.sweep_id()}: {counts['done']} point(s) done are kept, "
-                               f"{counts['failed']} failed and {counts['pending']} pending will run", highlight=False)
+        progress.console.print(
+            f"resuming sweep {spec.sweep_id()}: {counts['done']} point(s) done are kept, "
+            f"{counts['failed']} failed and {counts['pending']} pending will run",
+            highlight=False,
+        )
     try:
         with progress:
             return run.run()

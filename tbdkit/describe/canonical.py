@@ -38,16 +38,22 @@ LAYOUTS: dict[str, dict[str, str]] = {
     # one kind for two layers: a LayerNorm over the last axis (dim), and GroupNorm(1, C) (Keras'
     # GroupNormalization(groups=1)), which normalizes each sample over all of (C, H, W), then scales
     # and shifts per channel
-    "layernorm": {"gamma": "(dim,) or (channels,) for GroupNorm(1, C)",
-                  "beta": "(dim,) or (channels,) for GroupNorm(1, C)"},
+    "layernorm": {
+        "gamma": "(dim,) or (channels,) for GroupNorm(1, C)",
+        "beta": "(dim,) or (channels,) for GroupNorm(1, C)",
+    },
     "dense": {"weight": "(out_features, in_features)", "bias": "(out_features,)"},
     "gru": {  # one direction of one layer; gate blocks in the order reset, update, new (PyTorch's, cuDNN's)
-        "w_input": "(3*hidden, input)", "w_hidden": "(3*hidden, hidden)",
-        "b_input": "(3*hidden,)", "b_hidden": "(3*hidden,)",
+        "w_input": "(3*hidden, input)",
+        "w_hidden": "(3*hidden, hidden)",
+        "b_input": "(3*hidden,)",
+        "b_hidden": "(3*hidden,)",
     },
     "lstm": {  # one direction of one layer, or one cell; gate blocks i, f, g, o (PyTorch's; Keras' and MXNet's i, f, c, o)
-        "w_input": "(4*hidden, input)", "w_hidden": "(4*hidden, hidden)",
-        "b_input": "(4*hidden,)", "b_hidden": "(4*hidden,)",
+        "w_input": "(4*hidden, input)",
+        "w_hidden": "(4*hidden, hidden)",
+        "b_input": "(4*hidden,)",
+        "b_hidden": "(4*hidden,)",
     },
     "embedding": {"weight": "(vocabulary, dim)"},
     "scale": {"value": "()"},  # a learned scalar (e.g. the g of scaled Luong attention)
@@ -66,7 +72,7 @@ class Layer:
     kind: str
     params: dict[str, np.ndarray]
     positions: int = 0
-    direction: str | None = None   # "forward" / "backward" for one direction of a recurrent layer
+    direction: str | None = None  # "forward" / "backward" for one direction of a recurrent layer
     name: str = field(default="")
     # shapes of parameters this layer uses but an earlier layer owns (a decoder tied to an embedding)
     tied: dict[str, tuple[int, ...]] = field(default_factory=dict)
@@ -105,8 +111,17 @@ def gates_from_canonical(a: np.ndarray, order: str, axis: int = 0) -> np.ndarray
 def name_layers(layers: Sequence[Layer]) -> list[Layer]:
     """Canonical names: kind + 1-based ordinal in forward order (conv1, bn1, gru1.forward, dense1, ...)."""
     counts: dict[str, int] = {}
-    short = {"conv2d": "conv", "conv_transpose2d": "deconv", "batchnorm": "bn", "dense": "dense", "gru": "gru", "lstm": "lstm",
-             "embedding": "embedding", "scale": "scale", "layernorm": "ln"}
+    short = {
+        "conv2d": "conv",
+        "conv_transpose2d": "deconv",
+        "batchnorm": "bn",
+        "dense": "dense",
+        "gru": "gru",
+        "lstm": "lstm",
+        "embedding": "embedding",
+        "scale": "scale",
+        "layernorm": "ln",
+    }
     for layer in layers:
         if layer.direction == "backward":
             n = counts[layer.kind]
@@ -122,19 +137,28 @@ def report(layers: Sequence[Layer], reference: dict[str, Any]) -> dict[str, Any]
     forward = sum(layer.flops() for layer in named)
     return {
         "parameters": sum(int(a.size) for layer in named for a in layer.params.values()),
-        "layers": [{"name": layer.name, "kind": layer.kind, "params": layer.shapes(),
-                    "positions_per_sample": layer.positions, "forward_flops": layer.flops(),
-                    **({"tied": {k: list(v) for k, v in layer.tied.items()}} if layer.tied else {})}
-                   for layer in named],
+        "layers": [
+            {
+                "name": layer.name,
+                "kind": layer.kind,
+                "params": layer.shapes(),
+                "positions_per_sample": layer.positions,
+                "forward_flops": layer.flops(),
+                **({"tied": {k: list(v) for k, v in layer.tied.items()}} if layer.tied else {}),
+            }
+            for layer in named
+        ],
         "flops_per_sample": {
             "forward": forward,
             "training": TRAINING_FLOPS_PER_FORWARD * forward,
             "unit": "FLOP",
             "reference_sample": reference,
-            "convention": ("2 FLOPs per multiply-accumulate of convolutions, dense layers and recurrent matrix "
-                           "products, at the output positions the framework's forward pass produced for the "
-                           "reference sample; element-wise work, embedding lookups and attention's activation-by-activation "
-                           "products not counted; training = 3 x forward"),
+            "convention": (
+                "2 FLOPs per multiply-accumulate of convolutions, dense layers and recurrent matrix "
+                "products, at the output positions the framework's forward pass produced for the "
+                "reference sample; element-wise work, embedding lookups and attention's activation-by-activation "
+                "products not counted; training = 3 x forward"
+            ),
         },
         "layouts": {k: v for k, v in LAYOUTS.items() if any(layer.kind == k for layer in named)},
     }
@@ -143,6 +167,7 @@ def report(layers: Sequence[Layer], reference: dict[str, Any]) -> dict[str, Any]
 def reference_gru(x: np.ndarray, p: dict[str, np.ndarray], h0: np.ndarray | None = None) -> np.ndarray:
     """A GRU direction in canonical layout over x (T, N, In), reset gate applied after the hidden
     product (PyTorch, cuDNN, Keras reset_after=True, MXNet): the ground truth for gate-order tests."""
+
     def sigmoid(v: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-v))
 
@@ -153,17 +178,19 @@ def reference_gru(x: np.ndarray, p: dict[str, np.ndarray], h0: np.ndarray | None
         gi = xt @ p["w_input"].T + p["b_input"]
         gh = h @ p["w_hidden"].T + p["b_hidden"]
         r = sigmoid(gi[:, :hidden] + gh[:, :hidden])
-        z = sigmoid(gi[:, hidden:2 * hidden] + gh[:, hidden:2 * hidden])
-        n = np.tanh(gi[:, 2 * hidden:] + r * gh[:, 2 * hidden:])
+        z = sigmoid(gi[:, hidden : 2 * hidden] + gh[:, hidden : 2 * hidden])
+        n = np.tanh(gi[:, 2 * hidden :] + r * gh[:, 2 * hidden :])
         h = (1 - z) * n + z * h
         out.append(h)
     return np.stack(out)
 
 
-def reference_lstm(x: np.ndarray, p: dict[str, np.ndarray], state: tuple[np.ndarray, np.ndarray] | None = None
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def reference_lstm(
+    x: np.ndarray, p: dict[str, np.ndarray], state: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """An LSTM direction in canonical layout (gates i, f, g, o; input and hidden biases) over x
     (T, N, In): outputs (T, N, H) and the final h and c. The ground truth for gate-order tests."""
+
     def sigmoid(v: np.ndarray) -> np.ndarray:
         return 1.0 / (1.0 + np.exp(-v))
 

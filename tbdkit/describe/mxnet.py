@@ -23,8 +23,16 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
 
     from tbdkit.describe.canonical import Layer
 
-    kinds = (gluon.nn.Conv2D, gluon.nn.Conv2DTranspose, gluon.nn.BatchNorm, gluon.nn.Dense, gluon.rnn.GRU, gluon.rnn.LSTMCell,
-             gluon.nn.Embedding, gluon.nn.LayerNorm)
+    kinds = (
+        gluon.nn.Conv2D,
+        gluon.nn.Conv2DTranspose,
+        gluon.nn.BatchNorm,
+        gluon.nn.Dense,
+        gluon.rnn.GRU,
+        gluon.rnn.LSTMCell,
+        gluon.nn.Embedding,
+        gluon.nn.LayerNorm,
+    )
     blocks: list[Any] = []
 
     def fusion(block: Any) -> bool:
@@ -35,6 +43,7 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
             blocks.append(block)
         for child in block._children.values():
             walk(child)
+
     walk(model)
     seen: dict[int, tuple[Any, int]] = {}  # insertion order = order of first call
 
@@ -44,7 +53,9 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
         if isinstance(block, gluon.nn.Conv2DTranspose):  # counted at its input (canonical.LAYOUTS)
             return int(args[0].shape[0] * args[0].shape[2] * args[0].shape[3])
         if isinstance(block, gluon.nn.Conv2D):
-            return int(out.shape[0] * out.shape[2] * out.shape[3])  # every map in the batch (a detector head: one per RoI)
+            return int(
+                out.shape[0] * out.shape[2] * out.shape[3]
+            )  # every map in the batch (a detector head: one per RoI)
         if isinstance(block, (gluon.nn.Dense, gluon.nn.Embedding)):
             return int(np.prod(out.shape[:-1]))
         if isinstance(block, gluon.rnn.LSTMCell):
@@ -70,10 +81,15 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
         def assign(arrays: dict[str, np.ndarray]) -> None:
             for key, param in targets.items():
                 param.set_data(mx.nd.array(np.reshape(arrays[key], param.shape), dtype=param.dtype))
+
         return assign
 
-    recurrent = (("w_input", "i2h_weight"), ("w_hidden", "h2h_weight"), ("b_input", "i2h_bias"),
-                 ("b_hidden", "h2h_bias"))
+    recurrent = (
+        ("w_input", "i2h_weight"),
+        ("w_hidden", "h2h_weight"),
+        ("b_input", "i2h_bias"),
+        ("b_hidden", "h2h_bias"),
+    )
     for block, n in seen.values():
         tied: dict[str, tuple[int, ...]] = {}
         if fusion(block):  # one weight per input, element-wise work
@@ -84,12 +100,18 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
             tied = {"weight": tuple(block.tied_to.weight.shape)}
         elif isinstance(block, (gluon.nn.Conv2D, gluon.nn.Conv2DTranspose, gluon.nn.Dense)):
             # Conv2DTranspose's weight is (in, out, kh, kw): already canonical
-            if isinstance(block, gluon.nn.Conv2DTranspose) and (block._kwargs["num_group"] != 1
-                                                                or any(d != 1 for d in block._kwargs["dilate"])):
+            if isinstance(block, gluon.nn.Conv2DTranspose) and (
+                block._kwargs["num_group"] != 1 or any(d != 1 for d in block._kwargs["dilate"])
+            ):
                 raise ValueError("a grouped or dilated Conv2DTranspose has no canonical layout")
             targets = {"weight": block.weight} | ({"bias": block.bias} if block.bias is not None else {})
-            kind = ("conv_transpose2d" if isinstance(block, gluon.nn.Conv2DTranspose)
-                    else "conv2d" if isinstance(block, gluon.nn.Conv2D) else "dense")
+            kind = (
+                "conv_transpose2d"
+                if isinstance(block, gluon.nn.Conv2DTranspose)
+                else "conv2d"
+                if isinstance(block, gluon.nn.Conv2D)
+                else "dense"
+            )
         elif isinstance(block, gluon.nn.BatchNorm):
             # scale=False / center=False keep gamma / beta as fixed state (grad_req 'null'), not parameters
             targets = {k: p for k, p in (("gamma", block.gamma), ("beta", block.beta)) if p.grad_req != "null"}
@@ -100,22 +122,45 @@ def canonical_layers(model: Any, forward: Any) -> list[Any]:
             targets, kind = {"weight": block.weight}, "embedding"
         elif isinstance(block, gluon.rnn.LSTMCell):  # gates i, f, c, o: already canonical
             targets = {key: getattr(block, name) for key, name in recurrent}
-            layers.append(Layer("lstm", {k: p.data().asnumpy() for k, p in targets.items()}, positions=n,
-                                direction=getattr(block, "direction", None), assign=setter(targets)))
+            layers.append(
+                Layer(
+                    "lstm",
+                    {k: p.data().asnumpy() for k, p in targets.items()},
+                    positions=n,
+                    direction=getattr(block, "direction", None),
+                    assign=setter(targets),
+                )
+            )
             continue
         else:  # GRU: gate blocks already r, z, n (cuDNN's order)
             fused = block._dir == 2
             for i in range(block._num_layers):
-                for prefix, direction in ((("l", "forward"), ("r", "backward")) if fused
-                                          else (("l", getattr(block, "direction", None)),)):
+                for prefix, direction in (
+                    (("l", "forward"), ("r", "backward")) if fused else (("l", getattr(block, "direction", None)),)
+                ):
                     targets = {key: getattr(block, f"{prefix}{i}_{name}") for key, name in recurrent}
-                    layers.append(Layer("gru", {k: p.data().asnumpy() for k, p in targets.items()},
-                                        positions=n, direction=direction, assign=setter(targets)))
+                    layers.append(
+                        Layer(
+                            "gru",
+                            {k: p.data().asnumpy() for k, p in targets.items()},
+                            positions=n,
+                            direction=direction,
+                            assign=setter(targets),
+                        )
+                    )
             continue
-        layers.append(Layer(kind, {k: p.data().asnumpy() for k, p in targets.items()}, positions=n,
-                            tied=tied, assign=setter(targets)))
+        layers.append(
+            Layer(
+                kind,
+                {k: p.data().asnumpy() for k, p in targets.items()},
+                positions=n,
+                tied=tied,
+                assign=setter(targets),
+            )
+        )
     for param in model._reg_params.values():
         if param.grad_req != "null" and int(np.prod(param.shape)) == 1:
-            layers.append(Layer("scale", {"value": param.data().asnumpy().reshape(())},
-                                assign=setter({"value": param})))
+            layers.append(
+                Layer("scale", {"value": param.data().asnumpy().reshape(())}, assign=setter({"value": param}))
+            )
     return layers

@@ -17,8 +17,9 @@ from tbdkit.adapters import load as load_adapter
 from tbdkit.describe import canonical
 
 
-def describe(model_name: str, framework: str, preset: str, weights_from: Path | None = None,
-             save: Path | None = None) -> dict[str, Any]:
+def describe(
+    model_name: str, framework: str, preset: str, weights_from: Path | None = None, save: Path | None = None
+) -> dict[str, Any]:
     """The canonical description. With `weights_from` (an .npz that `save` wrote, from any framework)
     the network first takes those canonical weights; `save` writes this network's canonical weights
     and its inference-mode output on a probe batch (the data module's probe_batch, or 2 synthetic
@@ -35,8 +36,9 @@ def describe(model_name: str, framework: str, preset: str, weights_from: Path | 
     layers_of = importlib.import_module(f"tbdkit.describe.{framework}").canonical_layers
 
     def read() -> list[canonical.Layer]:
-        return canonical.name_layers(layers_of(
-            adapter.training.model, lambda: workload.forward(adapter.training, inputs)))
+        return canonical.name_layers(
+            layers_of(adapter.training.model, lambda: workload.forward(adapter.training, inputs))
+        )
 
     layers = read()
     if weights_from is not None:
@@ -51,8 +53,13 @@ def describe(model_name: str, framework: str, preset: str, weights_from: Path | 
         probe_batch = getattr(data, "probe_batch", None)
         probe = adapter.prepare(probe_batch(hp) if probe_batch else next(data.synthetic_batches(hp, 2, seed=0)))
         out = workload.forward(adapter.training, probe)  # named outputs, (log_probs, lengths), or one array
-        outputs = (out if isinstance(out, dict) else dict(zip(("log_probs", "lengths"), out))
-                   if isinstance(out, tuple) else {"output": out})
+        outputs = (
+            out
+            if isinstance(out, dict)
+            else dict(zip(("log_probs", "lengths"), out))
+            if isinstance(out, tuple)
+            else {"output": out}
+        )
         arrays = {f"{layer.name}/{k}": v for layer in layers for k, v in layer.params.items()}
         np.savez(save, **arrays, **outputs)  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle's bool
     if isinstance(getattr(batch, "images", None), list):  # detection: images of their own sizes, or (EfficientDet)
@@ -62,12 +69,16 @@ def describe(model_name: str, framework: str, preset: str, weights_from: Path | 
         shape = list((batch.features if hasattr(batch, "features") else batch.images).shape[1:])
     else:  # sentence pairs: source and target lengths (the target counts its </s>)
         shape = [int(batch.source_lengths[0]), int(batch.target_lengths[0])]
-    reference = {"input_shape": shape, "work": batch.work,
-                 "work_unit": model.throughput_unit.removesuffix("/s")}
+    reference = {"input_shape": shape, "work": batch.work, "work_unit": model.throughput_unit.removesuffix("/s")}
     env = adapter.environment()
-    return {"model": model_name, "framework": framework, "framework_version": env.get("framework_version"),
-            "preset": preset, **canonical.report(layers, reference),
-            "framework_state": {k: v for k, v in adapter.model_info().items() if k == "non_trainable_state"}}
+    return {
+        "model": model_name,
+        "framework": framework,
+        "framework_version": env.get("framework_version"),
+        "preset": preset,
+        **canonical.report(layers, reference),
+        "framework_state": {k: v for k, v in adapter.model_info().items() if k == "non_trainable_state"},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,10 +104,16 @@ def in_stack(model_name: str, framework: str, preset: str) -> dict[str, Any]:
     catalog.check_framework(model, framework)
     model.hp(preset)
     python = stacks.require(framework)
-    proc = subprocess.run([str(python), "-m", "tbdkit.describe", "--model", model_name, "--framework", framework,
-                           "--preset", preset], capture_output=True, text=True, env=stacks.agent_env())
+    proc = subprocess.run(
+        [str(python), "-m", "tbdkit.describe", "--model", model_name, "--framework", framework, "--preset", preset],
+        capture_output=True,
+        text=True,
+        env=stacks.agent_env(),
+    )
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        raise UserError(f"Describing {model_name} on {framework} failed in its stack (exit {proc.returncode}: "
-                        f"{last}): run `tbdkit setup {framework} --force` if the stack is damaged.")
+        raise UserError(
+            f"Describing {model_name} on {framework} failed in its stack (exit {proc.returncode}: "
+            f"{last}): run `tbdkit setup {framework} --force` if the stack is damaged."
+        )
     return json.loads(proc.stdout)

@@ -19,15 +19,28 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
     from tbdkit.describe.canonical import Layer
 
     seen: dict[int, tuple[torch.nn.Module, int]] = {}  # insertion order = order of first call
-    kinds = (torch.nn.Conv2d, torch.nn.ConvTranspose2d, torch.nn.BatchNorm2d, torch.nn.GRU, torch.nn.LSTM, torch.nn.LSTMCell,
-             torch.nn.Linear, torch.nn.Embedding, torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.MultiheadAttention)
+    kinds = (
+        torch.nn.Conv2d,
+        torch.nn.ConvTranspose2d,
+        torch.nn.BatchNorm2d,
+        torch.nn.GRU,
+        torch.nn.LSTM,
+        torch.nn.LSTMCell,
+        torch.nn.Linear,
+        torch.nn.Embedding,
+        torch.nn.LayerNorm,
+        torch.nn.GroupNorm,
+        torch.nn.MultiheadAttention,
+    )
     # Attention's key/value projections apply at the key positions, its query and output ones at the
     # query positions (they differ in a decoder's cross-attention): summed over calls, by module.
     key_positions: dict[int, int] = {}
 
     def positions(mod: torch.nn.Module, out: Any) -> int:
         if isinstance(mod, torch.nn.Conv2d):
-            return int(out.shape[0] * out.shape[2] * out.shape[3])  # every map in the batch (a detector head: one per RoI)
+            return int(
+                out.shape[0] * out.shape[2] * out.shape[3]
+            )  # every map in the batch (a detector head: one per RoI)
         if isinstance(mod, (torch.nn.Linear, torch.nn.Embedding)):
             return int(out.numel() // out.shape[-1])
         if isinstance(mod, torch.nn.LSTMCell):
@@ -42,6 +55,7 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
         prev = seen.get(id(mod), (mod, 0))[1]
         if isinstance(mod, torch.nn.MultiheadAttention):
             query, key = args[0], args[1]
+
             def tokens(x: Any) -> int:
                 return int(x.shape[0] * x.shape[1]) if x.dim() == 3 else int(x.shape[0])
 
@@ -74,12 +88,26 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
             with torch.no_grad():
                 for key, tensor in targets.items():
                     tensor.copy_(torch.from_numpy(np.ascontiguousarray(arrays[key])))
+
         return assign
 
-    def add(kind: str, targets: dict[str, torch.Tensor], n: int, direction: str | None = None,
-            tied: dict[str, tuple[int, ...]] | None = None) -> None:
-        layers.append(Layer(kind, {k: np_(v) for k, v in targets.items()}, positions=n, direction=direction,
-                            tied=tied or {}, assign=setter(targets)))
+    def add(
+        kind: str,
+        targets: dict[str, torch.Tensor],
+        n: int,
+        direction: str | None = None,
+        tied: dict[str, tuple[int, ...]] | None = None,
+    ) -> None:
+        layers.append(
+            Layer(
+                kind,
+                {k: np_(v) for k, v in targets.items()},
+                positions=n,
+                direction=direction,
+                tied=tied or {},
+                assign=setter(targets),
+            )
+        )
 
     def with_bias(mod: torch.nn.Module) -> dict[str, torch.Tensor]:
         return {"bias": mod.bias} if mod.bias is not None else {}
@@ -105,7 +133,9 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
             add("layernorm", {"gamma": mod.weight, "beta": mod.bias}, n)
         elif isinstance(mod, torch.nn.GroupNorm):  # one group over (C, H, W) is a layer norm (WGAN-GP's critic)
             if mod.num_groups != 1:
-                raise ValueError(f"GroupNorm with {mod.num_groups} groups has no canonical layout (only 1 group: a layer norm)")
+                raise ValueError(
+                    f"GroupNorm with {mod.num_groups} groups has no canonical layout (only 1 group: a layer norm)"
+                )
             add("layernorm", {"gamma": mod.weight, "beta": mod.bias}, n)
         elif isinstance(mod, torch.nn.Embedding):
             add("embedding", {"weight": mod.weight}, n)
@@ -113,7 +143,9 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
             # Four dense layers, as every framework writes attention out: query, key, value (rows of the
             # packed in_proj, (3d, d)) and the output projection, which MHA applies itself (no hook fires).
             if mod.in_proj_weight is None:
-                raise ValueError("MultiheadAttention with separate q/k/v weights (kdim/vdim) has no canonical layout here")
+                raise ValueError(
+                    "MultiheadAttention with separate q/k/v weights (kdim/vdim) has no canonical layout here"
+                )
             d = mod.embed_dim
             for i, at in enumerate((n, key_positions[id(mod)], key_positions[id(mod)])):
                 rows = slice(i * d, (i + 1) * d)

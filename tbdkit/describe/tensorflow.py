@@ -42,18 +42,38 @@ def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
     last ("scale")."""
     from tbdkit.describe.canonical import Layer, gates_from_canonical, reorder_gates
 
-    kinds = (keras.layers.Conv2D, keras.layers.Conv2DTranspose, keras.layers.DepthwiseConv2D, keras.layers.BatchNormalization, keras.layers.GRU, keras.layers.Dense,
-             keras.layers.Embedding, keras.layers.LayerNormalization,
-             keras.layers.GroupNormalization)
+    kinds = (
+        keras.layers.Conv2D,
+        keras.layers.Conv2DTranspose,
+        keras.layers.DepthwiseConv2D,
+        keras.layers.BatchNormalization,
+        keras.layers.GRU,
+        keras.layers.Dense,
+        keras.layers.Embedding,
+        keras.layers.LayerNormalization,
+        keras.layers.GroupNormalization,
+    )
     everything = list(model._flatten_layers(include_self=True, recursive=True))
     # An LSTM cell inside a keras RNN is counted by the RNN's output (the RNN calls it once more
     # than there are steps, to learn its output's shape); a cell called directly, by its calls.
     wrapped = {id(x.cell) for x in everything if isinstance(x, keras.layers.RNN) and _is_lstm_cell(x.cell)}
     # (an RNN over an LSTM cell counts even when it is the model handed in, as a test's lone layer)
-    sublayers = [x for x in everything if (
-                 (x is not model and (isinstance(x, kinds) or hasattr(x, "tied_to") or _is_fusion(x)
-                                      or (_is_lstm_cell(x) and id(x) not in wrapped)))
-                 or (isinstance(x, keras.layers.RNN) and id(getattr(x, "cell", None)) in wrapped))]
+    sublayers = [
+        x
+        for x in everything
+        if (
+            (
+                x is not model
+                and (
+                    isinstance(x, kinds)
+                    or hasattr(x, "tied_to")
+                    or _is_fusion(x)
+                    or (_is_lstm_cell(x) and id(x) not in wrapped)
+                )
+            )
+            or (isinstance(x, keras.layers.RNN) and id(getattr(x, "cell", None)) in wrapped)
+        )
+    ]
     in_bidirectional = {id(b.forward_layer) for b in everything if isinstance(b, keras.layers.Bidirectional)}
     seen: dict[int, tuple[Any, int]] = {}  # insertion order = order of first call
 
@@ -68,6 +88,7 @@ def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
                 n = int(np.prod(out.shape[:-1])) if hasattr(layer, "tied_to") else _positions(layer, out)
             seen[id(layer)] = (layer, seen.get(id(layer), (layer, 0))[1] + n)
             return out
+
         object.__setattr__(layer, "call", call)
 
     for layer in sublayers:
@@ -84,31 +105,55 @@ def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
             layer = layer.cell
         if hasattr(layer, "tied_to"):  # with a bias of its own (BERT's decoder) or none (the Transformer's)
             canon = {"bias": (layer.bias, None, None)} if getattr(layer, "bias", None) is not None else {}
-            layers.append(Layer("dense", {k: v.numpy() for k, (v, _, _) in canon.items()}, positions=positions,
-                                tied={"weight": tuple(layer.tied_to.embeddings.shape)}, assign=_setter(canon)))
+            layers.append(
+                Layer(
+                    "dense",
+                    {k: v.numpy() for k, (v, _, _) in canon.items()},
+                    positions=positions,
+                    tied={"weight": tuple(layer.tied_to.embeddings.shape)},
+                    assign=_setter(canon),
+                )
+            )
             continue
         if _is_fusion(layer):  # fusion weights (BiFPN's edge_weights): one per input
             canon = {"weights": (layer.edge_weights, None, None)}
             layers.append(Layer("fusion", {"weights": layer.edge_weights.numpy()}, assign=_setter(canon)))
             continue
         if isinstance(layer, keras.layers.Conv2D):
-            canon = {"weight": (layer.kernel, lambda a: np.transpose(a, (3, 2, 0, 1)),
-                                lambda a: np.transpose(a, (2, 3, 1, 0)))}
+            canon = {
+                "weight": (
+                    layer.kernel,
+                    lambda a: np.transpose(a, (3, 2, 0, 1)),
+                    lambda a: np.transpose(a, (2, 3, 1, 0)),
+                )
+            }
             kind = "conv2d"
         elif isinstance(layer, keras.layers.Conv2DTranspose):  # (kh, kw, out, in) -> PyTorch's (in, out, kh, kw)
-            canon = {"weight": (layer.kernel, lambda a: np.transpose(a, (3, 2, 0, 1)),
-                                lambda a: np.transpose(a, (2, 3, 1, 0)))}
+            canon = {
+                "weight": (
+                    layer.kernel,
+                    lambda a: np.transpose(a, (3, 2, 0, 1)),
+                    lambda a: np.transpose(a, (2, 3, 1, 0)),
+                )
+            }
             kind = "conv_transpose2d"
         elif isinstance(layer, keras.layers.DepthwiseConv2D):  # PyTorch's grouped conv: (C x M, 1, kh, kw)
-            canon = {"weight": (layer.kernel, _depthwise_to_canonical,
-                                lambda a, shape=tuple(layer.kernel.shape): _depthwise_from_canonical(a, shape))}
+            canon = {
+                "weight": (
+                    layer.kernel,
+                    _depthwise_to_canonical,
+                    lambda a, shape=tuple(layer.kernel.shape): _depthwise_from_canonical(a, shape),
+                )
+            }
             kind = "conv2d"
         elif isinstance(layer, keras.layers.BatchNormalization):  # scale/center off: no gamma/beta
             canon = {k: (v, None, None) for k, v in (("gamma", layer.gamma), ("beta", layer.beta)) if v is not None}
             kind, positions = "batchnorm", 0
         elif isinstance(layer, (keras.layers.LayerNormalization, keras.layers.GroupNormalization)):
             if isinstance(layer, keras.layers.GroupNormalization) and layer.groups != 1:
-                raise ValueError(f"{layer.name}: only GroupNormalization(groups=1), a layer norm, has a canonical layout")
+                raise ValueError(
+                    f"{layer.name}: only GroupNormalization(groups=1), a layer norm, has a canonical layout"
+                )
             canon = {"gamma": (layer.gamma, None, None), "beta": (layer.beta, None, None)}
             kind, positions = "layernorm", 0
         elif isinstance(layer, keras.layers.Dense):
@@ -117,21 +162,39 @@ def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
         elif isinstance(layer, keras.layers.Embedding):
             canon, kind = {"weight": (layer.embeddings, None, None)}, "embedding"
         elif _is_lstm_cell(layer):
-            canon = {"w_input": (layer.kernel, np.transpose, np.transpose),
-                     "w_hidden": (layer.recurrent_kernel, np.transpose, np.transpose),
-                     "b_input": (layer.bias_input, None, None), "b_hidden": (layer.bias_hidden, None, None)}
-            layers.append(Layer("lstm", {k: (to(v.numpy()) if to else v.numpy()) for k, (v, to, _) in canon.items()},
-                                positions=positions, direction=getattr(layer, "direction", None),
-                                assign=_setter(canon)))
+            canon = {
+                "w_input": (layer.kernel, np.transpose, np.transpose),
+                "w_hidden": (layer.recurrent_kernel, np.transpose, np.transpose),
+                "b_input": (layer.bias_input, None, None),
+                "b_hidden": (layer.bias_hidden, None, None),
+            }
+            layers.append(
+                Layer(
+                    "lstm",
+                    {k: (to(v.numpy()) if to else v.numpy()) for k, (v, to, _) in canon.items()},
+                    positions=positions,
+                    direction=getattr(layer, "direction", None),
+                    assign=_setter(canon),
+                )
+            )
             continue
         else:
-            layers.append(_canonical_gru(layer, positions, id(layer) in in_bidirectional, Layer, reorder_gates,
-                                         gates_from_canonical))
+            layers.append(
+                _canonical_gru(
+                    layer, positions, id(layer) in in_bidirectional, Layer, reorder_gates, gates_from_canonical
+                )
+            )
             continue
         if kind in ("conv2d", "conv_transpose2d", "dense") and layer.use_bias:
             canon["bias"] = (layer.bias, None, None)
-        layers.append(Layer(kind, {k: (to(v.numpy()) if to else v.numpy()) for k, (v, to, _) in canon.items()},
-                            positions=positions, assign=_setter(canon)))
+        layers.append(
+            Layer(
+                kind,
+                {k: (to(v.numpy()) if to else v.numpy()) for k, (v, to, _) in canon.items()},
+                positions=positions,
+                assign=_setter(canon),
+            )
+        )
     held = {id(w) for layer in everything if layer is not model for w in layer.trainable_weights}
     for w in model.trainable_weights:
         if id(w) not in held and int(np.prod(w.shape)) == 1:
@@ -153,17 +216,21 @@ def _depthwise_from_canonical(weight: np.ndarray, shape: tuple[int, ...]) -> np.
 
 def _setter(canon: dict[str, tuple[Any, Any, Any]]) -> Any:
     """Assigns canonical arrays to Keras variables, each through its inverse layout change."""
+
     def assign(arrays: dict[str, np.ndarray]) -> None:
         for key, (variable, _, back) in canon.items():
             variable.assign(back(arrays[key]) if back else arrays[key])
+
     return assign
 
 
 def _canonical_gru(layer: Any, steps: int, in_bidirectional: bool, Layer: Any, reorder: Any, unorder: Any) -> Any:
     cell = layer.cell
     if not cell.reset_after:
-        raise ValueError(f"{layer.name}: a GRU with reset_after=False is a different network from "
-                         "PyTorch's and cuDNN's; build it with reset_after=True")
+        raise ValueError(
+            f"{layer.name}: a GRU with reset_after=False is a different network from "
+            "PyTorch's and cuDNN's; build it with reset_after=True"
+        )
     direction = "backward" if layer.go_backwards else "forward" if in_bidirectional else None
     bias = cell.bias.numpy()
     params = {
@@ -177,4 +244,5 @@ def _canonical_gru(layer: Any, steps: int, in_bidirectional: bool, Layer: Any, r
         cell.kernel.assign(unorder(arrays["w_input"], "zrn").T)
         cell.recurrent_kernel.assign(unorder(arrays["w_hidden"], "zrn").T)
         cell.bias.assign(np.stack([unorder(arrays["b_input"], "zrn"), unorder(arrays["b_hidden"], "zrn")]))
+
     return Layer("gru", params, positions=steps, direction=direction, assign=assign)

@@ -29,8 +29,10 @@ def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
     try:
         RunDir(run_dir).write_json(runfiles.SPEC, spec.model_dump())
     except OSError as exc:
-        raise UserError(f"The run folder {run_dir} cannot be written ({exc.strerror or exc}): free some space "
-                        "or pass another --results.") from None
+        raise UserError(
+            f"The run folder {run_dir} cannot be written ({exc.strerror or exc}): free some space "
+            "or pass another --results."
+        ) from None
     launcher: Launcher = netns if spec.launcher == "netns" else native
     exit_code = launcher.run(spec, run_dir, on_event)
     status, summary = finalize(run_dir, spec, exit_code, on_event)

@@ -44,8 +44,10 @@ def gpu_args(device: str, access: images.GpuAccess) -> list[str]:
     if device == "cpu" or (device == "auto" and not access.ok):
         return []
     if not access.ok:
-        raise UserError(f"The run asks for device {device} but Docker has no NVIDIA runtime ({access.detail}): "
-                        f"{images.GPU_FIX}, pass --device cpu, {images.NATIVE_HINT}.")
+        raise UserError(
+            f"The run asks for device {device} but Docker has no NVIDIA runtime ({access.detail}): "
+            f"{images.GPU_FIX}, pass --device cpu, {images.NATIVE_HINT}."
+        )
     return access.run_args()
 
 
@@ -80,13 +82,22 @@ def container_spec(spec: RunSpec) -> dict[str, Any]:
 
 def _mount_path(path: str) -> str:
     if "\n" in path or ":" in path:
-        raise UserError(f"The path {path!r} holds a newline or a colon, which a Docker volume cannot "
-                        "mount: move it to a plain path, or use LAUNCHER=native.")
+        raise UserError(
+            f"The path {path!r} holds a newline or a colon, which a Docker volume cannot "
+            "mount: move it to a plain path, or use LAUNCHER=native."
+        )
     return path
 
 
-def render(spec: RunSpec, run_dir: Path, image: dict[str, Any], access: images.GpuAccess, *,
-           uid: int | None = None, gid: int | None = None) -> list[str]:
+def render(
+    spec: RunSpec,
+    run_dir: Path,
+    image: dict[str, Any],
+    access: images.GpuAccess,
+    *,
+    uid: int | None = None,
+    gid: int | None = None,
+) -> list[str]:
     """The docker CLI arguments (after `docker`) that run this spec's agent in `image`."""
     labels = images.checked_labels(image)
     image_id = oci.validate_digest(str(image["id"]), "image ID")
@@ -104,22 +115,43 @@ def render(spec: RunSpec, run_dir: Path, image: dict[str, Any], access: images.G
         env["TBDKIT_GIT_COMMIT"] = labels["org.opencontainers.image.revision"]
     user = container_user(uid, gid)
     run_path = _mount_path(str(run_dir.resolve()))
-    argv = ["run", "--name", f"tbdkit-{run_dir.name}", "--init",
-            "--user", f"{user[0]}:{user[1]}",
-            # no capabilities and no way to gain any (setuid binaries): the agent needs none
-            "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-            # the agent needs no network: synthetic data, or a dataset mounted read-only
-            "--network", "none",
-            # data loader workers share batches through /dev/shm; the host's IPC stays closed
-            "--shm-size", SHM_SIZE,
-            *gpu_args(spec.device, access),
-            "--volume", f"{run_path}:{CONTAINER_RUN_DIR}"]
+    argv = [
+        "run",
+        "--name",
+        f"tbdkit-{run_dir.name}",
+        "--init",
+        "--user",
+        f"{user[0]}:{user[1]}",
+        # no capabilities and no way to gain any (setuid binaries): the agent needs none
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+        # the agent needs no network: synthetic data, or a dataset mounted read-only
+        "--network",
+        "none",
+        # data loader workers share batches through /dev/shm; the host's IPC stays closed
+        "--shm-size",
+        SHM_SIZE,
+        *gpu_args(spec.device, access),
+        "--volume",
+        f"{run_path}:{CONTAINER_RUN_DIR}",
+    ]
     if spec.data != "synthetic":
         argv += ["--volume", f"{_mount_path(str(Path(spec.data).resolve()))}:{CONTAINER_DATA_DIR}:ro"]
     for key, value in env.items():
         argv += ["--env", f"{key}={value}"]
-    return argv + [image_id, "python", "-u", "-m", "tbdkit.agent",
-                   "--spec", f"{CONTAINER_RUN_DIR}/{CONTAINER_SPEC}", "--run-dir", CONTAINER_RUN_DIR]
+    return argv + [
+        image_id,
+        "python",
+        "-u",
+        "-m",
+        "tbdkit.agent",
+        "--spec",
+        f"{CONTAINER_RUN_DIR}/{CONTAINER_SPEC}",
+        "--run-dir",
+        CONTAINER_RUN_DIR,
+    ]
 
 
 def frameworks(model: catalog.Model, requested: list[str]) -> list[str]:
@@ -190,8 +222,7 @@ def run(args: list[str], run_dir: Path, on_event: EventHandler) -> int:
     name = args[args.index("--name") + 1]
     with RunDir(run_dir).log.open("a", buffering=1) as log:
         log.write("$ " + shlex.join(cmd) + "\n")
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, start_new_session=True)
 
         def interrupt() -> None:  # Ctrl-C: SIGINT to the agent inside the container
             images.docker("kill", "--signal", "INT", name, check=False)
@@ -208,9 +239,15 @@ def keep_container_record(run_dir: Path, name: str, exit_code: int) -> dict[str,
     proc = images.docker("inspect", "--format", "{{json .State}}", name, check=False)
     if proc.returncode == 0:
         raw = json.loads(proc.stdout)
-        state.update({"exit_code": raw.get("ExitCode", exit_code), "oom_killed": raw.get("OOMKilled"),
-                      "error": raw.get("Error") or None, "started": raw.get("StartedAt"),
-                      "finished": raw.get("FinishedAt")})
+        state.update(
+            {
+                "exit_code": raw.get("ExitCode", exit_code),
+                "oom_killed": raw.get("OOMKilled"),
+                "error": raw.get("Error") or None,
+                "started": raw.get("StartedAt"),
+                "finished": raw.get("FinishedAt"),
+            }
+        )
     else:
         state["error"] = "the container was never created: " + (proc.stderr.strip() or "see log.txt")
     state["log"] = rd.container_log.name
@@ -220,16 +257,24 @@ def keep_container_record(run_dir: Path, name: str, exit_code: int) -> dict[str,
 
 def container_error(container: dict[str, Any], exit_code: int) -> str:
     if container.get("oom_killed"):
-        return ("the container was killed for memory (OOMKilled) before the agent wrote its results: "
-                "try a smaller batch; see container.log")
+        return (
+            "the container was killed for memory (OOMKilled) before the agent wrote its results: "
+            "try a smaller batch; see container.log"
+        )
     if exit_code == 125 or str(container.get("error", "")).startswith("the container was never created"):
         return f"docker could not start the container (exit {exit_code}); see log.txt and container.json"
-    return (f"the container exited with code {exit_code} before the agent wrote its results; "
-            "see container.log and container.json")
+    return (
+        f"the container exited with code {exit_code} before the agent wrote its results; "
+        "see container.log and container.json"
+    )
 
 
 def remove_container(name: str) -> None:
     """Ask the daemon to remove the container, without waiting: removing a large container can
     take a minute on some storage drivers (vfs), and the run's results are already complete."""
-    subprocess.Popen([images.docker_binary(), "rm", "--force", name], stdout=subprocess.DEVNULL,
-                     stderr=subprocess.DEVNULL, start_new_session=True)
+    subprocess.Popen(
+        [images.docker_binary(), "rm", "--force", name],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )

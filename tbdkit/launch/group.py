@@ -26,9 +26,9 @@ from tbdkit.spec import RunSpec
 
 POLL_S = 0.5
 WORKERS_GRACE_S = 180.0  # after rank 0 ends: the others finish writing their own results
-SERVERS_GRACE_S = 30.0   # after the workers: MXNet's servers and scheduler end with them
-END_GRACE_S = 20.0       # after a failure: the others' clean stop before they are killed
-INTERRUPTED = 130        # a worker stopped by Ctrl-C (the agent's exit code): not a failure
+SERVERS_GRACE_S = 30.0  # after the workers: MXNet's servers and scheduler end with them
+END_GRACE_S = 20.0  # after a failure: the others' clean stop before they are killed
+INTERRUPTED = 130  # a worker stopped by Ctrl-C (the agent's exit code): not a failure
 
 
 def new_port() -> int:
@@ -52,9 +52,11 @@ def gpus_for(spec: RunSpec, host_gpus: list[str]) -> list[str] | None:
     if spec.device == "cpu" or not host_gpus:
         return None
     if len(host_gpus) < spec.world_size:
-        raise UserError(f"{spec.nodes} nodes x {spec.gpus_per_node} GPUs need {spec.world_size} GPUs and this machine "
-                        f"has {len(host_gpus)}: use fewer --nodes or --gpus-per-node, or --device cpu.")
-    return host_gpus[:spec.world_size]
+        raise UserError(
+            f"{spec.nodes} nodes x {spec.gpus_per_node} GPUs need {spec.world_size} GPUs and this machine "
+            f"has {len(host_gpus)}: use fewer --nodes or --gpus-per-node, or --device cpu."
+        )
+    return host_gpus[: spec.world_size]
 
 
 def local_roles(spec: RunSpec, host_gpus: list[str]) -> list[Role]:
@@ -62,8 +64,14 @@ def local_roles(spec: RunSpec, host_gpus: list[str]) -> list[Role]:
     return roles(spec, ["127.0.0.1"] * spec.nodes, new_port(), new_key(), gpus_for(spec, host_gpus))
 
 
-def run(spec: RunSpec, run_dir: Path, on_event: EventHandler, job: list[Role],
-        prefix: Callable[[Role], list[str]] = lambda role: [], log_mode: str = "a") -> int:
+def run(
+    spec: RunSpec,
+    run_dir: Path,
+    on_event: EventHandler,
+    job: list[Role],
+    prefix: Callable[[Role], list[str]] = lambda role: [],
+    log_mode: str = "a",
+) -> int:
     """Start every role (rank 0 last, its stdout followed here) and return the job's exit code:
     rank 0's, else the first other worker's that failed."""
     RunDir(run_dir).workers.mkdir(exist_ok=True)
@@ -74,6 +82,7 @@ def run(spec: RunSpec, run_dir: Path, on_event: EventHandler, job: list[Role],
     lock = threading.Lock()
     done = threading.Event()
     with RunDir(run_dir).log.open(log_mode, buffering=1) as log:
+
         def end_all() -> None:
             """SIGTERM (a worker stops cleanly at its next step), then SIGKILL: a worker blocked in its
             framework's collective, waiting for the peer that died, never reaches the next step."""
@@ -96,8 +105,10 @@ def run(spec: RunSpec, run_dir: Path, on_event: EventHandler, job: list[Role],
                         first_failure.append(name)
                         role = by_name[name]
                         if role.rank is not None:  # torchrun's words: tbdkit.launch.workers reads them
-                            log.write(f"worker failed:\n  rank: {role.rank} (local_rank: {role.local_rank})\n"
-                                      f"  exitcode: {code} (pid: {proc.pid})\n")
+                            log.write(
+                                f"worker failed:\n  rank: {role.rank} (local_rank: {role.local_rank})\n"
+                                f"  exitcode: {code} (pid: {proc.pid})\n"
+                            )
                         else:
                             log.write(f"{name} (node {role.node}) exited with code {code}: ending the job\n")
                     end_all()
@@ -106,18 +117,24 @@ def run(spec: RunSpec, run_dir: Path, on_event: EventHandler, job: list[Role],
             ordered = [r for r in job if r.rank != 0] + [r for r in job if r.rank == 0]
             for role in ordered:
                 cmd = [*prefix(role), *command(spec, run_dir, role)]
-                log.write(f"# {role.name} (node {role.node}): "
-                          + " ".join(f"{k}={shlex.quote(v)}" for k, v in role.env.items() if k != "TBDKIT_CONTROL_KEY")
-                          + "\n$ " + shlex.join(cmd) + "\n")
+                log.write(
+                    f"# {role.name} (node {role.node}): "
+                    + " ".join(f"{k}={shlex.quote(v)}" for k, v in role.env.items() if k != "TBDKIT_CONTROL_KEY")
+                    + "\n$ "
+                    + shlex.join(cmd)
+                    + "\n"
+                )
                 env = {**stacks.agent_env(), **role.env}
                 if role.rank == 0:
-                    procs[role.name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
-                                                        start_new_session=True, env=env)
+                    procs[role.name] = subprocess.Popen(
+                        cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, start_new_session=True, env=env
+                    )
                 else:
                     out = RunDir(run_dir).role_log(role.name).open("w")
                     files.append(out)
-                    procs[role.name] = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True,
-                                                        start_new_session=True, env=env)
+                    procs[role.name] = subprocess.Popen(
+                        cmd, stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env
+                    )
             watcher = threading.Thread(target=watch, daemon=True)
             watcher.start()
             head = procs["rank0"]

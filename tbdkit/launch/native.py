@@ -30,8 +30,16 @@ def command(spec: RunSpec, run_dir: Path) -> list[str]:
 def agent_command(python: str, spec: RunSpec, run_dir: Path) -> list[str]:
     agent = ["-m", "tbdkit.agent", "--spec", str(RunDir(run_dir).spec), "--run-dir", str(run_dir)]
     if spec.world_size > 1:  # several workers on this machine: torchrun starts them
-        return [python, "-u", "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                f"--nproc-per-node={spec.gpus_per_node}", *agent]
+        return [
+            python,
+            "-u",
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nnodes=1",
+            f"--nproc-per-node={spec.gpus_per_node}",
+            *agent,
+        ]
     return [python, "-u", *agent]
 
 
@@ -74,10 +82,16 @@ class NativeLauncher:
         cmd = self.command(spec, run_dir)
         with RunDir(run_dir).log.open("a", buffering=1) as log:
             log.write("$ " + shlex.join(cmd) + "\n")
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
-                                    start_new_session=True, env={**(self.env if self.env is not None else stacks.agent_env()),
-                                                                 **thread_env(spec)},
-                                    preexec_fn=_stop_with_parent)
+            proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                bufsize=1,
+                start_new_session=True,
+                env={**(self.env if self.env is not None else stacks.agent_env()), **thread_env(spec)},
+                preexec_fn=_stop_with_parent,
+            )
             expired = threading.Event()
 
             def expire() -> None:

@@ -62,8 +62,10 @@ class Network:
 
 def preflight() -> None:
     if os.geteuid() != 0:
-        raise UserError("The netns launcher makes network namespaces, which needs root: run as root, or use "
-                        "--launcher native for several workers on one machine.")
+        raise UserError(
+            "The netns launcher makes network namespaces, which needs root: run as root, or use "
+            "--launcher native for several workers on one machine."
+        )
     if shutil.which("ip") is None or shutil.which("tc") is None:
         raise UserError("The netns launcher needs iproute2 (`ip`, `tc`): apt-get install iproute2.")
 
@@ -88,9 +90,29 @@ def network(nodes: int, link_rate: str | None) -> Iterator[Network]:
             _ip("link", "set", dev, "up", ns=ns)
             _ip("link", "set", "lo", "up", ns=ns)
             if link_rate:
-                proc = subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf",
-                                       "rate", link_rate, "burst", "512kbit", "latency", "100ms"],
-                                      capture_output=True, text=True)
+                proc = subprocess.run(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns,
+                        "tc",
+                        "qdisc",
+                        "add",
+                        "dev",
+                        dev,
+                        "root",
+                        "tbf",
+                        "rate",
+                        link_rate,
+                        "burst",
+                        "512kbit",
+                        "latency",
+                        "100ms",
+                    ],
+                    capture_output=True,
+                    text=True,
+                )
                 if proc.returncode != 0:
                     raise UserError(f"Shaping {dev} to {link_rate} failed: {proc.stderr.strip()}.")
         yield net
@@ -110,7 +132,10 @@ def host_gpus() -> list[str]:
 
         pynvml.nvmlInit()
         try:
-            return [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(pynvml.nvmlDeviceGetCount())]
+            return [
+                pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+                for i in range(pynvml.nvmlDeviceGetCount())
+            ]
         finally:
             pynvml.nvmlShutdown()
     except Exception:
@@ -123,28 +148,55 @@ def node_env(spec: RunSpec, net: Network, node: int, gpus: list[str]) -> dict[st
     refuse two ranks on one GPU, or use same-host paths), and no P2P, shared-memory or InfiniBand
     transport, so every byte between nodes crosses its (shaped) veth link, as between machines."""
     threads = max(1, (os.cpu_count() or 1) // spec.world_size)  # the "machines" share this one's cores
-    env = {"OMP_NUM_THREADS": str(threads), "GLOO_SOCKET_IFNAME": net.ifname(node),
-           "NCCL_SOCKET_IFNAME": net.ifname(node), "NCCL_HOSTID": net.ns(node),
-           "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_IB_DISABLE": "1"}
+    env = {
+        "OMP_NUM_THREADS": str(threads),
+        "GLOO_SOCKET_IFNAME": net.ifname(node),
+        "NCCL_SOCKET_IFNAME": net.ifname(node),
+        "NCCL_HOSTID": net.ns(node),
+        "NCCL_P2P_DISABLE": "1",
+        "NCCL_SHM_DISABLE": "1",
+        "NCCL_IB_DISABLE": "1",
+    }
     if spec.device != "cpu" and gpus:
         per = spec.gpus_per_node
         if len(gpus) < spec.world_size:
-            raise UserError(f"{spec.nodes} nodes x {per} GPUs need {spec.world_size} GPUs and this machine has "
-                            f"{len(gpus)}: use fewer --nodes or --gpus-per-node, or --device cpu.")
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[node * per:(node + 1) * per])
+            raise UserError(
+                f"{spec.nodes} nodes x {per} GPUs need {spec.world_size} GPUs and this machine has "
+                f"{len(gpus)}: use fewer --nodes or --gpus-per-node, or --device cpu."
+            )
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[node * per : (node + 1) * per])
     return env
 
 
-def node_command(spec: RunSpec, run_dir: Path, net: Network, node: int, port: int,
-                 gpus: list[str] | None = None) -> list[str]:
+def node_command(
+    spec: RunSpec, run_dir: Path, net: Network, node: int, port: int, gpus: list[str] | None = None
+) -> list[str]:
     python = stacks.require(spec.framework)
     env = node_env(spec, net, node, host_gpus() if gpus is None else gpus)
-    return ["ip", "netns", "exec", net.ns(node), "env", *(f"{k}={v}" for k, v in env.items()),
-            f"TBDKIT_LAUNCH_NODE={json.dumps({'node': node, **env}, separators=(',', ':'))}",
-            str(python), "-u", "-m", "torch.distributed.run",
-            f"--nnodes={spec.nodes}", f"--node-rank={node}", f"--nproc-per-node={spec.gpus_per_node}",
-            f"--master-addr={net.addr(0)}", f"--master-port={port}",
-            "-m", "tbdkit.agent", "--spec", str(RunDir(run_dir).spec), "--run-dir", str(run_dir)]
+    return [
+        "ip",
+        "netns",
+        "exec",
+        net.ns(node),
+        "env",
+        *(f"{k}={v}" for k, v in env.items()),
+        f"TBDKIT_LAUNCH_NODE={json.dumps({'node': node, **env}, separators=(',', ':'))}",
+        str(python),
+        "-u",
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={spec.nodes}",
+        f"--node-rank={node}",
+        f"--nproc-per-node={spec.gpus_per_node}",
+        f"--master-addr={net.addr(0)}",
+        f"--master-port={port}",
+        "-m",
+        "tbdkit.agent",
+        "--spec",
+        str(RunDir(run_dir).spec),
+        "--run-dir",
+        str(run_dir),
+    ]
 
 
 def run_roles(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
@@ -154,12 +206,21 @@ def run_roles(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
 
     with network(spec.nodes, spec.link_rate) as net:
         with RunDir(run_dir).log.open("a") as log:
-            log.write(f"# {spec.nodes} nodes as namespaces {', '.join(net.namespaces())}; "
-                      f"10.213.{net.subnet}.0/24; link {spec.link_rate or 'unshaped'}\n")
-        job = roles(spec, [net.addr(n) for n in range(spec.nodes)], group.new_port(), group.new_key(),
-                    group.gpus_for(spec, host_gpus()))
-        job = [replace(r, env={**r.env, "TBDKIT_LAUNCH_NODE": json.dumps({"node": r.node}, separators=(",", ":"))})
-               for r in job]
+            log.write(
+                f"# {spec.nodes} nodes as namespaces {', '.join(net.namespaces())}; "
+                f"10.213.{net.subnet}.0/24; link {spec.link_rate or 'unshaped'}\n"
+            )
+        job = roles(
+            spec,
+            [net.addr(n) for n in range(spec.nodes)],
+            group.new_port(),
+            group.new_key(),
+            group.gpus_for(spec, host_gpus()),
+        )
+        job = [
+            replace(r, env={**r.env, "TBDKIT_LAUNCH_NODE": json.dumps({"node": r.node}, separators=(",", ":"))})
+            for r in job
+        ]
         return group.run(spec, run_dir, on_event, job, prefix=lambda role: ["ip", "netns", "exec", net.ns(role.node)])
 
 
@@ -172,20 +233,39 @@ def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
     procs: list[subprocess.Popen[str]] = []
     port = 29500 + secrets.randbelow(2000)
     with network(spec.nodes, spec.link_rate) as net, rd.log.open("a", buffering=1) as log:
-        log.write(f"# {spec.nodes} nodes as namespaces {', '.join(net.namespaces())}; "
-                  f"10.213.{net.subnet}.0/24; link {spec.link_rate or 'unshaped'}\n")
+        log.write(
+            f"# {spec.nodes} nodes as namespaces {', '.join(net.namespaces())}; "
+            f"10.213.{net.subnet}.0/24; link {spec.link_rate or 'unshaped'}\n"
+        )
         try:
             gpus = host_gpus()
             for node in range(spec.nodes - 1, -1, -1):  # node 0 last: its stream is followed here
                 cmd = node_command(spec, run_dir, net, node, port, gpus)
                 log.write("$ " + shlex.join(cmd) + "\n")
                 if node == 0:
-                    procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
-                                                  start_new_session=True, env=stacks.agent_env()))
+                    procs.append(
+                        subprocess.Popen(
+                            cmd,
+                            stdout=subprocess.PIPE,
+                            stderr=log,
+                            text=True,
+                            bufsize=1,
+                            start_new_session=True,
+                            env=stacks.agent_env(),
+                        )
+                    )
                 else:
                     out = rd.node_log(node).open("w")
-                    procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True,
-                                                  start_new_session=True, env=stacks.agent_env()))
+                    procs.append(
+                        subprocess.Popen(
+                            cmd,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                            text=True,
+                            start_new_session=True,
+                            env=stacks.agent_env(),
+                        )
+                    )
             head = procs[-1]
 
             def interrupt() -> None:

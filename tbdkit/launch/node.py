@@ -32,12 +32,21 @@ def _kind(role: Role) -> str:
     return "workers" if role.rank is not None else "scheduler" if role.name == "scheduler" else "servers"
 
 
-def node_roles(spec: specs.RunSpec, hosts: list[str], node: int, kind: str, key: str,
-               my_host: str | None = None, scheduler: str | None = None, port: int = PORT) -> list[Role]:
+def node_roles(
+    spec: specs.RunSpec,
+    hosts: list[str],
+    node: int,
+    kind: str,
+    key: str,
+    my_host: str | None = None,
+    scheduler: str | None = None,
+    port: int = PORT,
+) -> list[Role]:
     """The roles of `kind` this node runs (MXNet's scheduler is node 0's, one server per node, unless
     they run apart: `scheduler` is then the scheduler's host, `my_host` the address this node announces)."""
-    chosen = [r for r in roles(spec, hosts, port, key, shared_cores=False)
-              if r.node == node and kind in ("all", _kind(r))]
+    chosen = [
+        r for r in roles(spec, hosts, port, key, shared_cores=False) if r.node == node and kind in ("all", _kind(r))
+    ]
     out = []
     for r in chosen:
         env = dict(r.env)
@@ -53,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", type=Path, required=True)
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--node", type=int, required=True)
-    parser.add_argument("--hosts", required=True, help="every node's host name or address, node 0 first, comma-separated")
+    parser.add_argument(
+        "--hosts", required=True, help="every node's host name or address, node 0 first, comma-separated"
+    )
     parser.add_argument("--roles", choices=KINDS, default="all")
     parser.add_argument("--scheduler", help="MXNet: the scheduler's host where it runs apart from node 0 (its own pod)")
     args = parser.parse_args(argv)
@@ -66,18 +77,31 @@ def main(argv: list[str] | None = None) -> int:
     RunDir(args.run_dir).workers.mkdir(parents=True, exist_ok=True)
     procs: list[tuple[Role, subprocess.Popen[bytes]]] = []
     for role in mine:
-        cmd = ([sys.executable, "-u", "-c", MXNET_SERVER_CODE] if role.rank is None else
-               [sys.executable, "-u", "-m", "tbdkit.agent", "--spec", str(args.spec), "--run-dir", str(args.run_dir)])
+        cmd = (
+            [sys.executable, "-u", "-c", MXNET_SERVER_CODE]
+            if role.rank is None
+            else [sys.executable, "-u", "-m", "tbdkit.agent", "--spec", str(args.spec), "--run-dir", str(args.run_dir)]
+        )
         out = None if role.rank == 0 else RunDir(args.run_dir).role_log(role.name).open("wb")
-        procs.append((role, subprocess.Popen(cmd, env={**os.environ, **role.env}, stdout=out,
-                                             stderr=subprocess.STDOUT if out else None)))
+        procs.append(
+            (
+                role,
+                subprocess.Popen(
+                    cmd, env={**os.environ, **role.env}, stdout=out, stderr=subprocess.STDOUT if out else None
+                ),
+            )
+        )
     while True:
         states = [(role, proc, proc.poll()) for role, proc in procs]
         failed = next(((r, p, c) for r, p, c in states if c not in (None, 0)), None)
         if failed is not None:
             role, proc, code = failed
-            print(f"worker failed:\n  rank: {role.rank} (local_rank: {role.local_rank})\n  exitcode: {code} (pid: {proc.pid})"
-                  if role.rank is not None else f"{role.name} (node {role.node}) exited with code {code}", flush=True)
+            print(
+                f"worker failed:\n  rank: {role.rank} (local_rank: {role.local_rank})\n  exitcode: {code} (pid: {proc.pid})"
+                if role.rank is not None
+                else f"{role.name} (node {role.node}) exited with code {code}",
+                flush=True,
+            )
             for _, other in procs:
                 if other.poll() is None:
                     other.send_signal(signal.SIGTERM)

@@ -81,14 +81,18 @@ def _keep(run_dir: Path, summary: dict[str, Any], on_event: EventHandler | None)
         where, why = None, exc.strerror or str(exc)
     if where == rd.summary:
         return
-    message = (f"the results disk refused summary.json; the run's summary is kept at {where}" if where else
-               f"summary.json could not be written anywhere ({why}); the run's summary is: {summary}")
+    message = (
+        f"the results disk refused summary.json; the run's summary is kept at {where}"
+        if where
+        else f"summary.json could not be written anywhere ({why}); the run's summary is: {summary}"
+    )
     if on_event is not None:
         on_event({"event": "warning", "message": message})
 
 
-def finalize(run_dir: Path, spec: RunSpec, exit_code: int,
-             on_event: EventHandler | None = None) -> tuple[str, dict[str, Any]]:
+def finalize(
+    run_dir: Path, spec: RunSpec, exit_code: int, on_event: EventHandler | None = None
+) -> tuple[str, dict[str, Any]]:
     """The agent writes summary.json last; if it died before that, say so in one."""
     summary, found = _agents_summary(run_dir)
     if summary is not None and found is not None:
@@ -101,15 +105,22 @@ def finalize(run_dir: Path, spec: RunSpec, exit_code: int,
     if exit_code < 0:  # killed by a signal: whatever it measured before is kept in iterations.csv
         rows = _measured_rows(run_dir)
         extra["signal"] = _signal_name(exit_code)
-        error = (f"the agent was killed by {extra['signal']} before writing its results; iterations.csv keeps "
-                 f"the {rows} iteration(s) it measured; see log.txt")
+        error = (
+            f"the agent was killed by {extra['signal']} before writing its results; iterations.csv keeps "
+            f"the {rows} iteration(s) it measured; see log.txt"
+        )
     if spec.memory_limit_mb and exit_code < 0:
         # Under the address-space cap, native code whose allocation fails (an OpenMP thread's stack,
         # a kernel's scratch buffer) often dies by a signal instead of raising: the cap ran out.
         sig = _signal_name(exit_code)
-        status, error = "oom", (f"out of memory (the agent died by {sig} under --memory-limit-mb "
-                                f"{spec.memory_limit_mb}: native code that cannot allocate crashes rather than "
-                                "raising); see log.txt")
+        status, error = (
+            "oom",
+            (
+                f"out of memory (the agent died by {sig} under --memory-limit-mb "
+                f"{spec.memory_limit_mb}: native code that cannot allocate crashes rather than "
+                "raising); see log.txt"
+            ),
+        )
     summary = summaries.start(run_dir.name, spec, status, error, exit_code=exit_code, **extra)
     _keep(run_dir, summary, on_event)
     _write_mllog(run_dir, spec, summary, on_event)

@@ -25,7 +25,7 @@ MXNET_SERVER_CODE = "import mxnet"
 
 @dataclass(frozen=True)
 class Role:
-    name: str                # rank<N>, scheduler, server<N>
+    name: str  # rank<N>, scheduler, server<N>
     node: int
     env: dict[str, str]
     rank: int | None = None  # the worker's rank; None for MXNet's scheduler and servers
@@ -34,21 +34,35 @@ class Role:
 
 def worker_env(spec: RunSpec, hosts: list[str], port: int, key: str, rank: int) -> dict[str, str]:
     node, local = divmod(rank, spec.gpus_per_node)
-    return {"RANK": str(rank), "WORLD_SIZE": str(spec.world_size), "LOCAL_RANK": str(local),
-            "LOCAL_WORLD_SIZE": str(spec.gpus_per_node), "GROUP_RANK": str(node),
-            "MASTER_ADDR": hosts[0], "MASTER_PORT": str(port), "TBDKIT_CONTROL_KEY": key}
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(spec.world_size),
+        "LOCAL_RANK": str(local),
+        "LOCAL_WORLD_SIZE": str(spec.gpus_per_node),
+        "GROUP_RANK": str(node),
+        "MASTER_ADDR": hosts[0],
+        "MASTER_PORT": str(port),
+        "TBDKIT_CONTROL_KEY": key,
+    }
 
 
 def tf_config(hosts: list[str], port: int, per_node: int, rank: int) -> str:
     """TF_CONFIG for worker `rank`: every worker's gRPC address (node's host, a port of its own)."""
     workers = [f"{hosts[r // per_node]}:{port + 1 + r}" for r in range(len(hosts) * per_node)]
-    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}}, separators=(",", ":"))
+    return json.dumps(
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}}, separators=(",", ":")
+    )
 
 
 def dmlc_env(spec: RunSpec, hosts: list[str], port: int, role: str, node: int) -> dict[str, str]:
-    return {"DMLC_ROLE": role, "DMLC_PS_ROOT_URI": hosts[0], "DMLC_PS_ROOT_PORT": str(port + 1),
-            "DMLC_NUM_SERVER": str(spec.nodes), "DMLC_NUM_WORKER": str(spec.world_size),
-            "DMLC_NODE_HOST": hosts[node]}
+    return {
+        "DMLC_ROLE": role,
+        "DMLC_PS_ROOT_URI": hosts[0],
+        "DMLC_PS_ROOT_PORT": str(port + 1),
+        "DMLC_NUM_SERVER": str(spec.nodes),
+        "DMLC_NUM_WORKER": str(spec.world_size),
+        "DMLC_NODE_HOST": hosts[node],
+    }
 
 
 def threads_env(spec: RunSpec) -> dict[str, str]:
@@ -57,8 +71,9 @@ def threads_env(spec: RunSpec) -> dict[str, str]:
     return {"OMP_NUM_THREADS": threads, "TF_NUM_INTRAOP_THREADS": threads}
 
 
-def roles(spec: RunSpec, hosts: list[str], port: int, key: str, gpus: list[str] | None = None,
-          shared_cores: bool = True) -> list[Role]:
+def roles(
+    spec: RunSpec, hosts: list[str], port: int, key: str, gpus: list[str] | None = None, shared_cores: bool = True
+) -> list[Role]:
     """Every process of the job: MXNet's scheduler and servers first, then the workers by rank.
     `hosts[n]` is node n's address; `gpus`, this machine's GPUs when the job runs on them (each
     worker sees one: TensorFlow's strategy would make every GPU it sees a replica)."""
@@ -68,7 +83,9 @@ def roles(spec: RunSpec, hosts: list[str], port: int, key: str, gpus: list[str] 
     out: list[Role] = []
     if spec.framework == "mxnet":
         out.append(Role("scheduler", 0, {**extra, **dmlc_env(spec, hosts, port, "scheduler", 0)}))
-        out.extend(Role(f"server{n}", n, {**extra, **dmlc_env(spec, hosts, port, "server", n)}) for n in range(spec.nodes))
+        out.extend(
+            Role(f"server{n}", n, {**extra, **dmlc_env(spec, hosts, port, "server", n)}) for n in range(spec.nodes)
+        )
     for rank in range(spec.world_size):
         node, local = divmod(rank, spec.gpus_per_node)
         env = {**extra, **worker_env(spec, hosts, port, key, rank)}

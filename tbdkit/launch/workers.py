@@ -16,7 +16,9 @@ from tbdkit.spec import RunSpec
 _REPORT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
-def name_failed_workers(run_dir: Path, spec: RunSpec, exit_code: int, summary: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def name_failed_workers(
+    run_dir: Path, spec: RunSpec, exit_code: int, summary: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
     rd = RunDir(run_dir)
     missing, failed = [], []
     for rank in range(spec.world_size):
@@ -48,8 +50,15 @@ def name_failed_workers(run_dir: Path, spec: RunSpec, exit_code: int, summary: d
         return summary["status"], summary
     logs = ", ".join(str(p.relative_to(run_dir)) for p in rd.worker_logs())
     who = first if missing else failed[0][0] if failed else None
-    summary = {**summary, "status": "failed", "error": f"{what}; every worker's log is kept: {logs}",
-               "failed_worker": {"rank": who, "node": node[who] if who is not None else None,
-                                 "peers_error": summary.get("error")}}
+    summary = {
+        **summary,
+        "status": "failed",
+        "error": f"{what}; every worker's log is kept: {logs}",
+        "failed_worker": {
+            "rank": who,
+            "node": node[who] if who is not None else None,
+            "peers_error": summary.get("error"),
+        },
+    }
     rd.write_json(runfiles.SUMMARY, summary)
     return "failed", summary

@@ -31,8 +31,9 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def build_report(results_dir: Path, out_dir: Path, include_disturbed: bool = False,
-                 prices: Prices | None = None) -> Path:
+def build_report(
+    results_dir: Path, out_dir: Path, include_disturbed: bool = False, prices: Prices | None = None
+) -> Path:
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     if not results_dir.is_dir():
         raise UserError(f"No results folder at {results_dir}: pass the folder `tbdkit bench --results` wrote to.")
@@ -45,19 +46,28 @@ def build_report(results_dir: Path, out_dir: Path, include_disturbed: bool = Fal
     verdicts = claims.check_all(runs_mod.for_claims(runs, include_disturbed))
     generated = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     context = {
-        "results": str(results_dir), "generated": generated, "kit_version": __version__, "runs": runs,
+        "results": str(results_dir),
+        "generated": generated,
+        "kit_version": __version__,
+        "runs": runs,
         "verdicts": verdicts,
-        "counts": {"holds": sum(v.verdict == claims.HOLDS for v in verdicts),
-                   "fails": sum(v.verdict == claims.FAILS for v in verdicts),
-                   "nodata": sum(v.verdict in claims.UNDECIDED for v in verdicts)},
+        "counts": {
+            "holds": sum(v.verdict == claims.HOLDS for v in verdicts),
+            "fails": sum(v.verdict == claims.FAILS for v in verdicts),
+            "nodata": sum(v.verdict in claims.UNDECIDED for v in verdicts),
+        },
         "disturbed": disturbed_text(disturbed, include_disturbed),
         "grouping": runs_mod.grouping(runs),
         "figures": [_figure_context(f) for f in drawn],
-        "run_header": tables.DISPLAY_HEADER, "run_rows": tables.display_rows(runs),
-        "kernel_tables": tables.kernel_tables(runs), "kernel_missing": tables.kernel_table_missing(runs),
+        "run_header": tables.DISPLAY_HEADER,
+        "run_rows": tables.display_rows(runs),
+        "kernel_tables": tables.kernel_tables(runs),
+        "kernel_missing": tables.kernel_table_missing(runs),
         "paper_tables": tables.paper_kernel_tables(),
-        "memory_header": tables.MEMORY_HEADER, "memory_rows": tables.memory_rows(runs),
-        "env_header": tables.ENV_HEADER, "env_rows": tables.environment_rows(runs),
+        "memory_header": tables.MEMORY_HEADER,
+        "memory_rows": tables.memory_rows(runs),
+        "env_header": tables.ENV_HEADER,
+        "env_rows": tables.environment_rows(runs),
         **energy_cost.context(runs, prices, workloads_dir()),
     }
     jinja = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]))
@@ -72,9 +82,15 @@ def disturbed_text(count: int, included: bool) -> str:
     """What the report did with the disturbed runs (tbdkit.agent.disturbance), in one sentence."""
     if not count:
         return "No run was disturbed."
-    return (f"{count} run(s) disturbed (foreign CPU load, another GPU process or throttling in the window: see their "
-            "flag): drawn hollow in the figures and " + ("included in the claim checks (--include-disturbed)." if included
-                                                          else "left out of the claim checks (--include-disturbed keeps them)."))
+    return (
+        f"{count} run(s) disturbed (foreign CPU load, another GPU process or throttling in the window: see their "
+        "flag): drawn hollow in the figures and "
+        + (
+            "included in the claim checks (--include-disturbed)."
+            if included
+            else "left out of the claim checks (--include-disturbed keeps them)."
+        )
+    )
 
 
 def _figure_context(f: figures.Result) -> dict:
@@ -95,13 +111,18 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
 
 
 def _markdown(ctx: dict, drawn: list[figures.Result]) -> str:
-    parts = [f"# tbdkit report\n\n{len(ctx['runs'])} run(s) from `{ctx['results']}`, {ctx['generated']}, "
-             f"tbdkit {ctx['kit_version']}.\n", f"{ctx['grouping'].text}\n",
-             "## The paper's observations, checked on these results\n",
-             f"{ctx['counts']['holds']} hold · {ctx['counts']['fails']} do not hold · "
-             f"{ctx['counts']['nodata']} lack the data to decide. {ctx['disturbed']}\n"]
+    parts = [
+        f"# tbdkit report\n\n{len(ctx['runs'])} run(s) from `{ctx['results']}`, {ctx['generated']}, "
+        f"tbdkit {ctx['kit_version']}.\n",
+        f"{ctx['grouping'].text}\n",
+        "## The paper's observations, checked on these results\n",
+        f"{ctx['counts']['holds']} hold · {ctx['counts']['fails']} do not hold · "
+        f"{ctx['counts']['nodata']} lack the data to decide. {ctx['disturbed']}\n",
+    ]
     for v in ctx["verdicts"]:
-        parts.append(f"**{v.n}. {v.claim}** — *{v.verdict}*  \nRule: {v.rule}\n" + (f"\nNote: {v.note}\n" if v.note else ""))
+        parts.append(
+            f"**{v.n}. {v.claim}** — *{v.verdict}*  \nRule: {v.rule}\n" + (f"\nNote: {v.note}\n" if v.note else "")
+        )
         parts += [f"- {e}" for e in v.evidence]
         parts.append("")
     parts.append("## Figures\n")
@@ -111,20 +132,36 @@ def _markdown(ctx: dict, drawn: list[figures.Result]) -> str:
         else:
             parts.append(f"*{f.title}:* not drawn — {f.reason}.\n")
     parts += ["## Runs\n", tables.md_table(ctx["run_header"], ctx["run_rows"]), ""]
-    parts += ["## Energy over the sample window\n", tables.md_table(ctx["energy_header"], ctx["energy_rows"]), "",
-              *[f"{n}  " for n in ctx["energy_notes"]], ""]
+    parts += [
+        "## Energy over the sample window\n",
+        tables.md_table(ctx["energy_header"], ctx["energy_rows"]),
+        "",
+        *[f"{n}  " for n in ctx["energy_notes"]],
+        "",
+    ]
     parts.append("## Cost\n")
     parts += [tables.md_table(ctx["cost_header"], ctx["cost_rows"]) if ctx["cost_rows"] else ctx["cost_missing"], ""]
     parts.append("## Comparison with the committed reference results\n")
-    parts += [tables.md_table(ctx["comparison_header"], ctx["comparison_rows"]) if ctx["comparison_rows"]
-              else ctx["comparison_missing"], ""]
+    parts += [
+        tables.md_table(ctx["comparison_header"], ctx["comparison_rows"])
+        if ctx["comparison_rows"]
+        else ctx["comparison_missing"],
+        "",
+    ]
     parts.append("## Kernels: the longest below average FP32 utilization (paper Tables V/VI)\n")
     if ctx["kernel_missing"]:
         parts.append(f"Not measured here: {ctx['kernel_missing']}.\n")
     for t in ctx["kernel_tables"] + ctx["paper_tables"]:
-        parts += [f"### {t['title']}\n", tables.md_table(["share of GPU time", "FP32 utilization", "kernel"], t["rows"]), ""]
+        parts += [
+            f"### {t['title']}\n",
+            tables.md_table(["share of GPU time", "FP32 utilization", "kernel"], t["rows"]),
+            "",
+        ]
     parts.append("## Memory breakdown\n")
-    parts.append(tables.md_table(ctx["memory_header"], ctx["memory_rows"]) if ctx["memory_rows"]
-                 else "No run holds a memory breakdown (memory.json).")
+    parts.append(
+        tables.md_table(ctx["memory_header"], ctx["memory_rows"])
+        if ctx["memory_rows"]
+        else "No run holds a memory breakdown (memory.json)."
+    )
     parts += ["", "## Environment\n", tables.md_table(ctx["env_header"], ctx["env_rows"]), ""]
     return "\n".join(parts)

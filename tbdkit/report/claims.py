@@ -49,7 +49,7 @@ class Verdict:
     verdict: str
     rule: str
     evidence: list[str] = field(default_factory=list)
-    note: str | None = None     # what a reader must know to read the verdict (e.g. what the runs measure by design)
+    note: str | None = None  # what a reader must know to read the verdict (e.g. what the runs measure by design)
 
 
 REFERENCE = Path(__file__).with_name("tbd-paper.toml")  # the paper's data, shipped with the kit
@@ -80,8 +80,9 @@ OBSERVATIONS = {
 }
 
 
-def _decide(n: int, rule: str, verdicts: list[bool], evidence: list[str], no_data: list[str],
-            note: str | None = None) -> Verdict:
+def _decide(
+    n: int, rule: str, verdicts: list[bool], evidence: list[str], no_data: list[str], note: str | None = None
+) -> Verdict:
     """The verdict from per-series checks: not enough data when none could be checked, else holds
     only when every one holds."""
     if not verdicts:
@@ -93,18 +94,28 @@ def on_gpu_runs(check: Callable[[list[Run]], Verdict]) -> Callable[[list[Run]], 
     """Decide `check` from GPU runs only: the paper's observations are about GPU training (its
     throughput, utilization and memory). CPU runs are set aside and counted in the evidence; on
     CPU-only results the verdict is 'needs GPU runs'."""
+
     @functools.wraps(check)
     def decided_on_gpus(runs: list[Run]) -> Verdict:
         gpu = [r for r in runs if r.is_gpu]
         cpu = len(runs) - len(gpu)
         v = check(gpu)
         if runs and not gpu:
-            return Verdict(v.n, v.claim, NEEDS_GPU, v.rule,
-                           [f"needs GPU runs: these results hold {cpu} run(s), none on a GPU, and the paper's "
-                            "observations are about GPU training"], v.note)
+            return Verdict(
+                v.n,
+                v.claim,
+                NEEDS_GPU,
+                v.rule,
+                [
+                    f"needs GPU runs: these results hold {cpu} run(s), none on a GPU, and the paper's "
+                    "observations are about GPU training"
+                ],
+                v.note,
+            )
         if cpu:
             v.evidence.append(f"{cpu} CPU run(s) set aside: the paper's observations are about GPU training")
         return v
+
     return decided_on_gpus
 
 
@@ -123,9 +134,11 @@ def _rises_with_batch(runs: list[Run], metric: str | None, n: int, what: str) ->
     the noise (noise: max(2% of the larger value, the larger of the two points' spreads) — the
     larger of the two, never their sum)."""
     value = throughput if metric is None else (lambda r: r.metric(metric))
-    rule = (f"every series of like runs (SeriesKey) with >= 2 batch sizes: {what} at the largest batch exceeds that at "
-            f"the smallest, and no step down beyond max({TOLERANCE:.0%}, the points' spread: std of repeats or the run's "
-            "95% CI)")
+    rule = (
+        f"every series of like runs (SeriesKey) with >= 2 batch sizes: {what} at the largest batch exceeds that at "
+        f"the smallest, and no step down beyond max({TOLERANCE:.0%}, the points' spread: std of repeats or the run's "
+        "95% CI)"
+    )
     evidence, verdicts = [], []
     for s, rs in by_series(runs).items():
         pts = mean_by_batch(rs, value)
@@ -135,10 +148,16 @@ def _rises_with_batch(runs: list[Run], metric: str | None, n: int, what: str) ->
         ok = pts[-1][1] > pts[0][1] and not drops
         verdicts.append(ok)
         steps = ", ".join(f"b{b}: {v:,.3g}" for b, v, _, _ in pts)
-        evidence.append(f"{'✓' if ok else '✗'} {_name(s)}: {steps}"
-                        + (f" (drop after b{drops[0][0][0]})" if drops else ""))
-    return _decide(n, rule, verdicts, evidence, [f"no series has {what} at two or more batch sizes"
-                                                 + (f" ({_reasons(runs, metric)})" if metric else "")])
+        evidence.append(
+            f"{'✓' if ok else '✗'} {_name(s)}: {steps}" + (f" (drop after b{drops[0][0][0]})" if drops else "")
+        )
+    return _decide(
+        n,
+        rule,
+        verdicts,
+        evidence,
+        [f"no series has {what} at two or more batch sizes" + (f" ({_reasons(runs, metric)})" if metric else "")],
+    )
 
 
 def _reasons(runs: list[Run], metric: str) -> str:
@@ -158,9 +177,11 @@ def obs2_rnn_no_saturation(runs: list[Run]) -> Verdict:
     """Paper (Obs. 2): "RNN models (NMT, Deep Speech 2) do not saturate throughput within GPU
     memory; DS2 scales almost linearly". Rule: each RNN series' last batch doubling still gains
     >= 10%; Deep Speech 2's throughput ~ batch^k with k >= 0.8."""
-    rule = ("RNN models (deepspeech2, seq2seq), each series of like runs: the last batch doubling still gains >= 10% "
-            "throughput (no saturation); Deep Speech 2 'almost linear': throughput ~ batch^k with k >= 0.8 between its "
-            "smallest and largest batch")
+    rule = (
+        "RNN models (deepspeech2, seq2seq), each series of like runs: the last batch doubling still gains >= 10% "
+        "throughput (no saturation); Deep Speech 2 'almost linear': throughput ~ batch^k with k >= 0.8 between its "
+        "smallest and largest batch"
+    )
     evidence, verdicts = [], []
     for s, rs in by_series(runs).items():
         if s.model not in RNN_MODELS:
@@ -184,10 +205,12 @@ def obs2_rnn_no_saturation(runs: list[Run]) -> Verdict:
 # The paper's direction (Sec. IV-B, Fig. 4): MXNet is faster on the CNNs, TensorFlow on NMT.
 PAPER_FASTER = {"resnet50": "mxnet", "inception_v3": "mxnet", "seq2seq": "tensorflow"}
 PAPER_CLASSES = {"resnet50": "CNN", "inception_v3": "CNN", "seq2seq": "NMT"}
-OBS3_NOTE = ("Measured on equal networks by design: every framework here runs the same network with the same "
-             "hyperparameters (MXNet's seq2seq is a rebuild of that network, not Sockeye), so the contrast is the "
-             "frameworks' speed on one network; the paper compared TensorFlow's NMT with MXNet's Sockeye, two "
-             "different implementations, which is a different question.")
+OBS3_NOTE = (
+    "Measured on equal networks by design: every framework here runs the same network with the same "
+    "hyperparameters (MXNet's seq2seq is a rebuild of that network, not Sockeye), so the contrast is the "
+    "frameworks' speed on one network; the paper compared TensorFlow's NMT with MXNet's Sockeye, two "
+    "different implementations, which is a different question."
+)
 
 
 @on_gpu_runs
@@ -195,9 +218,11 @@ def obs3_ranking_differs(runs: list[Run]) -> Verdict:
     """Paper (Obs. 3): "framework ranking differs by application (MXNet faster on CNNs, TensorFlow
     faster on NMT)". Rule: the paper's direction per model class, each lead beyond the noise; a
     tie within the noise or the other framework ahead does not hold."""
-    rule = ("like runs that differ only in framework, at the largest batch both ran: MXNet faster than TensorFlow on "
-            "every CNN compared (resnet50, inception_v3) and TensorFlow faster than MXNet on NMT (seq2seq), each lead "
-            f"beyond max({TOLERANCE:.0%}, the points' spread); needs both a CNN and NMT; a tie within the noise does not hold")
+    rule = (
+        "like runs that differ only in framework, at the largest batch both ran: MXNet faster than TensorFlow on "
+        "every CNN compared (resnet50, inception_v3) and TensorFlow faster than MXNet on NMT (seq2seq), each lead "
+        f"beyond max({TOLERANCE:.0%}, the points' spread); needs both a CNN and NMT; a tie within the noise does not hold"
+    )
     evidence, verdicts, classes = [], [], set()
     groups: dict[tuple, dict[str, list[Run]]] = {}
     for r in runs:
@@ -216,17 +241,30 @@ def obs3_ranking_differs(runs: list[Run]) -> Verdict:
         other = "tensorflow" if want == "mxnet" else "mxnet"
         (_, a, sa, _), (_, b, sb, _) = pts[want], pts[other]
         ok = _beyond_noise(a, sa, b, sb)
-        how = ("as the paper" if ok else "the other way round" if _beyond_noise(b, sb, a, sa) else "a tie within the noise")
+        how = (
+            "as the paper" if ok else "the other way round" if _beyond_noise(b, sb, a, sa) else "a tie within the noise"
+        )
         verdicts.append(ok)
         classes.add(PAPER_CLASSES[model])
-        evidence.append(f"{'✓' if ok else '✗'} {model} b{batch} ({PAPER_CLASSES[model]}): {want} {a:,.3g} vs {other} "
-                        f"{b:,.3g} -> {how}")
+        evidence.append(
+            f"{'✓' if ok else '✗'} {model} b{batch} ({PAPER_CLASSES[model]}): {want} {a:,.3g} vs {other} "
+            f"{b:,.3g} -> {how}"
+        )
     if verdicts and not all(verdicts):
         return Verdict(3, OBSERVATIONS[3], FAILS, rule, evidence, OBS3_NOTE)
     if classes != {"CNN", "NMT"}:
-        return Verdict(3, OBSERVATIONS[3], NO_DATA, rule, evidence + [
-            "needs MXNet and TensorFlow runs of a CNN (resnet50 or inception_v3) and of NMT (seq2seq); compared: "
-            + (", ".join(sorted(classes)) or "none")], OBS3_NOTE)
+        return Verdict(
+            3,
+            OBSERVATIONS[3],
+            NO_DATA,
+            rule,
+            evidence
+            + [
+                "needs MXNet and TensorFlow runs of a CNN (resnet50 or inception_v3) and of NMT (seq2seq); compared: "
+                + (", ".join(sorted(classes)) or "none")
+            ],
+            OBS3_NOTE,
+        )
     return Verdict(3, OBSERVATIONS[3], HOLDS, rule, evidence, OBS3_NOTE)
 
 
@@ -253,14 +291,21 @@ HIGH_GPU_UTILIZATION = 95.0  # % the paper's non-RNN models reach at large batch
 def obs5_lstm_low_util(runs: list[Run]) -> Verdict:
     """Paper (Obs. 5): "LSTM models have low GPU compute utilization even at max batch; Transformer
     does not" — the non-RNN models reach >= 95% at large batch. Rule: both halves."""
-    rule = (f"GPU utilization (NVML) at each series' largest batch: every non-RNN series >= {HIGH_GPU_UTILIZATION:.0f}%, "
-            f"and every LSTM series (seq2seq) low: below {HIGH_GPU_UTILIZATION:.0f}% and below every non-RNN series")
+    rule = (
+        f"GPU utilization (NVML) at each series' largest batch: every non-RNN series >= {HIGH_GPU_UTILIZATION:.0f}%, "
+        f"and every LSTM series (seq2seq) low: below {HIGH_GPU_UTILIZATION:.0f}% and below every non-RNN series"
+    )
     lstm = _at_largest_batch(runs, LSTM_MODELS, "gpu_utilization")
     others = _at_largest_batch(runs, {r.model for r in runs} - RNN_MODELS, "gpu_utilization")
     if not lstm or not others:
-        return Verdict(5, OBSERVATIONS[5], NO_DATA, rule,
-                       [f"{name}: {v:.1f}%" for name, v in lstm + others]
-                       + [f"needs GPU utilization of an LSTM (seq2seq) and a non-RNN model ({_reasons(runs, 'gpu_utilization')})"])
+        return Verdict(
+            5,
+            OBSERVATIONS[5],
+            NO_DATA,
+            rule,
+            [f"{name}: {v:.1f}%" for name, v in lstm + others]
+            + [f"needs GPU utilization of an LSTM (seq2seq) and a non-RNN model ({_reasons(runs, 'gpu_utilization')})"],
+        )
     floor = min(v for _, v in others)
     evidence = [f"{'✓' if v < HIGH_GPU_UTILIZATION and v < floor else '✗'} LSTM {name}: {v:.1f}%" for name, v in lstm]
     evidence += [f"{'✓' if v >= HIGH_GPU_UTILIZATION else '✗'} non-RNN {name}: {v:.1f}%" for name, v in others]
@@ -283,8 +328,13 @@ def obs7_rnn_low_fp32(runs: list[Run]) -> Verdict:
     others = _at_largest_batch(runs, {r.model for r in runs} - RNN_MODELS, "fp32_utilization")
     evidence = [f"{name}: {v:.1f}%" for name, v in rnn + others]
     if not rnn or not others:
-        return Verdict(7, OBSERVATIONS[7], NO_DATA, rule,
-                       evidence + [f"needs FP32 utilization of RNN and non-RNN runs ({_reasons(runs, 'fp32_utilization')})"])
+        return Verdict(
+            7,
+            OBSERVATIONS[7],
+            NO_DATA,
+            rule,
+            evidence + [f"needs FP32 utilization of RNN and non-RNN runs ({_reasons(runs, 'fp32_utilization')})"],
+        )
     a, b = sum(v for _, v in rnn) / len(rnn), sum(v for _, v in others) / len(others)
     evidence.append(f"RNN mean {a:.1f}% vs non-RNN mean {b:.1f}%")
     return Verdict(7, OBSERVATIONS[7], HOLDS if a <= 0.5 * b else FAILS, rule, evidence)
@@ -308,8 +358,8 @@ def long_kernels_below_average(run: Run, top: int = 5) -> list[dict]:
 
 
 OBS8_CNNS = ("resnet50",)  # the CNN the paper's Tables V and VI (and Obs. 8) show
-LOW_FP32 = 0.8             # "low": more than 20% below the run's average FP32 utilization
-MATERIAL_SHARE = 0.02      # "long-running": at least 2% of GPU time (Table V's shortest row is 2.48%)
+LOW_FP32 = 0.8  # "low": more than 20% below the run's average FP32 utilization
+MATERIAL_SHARE = 0.02  # "long-running": at least 2% of GPU time (Table V's shortest row is 2.48%)
 BATCH_NORM = re.compile(r"bn_|batch_?norm", re.IGNORECASE)
 
 
@@ -319,29 +369,46 @@ def obs8_long_low_kernels(runs: list[Run]) -> Verdict:
     optimized CNNs (batch norm, activations)". Rule: in every run with a kernel table of every CNN
     the paper names, a kernel more than 20% below the average FP32 utilization takes >= 2% of GPU
     time, and a batch-norm kernel below the average takes >= 2%."""
-    rule = (f"every run with FP32 kernel data of each CNN the paper names ({', '.join(OBS8_CNNS)}): a kernel with FP32 "
-            f"utilization < {LOW_FP32:g} x the run's time-weighted average takes >= {MATERIAL_SHARE:.0%} of GPU time, and a "
-            f"batch-norm kernel below the average takes >= {MATERIAL_SHARE:.0%}")
+    rule = (
+        f"every run with FP32 kernel data of each CNN the paper names ({', '.join(OBS8_CNNS)}): a kernel with FP32 "
+        f"utilization < {LOW_FP32:g} x the run's time-weighted average takes >= {MATERIAL_SHARE:.0%} of GPU time, and a "
+        f"batch-norm kernel below the average takes >= {MATERIAL_SHARE:.0%}"
+    )
     evidence: list[str] = []
     per_model: dict[str, list[bool]] = {m: [] for m in OBS8_CNNS}
     for r in runs:
         measured, average = _measured_kernels(r)
         if r.model not in per_model or average is None:
             continue
-        low = sorted((k for k in measured if k["fp32_utilization"] < LOW_FP32 * average and k["time_share"] >= MATERIAL_SHARE),
-                     key=lambda k: -k["time_share"])
-        bn = [k for k in measured if BATCH_NORM.search(k["kernel"]) and k["fp32_utilization"] < average
-              and k["time_share"] >= MATERIAL_SHARE]
+        low = sorted(
+            (k for k in measured if k["fp32_utilization"] < LOW_FP32 * average and k["time_share"] >= MATERIAL_SHARE),
+            key=lambda k: -k["time_share"],
+        )
+        bn = [
+            k
+            for k in measured
+            if BATCH_NORM.search(k["kernel"]) and k["fp32_utilization"] < average and k["time_share"] >= MATERIAL_SHARE
+        ]
         ok = bool(low) and bool(bn)
         per_model[r.model].append(ok)
-        evidence.append(f"{'✓' if ok else '✗'} {_name(r.series)} b{r.batch_size}: average {average:.1f}%; low: "
-                        + (", ".join(f"{k['kernel'][:40]} {k['time_share']:.1%} at {k['fp32_utilization']:.0f}%" for k in low[:3])
-                           or "none") + ("; batch norm: " + (bn[0]["kernel"][:40] if bn else "none below the average")))
+        evidence.append(
+            f"{'✓' if ok else '✗'} {_name(r.series)} b{r.batch_size}: average {average:.1f}%; low: "
+            + (
+                ", ".join(f"{k['kernel'][:40]} {k['time_share']:.1%} at {k['fp32_utilization']:.0f}%" for k in low[:3])
+                or "none"
+            )
+            + ("; batch norm: " + (bn[0]["kernel"][:40] if bn else "none below the average"))
+        )
     verdicts = [ok for oks in per_model.values() for ok in oks]
     missing = [m for m, oks in per_model.items() if not oks]
     if missing and all(verdicts):
-        return Verdict(8, OBSERVATIONS[8], NO_DATA, rule,
-                       evidence + [f"no kernel table with FP32 utilization (kernels.csv) for {', '.join(missing)}"])
+        return Verdict(
+            8,
+            OBSERVATIONS[8],
+            NO_DATA,
+            rule,
+            evidence + [f"no kernel table with FP32 utilization (kernels.csv) for {', '.join(missing)}"],
+        )
     return _decide(8, rule, verdicts, evidence, [])
 
 
@@ -352,9 +419,11 @@ def obs9_faster_gpu_lower_util(runs: list[Run]) -> Verdict:
     (tbdkit.analysis.peak), never the one that measured faster; over like runs on two GPUs it must
     raise throughput beyond the noise and have lower GPU and FP32 utilization; holds for most
     (more than half) of the comparisons."""
-    rule = ("like runs (same batch) on two GPUs: the GPU with the higher peak FLOP/s (tbdkit's peak table) has higher "
-            f"throughput beyond max({TOLERANCE:.0%}, the points' spread) and lower GPU and FP32 utilization (those measured); "
-            "holds when most (more than half) of the comparisons do")
+    rule = (
+        "like runs (same batch) on two GPUs: the GPU with the higher peak FLOP/s (tbdkit's peak table) has higher "
+        f"throughput beyond max({TOLERANCE:.0%}, the points' spread) and lower GPU and FP32 utilization (those measured); "
+        "holds when most (more than half) of the comparisons do"
+    )
     groups: dict[tuple, dict[str, list[Run]]] = {}
     for r in runs:
         if r.world_size == 1:
@@ -368,29 +437,40 @@ def obs9_faster_gpu_lower_util(runs: list[Run]) -> Verdict:
             continue
         fast, slow = max(known, key=lambda d: known[d]), min(known, key=lambda d: known[d])
 
-        def point(d: str, value: Callable[[Run], float | None],
-                  devs: dict[str, list[Run]] = devs) -> tuple[float, float] | None:
+        def point(
+            d: str, value: Callable[[Run], float | None], devs: dict[str, list[Run]] = devs
+        ) -> tuple[float, float] | None:
             pts = mean_by_batch(devs[d], value)
             return (pts[0][1], pts[0][2]) if pts else None
 
         tf, ts = point(fast, throughput), point(slow, throughput)
         utils: list[tuple[str, float, float]] = []  # (metric, slow device's, fast device's)
         for m in ("gpu_utilization", "fp32_utilization"):
-            a, b = point(slow, functools.partial(Run.metric, name=m)), point(fast, functools.partial(Run.metric, name=m))
+            a, b = (
+                point(slow, functools.partial(Run.metric, name=m)),
+                point(fast, functools.partial(Run.metric, name=m)),
+            )
             if a is not None and b is not None:
                 utils.append((m, a[0], b[0]))
         if tf is None or ts is None or not utils:
             continue
         ok = _beyond_noise(tf[0], tf[1], ts[0], ts[1]) and all(b < a for _, a, b in utils)
         verdicts.append(ok)
-        evidence.append(f"{'✓' if ok else '✗'} {key[0]}/{key[1]} b{key[-1]}: {fast} ({known[fast] / 1e12:.1f} TFLOP/s peak) "
-                        f"{tf[0]:,.3g} vs {slow} ({known[slow] / 1e12:.1f}) {ts[0]:,.3g}; "
-                        + ", ".join(f"{m} {b:.1f}% vs {a:.1f}%" for m, a, b in utils))
+        evidence.append(
+            f"{'✓' if ok else '✗'} {key[0]}/{key[1]} b{key[-1]}: {fast} ({known[fast] / 1e12:.1f} TFLOP/s peak) "
+            f"{tf[0]:,.3g} vs {slow} ({known[slow] / 1e12:.1f}) {ts[0]:,.3g}; "
+            + ", ".join(f"{m} {b:.1f}% vs {a:.1f}%" for m, a, b in utils)
+        )
     if unknown:
         evidence.append(f"peak FLOP/s not on disk for {', '.join(sorted(unknown))} (runs that recorded no MFU peak)")
     if not verdicts:
-        return Verdict(9, OBSERVATIONS[9], NO_DATA, rule,
-                       evidence + ["needs like runs on two or more GPU models with known peaks, with utilization"])
+        return Verdict(
+            9,
+            OBSERVATIONS[9],
+            NO_DATA,
+            rule,
+            evidence + ["needs like runs on two or more GPU models with known peaks, with utilization"],
+        )
     held = sum(verdicts)
     evidence.append(f"{held} of {len(verdicts)} comparison(s) hold")
     return Verdict(9, OBSERVATIONS[9], HOLDS if held > len(verdicts) / 2 else FAILS, rule, evidence)
@@ -405,8 +485,10 @@ def obs10_feature_maps_dominate(runs: list[Run]) -> Verdict:
     over all five categories, feature maps are the largest and their share is within 62-89%; a
     run with a category not measured cannot decide it."""
     lo, hi = PAPER_FEATURE_MAP_SHARE
-    rule = (f"every GPU run whose memory breakdown measured all five categories (weights, weight gradients, feature maps, "
-            f"workspace, dynamic): feature maps are the largest and their share of the five is within {lo:.0%}-{hi:.0%}")
+    rule = (
+        f"every GPU run whose memory breakdown measured all five categories (weights, weight gradients, feature maps, "
+        f"workspace, dynamic): feature maps are the largest and their share of the five is within {lo:.0%}-{hi:.0%}"
+    )
     evidence, verdicts, undecided = [], [], []
     for r in runs:
         if not r.memory:
@@ -421,19 +503,28 @@ def obs10_feature_maps_dominate(runs: list[Run]) -> Verdict:
         fm = shares["feature_maps"]
         ok = max(shares, key=lambda c: shares[c]) == "feature_maps" and lo <= fm <= hi
         verdicts.append(ok)
-        evidence.append(f"{'✓' if ok else '✗'} {_name(r.series)} b{r.batch_size}: feature maps {fm:.0%}, weights "
-                        f"{shares['weights']:.0%}, gradients {shares['weight_gradients']:.0%}, workspace "
-                        f"{shares['workspace']:.0%}, dynamic {shares['dynamic']:.0%}")
-    return _decide(10, rule, verdicts, evidence[:12],
-                   undecided[:6] + ["no GPU run has a memory breakdown with all five categories measured (memory.json)"])
+        evidence.append(
+            f"{'✓' if ok else '✗'} {_name(r.series)} b{r.batch_size}: feature maps {fm:.0%}, weights "
+            f"{shares['weights']:.0%}, gradients {shares['weight_gradients']:.0%}, workspace "
+            f"{shares['workspace']:.0%}, dynamic {shares['dynamic']:.0%}"
+        )
+    return _decide(
+        10,
+        rule,
+        verdicts,
+        evidence[:12],
+        undecided[:6] + ["no GPU run has a memory breakdown with all five categories measured (memory.json)"],
+    )
 
 
 @on_gpu_runs
 def obs11_feature_maps_linear(runs: list[Run]) -> Verdict:
     """Paper (Obs. 11): "feature-map memory grows almost linearly with mini-batch size". Rule: a
     line fits (R^2 >= 0.98) and the growth is 0.8-1.2x proportional."""
-    rule = ("feature-map bytes vs batch size in each series of like runs with >= 3 batch sizes (>= 2 if only two): a line "
-            "fits with R^2 >= 0.98 and growth from the smallest to the largest batch is 0.8-1.2x proportional")
+    rule = (
+        "feature-map bytes vs batch size in each series of like runs with >= 3 batch sizes (>= 2 if only two): a line "
+        "fits with R^2 >= 0.98 and growth from the smallest to the largest batch is 0.8-1.2x proportional"
+    )
     evidence, verdicts = [], []
     for s, rs in by_series(runs).items():
         pts = mean_by_batch(rs, lambda r: r.memory_bytes("feature_maps"))
@@ -444,8 +535,11 @@ def obs11_feature_maps_linear(runs: list[Run]) -> Verdict:
         r2 = _r_squared(xs, ys)
         ok = 0.8 <= proportional <= 1.2 and r2 >= 0.98
         verdicts.append(ok)
-        evidence.append(f"{'✓' if ok else '✗'} {_name(s)}: " + ", ".join(f"b{x}: {y / 2**20:,.1f} MiB" for x, y in zip(xs, ys))
-                        + f"; growth/proportional {proportional:.2f}, R^2 {r2:.3f}")
+        evidence.append(
+            f"{'✓' if ok else '✗'} {_name(s)}: "
+            + ", ".join(f"b{x}: {y / 2**20:,.1f} MiB" for x, y in zip(xs, ys))
+            + f"; growth/proportional {proportional:.2f}, R^2 {r2:.3f}"
+        )
     return _decide(11, rule, verdicts, evidence, ["no series has feature-map bytes at two or more batch sizes"])
 
 
@@ -494,9 +588,11 @@ def obs12_bandwidth(runs: list[Run]) -> Verdict:
     multi-machine runs on links of different rates: per-worker throughput on the slower link is
     lower beyond the 95% CIs (the intervals do not overlap). (b) several GPUs in one machine vs the
     like single-GPU run at the same per-GPU batch: scaling efficiency >= 80%."""
-    rule = ("(a) like multi-machine runs on links of different rates: per-worker throughput on the slower link below the "
-            "faster link's, beyond both 95% CIs; (b) like runs on N GPUs of one machine (PCIe): aggregate throughput "
-            f">= {SCALES_WELL:.0%} of N x the like single-GPU run at the same per-GPU batch; holds when both halves hold")
+    rule = (
+        "(a) like multi-machine runs on links of different rates: per-worker throughput on the slower link below the "
+        "faster link's, beyond both 95% CIs; (b) like runs on N GPUs of one machine (PCIe): aggregate throughput "
+        f">= {SCALES_WELL:.0%} of N x the like single-GPU run at the same per-GPU batch; holds when both halves hold"
+    )
     links: dict[tuple, dict[str, list[Run]]] = {}
     for r in runs:
         if r.nodes > 1:
@@ -507,11 +603,15 @@ def obs12_bandwidth(runs: list[Run]) -> Verdict:
             continue
         fast_rate = max(by_rate, key=link_bits_per_s)
         slow_rate = min(by_rate, key=link_bits_per_s)
-        (f, fci), (s, sci) = (max((_per_worker(r) for r in by_rate[x]), key=lambda p: p[0]) for x in (fast_rate, slow_rate))
+        (f, fci), (s, sci) = (
+            max((_per_worker(r) for r in by_rate[x]), key=lambda p: p[0]) for x in (fast_rate, slow_rate)
+        )
         ok = f - fci > s + sci
         link_ok.append(ok)
-        evidence.append(f"{'✓' if ok else '✗'} (a) {key[0]}/{key[1]} b{key[-1]} x{key[7]} machines: per worker {f:,.3g} ±{fci:,.2g} "
-                        f"on {fast_rate or 'the unshaped link'} vs {s:,.3g} ±{sci:,.2g} on {slow_rate}")
+        evidence.append(
+            f"{'✓' if ok else '✗'} (a) {key[0]}/{key[1]} b{key[-1]} x{key[7]} machines: per worker {f:,.3g} ±{fci:,.2g} "
+            f"on {fast_rate or 'the unshaped link'} vs {s:,.3g} ±{sci:,.2g} on {slow_rate}"
+        )
     singles = {(r.series, r.batch_size): r for r in runs if r.world_size == 1}
     for r in runs:
         if r.nodes != 1 or r.gpus_per_node < 2:
@@ -524,21 +624,38 @@ def obs12_bandwidth(runs: list[Run]) -> Verdict:
         efficiency = aggregate / (r.gpus_per_node * (throughput(base) or 1.0))
         ok = efficiency >= SCALES_WELL
         pcie_ok.append(ok)
-        evidence.append(f"{'✓' if ok else '✗'} (b) {r.model}/{r.framework} b{r.batch_size} on {r.gpus_per_node} GPUs of one "
-                        f"machine: {aggregate:,.3g} vs 1 GPU {throughput(base):,.3g} -> {efficiency:.0%} scaling efficiency")
+        evidence.append(
+            f"{'✓' if ok else '✗'} (b) {r.model}/{r.framework} b{r.batch_size} on {r.gpus_per_node} GPUs of one "
+            f"machine: {aggregate:,.3g} vs 1 GPU {throughput(base):,.3g} -> {efficiency:.0%} scaling efficiency"
+        )
     if not all(link_ok + pcie_ok):
         return Verdict(12, OBSERVATIONS[12], FAILS, rule, evidence)
-    lacking = ([] if link_ok else ["(a) needs like multi-machine GPU runs on two link rates (tbdkit bench --nodes N --link-rate RATE)"]) + \
-              ([] if pcie_ok else ["(b) needs a multi-GPU run in one machine and its like single-GPU run (--gpus-per-node N)"])
+    lacking = (
+        []
+        if link_ok
+        else ["(a) needs like multi-machine GPU runs on two link rates (tbdkit bench --nodes N --link-rate RATE)"]
+    ) + (
+        [] if pcie_ok else ["(b) needs a multi-GPU run in one machine and its like single-GPU run (--gpus-per-node N)"]
+    )
     if lacking:
         return Verdict(12, OBSERVATIONS[12], NO_DATA, rule, evidence + lacking)
     return Verdict(12, OBSERVATIONS[12], HOLDS, rule, evidence)
 
 
 CHECKS: tuple[Callable[[list[Run]], Verdict], ...] = (
-    obs1_throughput_rises, obs2_rnn_no_saturation, obs3_ranking_differs, obs4_gpu_util_rises, obs5_lstm_low_util,
-    obs6_fp32_util_rises, obs7_rnn_low_fp32, obs8_long_low_kernels, obs9_faster_gpu_lower_util,
-    obs10_feature_maps_dominate, obs11_feature_maps_linear, obs12_bandwidth)
+    obs1_throughput_rises,
+    obs2_rnn_no_saturation,
+    obs3_ranking_differs,
+    obs4_gpu_util_rises,
+    obs5_lstm_low_util,
+    obs6_fp32_util_rises,
+    obs7_rnn_low_fp32,
+    obs8_long_low_kernels,
+    obs9_faster_gpu_lower_util,
+    obs10_feature_maps_dominate,
+    obs11_feature_maps_linear,
+    obs12_bandwidth,
+)
 
 
 def check_all(runs: list[Run]) -> list[Verdict]:

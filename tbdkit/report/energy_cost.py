@@ -16,8 +16,15 @@ from tbdkit.errors import UserError
 from tbdkit.report.runs import Run
 from tbdkit.report.tables import fmt, summary_row, throughput_text
 
-ENERGY_HEADER = ["run", "device", "throughput (95% CI)", "energy J", "mean power W", "energy per unit of work",
-                 "samples per kJ"]
+ENERGY_HEADER = [
+    "run",
+    "device",
+    "throughput (95% CI)",
+    "energy J",
+    "mean power W",
+    "energy per unit of work",
+    "samples per kJ",
+]
 COST_HEADER = ["run", "device", "throughput (95% CI)", "cost per 1M samples", "cost of the run", "price"]
 COMPARISON_HEADER = ["run", "reference", "verdict", "A/B (95% CI)", "detectable difference"]
 
@@ -43,9 +50,17 @@ def energy_rows(runs: list[Run]) -> tuple[list[list[str]], list[str]]:
     rows = []
     for r in runs:
         name = _energy_name(r)
-        rows.append([f"{r.model}/{r.framework} b{r.batch_size}", r.device_name, throughput_text(r, summary_row(r)),
-                     _value(r, f"{name}_energy", reasons), _value(r, f"{name}_power", reasons),
-                     _value(r, "energy_per_work", reasons), _value(r, "samples_per_kj", reasons)])
+        rows.append(
+            [
+                f"{r.model}/{r.framework} b{r.batch_size}",
+                r.device_name,
+                throughput_text(r, summary_row(r)),
+                _value(r, f"{name}_energy", reasons),
+                _value(r, f"{name}_power", reasons),
+                _value(r, "energy_per_work", reasons),
+                _value(r, "samples_per_kj", reasons),
+            ]
+        )
     return rows, [f"[{n}] {text}" for text, n in reasons.items()]
 
 
@@ -54,10 +69,19 @@ def cost_rows(runs: list[Run], prices: cost.Prices) -> list[list[str]]:
     for r in runs:
         price = cost.price_of(prices, r.device_name)
         c = cost.costs(r.summary, price)
-        cells = [("—" if m["value"] is None else f"{m['value']:,.4g} {m['unit']}") for m in
-                 (c["cost_per_million_samples"], c["run_cost"])]
-        rows.append([f"{r.model}/{r.framework} b{r.batch_size}", r.device_name, throughput_text(r, summary_row(r)),
-                     *cells, price.text if price else str(c["run_cost"]["reason"])])
+        cells = [
+            ("—" if m["value"] is None else f"{m['value']:,.4g} {m['unit']}")
+            for m in (c["cost_per_million_samples"], c["run_cost"])
+        ]
+        rows.append(
+            [
+                f"{r.model}/{r.framework} b{r.batch_size}",
+                r.device_name,
+                throughput_text(r, summary_row(r)),
+                *cells,
+                price.text if price else str(c["run_cost"]["reason"]),
+            ]
+        )
     return rows
 
 
@@ -76,22 +100,41 @@ def comparison(runs: list[Run], workloads: Path) -> tuple[list[list[str]], str |
         if ref is None:
             continue
         result = compare.compare(side, ref)
-        rows.append([f"{r.model}/{r.framework} b{r.batch_size} ({r.run_id})", str(ref.path.relative_to(workloads)),
-                     result.verdict, f"{result.ratio:.3f} ({result.low:.3f}-{result.high:.3f})",
-                     f"{result.detectable:.1%}"])
+        rows.append(
+            [
+                f"{r.model}/{r.framework} b{r.batch_size} ({r.run_id})",
+                str(ref.path.relative_to(workloads)),
+                result.verdict,
+                f"{result.ratio:.3f} ({result.low:.3f}-{result.high:.3f})",
+                f"{result.detectable:.1%}",
+            ]
+        )
     if rows:
         return rows, None
     devices = sorted({r.device_name for r in runs})
-    return [], (f"No committed reference result matches these runs (model, framework, preset, precision, batch and "
-                f"device: {', '.join(devices)}): {workloads}/<model>/reference/ holds none for them yet.")
+    return [], (
+        f"No committed reference result matches these runs (model, framework, preset, precision, batch and "
+        f"device: {', '.join(devices)}): {workloads}/<model>/reference/ holds none for them yet."
+    )
 
 
 def context(runs: list[Run], prices: cost.Prices | None, workloads: Path) -> dict[str, Any]:
     """What the report's templates need for the three sections."""
     e_rows, e_notes = energy_rows(runs)
     c_rows, c_missing = comparison(runs, workloads)
-    return {"energy_header": ENERGY_HEADER, "energy_rows": e_rows, "energy_notes": e_notes,
-            "cost_header": COST_HEADER, "cost_rows": cost_rows(runs, prices) if prices else [],
-            "cost_missing": None if prices else ("No price was given: pass --price-per-hour, set "
-                                                 f"{cost.ENV_PRICE}, or fill a {cost.PRICES_FILE} (the kit ships no prices)."),
-            "comparison_header": COMPARISON_HEADER, "comparison_rows": c_rows, "comparison_missing": c_missing}
+    return {
+        "energy_header": ENERGY_HEADER,
+        "energy_rows": e_rows,
+        "energy_notes": e_notes,
+        "cost_header": COST_HEADER,
+        "cost_rows": cost_rows(runs, prices) if prices else [],
+        "cost_missing": None
+        if prices
+        else (
+            "No price was given: pass --price-per-hour, set "
+            f"{cost.ENV_PRICE}, or fill a {cost.PRICES_FILE} (the kit ships no prices)."
+        ),
+        "comparison_header": COMPARISON_HEADER,
+        "comparison_rows": c_rows,
+        "comparison_missing": c_missing,
+    }

@@ -23,8 +23,13 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 from tbdkit.report.runs import MEMORY_CATEGORIES, Run, SeriesKey, by_series, mean_by_batch, throughput  # noqa: E402
 from tbdkit.results.rundir import RunDir  # noqa: E402
 
-MEMORY_COLORS = {"weights": "#4c72b0", "weight_gradients": "#55a868", "feature_maps": "#c44e52",
-                 "workspace": "#8172b2", "dynamic": "#ccb974"}
+MEMORY_COLORS = {
+    "weights": "#4c72b0",
+    "weight_gradients": "#55a868",
+    "feature_maps": "#c44e52",
+    "workspace": "#8172b2",
+    "dynamic": "#ccb974",
+}
 
 
 @dataclass
@@ -32,7 +37,7 @@ class Figure:
     key: str
     title: str
     caption: str
-    figure: Any                     # matplotlib.figure.Figure
+    figure: Any  # matplotlib.figure.Figure
     files: dict[str, Path] | None = None
 
 
@@ -73,8 +78,9 @@ def _varying(keys: list[SeriesKey]) -> list[int]:
     return [i for i, f in enumerate(SeriesKey._fields) if f not in skip and len({k[i] for k in keys}) > 1]
 
 
-def _lines_vs_batch(runs: list[Run], key: str, title: str, caption: str, metrics: dict[str, str],
-                    ylabel: Callable[[Run], str]) -> Result:
+def _lines_vs_batch(
+    runs: list[Run], key: str, title: str, caption: str, metrics: dict[str, str], ylabel: Callable[[Run], str]
+) -> Result:
     """One panel per model, one line per (framework, precision, device[, metric]) over batch size."""
     series = by_series(runs)
     lines: dict[str, list[tuple[SeriesKey, str, list]]] = {}
@@ -84,8 +90,9 @@ def _lines_vs_batch(runs: list[Run], key: str, title: str, caption: str, metrics
             if points:
                 lines.setdefault(s[0], []).append((s, metric if len(metrics) > 1 else "", points))
     if not lines:
-        return Missing(key, title, f"no run holds a value for {', '.join(metrics)}: "
-                                   f"{_reason_of(runs, next(iter(metrics)))}")
+        return Missing(
+            key, title, f"no run holds a value for {', '.join(metrics)}: {_reason_of(runs, next(iter(metrics)))}"
+        )
     fig, axes = _panels(len(lines))
     for ax, (model, model_lines) in zip(axes, sorted(lines.items())):
         varying = _varying([s for s, _, _ in model_lines])
@@ -97,8 +104,16 @@ def _lines_vs_batch(runs: list[Run], key: str, title: str, caption: str, metrics
             err = [p[2] for p in points]
             label = _label(s, varying) + (f" ({metric.replace('_', ' ')})" if metric else "")
             below = [min(e, y) for e, y in zip(err, ys)]  # a spread never reaches below zero
-            ax.errorbar(xs, ys, yerr=[below, err], marker="o", capsize=3, label=label, color=color,
-                        linestyle=metrics[metric or next(iter(metrics))])
+            ax.errorbar(
+                xs,
+                ys,
+                yerr=[below, err],
+                marker="o",
+                capsize=3,
+                label=label,
+                color=color,
+                linestyle=metrics[metric or next(iter(metrics))],
+            )
             disturbed = [(x, y) for x, y in zip(xs, ys) if any(r.disturbed for r in series[s] if r.batch_size == x)]
             if disturbed:  # hollow: something else competed for the machine in at least one run of the point
                 ax.scatter(*zip(*disturbed), s=36, facecolors="white", edgecolors=color, linewidths=1.5, zorder=3)
@@ -122,37 +137,56 @@ def _lines_vs_batch(runs: list[Run], key: str, title: str, caption: str, metrics
 
 def throughput_vs_batch(runs: list[Run]) -> Result:
     return _lines_vs_batch(
-        runs, "fig4_throughput", "Throughput vs mini-batch size (paper Fig. 4)",
+        runs,
+        "fig4_throughput",
+        "Throughput vs mini-batch size (paper Fig. 4)",
         "Mean over repeats; error bars: standard deviation of repeats, or a single run's 95% CI. "
         "Circled points: flagged unstable by the sweep. Hollow points: disturbed runs (foreign load, another "
         "GPU process or throttling in the window).",
-        {"throughput": "-"}, lambda r: f"throughput ({r.unit})")
+        {"throughput": "-"},
+        lambda r: f"throughput ({r.unit})",
+    )
 
 
 def samples_per_kj_vs_batch(runs: list[Run]) -> Result:
     return _lines_vs_batch(
-        runs, "energy_samples_per_kj", "Samples per kJ vs mini-batch size (beside Fig. 4's throughput)",
+        runs,
+        "energy_samples_per_kj",
+        "Samples per kJ vs mini-batch size (beside Fig. 4's throughput)",
         "Samples trained per kilojoule of the training device's energy over the sample window (Zeus: NVML's energy "
         "counter on GPUs, RAPL on CPUs). Mean over repeats.",
-        {"samples_per_kj": "-"}, lambda r: f"samples per kJ ({r.metric_entry('samples_per_kj').get('unit') or ''})")
+        {"samples_per_kj": "-"},
+        lambda r: f"samples per kJ ({r.metric_entry('samples_per_kj').get('unit') or ''})",
+    )
 
 
 def gpu_utilization_vs_batch(runs: list[Run]) -> Result:
     return _lines_vs_batch(
-        runs, "fig5_gpu_utilization", "GPU compute utilization vs mini-batch size (paper Fig. 5)",
+        runs,
+        "fig5_gpu_utilization",
+        "GPU compute utilization vs mini-batch size (paper Fig. 5)",
         "Solid: NVML utilization.gpu sampled over the window; dashed: kernel-timeline union / elapsed.",
-        {"gpu_utilization": "-", "gpu_utilization_trace": "--"}, lambda r: "GPU utilization (%)")
+        {"gpu_utilization": "-", "gpu_utilization_trace": "--"},
+        lambda r: "GPU utilization (%)",
+    )
 
 
 def fp32_utilization_vs_batch(runs: list[Run]) -> Result:
     return _lines_vs_batch(
-        runs, "fig6_fp32_utilization", "FP32 and tensor-core utilization vs mini-batch size (paper Fig. 6)",
+        runs,
+        "fig6_fp32_utilization",
+        "FP32 and tensor-core utilization vs mini-batch size (paper Fig. 6)",
         "Solid: FP32 utilization (paper eq. 2, Nsight Compute); dashed: tensor-pipe utilization.",
-        {"fp32_utilization": "-", "tensor_utilization": "--"}, lambda r: "utilization (%)")
+        {"fp32_utilization": "-", "tensor_utilization": "--"},
+        lambda r: "utilization (%)",
+    )
 
 
-DEVICE_METRICS = (("throughput", "throughput"), ("gpu_utilization", "GPU utilization"),
-                  ("fp32_utilization", "FP32 utilization"))
+DEVICE_METRICS = (
+    ("throughput", "throughput"),
+    ("gpu_utilization", "GPU utilization"),
+    ("fp32_utilization", "FP32 utilization"),
+)
 
 
 def across_devices(runs: list[Run]) -> Result:
@@ -168,9 +202,13 @@ def across_devices(runs: list[Run]) -> Result:
     if not comparable:
         names = sorted({r.device_name for r in runs if r.is_gpu})
         cpus = sum(not r.is_gpu for r in runs)
-        return Missing(key, title, "needs like runs (same model, framework, preset, variant, data, batch and precision) on "
-                                   f"two or more GPUs; these results hold {len(names)} GPU(s): {', '.join(names) or 'none'}"
-                                   + (f" ({cpus} CPU run(s) are not compared with GPUs)" if cpus else ""))
+        return Missing(
+            key,
+            title,
+            "needs like runs (same model, framework, preset, variant, data, batch and precision) on "
+            f"two or more GPUs; these results hold {len(names)} GPU(s): {', '.join(names) or 'none'}"
+            + (f" ({cpus} CPU run(s) are not compared with GPUs)" if cpus else ""),
+        )
     counts: dict[str, int] = {}
     for devs in comparable.values():
         for d in devs:
@@ -178,15 +216,23 @@ def across_devices(runs: list[Run]) -> Result:
     base = min(counts, key=lambda d: (-counts[d], d))
     drawn = {k: v for k, v in sorted(comparable.items()) if base in v}
     devices = sorted({d for v in drawn.values() for d in v}, key=lambda d: (d != base, d))
-    fig, axes = plt.subplots(1, len(DEVICE_METRICS), figsize=(max(9.0, 3.2 * len(DEVICE_METRICS) * max(1, len(drawn)) ** 0.5), 3.8),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1,
+        len(DEVICE_METRICS),
+        figsize=(max(9.0, 3.2 * len(DEVICE_METRICS) * max(1, len(drawn)) ** 0.5), 3.8),
+        squeeze=False,
+    )
     width = 0.8 / len(devices)
     labels = [f"{k[0]}\n{k[1]} b{k[-1]}" for k in drawn]
     unmeasured = []
     for ax, (metric, what) in zip(axes[0], DEVICE_METRICS):
+
         def value(rs: list[Run], metric: str = metric) -> float | None:
-            vals = [v for v in (throughput(r) if metric == "throughput" else r.metric(metric) for r in rs) if v is not None]
+            vals = [
+                v for v in (throughput(r) if metric == "throughput" else r.metric(metric) for r in rs) if v is not None
+            ]
             return sum(vals) / len(vals) if vals else None
+
         bars, labelled = 0, set()
         for i, devs in enumerate(drawn.values()):
             ref = value(devs[base])
@@ -198,8 +244,17 @@ def across_devices(runs: list[Run]) -> Result:
                     bars += 1
         if not bars:
             unmeasured.append(what)
-            ax.text(0.5, 0.5, f"{what}: not measured\n({_reason_of(runs, metric)})", transform=ax.transAxes, ha="center",
-                    va="center", fontsize=7, color="#a33", wrap=True)
+            ax.text(
+                0.5,
+                0.5,
+                f"{what}: not measured\n({_reason_of(runs, metric)})",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="#a33",
+                wrap=True,
+            )
         ax.set_xticks([i + width * (len(devices) - 1) / 2 for i in range(len(drawn))], labels, fontsize=7)
         ax.set_ylabel(f"{what} / {base}", fontsize=8)
         ax.axhline(1.0, color="grey", lw=0.8)
@@ -209,9 +264,11 @@ def across_devices(runs: list[Run]) -> Result:
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     left_out = len(comparable) - len(drawn)
-    caption = (f"Each comparison normalized to {base} (the GPU in the most comparisons)."
-               + (f" {left_out} comparison(s) without {base} are not drawn." if left_out else "")
-               + (f" Not measured on these runs: {', '.join(unmeasured)}." if unmeasured else ""))
+    caption = (
+        f"Each comparison normalized to {base} (the GPU in the most comparisons)."
+        + (f" {left_out} comparison(s) without {base} are not drawn." if left_out else "")
+        + (f" Not measured on these runs: {', '.join(unmeasured)}." if unmeasured else "")
+    )
     return Figure(key, title, caption, fig)
 
 
@@ -219,9 +276,21 @@ def memory_breakdown(runs: list[Run]) -> Result:
     key, title = "fig8_memory", "Memory breakdown per mini-batch size (paper Fig. 8)"
     measured = [r for r in runs if r.memory and any(r.memory_bytes(c) for c in MEMORY_CATEGORIES)]
     if not measured:
-        reasons = sorted({"no memory.json" if not r.memory else
-                          "; ".join(sorted({str(((r.memory.get("categories") or {}).get(c) or {}).get("reason"))
-                                            for c in MEMORY_CATEGORIES})) for r in runs})
+        reasons = sorted(
+            {
+                "no memory.json"
+                if not r.memory
+                else "; ".join(
+                    sorted(
+                        {
+                            str(((r.memory.get("categories") or {}).get(c) or {}).get("reason"))
+                            for c in MEMORY_CATEGORIES
+                        }
+                    )
+                )
+                for r in runs
+            }
+        )
         return Missing(key, title, "no run holds a memory breakdown: " + ("; ".join(reasons[:2]) or "no runs"))
     series = by_series(measured)
     fig, axes = _panels(len(series))
@@ -243,12 +312,25 @@ def memory_breakdown(runs: list[Run]) -> Result:
         # A category no run of this series measured is not a zero: the panel says so.
         unmeasured = [c.replace("_", " ") for c in MEMORY_CATEGORIES if all(r.memory_bytes(c) is None for r in rs)]
         if unmeasured:
-            ax.text(0.5, -0.3, "not measured here: " + ", ".join(unmeasured), transform=ax.transAxes,
-                    ha="center", va="top", fontsize=6, color="#a33")
+            ax.text(
+                0.5,
+                -0.3,
+                "not measured here: " + ", ".join(unmeasured),
+                transform=ax.transAxes,
+                ha="center",
+                va="top",
+                fontsize=6,
+                color="#a33",
+            )
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    return Figure(key, title, "Each category's maximum allocated during the run (paper's rule); "
-                              "a category no run of a panel could measure is named under it (drawn as 0) and its reason is in the tables.", fig)
+    return Figure(
+        key,
+        title,
+        "Each category's maximum allocated during the run (paper's rule); "
+        "a category no run of a panel could measure is named under it (drawn as 0) and its reason is in the tables.",
+        fig,
+    )
 
 
 # Fig. 9's frameworks: the paper measured ResNet-50 on MXNet and Inception-v3 on TensorFlow; PyTorch is the kit's own.
@@ -266,8 +348,17 @@ def scaling(runs: list[Run]) -> Result:
     # run (same series but the layout).
     groups: dict[tuple, list[Run]] = {}
     for r in multi:
-        groups.setdefault((r.framework, r.model, r.batch_size, r.nodes > 1, r.link_rate or "",
-                           *r.series.but("model", "framework", "nodes", "gpus_per_node", "link_rate")), []).append(r)
+        groups.setdefault(
+            (
+                r.framework,
+                r.model,
+                r.batch_size,
+                r.nodes > 1,
+                r.link_rate or "",
+                *r.series.but("model", "framework", "nodes", "gpus_per_node", "link_rate"),
+            ),
+            [],
+        ).append(r)
     singles = {(r.series, r.batch_size): r for r in runs if r.world_size == 1}
     frameworks = [*SCALING_FRAMEWORKS, *sorted({r.framework for r in multi} - set(SCALING_FRAMEWORKS))]
     fig, axes = _panels(len(frameworks))
@@ -280,13 +371,25 @@ def scaling(runs: list[Run]) -> Result:
             if single is not None:
                 pts.insert(0, (1, throughput(single) or 0.0))
             where = "machines (netns)" if several else "one machine"
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                    label=f"{model} b{batch}/worker, {where}" + (f", link {link}" if link else ""))
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                marker="o",
+                label=f"{model} b{batch}/worker, {where}" + (f", link {link}" if link else ""),
+            )
         if lines:
             ax.legend(fontsize=7)
         else:
-            ax.text(0.5, 0.5, f"no multi-worker {framework} run", ha="center", va="center", transform=ax.transAxes,
-                    fontsize=8, color="0.4")
+            ax.text(
+                0.5,
+                0.5,
+                f"no multi-worker {framework} run",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                fontsize=8,
+                color="0.4",
+            )
         locator = ax.xaxis.get_major_locator()
         if isinstance(locator, MaxNLocator):  # the default AutoLocator is one: whole numbers of workers
             locator.set_params(integer=True)
@@ -296,8 +399,12 @@ def scaling(runs: list[Run]) -> Result:
         ax.set_title(framework, fontsize=10)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    return Figure(key, title, "Per-worker mini-batch fixed, global batch grows with the workers (the paper's setup); "
-                              "a panel per framework.", fig)
+    return Figure(
+        key,
+        title,
+        "Per-worker mini-batch fixed, global batch grows with the workers (the paper's setup); a panel per framework.",
+        fig,
+    )
 
 
 def _curve(run: Run) -> list[tuple[float, float]]:
@@ -314,8 +421,12 @@ def training_curves(runs: list[Run]) -> Result:
     curves = [(r, _curve(r)) for r in runs if r.summary.get("preset") == "converge"]
     curves = [(r, c) for r, c in curves if c]
     if not curves:
-        return Missing(key, title, "no converge run in these results (`make bench MODEL=resnet50 PRESET=converge` "
-                                   "trains to a quality target and records the curve)")
+        return Missing(
+            key,
+            title,
+            "no converge run in these results (`make bench MODEL=resnet50 PRESET=converge` "
+            "trains to a quality target and records the curve)",
+        )
     models = sorted({r.model for r, _ in curves})
     fig, axes = _panels(len(models))
     for ax, model in zip(axes, models):
@@ -325,8 +436,12 @@ def training_curves(runs: list[Run]) -> Result:
                 continue
             conv = r.summary.get("convergence") or {}
             target = conv.get("target", target)
-            ax.plot([x for x, _ in c], [y for _, y in c], marker=".",
-                    label=f"{r.framework} b{r.batch_size} · {r.device_name}")
+            ax.plot(
+                [x for x, _ in c],
+                [y for _, y in c],
+                marker=".",
+                label=f"{r.framework} b{r.batch_size} · {r.device_name}",
+            )
             ax.set_ylabel(conv.get("quality_metric") or "held-out quality")
         if target is not None:
             ax.axhline(target, linestyle="--", color="grey", linewidth=1, label=f"target {target}")
@@ -338,8 +453,15 @@ def training_curves(runs: list[Run]) -> Result:
 
 
 ALL: tuple[Callable[[list[Run]], Result], ...] = (
-    training_curves, throughput_vs_batch, samples_per_kj_vs_batch, gpu_utilization_vs_batch, fp32_utilization_vs_batch,
-    across_devices, memory_breakdown, scaling)
+    training_curves,
+    throughput_vs_batch,
+    samples_per_kj_vs_batch,
+    gpu_utilization_vs_batch,
+    fp32_utilization_vs_batch,
+    across_devices,
+    memory_breakdown,
+    scaling,
+)
 
 
 def draw(runs: list[Run], out_dir: Path) -> list[Result]:

@@ -14,11 +14,25 @@ from tbdkit.report.tables import fmt, md_table, summary_row, throughput_text
 
 BEGIN = "<!-- reference-table:begin (python -m tbdkit.reference --table --readme) -->"
 END = "<!-- reference-table:end -->"
-HEADER = ["model", "batch", "precision", "device", "throughput (95% CI)", "GPU util % (NVML)",
-          "GPU util % (trace)", "SM active % (GPM)", "FP32 util % (ncu)", "MFU %", "CPU util %",
-          "peak memory GiB", "measured"]
-NONE_YET = ("No reference result is committed yet: no GPU has been lent where the kit is developed. "
-            "`make reference-suite` on a GPU machine writes them (see above).")
+HEADER = [
+    "model",
+    "batch",
+    "precision",
+    "device",
+    "throughput (95% CI)",
+    "GPU util % (NVML)",
+    "GPU util % (trace)",
+    "SM active % (GPM)",
+    "FP32 util % (ncu)",
+    "MFU %",
+    "CPU util %",
+    "peak memory GiB",
+    "measured",
+]
+NONE_YET = (
+    "No reference result is committed yet: no GPU has been lent where the kit is developed. "
+    "`make reference-suite` on a GPU machine writes them (see above)."
+)
 
 
 def reference_dirs(workloads: Path) -> list[Path]:
@@ -30,10 +44,21 @@ def row(r: Run) -> list[str]:
     """One reference run as the table shows it; the values are the report's (tables.summary_row)."""
     v = summary_row(r)
     peak = v["peak_memory_mib"]
-    return [r.model, str(r.batch_size), r.precision, r.device_name, throughput_text(r, v),
-            fmt(v["gpu_utilization_pct"]), fmt(v["gpu_utilization_trace_pct"]), fmt(r.metric("gpm_sm_activity")),
-            fmt(v["fp32_utilization_pct"]), fmt(v["mfu_pct"]), fmt(v["cpu_utilization_pct"]),
-            fmt(None if peak is None else peak / 1024), str(v["started_utc"] or "")[:10]]
+    return [
+        r.model,
+        str(r.batch_size),
+        r.precision,
+        r.device_name,
+        throughput_text(r, v),
+        fmt(v["gpu_utilization_pct"]),
+        fmt(v["gpu_utilization_trace_pct"]),
+        fmt(r.metric("gpm_sm_activity")),
+        fmt(v["fp32_utilization_pct"]),
+        fmt(v["mfu_pct"]),
+        fmt(v["cpu_utilization_pct"]),
+        fmt(None if peak is None else peak / 1024),
+        str(v["started_utc"] or "")[:10],
+    ]
 
 
 def markdown(workloads: Path) -> str:

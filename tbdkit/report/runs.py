@@ -32,8 +32,16 @@ RNN_MODELS = layer_family("RNN", "LSTM")  # recurrent: DeepSpeech2's GRUs, Seq2S
 LSTM_MODELS = layer_family("LSTM")
 MEMORY_CATEGORIES = ("weights", "weight_gradients", "feature_maps", "workspace", "dynamic")
 UNCALIBRATED = "uncalibrated"
-MARKED_METRICS = ("throughput", "gpu_utilization", "fp32_utilization", "tensor_utilization", "cpu_utilization",
-                  "process_cpu_utilization", "peak_rss", "mfu")  # metrics the report shows
+MARKED_METRICS = (
+    "throughput",
+    "gpu_utilization",
+    "fp32_utilization",
+    "tensor_utilization",
+    "cpu_utilization",
+    "process_cpu_utilization",
+    "peak_rss",
+    "mfu",
+)  # metrics the report shows
 UNRECORDED = "unrecorded"  # a field an older run did not write: never assumed equal to a recorded value
 
 
@@ -41,6 +49,7 @@ class SeriesKey(NamedTuple):
     """Everything that changes the work a run measures, except the batch size: runs that share a
     key differ only in batch size (and repeat), so they are one line in a figure and one series in
     a claim. Runs whose keys differ are never averaged or compared as if they were alike."""
+
     model: str
     framework: str
     preset: str
@@ -62,13 +71,16 @@ class SeriesKey(NamedTuple):
         text += "" if self.variant == "default" else f", variant {self.variant}"
         text += f", {self.data} data] on {self.device}"
         if self.nodes * self.gpus_per_node > 1:
-            text += f" x{self.nodes} node(s) x{self.gpus_per_node} worker(s)" + (f", link {self.link_rate}" if self.link_rate else "")
+            text += f" x{self.nodes} node(s) x{self.gpus_per_node} worker(s)" + (
+                f", link {self.link_rate}" if self.link_rate else ""
+            )
         return text
 
 
 @dataclass
 class Run:
     """One finished run, flattened for figures, tables and claims."""
+
     run_id: str
     path: Path
     model: str
@@ -109,7 +121,9 @@ class Run:
 
     def calibration_marks(self, names: tuple[str, ...] = MARKED_METRICS) -> dict[str, str]:
         """Each of `names` this run measured whose instrument is not trusted, with its verdict."""
-        return {n: self.calibration(n) for n in names if self.metric(n) is not None and self.calibration(n) != "trusted"}
+        return {
+            n: self.calibration(n) for n in names if self.metric(n) is not None and self.calibration(n) != "trusted"
+        }
 
     @property
     def unit(self) -> str:
@@ -153,9 +167,17 @@ class Run:
     def series(self) -> SeriesKey:
         """Runs that differ only in batch size: one line in a figure (see SeriesKey)."""
         return SeriesKey(
-            self.model, self.framework, str(self._field("preset") or UNRECORDED),
-            str(self._field("variant") or "default"), str(self._field("data") or UNRECORDED), self.precision,
-            self.device_name, self.nodes, self.gpus_per_node, str(self.link_rate or ""))
+            self.model,
+            self.framework,
+            str(self._field("preset") or UNRECORDED),
+            str(self._field("variant") or "default"),
+            str(self._field("data") or UNRECORDED),
+            self.precision,
+            self.device_name,
+            self.nodes,
+            self.gpus_per_node,
+            str(self.link_rate or ""),
+        )
 
     def peak_flops(self) -> float | None:
         """The GPU's peak FLOP/s in this run's math mode, from tbdkit's peak table
@@ -165,13 +187,15 @@ class Run:
             if isinstance(value, (int, float)) and value > 0:
                 return float(value)
         mode = {"fp32": "fp32", "tf32": "tf32"}.get(self.precision, "amp")
-        if self.is_gpu and product_of(self.device_name) is not None:   # a datasheet row needs no properties
+        if self.is_gpu and product_of(self.device_name) is not None:  # a datasheet row needs no properties
             return peak_flops(Device(self.device_name, "", 0, 0.0, "datasheet"), mode)[0]
         props = (self.env.get("framework") or {}).get("device_properties") or {}
         clock = props.get("max_sm_clock_mhz")
         if not (self.is_gpu and props.get("compute_capability") and props.get("sm_count") and clock):
             return None
-        device = Device(self.device_name, str(props["compute_capability"]), int(props["sm_count"]), float(clock), runfiles.ENV)
+        device = Device(
+            self.device_name, str(props["compute_capability"]), int(props["sm_count"]), float(clock), runfiles.ENV
+        )
         return peak_flops(device, mode)[0]
 
 
@@ -203,9 +227,18 @@ def _kernels(path: Path) -> list[dict[str, Any]]:
     try:
         with path.open(newline="", errors="replace") as fh:
             for row in csv.DictReader(fh):
-                parsed: dict[str, Any] = {"kernel": str(row.get("kernel") or ""), "method": str(row.get("method") or "")}
-                for key in ("calls", "total_time_us", "time_share", "mean_time_us", "fp32_utilization",
-                            "tensor_utilization"):
+                parsed: dict[str, Any] = {
+                    "kernel": str(row.get("kernel") or ""),
+                    "method": str(row.get("method") or ""),
+                }
+                for key in (
+                    "calls",
+                    "total_time_us",
+                    "time_share",
+                    "mean_time_us",
+                    "fp32_utilization",
+                    "tensor_utilization",
+                ):
                     parsed[key] = _number(row.get(key))
                 rows.append(parsed)
     except (OSError, csv.Error):
@@ -251,11 +284,19 @@ def from_dir(path: Path, run_id: str | None = None, flag: dict[str, Any] | None 
     if isinstance(memory.get("categories"), dict):
         memory["categories"] = {k: v for k, v in memory["categories"].items() if isinstance(v, dict)}
     return Run(
-        run_id=run_id or str(summary.get("run_id") or path.name), path=path, model=str(summary.get("model")),
-        framework=str(summary.get("framework")), batch_size=int(summary.get("batch_size") or 0),
-        precision=str(summary.get("precision")), device=str(summary.get("device")),
-        device_name=device_name(summary, env), summary=summary, env=env, spec=_json(rd.spec),
-        memory=memory or None, kernels=_kernels(rd.kernels),
+        run_id=run_id or str(summary.get("run_id") or path.name),
+        path=path,
+        model=str(summary.get("model")),
+        framework=str(summary.get("framework")),
+        batch_size=int(summary.get("batch_size") or 0),
+        precision=str(summary.get("precision")),
+        device=str(summary.get("device")),
+        device_name=device_name(summary, env),
+        summary=summary,
+        env=env,
+        spec=_json(rd.spec),
+        memory=memory or None,
+        kernels=_kernels(rd.kernels),
         unstable=bool(flag) or bool(summary.get("unstable")),
         unstable_reason=(flag or {}).get("unstable_reason") or summary.get("instability_reason"),
         disturbed_reasons=[str(x) for x in summary.get("disturbed_reasons") or []],
@@ -318,6 +359,7 @@ def by_series(runs: list[Run], multi_worker: bool = False) -> dict[SeriesKey, li
 class Grouping:
     """How the report grouped the runs: the number of series and, for each model and framework
     whose runs fell into more than one series, the fields that kept them apart."""
+
     runs: int
     groups: int
     kept_apart: list[str]
@@ -328,8 +370,18 @@ class Grouping:
         return head + (". Kept apart: " + "; ".join(self.kept_apart) + "." if self.kept_apart else ".")
 
 
-_KEY_WORDS = ("model", "framework", "preset", "variant", "data source", "precision", "device", "nodes",
-              "workers per node", "link")
+_KEY_WORDS = (
+    "model",
+    "framework",
+    "preset",
+    "variant",
+    "data source",
+    "precision",
+    "device",
+    "nodes",
+    "workers per node",
+    "link",
+)
 
 
 def grouping(runs: list[Run]) -> Grouping:

@@ -7,12 +7,35 @@ from typing import Any
 from tbdkit.report.claims import long_kernels_below_average, reference
 from tbdkit.report.runs import MEMORY_CATEGORIES, Run, throughput
 
-SUMMARY_COLUMNS = ("run_id", "model", "framework", "batch_size", "precision", "preset", "variant", "data", "device",
-                   "throughput",
-                   "throughput_unit", "throughput_ci95_relative", "gpu_utilization_pct",
-                   "gpu_utilization_trace_pct", "fp32_utilization_pct", "tensor_utilization_pct", "mfu_pct",
-                   "cpu_utilization_pct", "peak_memory_mib", "feature_maps_mib", "world_size", "math_mode",
-                   "unstable", "unstable_reason", "status", "disturbed_reasons", "started_utc")
+SUMMARY_COLUMNS = (
+    "run_id",
+    "model",
+    "framework",
+    "batch_size",
+    "precision",
+    "preset",
+    "variant",
+    "data",
+    "device",
+    "throughput",
+    "throughput_unit",
+    "throughput_ci95_relative",
+    "gpu_utilization_pct",
+    "gpu_utilization_trace_pct",
+    "fp32_utilization_pct",
+    "tensor_utilization_pct",
+    "mfu_pct",
+    "cpu_utilization_pct",
+    "peak_memory_mib",
+    "feature_maps_mib",
+    "world_size",
+    "math_mode",
+    "unstable",
+    "unstable_reason",
+    "status",
+    "disturbed_reasons",
+    "started_utc",
+)
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -27,8 +50,10 @@ def fmt(value: Any, digits: int = 3) -> str:
 
 def md_table(header: list[str], rows: list[list[str]]) -> str:
     """A GitHub-flavoured Markdown table; pipes inside cells are escaped."""
+
     def cell(c: object) -> str:
         return str(c).replace("|", "\\|")
+
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -38,17 +63,33 @@ def summary_row(r: Run) -> dict[str, Any]:
     peak = ((r.memory or {}).get("peak") or {}).get("bytes")
     fm = r.memory_bytes("feature_maps")
     return {
-        "run_id": r.run_id, "model": r.model, "framework": r.framework, "batch_size": r.batch_size,
-        "precision": r.precision, "preset": r.series.preset, "variant": r.series.variant, "data": r.series.data,
-        "device": r.device_name, "throughput": throughput(r), "throughput_unit": r.unit,
+        "run_id": r.run_id,
+        "model": r.model,
+        "framework": r.framework,
+        "batch_size": r.batch_size,
+        "precision": r.precision,
+        "preset": r.series.preset,
+        "variant": r.series.variant,
+        "data": r.series.data,
+        "device": r.device_name,
+        "throughput": throughput(r),
+        "throughput_unit": r.unit,
         "throughput_ci95_relative": r.metric_entry("throughput").get("ci95_relative"),
-        "gpu_utilization_pct": r.metric("gpu_utilization"), "gpu_utilization_trace_pct": r.metric("gpu_utilization_trace"),
-        "fp32_utilization_pct": r.metric("fp32_utilization"), "tensor_utilization_pct": r.metric("tensor_utilization"),
-        "mfu_pct": r.metric("mfu"), "cpu_utilization_pct": r.metric("cpu_utilization"),
-        "peak_memory_mib": None if peak is None else peak / 2**20, "feature_maps_mib": None if fm is None else fm / 2**20,
-        "world_size": r.world_size, "math_mode": _math_mode(r), "unstable": r.unstable,
-        "unstable_reason": r.unstable_reason, "status": r.summary.get("status"),
-        "disturbed_reasons": "; ".join(r.disturbed_reasons) or None, "started_utc": r.summary.get("started_utc"),
+        "gpu_utilization_pct": r.metric("gpu_utilization"),
+        "gpu_utilization_trace_pct": r.metric("gpu_utilization_trace"),
+        "fp32_utilization_pct": r.metric("fp32_utilization"),
+        "tensor_utilization_pct": r.metric("tensor_utilization"),
+        "mfu_pct": r.metric("mfu"),
+        "cpu_utilization_pct": r.metric("cpu_utilization"),
+        "peak_memory_mib": None if peak is None else peak / 2**20,
+        "feature_maps_mib": None if fm is None else fm / 2**20,
+        "world_size": r.world_size,
+        "math_mode": _math_mode(r),
+        "unstable": r.unstable,
+        "unstable_reason": r.unstable_reason,
+        "status": r.summary.get("status"),
+        "disturbed_reasons": "; ".join(r.disturbed_reasons) or None,
+        "started_utc": r.summary.get("started_utc"),
     }
 
 
@@ -74,12 +115,27 @@ def display_rows(runs: list[Run]) -> list[list[str]]:
     rows = []
     for r in runs:
         row = summary_row(r)
-        rows.append([r.run_id, r.model, r.framework, str(r.batch_size), r.precision, r.series.preset, r.device_name,
-                     throughput_text(r, row),
-                     fmt(row["gpu_utilization_pct"]), fmt(row["fp32_utilization_pct"]),
-                     fmt(row["cpu_utilization_pct"]), fmt(row["peak_memory_mib"]),
-                     "; ".join(["disturbed: " + ("; ".join(r.disturbed_reasons) or "flagged")] * r.disturbed
-                               + ["unstable: " + (r.unstable_reason or "flagged")] * r.unstable + _calibration_flags(r))])
+        rows.append(
+            [
+                r.run_id,
+                r.model,
+                r.framework,
+                str(r.batch_size),
+                r.precision,
+                r.series.preset,
+                r.device_name,
+                throughput_text(r, row),
+                fmt(row["gpu_utilization_pct"]),
+                fmt(row["fp32_utilization_pct"]),
+                fmt(row["cpu_utilization_pct"]),
+                fmt(row["peak_memory_mib"]),
+                "; ".join(
+                    ["disturbed: " + ("; ".join(r.disturbed_reasons) or "flagged")] * r.disturbed
+                    + ["unstable: " + (r.unstable_reason or "flagged")] * r.unstable
+                    + _calibration_flags(r)
+                ),
+            ]
+        )
     return rows
 
 
@@ -91,8 +147,21 @@ def _calibration_flags(r: Run) -> list[str]:
     return [f"{k}: {', '.join(v)}" for k, v in sorted(by.items())]
 
 
-DISPLAY_HEADER = ["run", "model", "framework", "batch", "precision", "preset", "device", "throughput (95% CI)",
-                  "GPU util %", "FP32 util %", "CPU util %", "peak mem MiB", "flag"]
+DISPLAY_HEADER = [
+    "run",
+    "model",
+    "framework",
+    "batch",
+    "precision",
+    "preset",
+    "device",
+    "throughput (95% CI)",
+    "GPU util %",
+    "FP32 util %",
+    "CPU util %",
+    "peak mem MiB",
+    "flag",
+]
 
 
 def kernel_tables(runs: list[Run]) -> list[dict[str, Any]]:
@@ -101,15 +170,21 @@ def kernel_tables(runs: list[Run]) -> list[dict[str, Any]]:
     for r in runs:
         rows = long_kernels_below_average(r)
         if rows:
-            out.append({"title": f"{r.model} / {r.framework}, batch {r.batch_size}, {r.device_name}",
-                        "average_fp32": rows[0]["average_fp32"],
-                        "rows": [[f"{k['time_share']:.2%}", f"{k['fp32_utilization']:.1f}%", k["kernel"]] for k in rows]})
+            out.append(
+                {
+                    "title": f"{r.model} / {r.framework}, batch {r.batch_size}, {r.device_name}",
+                    "average_fp32": rows[0]["average_fp32"],
+                    "rows": [[f"{k['time_share']:.2%}", f"{k['fp32_utilization']:.1f}%", k["kernel"]] for k in rows],
+                }
+            )
     return out
 
 
 def paper_kernel_tables() -> list[dict[str, Any]]:
-    titles = ["Paper Table V: ResNet-50, batch 32, TensorFlow (Quadro P4000)",
-              "Paper Table VI: ResNet-50, batch 32, MXNet (Quadro P4000)"]
+    titles = [
+        "Paper Table V: ResNet-50, batch 32, TensorFlow (Quadro P4000)",
+        "Paper Table VI: ResNet-50, batch 32, MXNet (Quadro P4000)",
+    ]
     return [{"title": t, "rows": tbl["rows"]} for t, tbl in zip(titles, reference().get("kernel_table", []))]
 
 
@@ -128,17 +203,30 @@ def memory_rows(runs: list[Run]) -> list[list[str]]:
             continue
         cells = []
         for c in MEMORY_CATEGORIES:
-            entry = ((r.memory.get("categories") or {}).get(c) or {})
+            entry = (r.memory.get("categories") or {}).get(c) or {}
             b = entry.get("bytes")
-            cells.append(f"{b / 2**20:,.1f}" if isinstance(b, (int, float)) else f"— ({entry.get('reason') or 'not measured'})")
-        peak = (r.memory.get("peak") or {})
-        cells.append(f"{peak['bytes'] / 2**20:,.1f}" if isinstance(peak.get("bytes"), (int, float))
-                     else f"— ({peak.get('reason') or 'not measured'})")
+            cells.append(
+                f"{b / 2**20:,.1f}" if isinstance(b, (int, float)) else f"— ({entry.get('reason') or 'not measured'})"
+            )
+        peak = r.memory.get("peak") or {}
+        cells.append(
+            f"{peak['bytes'] / 2**20:,.1f}"
+            if isinstance(peak.get("bytes"), (int, float))
+            else f"— ({peak.get('reason') or 'not measured'})"
+        )
         rows.append([f"{r.model}/{r.framework} b{r.batch_size}"] + cells)
     return rows
 
 
-MEMORY_HEADER = ["run", "weights MiB", "weight gradients MiB", "feature maps MiB", "workspace MiB", "dynamic MiB", "peak MiB"]
+MEMORY_HEADER = [
+    "run",
+    "weights MiB",
+    "weight gradients MiB",
+    "feature maps MiB",
+    "workspace MiB",
+    "dynamic MiB",
+    "peak MiB",
+]
 
 
 def environment_rows(runs: list[Run]) -> list[list[str]]:

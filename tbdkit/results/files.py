@@ -11,34 +11,52 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-SPEC = "spec.json"            # the RunSpec (launchers)
-ENV = "env.json"              # machine, framework and kit versions (agent)
+SPEC = "spec.json"  # the RunSpec (launchers)
+ENV = "env.json"  # machine, framework and kit versions (agent)
 ITERATIONS = "iterations.csv"  # one row per iteration (agent)
-SAMPLES = "samples.csv"       # the collectors' samples over the window (agent)
-SUMMARY = "summary.json"      # status and metrics, written last (agent, or the launcher if the agent died)
-MEMORY = "memory.json"        # the memory breakdown (agent analysis)
-KERNELS = "kernels.csv"       # the kernel table (agent analysis)
+SAMPLES = "samples.csv"  # the collectors' samples over the window (agent)
+SUMMARY = "summary.json"  # status and metrics, written last (agent, or the launcher if the agent died)
+MEMORY = "memory.json"  # the memory breakdown (agent analysis)
+KERNELS = "kernels.csv"  # the kernel table (agent analysis)
 KERNEL_LAUNCHES = "kernel_launches.csv"  # calls and time per kernel and launch configuration (agent analysis, CUDA)
-LOG = "log.txt"               # the command, then the agent's stderr (launchers)
+LOG = "log.txt"  # the command, then the agent's stderr (launchers)
 CONVERGENCE = "convergence.csv"  # the converge preset's quality curve (agent)
 CONTAINER_SPEC = "container-spec.json"  # what the docker launcher asked the container for
-CONTAINER_STATE = "container.json"      # the container's end state (docker launcher)
-CONTAINER_LOG = "container.log"         # the container's own output (docker launcher)
-NCU_RAW = "ncu_raw.csv"       # Nsight Compute's raw export (reference runs)
-TRACE = "trace.json"          # the run's timeline in Chrome trace-event format (agent, after the run)
+CONTAINER_STATE = "container.json"  # the container's end state (docker launcher)
+CONTAINER_LOG = "container.log"  # the container's own output (docker launcher)
+NCU_RAW = "ncu_raw.csv"  # Nsight Compute's raw export (reference runs)
+TRACE = "trace.json"  # the run's timeline in Chrome trace-event format (agent, after the run)
 PROFILER_TRACE = "profiler_trace.json"  # torch.profiler's Chrome trace of the kernel timeline, with its clock anchor (agent analysis, CUDA)
-MLLOG = "mllog.txt"           # MLPerf-style :::MLLOG lines (launcher, after the run)
+MLLOG = "mllog.txt"  # MLPerf-style :::MLLOG lines (launcher, after the run)
 
-RUN_FILES: frozenset[str] = frozenset({SPEC, ENV, ITERATIONS, SAMPLES, SUMMARY, MEMORY, KERNELS, KERNEL_LAUNCHES, LOG, CONVERGENCE,
-                                       CONTAINER_SPEC, CONTAINER_STATE, CONTAINER_LOG, NCU_RAW,
-                                       TRACE, PROFILER_TRACE, MLLOG})
+RUN_FILES: frozenset[str] = frozenset(
+    {
+        SPEC,
+        ENV,
+        ITERATIONS,
+        SAMPLES,
+        SUMMARY,
+        MEMORY,
+        KERNELS,
+        KERNEL_LAUNCHES,
+        LOG,
+        CONVERGENCE,
+        CONTAINER_SPEC,
+        CONTAINER_STATE,
+        CONTAINER_LOG,
+        NCU_RAW,
+        TRACE,
+        PROFILER_TRACE,
+        MLLOG,
+    }
+)
 WORKERS = "workers"
 _NODE_LOG = re.compile(r"(node|rank|server)[0-9]+\.log|scheduler\.log")  # netns nodes; TF/MXNet roles
 _RANK_DIR = re.compile(r"rank[0-9]+")
 
-SWEEPS = "sweeps"             # results/sweeps/<sweep-id>/
+SWEEPS = "sweeps"  # results/sweeps/<sweep-id>/
 SWEEP_STATE = "sweep.json"
-PROBES = "probes"             # results/sweeps/<sweep-id>/probes/<run-id>/: run folders
+PROBES = "probes"  # results/sweeps/<sweep-id>/probes/<run-id>/: run folders
 
 
 def is_run_file(relative: PurePosixPath) -> bool:

@@ -90,8 +90,9 @@ class StreamedRows(list):  # type: ignore[type-arg]
             row = self.row(item)
             if self._writer is None:
                 self._file = self.path.open("w", newline="")
-                self._writer = csv.DictWriter(self._file, fieldnames=list(row), lineterminator="\n",
-                                              extrasaction="ignore")
+                self._writer = csv.DictWriter(
+                    self._file, fieldnames=list(row), lineterminator="\n", extrasaction="ignore"
+                )
                 self._writer.writeheader()
             self._writer.writerow(row)
             assert self._file is not None

@@ -47,14 +47,17 @@ def check_results_folder(results: Path, spec: RunSpec) -> None:
         os.close(fd)
         os.unlink(probe)
     except NotADirectoryError:
-        raise UserError(f"A part of the results path {results} is a file, not a folder: "
-                        "pass a folder with --results.") from None
+        raise UserError(
+            f"A part of the results path {results} is a file, not a folder: pass a folder with --results."
+        ) from None
     except OSError as exc:
         why = "it is on read-only storage" if exc.errno == errno.EROFS else exc.strerror or str(exc)
-        raise UserError(f"The results folder {results} cannot be written ({why}): pass a writable folder "
-                        "with --results.") from None
+        raise UserError(
+            f"The results folder {results} cannot be written ({why}): pass a writable folder with --results."
+        ) from None
     need, free = run_folder_bytes(spec), shutil.disk_usage(results).free
     if free < need:
-        raise UserError(f"Only {_mib(free)} are free where the results go ({results}) and a run folder can "
-                        f"take up to {_mib(need)}: free some space or pass another --results.")
-
+        raise UserError(
+            f"Only {_mib(free)} are free where the results go ({results}) and a run folder can "
+            f"take up to {_mib(need)}: free some space or pass another --results."
+        )

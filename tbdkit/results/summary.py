@@ -30,6 +30,7 @@ MAX_BYTES = 64 * 2**20  # far above any real summary; a bigger file is damage, n
 
 class Metric(BaseModel):
     """One number on disk: value + unit + method, or null + reason (tbdkit.metric)."""
+
     model_config = ConfigDict(extra="allow", strict=True)
     value: float | None = None
     unit: str | None = None
@@ -41,6 +42,7 @@ class Metric(BaseModel):
 
 class Window(BaseModel):
     """The sample window (tbdkit/agent/loop.py): how many iterations, how long, why it ended."""
+
     model_config = ConfigDict(extra="allow", strict=True)
     iterations: int
     seconds: float
@@ -51,6 +53,7 @@ class Window(BaseModel):
 
 class Convergence(BaseModel):
     """The converge preset's outcome (tbdkit/agent/converge.py)."""
+
     model_config = ConfigDict(extra="allow", strict=True)
     quality_metric: str | None = None
     target: float | None = None
@@ -63,6 +66,7 @@ class Convergence(BaseModel):
 
 class Summary(BaseModel):
     """What the agent (tbdkit/agent/run.py) and the launcher (tbdkit/launch) write as summary.json."""
+
     model_config = ConfigDict(extra="allow", strict=True)
     status: str
     model: str
@@ -96,10 +100,20 @@ def start(run_id: str, spec: RunSpec, status: str, error: str | None, **more: An
     """A run's summary as it begins, the same whoever writes it (the agent at its start, the launcher
     when the agent died before writing one): its id, status and error, what the spec asked for, then
     `more` (the agent's start time, the launcher's exit code)."""
-    return {"run_id": run_id, "status": status, "error": error,
-            "model": spec.model, "framework": spec.framework, "batch_size": spec.batch_size,
-            "precision": spec.precision, "preset": spec.preset, "variant": spec.variant, "data": spec.data,
-            "seed": spec.seed, **more}
+    return {
+        "run_id": run_id,
+        "status": status,
+        "error": error,
+        "model": spec.model,
+        "framework": spec.framework,
+        "batch_size": spec.batch_size,
+        "precision": spec.precision,
+        "preset": spec.preset,
+        "variant": spec.variant,
+        "data": spec.data,
+        "seed": spec.seed,
+        **more,
+    }
 
 
 class Unreadable(Exception):
@@ -124,8 +138,9 @@ def parse(text: str | bytes, folder: str) -> dict[str, Any]:
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and undecodable bytes are ValueErrors
         raise Unreadable(folder, f"{SUMMARY} is not JSON ({str(exc).splitlines()[0][:120]})") from None
     if not isinstance(data, dict):
-        raise Unreadable(folder, f"{SUMMARY} holds {type(data).__name__ if data is not None else 'null'}, "
-                                 "not an object")
+        raise Unreadable(
+            folder, f"{SUMMARY} holds {type(data).__name__ if data is not None else 'null'}, not an object"
+        )
     try:
         return Summary.model_validate(data).model_dump(exclude_unset=True)
     except ValidationError as exc:

@@ -55,13 +55,23 @@ class CpuCollector:
         util = 100.0 * (busy1 - self._busy0) / max(total1 - self._total0, 1e-9)
         return {
             "cpu_utilization": metric(
-                util, "%", f"psutil.cpu_times() deltas over the sample window, all {self.cores} logical cores: "
-                "sum of non-idle time / (cores x elapsed) (paper's definition)", collector=self.name),
+                util,
+                "%",
+                f"psutil.cpu_times() deltas over the sample window, all {self.cores} logical cores: "
+                "sum of non-idle time / (cores x elapsed) (paper's definition)",
+                collector=self.name,
+            ),
             "process_cpu_utilization": metric(
-                100.0 * proc / max(wall * self.cores, 1e-9), "%",
-                "agent process user+system CPU time / (cores x window wall time)", collector=self.name,
-                cores_busy=round(proc / max(wall, 1e-9), 3)),
+                100.0 * proc / max(wall * self.cores, 1e-9),
+                "%",
+                "agent process user+system CPU time / (cores x window wall time)",
+                collector=self.name,
+                cores_busy=round(proc / max(wall, 1e-9), 3),
+            ),
             "peak_rss": metric(
-                self._peak_rss / 2**20, "MiB", "agent process resident set size, max of samples in the window",
-                collector=self.name),
+                self._peak_rss / 2**20,
+                "MiB",
+                "agent process resident set size, max of samples in the window",
+                collector=self.name,
+            ),
         }

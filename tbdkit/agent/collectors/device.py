@@ -30,6 +30,8 @@ def nvml_handle(nvml: Any, cuda_index: int, uuid: str | None = None, pci_bus_id:
             errors.append(f"PCI bus id {pci_bus_id}: {exc}")
     if nvml.nvmlDeviceGetCount() == 1:
         return nvml.nvmlDeviceGetHandleByIndex(0), "the only NVML device"
-    raise LookupError("the framework's GPU could not be matched to an NVML device ("
-                      + ("; ".join(errors) or "the adapter reported neither its UUID nor its PCI bus id")
-                      + "), and NVML's index order may differ from CUDA's")
+    raise LookupError(
+        "the framework's GPU could not be matched to an NVML device ("
+        + ("; ".join(errors) or "the adapter reported neither its UUID nor its PCI bus id")
+        + "), and NVML's index order may differ from CUDA's"
+    )

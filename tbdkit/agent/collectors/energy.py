@@ -24,14 +24,22 @@ from tbdkit.metric import metric, missing
 
 log = logging.getLogger("tbdkit.agent.energy")
 
-ZEUS_MISSING = "zeus not installed in this stack (it is one of the stack's dependencies in pyproject.toml: reinstall the stack)"
+ZEUS_MISSING = (
+    "zeus not installed in this stack (it is one of the stack's dependencies in pyproject.toml: reinstall the stack)"
+)
 CPU_RUN = "the run is on the CPU: there is no GPU to measure"
-GPU_METHOD = ("Zeus ZeusMonitor over the sample window: NVML nvmlDeviceGetTotalEnergyConsumption at the window's "
-              "end minus at its start (the whole board, all processes on the GPU)")
-GPU_POLLED_METHOD = ("Zeus ZeusMonitor over the sample window: nvmlDeviceGetPowerUsage samples integrated by Zeus's "
-                     "PowerMonitor (a GPU older than Volta has no energy counter)")
-CPU_METHOD = ("Zeus ZeusMonitor over the sample window: RAPL package counters (intel-rapl:N energy_uj), end minus "
-              "start, summed over packages (every process on the sockets)")
+GPU_METHOD = (
+    "Zeus ZeusMonitor over the sample window: NVML nvmlDeviceGetTotalEnergyConsumption at the window's "
+    "end minus at its start (the whole board, all processes on the GPU)"
+)
+GPU_POLLED_METHOD = (
+    "Zeus ZeusMonitor over the sample window: nvmlDeviceGetPowerUsage samples integrated by Zeus's "
+    "PowerMonitor (a GPU older than Volta has no energy counter)"
+)
+CPU_METHOD = (
+    "Zeus ZeusMonitor over the sample window: RAPL package counters (intel-rapl:N energy_uj), end minus "
+    "start, summed over packages (every process on the sockets)"
+)
 DRAM_METHOD = "Zeus ZeusMonitor over the sample window: RAPL DRAM sub-zones (intel-rapl:N:M named dram), summed"
 POWER_METHOD = "window energy / the window's wall time (Zeus's own clock at begin_window and end_window)"
 
@@ -45,8 +53,10 @@ def rapl_reason(roots: tuple[str, ...] | None = None) -> str | None:
         roots = (rapl.RAPL_DIR, rapl.CONTAINER_RAPL_DIR)
     root = next((r for r in roots if os.path.isdir(r)), None)
     if root is None:
-        return (f"RAPL is not exposed on this machine ({roots[0]} is absent: a virtual machine, or a CPU "
-                "without RAPL): CPU and DRAM energy cannot be read")
+        return (
+            f"RAPL is not exposed on this machine ({roots[0]} is absent: a virtual machine, or a CPU "
+            "without RAPL): CPU and DRAM energy cannot be read"
+        )
     zones = sorted(e for e in os.listdir(root) if e.startswith("intel-rapl:") and e.count(":") == 1)
     if not zones:
         return f"RAPL has no package zone under {root}: CPU and DRAM energy cannot be read"
@@ -54,21 +64,29 @@ def rapl_reason(roots: tuple[str, ...] | None = None) -> str | None:
         with open(os.path.join(root, zones[0], "energy_uj")) as fh:
             fh.read()
     except PermissionError:
-        return (f"RAPL's counters under {root} are readable only by root (energy_uj is mode 0400 since "
-                "Linux 5.10): run as root, or grant read access to intel-rapl:*/energy_uj")
+        return (
+            f"RAPL's counters under {root} are readable only by root (energy_uj is mode 0400 since "
+            "Linux 5.10): run as root, or grant read access to intel-rapl:*/energy_uj"
+        )
     except OSError as exc:
         return f"RAPL's counter {root}/{zones[0]}/energy_uj cannot be read ({exc.strerror or exc})"
     return None
 
 
 def _none(reason: str) -> dict[str, dict[str, Any]]:
-    return {"gpu_energy": missing("J", GPU_METHOD, reason), "gpu_power": missing("W", POWER_METHOD, reason),
-            "cpu_energy": missing("J", CPU_METHOD, reason), "cpu_power": missing("W", POWER_METHOD, reason),
-            "dram_energy": missing("J", DRAM_METHOD, reason), "dram_power": missing("W", POWER_METHOD, reason)}
+    return {
+        "gpu_energy": missing("J", GPU_METHOD, reason),
+        "gpu_power": missing("W", POWER_METHOD, reason),
+        "cpu_energy": missing("J", CPU_METHOD, reason),
+        "cpu_power": missing("W", POWER_METHOD, reason),
+        "dram_energy": missing("J", DRAM_METHOD, reason),
+        "dram_power": missing("W", POWER_METHOD, reason),
+    }
 
 
-def device_metrics(name: str, joules: Mapping[int, float] | None, seconds: float, method: str,
-                   reason: str | None, label: str) -> dict[str, dict[str, Any]]:
+def device_metrics(
+    name: str, joules: Mapping[int, float] | None, seconds: float, method: str, reason: str | None, label: str
+) -> dict[str, dict[str, Any]]:
     """`<name>_energy` (J) and `<name>_power` (W) from one window's per-device joules (Zeus's
     Measurement fields), or null with the reason. A counter that did not move, or went backwards,
     is null: 0 J would be read as a free window."""
@@ -80,14 +98,19 @@ def device_metrics(name: str, joules: Mapping[int, float] | None, seconds: float
     if any(v < 0 for v in joules.values()):
         why = f"the {label} energy counter went backwards over the window ({per} J): a reset or a wraparound"
     elif total == 0.0:
-        why = (f"the {label} energy counter did not move over the {seconds:.3g} s window (shorter than the "
-               "counter's update period, or a stale counter): measure longer (--max-measure-s)")
+        why = (
+            f"the {label} energy counter did not move over the {seconds:.3g} s window (shorter than the "
+            "counter's update period, or a stale counter): measure longer (--max-measure-s)"
+        )
     elif seconds <= 0:
         why = "the window has no duration"
     else:
-        return {f"{name}_energy": metric(total, "J", method, devices=per, window_s=round(seconds, 6)),
-                f"{name}_power": metric(total / seconds, "W", POWER_METHOD,
-                                        devices={k: round(v / seconds, 6) for k, v in per.items()})}
+        return {
+            f"{name}_energy": metric(total, "J", method, devices=per, window_s=round(seconds, 6)),
+            f"{name}_power": metric(
+                total / seconds, "W", POWER_METHOD, devices={k: round(v / seconds, 6) for k, v in per.items()}
+            ),
+        }
     return {f"{name}_energy": missing("J", method, why), f"{name}_power": missing("W", POWER_METHOD, why)}
 
 
@@ -118,10 +141,15 @@ class EnergyCollector:
     name = "energy"
     KEY = "tbdkit-sample-window"
 
-    def __init__(self, cuda_index: int | None, uuid: str | None = None, pci_bus_id: str | None = None,
-                 monitor: Callable[..., Any] | None = None) -> None:
+    def __init__(
+        self,
+        cuda_index: int | None,
+        uuid: str | None = None,
+        pci_bus_id: str | None = None,
+        monitor: Callable[..., Any] | None = None,
+    ) -> None:
         self.monitor: Any = None
-        self.reason: str | None = None       # why nothing at all is measured
+        self.reason: str | None = None  # why nothing at all is measured
         self.gpu_reason: str | None = None if cuda_index is not None else CPU_RUN
         self.cpu_reason: str | None = None
         self.gpu_method = GPU_METHOD
@@ -129,6 +157,7 @@ class EnergyCollector:
         try:
             if monitor is None:
                 from zeus.monitor import ZeusMonitor
+
                 monitor = ZeusMonitor
             from zeus.device import get_gpus
             from zeus.device.gpu.common import ZeusGPUInitError
@@ -182,10 +211,18 @@ class EnergyCollector:
         except Exception as exc:
             return _none(f"Zeus could not close the window ({type(exc).__name__}: {exc})")
         seconds = float(m.time)
-        return {**device_metrics("gpu", m.gpu_energy, seconds, self.gpu_method, self.gpu_reason, "GPU"),
-                **device_metrics("cpu", m.cpu_energy, seconds, CPU_METHOD, self.cpu_reason, "CPU package"),
-                **device_metrics("dram", m.dram_energy, seconds, DRAM_METHOD,
-                                 self.cpu_reason or "RAPL exposes no DRAM zone on this machine", "DRAM")}
+        return {
+            **device_metrics("gpu", m.gpu_energy, seconds, self.gpu_method, self.gpu_reason, "GPU"),
+            **device_metrics("cpu", m.cpu_energy, seconds, CPU_METHOD, self.cpu_reason, "CPU package"),
+            **device_metrics(
+                "dram",
+                m.dram_energy,
+                seconds,
+                DRAM_METHOD,
+                self.cpu_reason or "RAPL exposes no DRAM zone on this machine",
+                "DRAM",
+            ),
+        }
 
 
 def work_unit(rate_unit: str) -> str:
@@ -193,8 +230,9 @@ def work_unit(rate_unit: str) -> str:
     return rate_unit.removesuffix("/s")
 
 
-def per_work(metrics: Mapping[str, Mapping[str, Any]], work: float, samples: int, unit: str, sample_unit: str,
-             on_gpu: bool) -> dict[str, dict[str, Any]]:
+def per_work(
+    metrics: Mapping[str, Mapping[str, Any]], work: float, samples: int, unit: str, sample_unit: str, on_gpu: bool
+) -> dict[str, dict[str, Any]]:
     """Energy per unit of work (J/<unit>) and samples per kJ over the window, from the energy of the
     device that trained: the GPU's on a GPU run, the CPU packages' (and DRAM's, where RAPL has it)
     on a CPU run. Null with the reason where that energy is null."""
@@ -208,9 +246,14 @@ def per_work(metrics: Mapping[str, Mapping[str, Any]], work: float, samples: int
     method_s = f"samples in the window / ({used}) in kJ"
     if not isinstance(first.get("value"), (int, float)):
         why = first.get("reason") or f"{names[0]}_energy was not measured"
-        return {"energy_per_work": missing(per_unit, f"{names[0]}_energy / the window's work", why),
-                "samples_per_kj": missing(per_kj, f"samples / {names[0]}_energy in kJ", why)}
+        return {
+            "energy_per_work": missing(per_unit, f"{names[0]}_energy / the window's work", why),
+            "samples_per_kj": missing(per_kj, f"samples / {names[0]}_energy in kJ", why),
+        }
     total = float(sum(joules))
-    return {"energy_per_work": metric(total / work, per_unit, method_j) if work > 0
-            else missing(per_unit, method_j, "the window holds no work"),
-            "samples_per_kj": metric(samples / (total / 1e3), per_kj, method_s)}
+    return {
+        "energy_per_work": metric(total / work, per_unit, method_j)
+        if work > 0
+        else missing(per_unit, method_j, "the window holds no work"),
+        "samples_per_kj": metric(samples / (total / 1e3), per_kj, method_s),
+    }

@@ -15,21 +15,22 @@ from tbdkit.metric import metric, missing
 
 # summary metric -> NVML GPM metric id name (pynvml constants; descriptions from nvml.h)
 GPM_METRICS = {
-    "gpm_sm_activity": "NVML_GPM_METRIC_SM_UTIL",          # % of SMs busy
-    "gpm_fp32_pipe": "NVML_GPM_METRIC_FP32_UTIL",          # % of time SMs did non-tensor FP32 math
-    "gpm_fp16_pipe": "NVML_GPM_METRIC_FP16_UTIL",          # % of time SMs did non-tensor FP16 math
+    "gpm_sm_activity": "NVML_GPM_METRIC_SM_UTIL",  # % of SMs busy
+    "gpm_fp32_pipe": "NVML_GPM_METRIC_FP32_UTIL",  # % of time SMs did non-tensor FP32 math
+    "gpm_fp16_pipe": "NVML_GPM_METRIC_FP16_UTIL",  # % of time SMs did non-tensor FP16 math
     "gpm_tensor_pipe": "NVML_GPM_METRIC_ANY_TENSOR_UTIL",  # % of time SMs did any tensor operation
     "gpm_dram_bandwidth": "NVML_GPM_METRIC_DRAM_BW_UTIL",  # % of the theoretical DRAM bandwidth
 }
 METHOD = "NVML GPM nvmlGpmMetricsGet({id}) between GPM samples taken at the sample window's start and end"
-NO_DCGM = ("; DCGM profiling fields could measure it on older GPUs, but tbdkit reads them only through NVML GPM")
+NO_DCGM = "; DCGM profiling fields could measure it on older GPUs, but tbdkit reads them only through NVML GPM"
 
 
 class GpmCollector:
     name = "gpm"
 
-    def __init__(self, cuda_index: int | None, uuid: str | None = None, pci_bus_id: str | None = None,
-                 nvml: Any = None) -> None:
+    def __init__(
+        self, cuda_index: int | None, uuid: str | None = None, pci_bus_id: str | None = None, nvml: Any = None
+    ) -> None:
         self.reason: str | None = None
         self.handle: Any = None
         self.samples: list[Any] = []
@@ -113,7 +114,9 @@ class GpmCollector:
         out = {}
         for name, method in units.items():
             v = values[name]
-            out[name] = (metric(v, "%", method, collector=self.name, device_selected_by=self.selected)
-                         if isinstance(v, float)
-                         else missing("%", method, f"NVML GPM could not compute it ({v})"))
+            out[name] = (
+                metric(v, "%", method, collector=self.name, device_selected_by=self.selected)
+                if isinstance(v, float)
+                else missing("%", method, f"NVML GPM could not compute it ({v})")
+            )
         return out

@@ -25,15 +25,27 @@ from tbdkit.agent.collectors.device import nvml_handle
 from tbdkit.agent.collectors.neighbours import run_root, tree
 from tbdkit.metric import metric, missing
 
-PROC_METHOD = ("NVML nvmlDeviceGetComputeRunningProcesses at the window's start, every sampler tick and its end: "
-               "processes on the run's GPU outside the run's process tree (collectors/neighbours.py: run_root)")
-EVENT_METHOD = ("NVML nvmlDeviceGetCurrentClocksEventReasons at every sampler tick and the window's ends: share of "
-                "reads with a thermal or power clock-event reason set")
+PROC_METHOD = (
+    "NVML nvmlDeviceGetComputeRunningProcesses at the window's start, every sampler tick and its end: "
+    "processes on the run's GPU outside the run's process tree (collectors/neighbours.py: run_root)"
+)
+EVENT_METHOD = (
+    "NVML nvmlDeviceGetCurrentClocksEventReasons at every sampler tick and the window's ends: share of "
+    "reads with a thermal or power clock-event reason set"
+)
 
 # nvmlClocksEventReason* bits (pynvml), by what they mean for a measurement.
-EVENT_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
-              0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
-              0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting"}
+EVENT_BITS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
 THERMAL = {"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown"}  # HW slowdown: thermal or power brake
 POWER = {"sw_power_cap", "hw_power_brake_slowdown"}
 DISTURBING = THERMAL | POWER
@@ -45,8 +57,8 @@ def event_names(bits: int) -> list[str]:
 
 class GpuStateCollector:
     name = "gpu_state"
-    foreign: dict[int, dict[str, Any]]   # pid -> the most GPU memory it held in the window
-    events: dict[str, int]               # clock-event reason -> reads that had it
+    foreign: dict[int, dict[str, Any]]  # pid -> the most GPU memory it held in the window
+    events: dict[str, int]  # clock-event reason -> reads that had it
     errors: dict[str, str]
     namespace_note: str | None
 
@@ -87,11 +99,18 @@ class GpuStateCollector:
 
     def processes(self) -> list[dict[str, Any]]:
         got = self._versioned("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetComputeRunningProcesses_v2")
-        return [{"pid": int(p.pid), "used_gpu_memory_mib": None if p.usedGpuMemory is None
-                 else round(p.usedGpuMemory / 2**20, 1)} for p in got]
+        return [
+            {
+                "pid": int(p.pid),
+                "used_gpu_memory_mib": None if p.usedGpuMemory is None else round(p.usedGpuMemory / 2**20, 1),
+            }
+            for p in got
+        ]
 
     def event_reasons(self) -> int:
-        return int(self._versioned("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"))
+        return int(
+            self._versioned("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+        )
 
     def snapshot(self) -> dict[str, Any]:
         """The GPU's state now: every value, or None with its error under `errors`."""
@@ -117,7 +136,9 @@ class GpuStateCollector:
         if state["power_limit_w"] is not None:
             state["power_limit_w"] = state["power_limit_w"] / 1000.0
         for key in ("ecc_mode", "mig_mode"):  # [current, pending]
-            state[key] = None if state[key] is None else {"current": bool(state[key][0]), "pending": bool(state[key][1])}
+            state[key] = (
+                None if state[key] is None else {"current": bool(state[key][0]), "pending": bool(state[key][1])}
+            )
         if state["persistence_mode"] is not None:
             state["persistence_mode"] = state["persistence_mode"] == n.NVML_FEATURE_ENABLED
         app, default = state["applications_sm_clock_mhz"], state["default_applications_sm_clock_mhz"]
@@ -144,8 +165,10 @@ class GpuStateCollector:
             own = self._own_pids()
             if procs and not any(p["pid"] in own or psutil.pid_exists(p["pid"]) for p in procs):
                 # no listed PID exists here: they are another PID namespace's (a container's host)
-                self.namespace_note = ("NVML listed no PID of the run's own process tree (another PID namespace, "
-                                       "e.g. inside a container): one listed process is taken as the run's")
+                self.namespace_note = (
+                    "NVML listed no PID of the run's own process tree (another PID namespace, "
+                    "e.g. inside a container): one listed process is taken as the run's"
+                )
                 procs = sorted(procs, key=lambda p: -(p["used_gpu_memory_mib"] or 0))[1:]
             for p in procs:
                 if p["pid"] not in own:
@@ -184,19 +207,37 @@ class GpuStateCollector:
     def stop(self) -> dict[str, dict[str, Any]]:
         if self.handle is None:
             reason = self.reason or "NVML is not usable here"
-            return {"foreign_gpu_processes": missing("processes", PROC_METHOD, reason),
-                    "gpu_clock_events": missing("%", EVENT_METHOD, reason)}
+            return {
+                "foreign_gpu_processes": missing("processes", PROC_METHOD, reason),
+                "gpu_clock_events": missing("%", EVENT_METHOD, reason),
+            }
         self._watch()
         self.states["end"] = self.snapshot()
-        procs = (metric(len(self.foreign), "processes", PROC_METHOD, collector=self.name, reads=self.process_reads,
-                        processes=[self._named(p) for p in self.foreign.values()],
-                        **({"pid_namespace": self.namespace_note} if self.namespace_note else {}))
-                 if self.process_reads else
-                 missing("processes", PROC_METHOD, f"every query failed: {self.errors.get('processes')}"))
-        events = (metric(100.0 * self.disturbed_reads / self.event_reads, "%", EVENT_METHOD, collector=self.name,
-                         reads=self.event_reads, reasons_seen=dict(self.events))
-                  if self.event_reads else
-                  missing("%", EVENT_METHOD, f"every query failed: {self.errors.get('clock_event_reasons')}"))
+        procs = (
+            metric(
+                len(self.foreign),
+                "processes",
+                PROC_METHOD,
+                collector=self.name,
+                reads=self.process_reads,
+                processes=[self._named(p) for p in self.foreign.values()],
+                **({"pid_namespace": self.namespace_note} if self.namespace_note else {}),
+            )
+            if self.process_reads
+            else missing("processes", PROC_METHOD, f"every query failed: {self.errors.get('processes')}")
+        )
+        events = (
+            metric(
+                100.0 * self.disturbed_reads / self.event_reads,
+                "%",
+                EVENT_METHOD,
+                collector=self.name,
+                reads=self.event_reads,
+                reasons_seen=dict(self.events),
+            )
+            if self.event_reads
+            else missing("%", EVENT_METHOD, f"every query failed: {self.errors.get('clock_event_reasons')}")
+        )
         return {"foreign_gpu_processes": procs, "gpu_clock_events": events}
 
     @staticmethod

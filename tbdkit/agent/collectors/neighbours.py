@@ -26,8 +26,10 @@ import psutil
 
 from tbdkit.metric import metric, missing
 
-METHOD = ("busy CPU time of the run's cores (psutil.cpu_times(percpu=True) deltas: user+nice+system+irq+softirq) "
-          "minus the CPU time of the run's own process tree, over the sample window, / window wall time")
+METHOD = (
+    "busy CPU time of the run's cores (psutil.cpu_times(percpu=True) deltas: user+nice+system+irq+softirq) "
+    "minus the CPU time of the run's own process tree, over the sample window, / window wall time"
+)
 
 
 LAUNCHER_PID = "TBDKIT_LAUNCHER_PID"  # set by the launcher in the agent's environment (tbdkit.stacks.agent_env)
@@ -64,9 +66,9 @@ class NeighbourCollector:
     def __init__(self, cores: list[int] | None = None) -> None:
         self.proc = run_root()
         self.cores = cores if cores is not None else sorted(psutil.Process().cpu_affinity() or [])
-        self.first: dict[int, float] = {}   # pid -> its CPU seconds when first seen in the window
-        self.last: dict[int, float] = {}    # pid -> its CPU seconds when last seen
-        self.series: list[float] = []       # foreign core-equivalents per sampler tick
+        self.first: dict[int, float] = {}  # pid -> its CPU seconds when first seen in the window
+        self.last: dict[int, float] = {}  # pid -> its CPU seconds when last seen
+        self.series: list[float] = []  # foreign core-equivalents per sampler tick
         self._baseline = False
 
     def _busy_cores(self) -> float:
@@ -118,6 +120,15 @@ class NeighbourCollector:
             return {"foreign_cpu": missing("cores", METHOD, f"psutil failed: {exc}")}
         own = self._own_seconds()
         foreign = max(0.0, busy - own) / max(wall, 1e-9)
-        return {"foreign_cpu": metric(
-            foreign, "cores", METHOD, collector=self.name, cores=self.cores, run_cores_busy=round(own / max(wall, 1e-9), 3),
-            processes_of_run=len(self.last), peak_tick_cores=round(max(self.series), 3) if self.series else None)}
+        return {
+            "foreign_cpu": metric(
+                foreign,
+                "cores",
+                METHOD,
+                collector=self.name,
+                cores=self.cores,
+                run_cores_busy=round(own / max(wall, 1e-9), 3),
+                processes_of_run=len(self.last),
+                peak_tick_cores=round(max(self.series), 3) if self.series else None,
+            )
+        }

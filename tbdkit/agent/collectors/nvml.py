@@ -15,8 +15,10 @@ from typing import Any
 from tbdkit.agent.collectors.device import nvml_handle
 from tbdkit.metric import metric, missing
 
-UTIL_METHOD = ("NVML nvmlDeviceGetSamples(GPU_UTILIZATION_SAMPLES), drained at every sampler tick over the window: "
-               "the driver's per-period share of time with at least one kernel running, averaged")
+UTIL_METHOD = (
+    "NVML nvmlDeviceGetSamples(GPU_UTILIZATION_SAMPLES), drained at every sampler tick over the window: "
+    "the driver's per-period share of time with at least one kernel running, averaged"
+)
 POLLED_METHOD = "NVML nvmlDeviceGetUtilizationRates().gpu polled by the sampler thread, averaged"
 MEM_METHOD = "NVML nvmlDeviceGetMemoryInfo().used, max of samples in the window (all processes on the GPU)"
 WHOLE = 0.95  # a window whose samples cover at least this share of it counts as covered whole
@@ -33,8 +35,12 @@ def coverage(timestamps_us: list[int], t0_us: int, t1_us: int) -> dict[str, Any]
     period = median(b - a for a, b in zip(ts, ts[1:])) if len(ts) > 1 else window
     edges = [t0_us, *ts, t1_us]
     lost = [b - a for a, b in zip(edges, edges[1:]) if b - a > 2 * period]
-    return {"first_sample_s": round((ts[0] - t0_us) / 1e6, 3), "last_sample_s": round((ts[-1] - t0_us) / 1e6, 3),
-            "coverage": round(max(0.0, 1.0 - sum(lost) / window), 4), "gaps": len(lost)}
+    return {
+        "first_sample_s": round((ts[0] - t0_us) / 1e6, 3),
+        "last_sample_s": round((ts[-1] - t0_us) / 1e6, 3),
+        "coverage": round(max(0.0, 1.0 - sum(lost) / window), 4),
+        "gaps": len(lost),
+    }
 
 
 class NvmlCollector:
@@ -119,8 +125,10 @@ class NvmlCollector:
     def stop(self) -> dict[str, dict[str, Any]]:
         if self.handle is None:
             reason = self.reason or "NVML is not usable here"
-            return {"gpu_utilization": missing("%", UTIL_METHOD, reason),
-                    "gpu_memory_used_peak": missing("MiB", MEM_METHOD, reason)}
+            return {
+                "gpu_utilization": missing("%", UTIL_METHOD, reason),
+                "gpu_memory_used_peak": missing("MiB", MEM_METHOD, reason),
+            }
         t1_us = int(time.time() * 1e6)
         self._drain()
         inside = {t: v for t, v in self.driver.items() if self.t0_us <= t <= t1_us}
@@ -129,18 +137,45 @@ class NvmlCollector:
         if inside and cov["coverage"] >= WHOLE:
             util = metric(fmean(inside.values()), "%", UTIL_METHOD, collector=self.name, samples=len(inside), **extra)
         elif self.polled_util:
-            why = (f"the driver's samples cover {cov['coverage']:.0%} of the window" if inside
-                   else "the driver returned no samples in the window" + self._failed("nvmlDeviceGetSamples"))
-            util = metric(fmean(self.polled_util), "%", POLLED_METHOD, collector=self.name,
-                          samples=len(self.polled_util), note=f"{why}: polled instead", **extra)
+            why = (
+                f"the driver's samples cover {cov['coverage']:.0%} of the window"
+                if inside
+                else "the driver returned no samples in the window" + self._failed("nvmlDeviceGetSamples")
+            )
+            util = metric(
+                fmean(self.polled_util),
+                "%",
+                POLLED_METHOD,
+                collector=self.name,
+                samples=len(self.polled_util),
+                note=f"{why}: polled instead",
+                **extra,
+            )
         elif inside:
-            util = metric(fmean(inside.values()), "%", UTIL_METHOD, collector=self.name, samples=len(inside),
-                          note=f"the driver's samples cover only {cov['coverage']:.0%} of the window", **extra)
+            util = metric(
+                fmean(inside.values()),
+                "%",
+                UTIL_METHOD,
+                collector=self.name,
+                samples=len(inside),
+                note=f"the driver's samples cover only {cov['coverage']:.0%} of the window",
+                **extra,
+            )
         else:
-            util = missing("%", UTIL_METHOD, ("no utilization sample fell inside the window"
-                                              + self._failed("nvmlDeviceGetSamples")
-                                              + self._failed("nvmlDeviceGetUtilizationRates")))
-        mem = (metric(self.peak_mem, "MiB", MEM_METHOD, collector=self.name, device_selected_by=self.selected)
-               if self.peak_mem else
-               missing("MiB", MEM_METHOD, "no memory sample fell inside the window" + self._failed("nvmlDeviceGetMemoryInfo")))
+            util = missing(
+                "%",
+                UTIL_METHOD,
+                (
+                    "no utilization sample fell inside the window"
+                    + self._failed("nvmlDeviceGetSamples")
+                    + self._failed("nvmlDeviceGetUtilizationRates")
+                ),
+            )
+        mem = (
+            metric(self.peak_mem, "MiB", MEM_METHOD, collector=self.name, device_selected_by=self.selected)
+            if self.peak_mem
+            else missing(
+                "MiB", MEM_METHOD, "no memory sample fell inside the window" + self._failed("nvmlDeviceGetMemoryInfo")
+            )
+        )
         return {"gpu_utilization": util, "gpu_memory_used_peak": mem}
