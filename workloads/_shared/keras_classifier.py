@@ -10,6 +10,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from _shared.tf_amp import scaled_update
+
 
 def cross_entropy(logits: tf.Tensor, labels: tf.Tensor, smoothing: float) -> tf.Tensor:
     """PyTorch's CrossEntropyLoss with label smoothing: (1 - e) NLL + e x the mean over classes of -log p."""
@@ -46,9 +48,7 @@ def training(model: keras.Model, optimizer: keras.optimizers.Optimizer, hp: dict
             else:
                 loss = cross_entropy(out, labels, smoothing)
             regularized = loss + l2_penalty(model.trainable_variables, decay) if decay else loss
-            scaled = optimizer.scale_loss(regularized)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)
+        scaled_update(tape, regularized, optimizer, model.trainable_variables)
         return loss
 
     return Training(model, optimizer, step)
