@@ -5,25 +5,19 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tbdkit.store import Index
+from model_checks import tbdkit, tbdkit_command
 
 # One framework: with every stack installed, the default is all of them (tests/test_frameworks.py).
 FAST = ["--framework", "pytorch", "--preset", "smoke", "--device", "cpu", "--max-warmup-s", "3", "--max-measure-s", "4"]
 RUN_FILES = {"spec.json", "env.json", "iterations.csv", "samples.csv", "summary.json", "log.txt"}
-
-
-def tbdkit(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def run_dirs(results: Path) -> list[Path]:
@@ -155,8 +149,8 @@ def test_out_of_memory_is_marked_and_loses_nothing(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_marks_the_run_interrupted(tmp_path):
     results = tmp_path / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "tbdkit.cli", "bench", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu",
-                             "--batch", "2,4", "--max-measure-s", "120", "--results", str(results)],
+    proc = subprocess.Popen(tbdkit_command("bench", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu",
+                             "--batch", "2,4", "--max-measure-s", "120", "--results", str(results)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             # as from a terminal: a shell's background job (a CI runner's, say) hands
                             # SIGINT on ignored, and Python then never raises KeyboardInterrupt

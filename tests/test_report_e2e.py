@@ -6,19 +6,13 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 import tarfile
 
 import pytest
 
+from model_checks import tbdkit
+
 FAST = ["--preset", "smoke", "--device", "cpu", "--max-warmup-s", "2", "--max-measure-s", "3", "--cv-limit", "0.5"]
-
-
-def tbdkit(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=os.environ.copy())
 
 
 @pytest.mark.slow

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,16 +15,9 @@ import pytest
 
 from tbdkit import artifact
 from tbdkit.store import Index
+from model_checks import tbdkit, tbdkit_command
 
 FAST = ["--framework", "pytorch", "--preset", "smoke", "--device", "cpu", "--max-warmup-s", "2", "--max-measure-s", "3"]
-
-
-def tbdkit_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tbdkit.cli", *args]
-
-
-def tbdkit(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
-    return subprocess.run(tbdkit_cmd(*args), capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
 
 
 def state_of(results: Path) -> dict:
@@ -109,7 +100,7 @@ def test_bundle_and_reproduce_round_trip(small_sweep, tmp_path):
 def test_killed_sweep_resumes(tmp_path):
     results = tmp_path / "results"
     args = ["sweep", "deepspeech2", *FAST, "--batch", "1,2,3", "--results", str(results)]
-    proc = subprocess.Popen(tbdkit_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(tbdkit_command(*args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     victim = None
     while time.time() < deadline and victim is None:
@@ -137,7 +128,7 @@ def test_killed_sweep_resumes(tmp_path):
             break
         time.sleep(0.5)
     assert json.loads((victim / "summary.json").read_text())["status"] == "interrupted"
-    rerun = subprocess.run(tbdkit_cmd(*args), capture_output=True, text=True, timeout=400)
+    rerun = subprocess.run(tbdkit_command(*args), capture_output=True, text=True, timeout=400)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "resuming sweep" in rerun.stdout and "1 point(s) done are kept" in rerun.stdout
     after = state_of(results)["points"]
