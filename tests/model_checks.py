@@ -45,6 +45,12 @@ def tbdkit(*args: str, env: dict[str, str] | None = None, timeout: float = 600) 
                           env={**os.environ, **(env or {})})
 
 
+# A small sweep, Deep Speech 2 on PyTorch at batches 1 and 2 on this CPU: conftest.py's `small_sweep`
+# runs it once for the session
+SMALL_SWEEP = ["sweep", "deepspeech2", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu",
+               "--max-warmup-s", "2", "--max-measure-s", "3", "--batch", "1,2", "--cv-limit", "0.5"]
+
+
 # ---------------------------------------------------------------------------------------------------
 # Loading a workload's files by path (workloads are files; the kit's venv has no framework)
 

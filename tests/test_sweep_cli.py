@@ -15,7 +15,7 @@ import pytest
 
 from tbdkit import artifact
 from tbdkit.store import Index
-from model_checks import tbdkit, tbdkit_command
+from model_checks import SMALL_SWEEP, tbdkit, tbdkit_command
 
 FAST = ["--framework", "pytorch", "--preset", "smoke", "--device", "cpu", "--max-warmup-s", "2", "--max-measure-s", "3"]
 
@@ -28,13 +28,6 @@ def state_of(results: Path) -> dict:
 def fingerprint(run_dir: Path) -> dict[str, tuple[int, str]]:
     return {p.name: (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
             for p in sorted(run_dir.iterdir())}
-
-
-@pytest.fixture(scope="module")
-def small_sweep(tmp_path_factory):
-    results = tmp_path_factory.mktemp("sweep") / "results"
-    proc = tbdkit("sweep", "deepspeech2", *FAST, "--batch", "1,2", "--cv-limit", "0.5", "--results", str(results))
-    return results, proc
 
 
 @pytest.mark.slow
@@ -52,7 +45,7 @@ def test_small_sweep_runs_the_grid(small_sweep):
     assert [(r["batch_size"], r["status"]) for r in rows] == [(1, "ok"), (2, "ok")]
     assert "done 2 · failed 0 · pending 0" in proc.stdout and "ETA" in proc.stdout
     assert "batch 1" in proc.stdout and "sweep.json" in proc.stdout
-    again = tbdkit("sweep", "deepspeech2", *FAST, "--batch", "1,2", "--cv-limit", "0.5", "--results", str(results))
+    again = tbdkit(*SMALL_SWEEP, "--results", str(results))
     assert again.returncode == 0 and state_of(results)["points"] == state["points"]  # nothing re-ran
     assert len([d for d in results.iterdir() if (d / "spec.json").exists()]) == 2
 
