@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tbdkit import catalog
 
@@ -163,6 +164,17 @@ class Elsewhere:
 # Per framework and model. A3C learns from rollouts its actors play, not from a fixed batch: its own
 # files train on a fixed rollout instead.
 _A3C_LEARNS = Elsewhere("test_rollout_and_update_reduce_the_loss_on_a_fixed_rollout")
+_SAME_ON_TENSORFLOW_AND_MXNET: dict[str, Learning | Elsewhere] = {
+    "a3c": _A3C_LEARNS,
+    "bert": Learning(8, 6, 0.95, variants=(None, "squad")),
+    "deepspeech2": Learning(4, 8, 0.99),
+    "inception_v3": Learning(2, 4, 0.8),
+    "mask_rcnn": Learning(1, 4, 0.9),
+    "minigo": Learning(16, 6, 0.9),
+    "resnet50": Learning(4, 5, 0.8),
+    "seq2seq": Learning(4, 8, 0.99),
+    "transformer": Learning(8, 8, 0.9),
+}
 LEARNING: dict[str, dict[str, Learning | Elsewhere]] = {
     "pytorch": {
         "a3c": _A3C_LEARNS,
@@ -179,33 +191,17 @@ LEARNING: dict[str, dict[str, Learning | Elsewhere]] = {
         "wgan_gp": Learning(2, 2, 0.8),
     },
     "tensorflow": {
-        "a3c": _A3C_LEARNS,
-        "bert": Learning(8, 6, 0.95, variants=(None, "squad")),
-        "deepspeech2": Learning(4, 8, 0.99),
+        **_SAME_ON_TENSORFLOW_AND_MXNET,
         "efficientdet": Learning(2, 4, 0.9),
         "faster_rcnn": Learning(1, 4, 0.95),
-        "inception_v3": Learning(2, 4, 0.8),
-        "mask_rcnn": Learning(1, 4, 0.9),
-        "minigo": Learning(16, 6, 0.9),
-        "resnet50": Learning(4, 5, 0.8),
-        "seq2seq": Learning(4, 8, 0.99),
-        "transformer": Learning(8, 8, 0.9),
         "wgan_gp": Learning(2, 2, 0.8),
     },
     "mxnet": {
-        "a3c": _A3C_LEARNS,
-        "bert": Learning(8, 6, 0.95, variants=(None, "squad")),
-        "deepspeech2": Learning(4, 8, 0.99),
+        **_SAME_ON_TENSORFLOW_AND_MXNET,
         # at the smoke rate (0.0025) a batch of 2 with stochastic depth and batch statistics moves the loss
         # by about its step-to-step noise; at 0.02 (a fresh network) 6 steps cut it by 13-15% for seeds 0-3
         "efficientdet": Learning(2, 6, 0.9, hp={"learning_rate": 0.02}),
         "faster_rcnn": Learning(1, 5, 0.9),
-        "inception_v3": Learning(2, 4, 0.8),
-        "mask_rcnn": Learning(1, 4, 0.9),
-        "minigo": Learning(16, 6, 0.9),
-        "resnet50": Learning(4, 5, 0.8),
-        "seq2seq": Learning(4, 8, 0.99),
-        "transformer": Learning(8, 8, 0.9),
     },
 }
 
@@ -422,6 +418,50 @@ def converge_briefly(name: str, hp: dict[str, Any], batch_size: int, run_dir: An
     assert rows[0] == "wall_s,train_s,step,samples,loss,quality" and len(rows) >= 3, rows
     assert not out["convergence"]["reached"] and out["metrics"]["training_throughput"]["value"] > 0
     return out
+
+
+def generated_tests(framework: str) -> dict[str, Any]:
+    """The tests every model of the catalog with a `framework` file passes, for that stack's
+    tests/<stack>/test_every_model_<stack>.py to take into its namespace (pytest collects them there):
+    it learns on a fixed batch, steps in each math mode, has the smoke preset's parameter count, and
+    its file holds only model code. A new workload folder is picked up by itself (and fails until its
+    rows are in the tables above)."""
+
+    @pytest.fixture(scope="module", params=models_on(framework))
+    def name(request: Any) -> Any:
+        """One model at a time (a module-scoped parameter groups its tests), its kept runs freed after."""
+        yield request.param
+        release(request.param, framework)
+
+    def test_learns_on_a_fixed_batch(name: str) -> None:
+        spec = row(LEARNING, "LEARNING", framework, name)
+        if isinstance(spec, Elsewhere):
+            assert_elsewhere(name, framework, spec)
+            return
+        for variant in spec.variants:
+            assert len(learned(name, framework, variant).losses) == spec.steps
+
+    def test_every_math_mode_steps(name: str) -> None:
+        spec = row(MATH_MODES, "MATH_MODES", framework, name)
+        if isinstance(spec, Elsewhere):
+            assert_elsewhere(name, framework, spec)
+            return
+        losses = {mode: loss for mode, (_, loss) in stepped(name, framework).items()}
+        assert set(losses) == set(spec.modes) and all(math.isfinite(x) for x in losses.values()), losses
+        assert not spec.positive or all(x > 0 for x in losses.values()), losses
+
+    def test_smoke_parameter_count(name: str) -> None:
+        assert name in SMOKE_PARAMETERS, f"add {name}'s smoke-preset parameter count to SMOKE_PARAMETERS"
+        counted = fp32_adapter(name, framework).model_info()["parameters"]
+        assert counted == SMOKE_PARAMETERS[name], (counted, SMOKE_PARAMETERS[name])
+
+    def test_workload_file_holds_only_model_code(name: str) -> None:
+        assert_workload_file_is_clean(name, framework)
+
+    return {"name": name, "test_learns_on_a_fixed_batch": test_learns_on_a_fixed_batch,
+            "test_every_math_mode_steps": test_every_math_mode_steps,
+            "test_smoke_parameter_count": test_smoke_parameter_count,
+            "test_workload_file_holds_only_model_code": test_workload_file_holds_only_model_code}
 
 
 # ---------------------------------------------------------------------------------------------------
