@@ -274,7 +274,7 @@ def assert_elsewhere(name: str, framework: str, where: Elsewhere) -> None:
 
 FORBIDDEN = (r"\bimport time\b", r"\blogging\b", r"\bprint\(", r"profiler", r"perf_counter", r"tbdkit")
 # the step each stack's workloads share instead of writing it out (workloads/_shared/torch_amp.py, tf_amp.py)
-FORBIDDEN_BY_FRAMEWORK = {"pytorch": (r"\bGradScaler\b",), "tensorflow": (r"\.scale_loss\(",), "mxnet": ()}
+FORBIDDEN_BY_FRAMEWORK = {"pytorch": (r"\.scaler\.(step|update)\(",), "tensorflow": (r"\.scale_loss\(",), "mxnet": ()}
 
 
 def assert_workload_file_is_clean(name: str, framework: str = "pytorch") -> None:
