@@ -24,7 +24,8 @@ def test_sweep_report_bundle(small_sweep, tmp_path):
     assert small_sweep[1].returncode == 0, small_sweep[1].stdout[-3000:] + small_sweep[1].stderr[-3000:]
     shutil.copytree(small_sweep[0], results, ignore=shutil.ignore_patterns("index.sqlite*"))
     for model, frameworks in (("deepspeech2", "tensorflow"), ("resnet50", "pytorch,tensorflow")):
-        proc = tbdkit("sweep", model, "--frameworks", frameworks, "--batch", "1,2", *FAST, "--results", str(results))
+        proc = tbdkit("sweep", model, "--frameworks", frameworks, "--batch", "1,2", *FAST, "--results", str(results),
+                      timeout=900)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     proc = tbdkit("report", str(results), "--out", str(out))
     assert proc.returncode == 0 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
