@@ -1,7 +1,18 @@
-"""Helpers shared by the framework stacks' tests (NumPy only: this runs in every environment)."""
+"""Fixtures shared by the tests (NumPy only at import: this runs in every environment)."""
 
 import numpy as np
 import pytest
+
+
+@pytest.fixture(scope="session")
+def small_sweep(tmp_path_factory):
+    """model_checks.SMALL_SWEEP: (its results folder, the finished `tbdkit sweep` process), run once for
+    the session (tests/test_sweep_cli.py checks the sweep, tests/test_report_e2e.py reports over it);
+    a test that adds runs works on a copy."""
+    from model_checks import SMALL_SWEEP, tbdkit
+
+    results = tmp_path_factory.mktemp("sweep") / "results"
+    return results, tbdkit(*SMALL_SWEEP, "--results", str(results))
 
 
 def _padded(data, batch, noise: bool):

@@ -5,9 +5,7 @@ own stack venv), and the checks every such file makes of `describe`'s JSON and s
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any, Callable
@@ -17,12 +15,7 @@ import pytest
 
 from tbdkit import catalog, stacks
 
-
-def tbdkit(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`tbdkit ARGS` run by this Python, its output captured as text; `env` adds to (or overrides)
-    os.environ. The caller checks the return code."""
-    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **(env or {})})
+from model_checks import tbdkit
 
 
 def describe_smoke(model: str, framework: str) -> dict[str, Any]:

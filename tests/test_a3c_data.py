@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from workload_files import hparams, load_data
+from model_checks import hparams, load_data
 
 data = load_data("a3c")
 HP = hparams("a3c", "smoke")

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workload_files import hparams, load_data, workload_toml
+from model_checks import hparams, load_data, workload_toml
 
 data = load_data("bert")
 TOML = workload_toml("bert")

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import numpy as np
 import soundfile as sf
 from PIL import Image
 
-from workload_data import truncated_image
-
-
-def tbdkit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args], capture_output=True, text=True, timeout=120)
+from model_checks import tbdkit, truncated_image
 
 
 def test_explains_the_layout_without_a_folder():

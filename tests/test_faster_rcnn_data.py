@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from workload_data import hparams, load_data, truncated_image
+from model_checks import hparams, load_data, truncated_image
 
 data = load_data("faster_rcnn")
 HP = hparams("faster_rcnn", "smoke")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from workload_data import hparams as _hp, load_data as _load, truncated_image
+from model_checks import hparams as _hp, load_data as _load, truncated_image
 
 data = _load("resnet50")
 HP = _hp("resnet50", "smoke")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from workload_data import hparams, load_data, truncated_image
+from model_checks import hparams, load_data, truncated_image
 
 data = load_data("mask_rcnn")
 HP = hparams("mask_rcnn", "smoke")

@@ -4,7 +4,7 @@ self-play positions, and the SGF reader on game records the tests write."""
 import numpy as np
 import pytest
 
-from workload_files import hparams, load_data
+from model_checks import hparams, load_data
 
 data = load_data("minigo")
 go = data.go

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 
 from tbdkit.report import figures, runs as runs_mod
 from report_fixtures import make_run
+from model_checks import tbdkit
 
 H100 = dict(device="cuda:0", device_name="NVIDIA H100")
 V100 = dict(device="cuda:0", device_name="Tesla V100")
@@ -74,10 +73,6 @@ def test_fig7_compares_gpus_on_three_metrics_and_never_takes_a_cpu_as_baseline(t
     assert [ax.get_title() for ax in axes] == ["throughput", "GPU utilization", "FP32 utilization"]
     heights = [[round(b.get_height(), 3) for b in ax.patches] for ax in axes]
     assert heights == [[1.0, 0.5], [1.0, round(95 / 90, 3)], [1.0, 1.5]]
-
-
-def tbdkit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_report_keeps_smoke_and_paper_runs_of_one_model_apart(tmp_path):

@@ -5,15 +5,12 @@ interrupted window says so, and run ids retry a taken name with a fresh 32-bit s
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
-import os
 import re
-import subprocess
-import sys
 import time
 import types
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -25,11 +22,9 @@ from tbdkit.errors import UserError
 from tbdkit.spec import MeasurePolicy
 
 from report_fixtures import make_run
+from model_checks import tbdkit as run_tbdkit
 
-
-def tbdkit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "COLUMNS": "250"})
+tbdkit = functools.partial(run_tbdkit, env={"COLUMNS": "250"})  # wide: one sentence stays on one line
 
 
 @pytest.mark.parametrize("seed", [-1, 2**31, 2**64])

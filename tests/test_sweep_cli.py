@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,17 +15,10 @@ import pytest
 
 from tbdkit import artifact
 from tbdkit.store import Index
+from model_checks import SMALL_SWEEP, tbdkit, tbdkit_command
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 FAST = ["--framework", "pytorch", "--preset", "smoke", "--device", "cpu", "--max-warmup-s", "2", "--max-measure-s", "3"]
-
-
-def tbdkit_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tbdkit.cli", *args]
-
-
-def tbdkit(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
-    return subprocess.run(tbdkit_cmd(*args), capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
 
 
 def state_of(results: Path) -> dict:
@@ -38,13 +29,6 @@ def state_of(results: Path) -> dict:
 def fingerprint(run_dir: Path) -> dict[str, tuple[int, str]]:
     return {p.name: (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
             for p in sorted(run_dir.iterdir())}
-
-
-@pytest.fixture(scope="module")
-def small_sweep(tmp_path_factory):
-    results = tmp_path_factory.mktemp("sweep") / "results"
-    proc = tbdkit("sweep", "deepspeech2", *FAST, "--batch", "1,2", "--cv-limit", "0.5", "--results", str(results))
-    return results, proc
 
 
 @pytest.mark.slow
@@ -62,7 +46,7 @@ def test_small_sweep_runs_the_grid(small_sweep):
     assert [(r["batch_size"], r["status"]) for r in rows] == [(1, "ok"), (2, "ok")]
     assert "done 2 · failed 0 · pending 0" in proc.stdout and "ETA" in proc.stdout
     assert "batch 1" in proc.stdout and "sweep.json" in proc.stdout
-    again = tbdkit("sweep", "deepspeech2", *FAST, "--batch", "1,2", "--cv-limit", "0.5", "--results", str(results))
+    again = tbdkit(*SMALL_SWEEP, "--results", str(results))
     assert again.returncode == 0 and state_of(results)["points"] == state["points"]  # nothing re-ran
     assert len([d for d in results.iterdir() if (d / "spec.json").exists()]) == 2
 
@@ -110,7 +94,7 @@ def test_bundle_and_reproduce_round_trip(small_sweep, tmp_path):
 def test_killed_sweep_resumes(tmp_path):
     results = tmp_path / "results"
     args = ["sweep", "deepspeech2", *FAST, "--batch", "1,2,3", "--results", str(results)]
-    proc = subprocess.Popen(tbdkit_cmd(*args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(tbdkit_command(*args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 240
     victim = None
     while time.time() < deadline and victim is None:
@@ -138,7 +122,7 @@ def test_killed_sweep_resumes(tmp_path):
             break
         time.sleep(0.5)
     assert json.loads((victim / "summary.json").read_text())["status"] == "interrupted"
-    rerun = subprocess.run(tbdkit_cmd(*args), capture_output=True, text=True, timeout=400)
+    rerun = subprocess.run(tbdkit_command(*args), capture_output=True, text=True, timeout=400)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "resuming sweep" in rerun.stdout and "1 point(s) done are kept" in rerun.stdout
     after = state_of(results)["points"]

@@ -6,8 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workload_files import hparams as _hp
-from workload_files import load_data
+from model_checks import hparams as _hp, load_data
 
 MODELS = ["transformer", "seq2seq"]
 

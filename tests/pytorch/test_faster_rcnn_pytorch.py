@@ -1,14 +1,12 @@
 """Faster R-CNN on PyTorch: the ResNet C4 design's size, shapes and losses, a smoke step that
 learns, every math mode."""
 
-import math
 
 import pytest
 import torch
 import torchvision
 
-from workload_checks import (assert_learns, assert_workload_file_is_clean, losses_on_a_fixed_batch, modules,
-                             parameters, step_in_each_math_mode)
+from model_checks import modules, parameters
 
 MODEL, WORKLOAD, DATA = modules("faster_rcnn")
 
@@ -47,16 +45,3 @@ def test_training_returns_the_four_losses():
     losses = model(inputs["images"], inputs["targets"])
     assert set(losses) == {"loss_classifier", "loss_box_reg", "loss_objectness", "loss_rpn_box_reg"}
     assert all(torch.isfinite(v) for v in losses.values())
-
-
-def test_smoke_training_reduces_the_loss():
-    assert_learns(losses_on_a_fixed_batch("faster_rcnn", batch_size=1, steps=4), factor=0.95)
-
-
-def test_every_math_mode_steps():
-    losses = step_in_each_math_mode("faster_rcnn", batch_size=1)
-    assert set(losses) == {"fp32", "tf32", "amp"} and all(math.isfinite(x) for x in losses.values())
-
-
-def test_workload_file_is_clean():
-    assert_workload_file_is_clean("faster_rcnn")

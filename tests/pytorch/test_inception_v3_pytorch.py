@@ -1,12 +1,10 @@
 """Inception-v3 on PyTorch: the published size, the auxiliary loss, a smoke step that learns, every math mode."""
 
-import math
 
 import pytest
 import torch
 
-from workload_checks import (assert_learns, assert_workload_file_is_clean, losses_on_a_fixed_batch, modules,
-                             parameters, step_in_each_math_mode)
+from model_checks import modules, parameters
 
 MODEL, WORKLOAD, DATA = modules("inception_v3")
 
@@ -36,16 +34,3 @@ def test_paper_objective_adds_the_weighted_auxiliary_loss():
     smooth = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
     want = smooth(out.logits, inputs["labels"]) + 0.4 * smooth(out.aux_logits, inputs["labels"])
     assert out.aux_logits.shape == (2, 1000) and float(total) == pytest.approx(float(want), rel=1e-4)
-
-
-def test_smoke_training_reduces_the_loss():
-    assert_learns(losses_on_a_fixed_batch("inception_v3", batch_size=2, steps=4), factor=0.8)
-
-
-def test_every_math_mode_steps():
-    losses = step_in_each_math_mode("inception_v3", batch_size=2)
-    assert set(losses) == {"fp32", "tf32", "amp"} and all(math.isfinite(x) for x in losses.values())
-
-
-def test_workload_file_is_clean():
-    assert_workload_file_is_clean("inception_v3")

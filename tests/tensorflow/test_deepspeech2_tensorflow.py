@@ -11,8 +11,7 @@ from tbdkit import catalog
 from tbdkit.adapters.tensorflow import Precision, TensorFlowAdapter
 from tbdkit.describe.tensorflow import canonical_layers
 from tbdkit.describe.canonical import reference_gru
-from stack_checks import (assert_learns, assert_padding_does_not_change_an_utterance,
-                          assert_workload_file_is_clean)
+from model_checks import assert_padding_does_not_change_an_utterance, stepped
 
 MODEL = catalog.get("deepspeech2")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
@@ -39,10 +38,6 @@ def test_padding_does_not_change_an_utterance(padded_utterance):
     assert_padding_does_not_change_an_utterance(adapter(), WORKLOAD, DATA, MODEL.hp("smoke"), padded_utterance)
 
 
-def test_smoke_training_reduces_the_loss():
-    assert_learns(adapter(), DATA, MODEL.hp("smoke"), batch_size=4, steps=8, factor=0.99)
-
-
 def test_gradient_values_are_clipped():
     assert adapter().training.optimizer.clipvalue == MODEL.hp("smoke")["clip_gradient_value"]
 
@@ -56,11 +51,10 @@ def test_math_modes():
     Precision("fp32", on_gpu=False)
 
 
-def test_amp_step_runs_on_cpu():
-    a = adapter("amp")
+def test_amp_computes_in_bfloat16_on_cpu():
+    """The amp step of MATH_MODES (finite: tests/tensorflow/test_every_model_tensorflow.py) ran in bfloat16."""
+    a, _ = stepped("deepspeech2", "tensorflow")["amp"]
     assert a.training.model.fc.compute_dtype == "bfloat16"
-    assert math.isfinite(a.loss_value(a.step(a.prepare(next(DATA.synthetic_batches(MODEL.hp("smoke"), 2, 0))))))
-    Precision("fp32", on_gpu=False)
 
 
 def test_gru_gate_order_is_canonicalized():
@@ -87,7 +81,3 @@ def test_oom_and_memory():
     assert mem["value"] is None and "CPU" in mem["reason"]
     env = a.environment()
     assert env["framework_version"] == "2.21.0" and env["device"] == "cpu" and "cudnn" in env
-
-
-def test_workload_file_holds_no_timing_logging_or_profiling():
-    assert_workload_file_is_clean("deepspeech2", "tensorflow")

@@ -2,16 +2,13 @@
 mask resize against NumPy references of torchvision's, the five losses, a smoke step that learns. Runs
 in the TensorFlow stack; parity with PyTorch is tests/test_detection_frameworks.py."""
 
-import math
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tbdkit import catalog
-from stack_checks import (adapter as stack_adapter, assert_learns, assert_workload_file_is_clean,
-                          torchvision_roi_align)
+from model_checks import adapter as stack_adapter, torchvision_roi_align
 
 MODEL = catalog.get("mask_rcnn")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
@@ -29,7 +26,7 @@ def test_parameter_count_is_torchvisions(smoke):
     # torchvision's published 44,401,393 (frozen batch norm) plus the 53 batch norms' scales and offsets
     # (2 x 26,560 channels), which train when there are no pretrained weights
     info = smoke.model_info()
-    assert info["parameters"] == 44_401_393 + 53_120
+    assert info["parameters"] == 44_401_393 + 53_120  # tests/model_checks.py's SMOKE_PARAMETERS
     assert round(44_401_393 / 1e6, 1) == MODEL.info["params_millions"]
     assert info["non_trainable_state"] == 53_120  # moving mean and variance
 
@@ -81,21 +78,3 @@ def test_the_five_losses_are_finite(smoke):
     assert LOSSES <= set(out)
     assert all(np.isfinite(out[k]) and out[k] >= 0 for k in LOSSES), out
     assert out["rpn_objectness"].shape[:2] == (2, 3) and out["rpn_deltas"].shape[:2] == (2, 12)
-
-
-def test_smoke_training_reduces_the_loss(smoke):
-    assert_learns(smoke, DATA, MODEL.hp("smoke"), batch_size=1, steps=4, factor=0.9)
-
-
-def test_a_mixed_precision_step_runs():
-    """amp on the CPU (mixed_bfloat16): the heads' outputs are cast to float32 for the losses."""
-    a = stack_adapter("mask_rcnn", "tensorflow", None, precision="amp")
-    try:
-        loss = a.loss_value(a.step(a.prepare(next(DATA.synthetic_batches(MODEL.hp("smoke"), 1, seed=2)))))
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-    assert math.isfinite(loss) and loss > 0
-
-
-def test_workload_file_is_clean():
-    assert_workload_file_is_clean("mask_rcnn", "tensorflow")

@@ -71,6 +71,6 @@ def test_a_loss_scale_wrapper_and_its_inner_optimizer_count_each_gradient_once()
 
 
 def test_the_tensorflow_adapter_has_the_core_and_its_capabilities() -> None:
-    from stack_checks import assert_capabilities
+    from model_checks import assert_capabilities
 
     assert_capabilities("tensorflow", {"memory_breakdown", "optimizer_state", "parameter_sync", "peak_reset"})

@@ -10,6 +10,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from _shared.tf_amp import scaled_update
+
 
 def cross_entropy(logits: tf.Tensor, labels: tf.Tensor, smoothing: float) -> tf.Tensor:
     """PyTorch's CrossEntropyLoss with label smoothing: (1 - e) NLL + e x the mean over classes of -log p."""
@@ -49,9 +51,8 @@ def training(model: keras.Model, optimizer: keras.optimizers.Optimizer, hp: dict
             # Under a tf.distribute strategy the optimizer sums the replicas' gradients: each replica's
             # share makes that sum the mean, as DDP's and MXNet's averaging (1 replica: unchanged).
             replicas = tf.distribute.get_strategy().num_replicas_in_sync
-            scaled = optimizer.scale_loss(regularized / replicas if replicas > 1 else regularized)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)
+            share = regularized / replicas if replicas > 1 else regularized
+        scaled_update(tape, share, optimizer, model.trainable_variables)
         return loss
 
     return Training(model, optimizer, step)

@@ -17,6 +17,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from _shared.tf_amp import scaled_update
+
 
 def _conv_out(size: int, kernel: int, stride: int) -> int:
     return (size - kernel) // stride + 1
@@ -109,9 +111,7 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
             returns = n_step_returns(rewards, dones, tf.stop_gradient(values[t_max * n:]), hp["gamma"])
             loss = a2c_loss(logits[: t_max * n], values[: t_max * n], tf.reshape(actions, (-1,)),
                             tf.reshape(returns, (-1,)), hp)
-            scaled = optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)  # clipped to global norm max_grad_norm first
+        scaled_update(tape, loss, optimizer, model.trainable_variables)  # clipped to global norm max_grad_norm first
         return loss
 
     return Training(model, optimizer, policy, update)

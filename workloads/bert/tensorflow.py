@@ -18,6 +18,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from _shared.tf_amp import scaled_update
+
 IGNORE = -100  # masked-LM label of positions that are not predicted (data.IGNORE)
 
 
@@ -204,9 +206,7 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
         with tf.GradientTape() as tape:
             outputs = model(input_ids, token_type_ids, attention_mask, training=True)
             loss = task_loss(outputs, targets, hp["seq_len"])
-            scaled = optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)
+        scaled_update(tape, loss, optimizer, model.trainable_variables)
         return loss
 
     return Training(model, optimizer, step)

@@ -15,6 +15,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from _shared.tf_amp import scaled_update
+
 
 def _conv_out(length: Any, kernel: int, stride: int) -> Any:
     return (length + 2 * (kernel // 2) - kernel) // stride + 1
@@ -109,9 +111,7 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
         with tf.GradientTape() as tape:
             log_probs, lengths = model(features, frames, training=True)
             loss = _ctc_mean(log_probs, lengths, labels, label_lengths)
-            scaled = optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)
+        scaled_update(tape, loss, optimizer, model.trainable_variables)
         return loss
 
     return Training(model, optimizer, step)

@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from _shared.sibling import load
+from _shared.tf_amp import scaled_update
 
 _D0 = load("efficientdet", "effdet_d0")  # effdet_d0.py: the structure and anchor labelling, in NumPy
 BLOCKS, FEATURE_STAGES, STEM = _D0.BLOCKS, _D0.FEATURE_STAGES, _D0.STEM
@@ -251,9 +252,8 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
         with tf.GradientTape() as tape:
             class_out, box_out = model(images, training=True)
             loss = detection_loss(class_out, box_out, cls_targets, box_targets, positives, classes)
-            scaled = optimizer.scale_loss(loss + l2_penalty(model.trainable_variables, decay))
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)
+            regularized = loss + l2_penalty(model.trainable_variables, decay)
+        scaled_update(tape, regularized, optimizer, model.trainable_variables)
         return loss
 
     return Training(model, optimizer, step, anchors, hp)

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from _shared.keras_classifier import l2_penalty
 from _shared.keras_resnet import run, stages, stem, width
+from _shared.tf_amp import scaled_update
 
 BBOX_CLIP = math.log(1000.0 / 16)  # torchvision's BoxCoder clamp on dw, dh
 RPN_WEIGHTS, ROI_WEIGHTS = (1.0, 1.0, 1.0, 1.0), (10.0, 10.0, 5.0, 5.0)
@@ -306,7 +307,5 @@ def train_step(training: Training, inputs: dict[str, Any], precision: Any) -> tf
     with tf.GradientTape() as tape:
         loss = tf.add_n(list(model.losses_of(inputs["images"], inputs["boxes"], inputs["labels"]).values()))
         regularized = loss + l2_penalty(variables, training.decay) if training.decay else loss
-        scaled = training.optimizer.scale_loss(regularized)
-    grads = tape.gradient(scaled, variables)
-    training.optimizer.apply(grads, variables)
+    scaled_update(tape, regularized, training.optimizer, variables)
     return loss

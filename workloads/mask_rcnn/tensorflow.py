@@ -33,6 +33,7 @@ import tensorflow as tf
 from _shared.keras_classifier import l2_penalty
 from _shared.keras_resnet import CONV_INIT, run, stages, stem
 from _shared.sibling import load
+from _shared.tf_amp import scaled_update
 
 _det = load("faster_rcnn", "tensorflow")  # box coding, anchors, the RPN's and RoI sampling, the four losses
 encode, decode, RPN_WEIGHTS, ROI_WEIGHTS = _det.encode, _det.decode, _det.RPN_WEIGHTS, _det.ROI_WEIGHTS
@@ -330,7 +331,5 @@ def train_step(training: Training, inputs: dict[str, Any], precision: Any) -> tf
     with tf.GradientTape() as tape:
         loss = tf.add_n([tf.cast(v, tf.float32) for v in _losses(training, inputs).values()])
         regularized = loss + l2_penalty(variables, training.decay) if training.decay else loss
-        scaled = training.optimizer.scale_loss(regularized)
-    grads = tape.gradient(scaled, variables)
-    training.optimizer.apply(grads, variables)
+    scaled_update(tape, regularized, training.optimizer, variables)
     return loss

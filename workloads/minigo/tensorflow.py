@@ -16,6 +16,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from _shared.tf_amp import scaled_update
+
 
 def _conv_bn(hp: dict[str, Any], width: int, kernel: int, affine: bool = True) -> list[keras.layers.Layer]:
     """A bias-free convolution and batch norm (Keras momentum = dual_net's decay; PyTorch's is 1 - it)."""
@@ -109,9 +111,7 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
             policy_cost = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(moves, logits))
             value_cost = tf.reduce_mean(tf.square(value - values))
             loss = policy_cost + hp["value_cost_weight"] * value_cost + hp["l2_strength"] * l2_penalty(model)
-            scaled = optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)
+        scaled_update(tape, loss, optimizer, model.trainable_variables)
         return loss
 
     return Training(model, optimizer, step)

@@ -18,6 +18,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from _shared.tf_amp import scaled_update
+
 
 def _check(hp: dict[str, Any]) -> None:
     wanted = {"encoder_type": "bi", "encoder_layers": 2, "decoder_layers": 2, "unit_type": "lstm",
@@ -177,9 +179,7 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
     def step(source: tf.Tensor, source_lengths: tf.Tensor, target_in: tf.Tensor, target_out: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
             loss = _loss(model(source, source_lengths, target_in, training=True), target_out)
-            scaled = optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)
+        scaled_update(tape, loss, optimizer, model.trainable_variables)
         return loss
 
     return Training(model, optimizer, step)

@@ -19,6 +19,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from _shared.tf_amp import scaled_update
+
 LAYER_NORM_EPS = 1e-5  # torch.nn.Transformer*Layer's default layer_norm_eps
 
 
@@ -239,9 +241,7 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
         with tf.GradientTape() as tape:
             logits = model(source, source_pad, target_in, target_pad, training=True)
             loss = smoothed_cross_entropy(logits, target_out, smoothing)
-            scaled = optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply(grads, model.trainable_variables)
+        scaled_update(tape, loss, optimizer, model.trainable_variables)
         return loss
 
     return Training(model, optimizer, step)

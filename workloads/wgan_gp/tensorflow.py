@@ -19,6 +19,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from _shared.tf_amp import scaled_update
+
 
 def norm(kind: str) -> keras.layers.Layer:
     """PyTorch's defaults: BatchNorm2d (eps 1e-5, momentum 0.1 = 0.9 in Keras' terms) in the generator,
@@ -141,9 +143,6 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
     g_optimizer, c_optimizer = adam(), adam()
     noise_dim, gp_lambda, size = hp["noise_dim"], hp["gp_lambda"], hp["image_size"]
 
-    def update(optimizer: Any, tape: tf.GradientTape, loss: tf.Tensor, variables: list[tf.Variable]) -> None:
-        optimizer.apply(tape.gradient(loss, variables), variables)
-
     @tf.function(input_signature=[tf.TensorSpec((hp["critic_iters"], None, size, size, 3), tf.float32)])
     def step(real: tf.Tensor) -> tf.Tensor:
         n = tf.shape(real)[1]
@@ -154,13 +153,11 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
                 wasserstein = (tf.reduce_mean(tf.cast(critic(fake, training=True), tf.float32))
                                - tf.reduce_mean(tf.cast(critic(real[i], training=True), tf.float32)))
                 loss = wasserstein + gp_lambda * gradient_penalty(critic, real[i], fake)
-                scaled = c_optimizer.scale_loss(loss)
-            update(c_optimizer, tape, scaled, critic.trainable_variables)
+            scaled_update(tape, loss, c_optimizer, critic.trainable_variables)
         with tf.GradientTape() as tape:  # then one generator update
             g_loss = -tf.reduce_mean(tf.cast(critic(generator(tf.random.normal((n, noise_dim)), training=True),
                                                     training=True), tf.float32))
-            scaled = g_optimizer.scale_loss(g_loss)
-        update(g_optimizer, tape, scaled, generator.trainable_variables)
+        scaled_update(tape, g_loss, g_optimizer, generator.trainable_variables)
         return loss  # the last critic loss, as pytorch.py
 
     return Training(model, g_optimizer, c_optimizer, noise_dim, step)

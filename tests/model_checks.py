@@ -1,0 +1,564 @@
+"""The tests' one helper module: running the CLI, loading a workload's files, an adapter on the CPU,
+the checks every model passes (which tests/<stack>/test_every_model_<stack>.py runs over `catalog.models()`, reading the
+per-model data below), and NumPy references that several stacks' model-specific tests share.
+
+It imports no framework at module level: host tests import it in the kit's venv, each stack's tests in
+theirs. Adding a model: its workload folder, its rows in LEARNING, SMOKE_PARAMETERS and MATH_MODES
+(the generated tests fail and say so until it has them), and tests/<stack>/test_<model>_<stack>.py for
+what is specific to it."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tbdkit import catalog
+
+WORKLOADS = Path(__file__).parents[1] / "workloads"
+TESTS = Path(__file__).parent
+
+# ---------------------------------------------------------------------------------------------------
+# Running the CLI as a user does
+
+
+def tbdkit_command(*args: str) -> list[str]:
+    """`tbdkit ARGS` as this Python runs it (for a test that starts it with Popen)."""
+    return [sys.executable, "-m", "tbdkit.cli", *args]
+
+
+def tbdkit(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """`tbdkit ARGS` run by this Python, its output captured as text; `env` adds to (or overrides)
+    os.environ. The caller checks the return code."""
+    return subprocess.run(tbdkit_command(*args), capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+# A small sweep, Deep Speech 2 on PyTorch at batches 1 and 2 on this CPU: conftest.py's `small_sweep`
+# runs it once for the session
+SMALL_SWEEP = ["sweep", "deepspeech2", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu",
+               "--max-warmup-s", "2", "--max-measure-s", "3", "--batch", "1,2", "--cv-limit", "0.5"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Loading a workload's files by path (workloads are files; the kit's venv has no framework)
+
+
+def load_data(model: str) -> ModuleType:
+    """workloads/<model>/data.py as a fresh module (host-side data tests)."""
+    catalog.workloads_on_path()  # the workloads' shared package, as the catalog's loader has it
+    spec = importlib.util.spec_from_file_location(f"{model}_data_under_test", WORKLOADS / model / "data.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def workload_toml(model: str) -> dict[str, Any]:
+    return tomllib.loads((WORKLOADS / model / "workload.toml").read_text())
+
+
+def hparams(model: str, preset: str) -> dict[str, Any]:
+    """[hparams] overridden by [preset.<preset>], as the catalog merges them."""
+    toml = workload_toml(model)
+    return {**toml["hparams"], **toml["preset"][preset]}
+
+
+def truncated_image(path: Path, width: int, height: int, fmt: str = "JPEG") -> Path:
+    """A noise image at `path` cut to half its bytes: its header is intact, so only decoding every
+    pixel finds the damage (noise, so that the cut half holds pixel data, not padding)."""
+    from PIL import Image
+
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)).save(path, fmt)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return path
+
+
+def modules(name: str, framework: str = "pytorch") -> tuple[catalog.Model, Any, Any]:
+    """The model, its `framework` file and its data.py, as the agent loads them."""
+    model = catalog.get(name)
+    return model, catalog.load_module(model, framework), catalog.load_module(model, "data")
+
+
+def models_on(framework: str) -> list[str]:
+    """Every model of the catalog with a `framework` file: what the generated tests run over."""
+    return [name for name, model in catalog.models().items() if framework in model.frameworks]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Adapters on the CPU
+
+
+def adapter(name: str, framework: str, hp: dict[str, Any] | None = None, precision: str = "fp32") -> Any:
+    """The `framework` adapter of workload `name` on the CPU, seed 0 (the smoke preset unless `hp` is given)."""
+    from tbdkit.adapters import load
+
+    model = catalog.get(name)
+    return load(framework, workload=catalog.load_module(model, framework), hp=hp or model.hp("smoke"),
+                device="cpu", precision=precision, seed=0)
+
+
+def assert_capabilities(framework: str, expected: set[str]) -> None:
+    """The framework's adapter (A3C's, on the CPU) implements the core protocol and exactly the
+    optional capabilities named (tbdkit.adapters.Capabilities' fields)."""
+    from tbdkit import adapters
+
+    a = adapter("a3c", framework)
+    caps = adapters.capabilities(a)
+    assert isinstance(a, adapters.Adapter)
+    assert {f for f in caps.__dataclass_fields__ if getattr(caps, f) is a} == expected
+
+
+def fp32_again(framework: str) -> None:
+    """Leave the process in fp32 after an amp step (the math mode is process-wide state)."""
+    if framework == "pytorch":
+        import torch
+
+        from tbdkit.adapters.pytorch import Precision as TorchPrecision
+
+        TorchPrecision("fp32", torch.device("cpu"))
+    elif framework == "tensorflow":
+        from tbdkit.adapters.tensorflow import Precision as TFPrecision
+
+        TFPrecision("fp32", on_gpu=False)
+    else:
+        from tbdkit.adapters.mxnet import Precision as MXPrecision
+
+        MXPrecision("fp32", on_gpu=False)
+
+
+# ---------------------------------------------------------------------------------------------------
+# What every model passes: the data the generated tests read
+
+
+@dataclass(frozen=True)
+class Learning:
+    """A few fp32 steps on one fixed synthetic smoke batch (seed 1): finite losses, the last below
+    `factor` x the first. `hp` overrides the smoke preset; `variants` are the [setting.*] also trained."""
+    batch_size: int
+    steps: int
+    factor: float
+    hp: dict[str, Any] = field(default_factory=dict)
+    variants: tuple[str | None, ...] = (None,)
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """The check is specific to the model and lives in its own test file, in the test named."""
+    test: str
+
+
+# Per framework and model. A3C learns from rollouts its actors play, not from a fixed batch: its own
+# files train on a fixed rollout instead.
+_A3C_LEARNS = Elsewhere("test_rollout_and_update_reduce_the_loss_on_a_fixed_rollout")
+_SAME_ON_TENSORFLOW_AND_MXNET: dict[str, Learning | Elsewhere] = {
+    "a3c": _A3C_LEARNS,
+    "bert": Learning(8, 6, 0.95, variants=(None, "squad")),
+    "deepspeech2": Learning(4, 8, 0.99),
+    "inception_v3": Learning(2, 4, 0.8),
+    "mask_rcnn": Learning(1, 4, 0.9),
+    "minigo": Learning(16, 6, 0.9),
+    "resnet50": Learning(4, 5, 0.8),
+    "seq2seq": Learning(4, 8, 0.99),
+    "transformer": Learning(8, 8, 0.9),
+}
+LEARNING: dict[str, dict[str, Learning | Elsewhere]] = {
+    "pytorch": {
+        "a3c": _A3C_LEARNS,
+        "bert": Learning(8, 6, 0.95),  # SQuAD: test_smoke_squad_fine_tuning_reduces_the_loss (its own lengths)
+        "deepspeech2": Learning(4, 8, 0.99),
+        "efficientdet": Learning(2, 4, 0.95),
+        "faster_rcnn": Learning(1, 4, 0.95),
+        "inception_v3": Learning(2, 4, 0.8),
+        "mask_rcnn": Learning(1, 3, 0.8),
+        "minigo": Learning(16, 6, 0.9),
+        "resnet50": Learning(4, 5, 0.8),
+        "seq2seq": Learning(8, 10, 0.95),
+        "transformer": Learning(8, 8, 0.9),
+        "wgan_gp": Learning(2, 2, 0.8),
+    },
+    "tensorflow": {
+        **_SAME_ON_TENSORFLOW_AND_MXNET,
+        "efficientdet": Learning(2, 4, 0.9),
+        "faster_rcnn": Learning(1, 4, 0.95),
+        "wgan_gp": Learning(2, 2, 0.8),
+    },
+    "mxnet": {
+        **_SAME_ON_TENSORFLOW_AND_MXNET,
+        # at the smoke rate (0.0025) a batch of 2 with stochastic depth and batch statistics moves the loss
+        # by about its step-to-step noise; at 0.02 (a fresh network) 6 steps cut it by 13-15% for seeds 0-3
+        "efficientdet": Learning(2, 6, 0.9, hp={"learning_rate": 0.02}),
+        "faster_rcnn": Learning(1, 5, 0.9),
+    },
+}
+
+# The smoke preset's parameters as each adapter's model_info() counts them: the same on every framework
+# (the same network). Mask R-CNN's include its trunk's 53,120 frozen batch-norm parameters (or moving
+# statistics), which torchvision's published 44.4 M leaves out; the paper-sized networks are counted
+# against the published sizes in each model's own files.
+SMOKE_PARAMETERS: dict[str, int] = {
+    "a3c": 677_943, "bert": 242_898, "deepspeech2": 1_691_645, "efficientdet": 3_880_067,
+    "faster_rcnn": 11_832_022, "inception_v3": 23_834_568,  # no auxiliary head at the smoke size
+    "mask_rcnn": 44_401_393 + 53_120, "minigo": 190_775, "resnet50": 25_557_032, "seq2seq": 336_385,
+    "transformer": 297_472, "wgan_gp": 1_204_884,
+}
+
+
+@dataclass(frozen=True)
+class MathModes:
+    """One smoke step through the adapter in each of `modes` (amp: bf16 on the CPU), from a synthetic
+    batch of `batch_size` (`seed`); `hp` overrides the smoke preset; `positive`: each loss is above 0."""
+    batch_size: int
+    modes: tuple[str, ...]
+    hp: dict[str, Any] = field(default_factory=dict)
+    seed: int = 0
+    positive: bool = False
+
+
+_A3C_MODES = Elsewhere("test_train_step_and_amp")
+MATH_MODES: dict[str, dict[str, MathModes | Elsewhere]] = {
+    "pytorch": {
+        "a3c": _A3C_MODES,
+        "wgan_gp": MathModes(1, ("fp32", "tf32", "amp"), hp={"critic_iters": 1}),
+        **{m: MathModes(b, ("fp32", "tf32", "amp")) for m, b in (
+            ("bert", 4), ("deepspeech2", 2), ("efficientdet", 1), ("faster_rcnn", 1), ("inception_v3", 2),
+            ("mask_rcnn", 1), ("minigo", 8), ("resnet50", 2), ("seq2seq", 4), ("transformer", 4))},
+    },
+    "tensorflow": {
+        "a3c": Elsewhere("test_train_step_through_the_adapter_and_amp"),
+        "faster_rcnn": MathModes(1, ("amp",), seed=2, positive=True),
+        "mask_rcnn": MathModes(1, ("amp",), seed=2, positive=True),
+        "transformer": MathModes(4, ("amp",), seed=1),
+        **{m: MathModes(b, ("amp",)) for m, b in (
+            ("bert", 4), ("deepspeech2", 2), ("efficientdet", 1), ("inception_v3", 2), ("minigo", 8),
+            ("resnet50", 2), ("seq2seq", 2), ("wgan_gp", 1))},
+    },
+    # MXNet 1.9's AMP is float16 with loss scaling, a GPU's: on the CPU the adapter refuses it (A3C's and
+    # Deep Speech 2's own files check the refusal); tf32 there is fp32 with NVIDIA_TF32_OVERRIDE unset
+    "mxnet": {
+        "a3c": Elsewhere("test_train_step_through_the_adapter"),
+        **{m: MathModes(b, ("tf32",)) for m, b in (
+            ("bert", 4), ("deepspeech2", 4), ("efficientdet", 1), ("faster_rcnn", 1), ("inception_v3", 2),
+            ("mask_rcnn", 1), ("minigo", 8), ("resnet50", 2), ("seq2seq", 4), ("transformer", 4))},
+    },
+}
+
+
+def row(table: dict[str, dict[str, Any]], table_name: str, framework: str, name: str) -> Any:
+    """The model's row of a table above, or a failure that says what to add."""
+    rows = table.get(framework, {})
+    assert name in rows, (f"{name} has a {framework} workload but no row in {table_name}['{framework}'] of "
+                          f"tests/model_checks.py: add one (or an Elsewhere naming its own test)")
+    return rows[name]
+
+
+def assert_elsewhere(name: str, framework: str, where: Elsewhere) -> None:
+    """The model's own test file holds the test named (the generated check defers to it)."""
+    path = TESTS / framework / f"test_{name}_{framework}.py"
+    assert path.is_file() and re.search(rf"^def {where.test}\(", path.read_text(), re.M), \
+        f"{path.relative_to(TESTS.parent)} must define {where.test}"
+
+
+FORBIDDEN = (r"\bimport time\b", r"\blogging\b", r"\bprint\(", r"profiler", r"perf_counter", r"tbdkit")
+# the step each stack's workloads share instead of writing it out (workloads/_shared/torch_amp.py, tf_amp.py)
+FORBIDDEN_BY_FRAMEWORK = {"pytorch": (r"\.scaler\.(step|update)\(",), "tensorflow": (r"\.scale_loss\(",), "mxnet": ()}
+
+
+def assert_workload_file_is_clean(name: str, framework: str = "pytorch") -> None:
+    """A workload file holds only the model, optimizer and train step: no timing, logging or profiling,
+    and no copy of the loss-scaling step its stack's workloads share."""
+    source = (catalog.get(name).folder / f"{framework}.py").read_text()
+    for forbidden in (*FORBIDDEN, *FORBIDDEN_BY_FRAMEWORK[framework]):
+        assert not re.search(forbidden, source), forbidden
+
+
+def assert_learns(a: Any, data: Any, hp: dict[str, Any], batch_size: int, steps: int, factor: float) -> list[float]:
+    """`steps` steps through the adapter on one synthetic batch (seed 1): finite losses, the last below
+    factor x the first."""
+    inputs = a.prepare(next(data.batches("synthetic", hp, batch_size, seed=1)))
+    losses = [a.loss_value(a.step(inputs)) for _ in range(steps)]
+    assert_loss_falls(losses, factor)
+    return losses
+
+
+def assert_loss_falls(losses: list[float], factor: float = 0.99) -> None:
+    assert all(math.isfinite(x) for x in losses), losses
+    assert losses[-1] < losses[0] * factor, losses
+
+
+@dataclass
+class Learned:
+    """What a learning check leaves: the trained state (a PyTorch workload's training, another
+    stack's adapter), the losses and the hyperparameters."""
+    trained: Any
+    losses: list[float]
+    hp: dict[str, Any]
+
+
+_LEARNED: dict[tuple[str, str, str | None], Learned] = {}
+
+
+def learned(name: str, framework: str, variant: str | None = None) -> Learned:
+    """The model's learning check (LEARNING's row), run once per process: the generated test asserts
+    it, a model's own test may check more of the same run (the optimizer's step counts, ...)."""
+    key = (name, framework, variant)
+    if key not in _LEARNED:
+        spec = row(LEARNING, "LEARNING", framework, name)
+        assert isinstance(spec, Learning), spec
+        model, workload, data = modules(name, framework)
+        hp = model.hp("smoke", variant)
+        if framework == "pytorch":
+            trained, losses = _torch_fixed_batch(workload, data, {**hp, **spec.hp}, spec.batch_size, spec.steps)
+            assert_loss_falls(losses, spec.factor)
+        else:
+            trained = adapter(name, framework, hp={**hp, **spec.hp})
+            losses = assert_learns(trained, data, hp, spec.batch_size, spec.steps, spec.factor)
+        _LEARNED[key] = Learned(trained, losses, hp)
+    return _LEARNED[key]
+
+
+def _torch_fixed_batch(workload: Any, data: Any, hp: dict[str, Any], batch_size: int, steps: int) -> tuple[Any, list[float]]:
+    """`steps` fp32 train steps straight through the workload (seed 0) on one synthetic batch (seed 1)."""
+    import torch
+
+    from tbdkit.adapters.pytorch import Precision as TorchPrecision
+
+    cpu = torch.device("cpu")
+    torch.manual_seed(0)
+    training = workload.build(hp, cpu)
+    inputs = workload.to_device(next(data.batches("synthetic", hp, batch_size, seed=1)), cpu)
+    precision = TorchPrecision("fp32", cpu)
+    return training, [float(workload.train_step(training, inputs, precision)) for _ in range(steps)]
+
+
+def losses_on_a_fixed_batch(name: str, batch_size: int, steps: int, hp: dict[str, Any] | None = None) -> list[float]:
+    """PyTorch: the losses of `steps` fp32 steps on one fixed synthetic smoke batch (or `hp`'s)."""
+    model, workload, data = modules(name)
+    return _torch_fixed_batch(workload, data, hp or model.hp("smoke"), batch_size, steps)[1]
+
+
+_STEPPED: dict[tuple[str, str], dict[str, tuple[Any, float]]] = {}
+
+
+def stepped(name: str, framework: str) -> dict[str, tuple[Any, float]]:
+    """The model's math-mode check (MATH_MODES' row), run once per process: each mode's adapter and the
+    loss of its one step. Leaves the process in fp32."""
+    key = (name, framework)
+    if key not in _STEPPED:
+        spec = row(MATH_MODES, "MATH_MODES", framework, name)
+        assert isinstance(spec, MathModes), spec
+        model, _, data = modules(name, framework)
+        hp = {**model.hp("smoke"), **spec.hp}
+        batch = next(data.batches("synthetic", hp, spec.batch_size, seed=spec.seed))
+        out = {}
+        try:
+            for mode in spec.modes:
+                a = adapter(name, framework, hp=hp, precision=mode)
+                out[mode] = (a, a.loss_value(a.step(a.prepare(batch))))
+        finally:
+            fp32_again(framework)
+        _STEPPED[key] = out
+    return _STEPPED[key]
+
+
+def fp32_adapter(name: str, framework: str) -> Any:
+    """An fp32 smoke adapter of the model: one the checks above already built, else a new one."""
+    kept = _LEARNED.get((name, framework, None))
+    if kept is not None and framework != "pytorch":
+        return kept.trained
+    if "fp32" in _STEPPED.get((name, framework), {}):
+        return _STEPPED[(name, framework)]["fp32"][0]
+    return adapter(name, framework)
+
+
+# The models whose own files read more from the runs above (learned(), stepped()): the generated tests
+# keep those runs for them and free the others' (a model's own test re-runs one it finds freed).
+REUSED = {("pytorch", "wgan_gp"), ("tensorflow", "bert"), ("tensorflow", "deepspeech2"),
+          ("tensorflow", "minigo"), ("tensorflow", "seq2seq"), ("tensorflow", "transformer"),
+          ("tensorflow", "wgan_gp"), ("mxnet", "bert"), ("mxnet", "minigo"), ("mxnet", "transformer")}
+
+
+def release(name: str, framework: str) -> None:
+    """Free a model's kept runs unless its own file reads them (REUSED)."""
+    if (framework, name) not in REUSED:
+        for key in [k for k in _LEARNED if k[:2] == (name, framework)]:
+            del _LEARNED[key]
+        _STEPPED.pop((name, framework), None)
+
+
+def parameters(module: Any, skip_prefix: str | None = None) -> int:
+    """A torch module's parameters, less those whose names start with `skip_prefix`."""
+    return sum(p.numel() for n, p in module.named_parameters() if not (skip_prefix and n.startswith(skip_prefix)))
+
+
+def converge_briefly(name: str, hp: dict[str, Any], batch_size: int, run_dir: Any) -> dict[str, Any]:
+    """PyTorch: a few seconds of the converge preset's loop (hp sets eval_every_s, max_train_s and an
+    unreachable target): the curve file has its header and at least three points, the target is
+    not reached, and the loop returns the summary's convergence, metrics and data source."""
+    from tbdkit.adapters import load
+    from tbdkit.agent import converge
+
+    model, workload, data = modules(name)
+    a = load("pytorch", workload=workload, hp=hp, device="cpu", precision="fp32", seed=0)
+    out = converge.train(a, data, hp, "synthetic", batch_size, 0, run_dir, lambda: False, model.throughput_unit)
+    rows = (run_dir / "convergence.csv").read_text().splitlines()
+    assert rows[0] == "wall_s,train_s,step,samples,loss,quality" and len(rows) >= 3, rows
+    assert not out["convergence"]["reached"] and out["metrics"]["training_throughput"]["value"] > 0
+    return out
+
+
+def generated_tests(framework: str) -> dict[str, Any]:
+    """The tests every model of the catalog with a `framework` file passes, for that stack's
+    tests/<stack>/test_every_model_<stack>.py to take into its namespace (pytest collects them there):
+    it learns on a fixed batch, steps in each math mode, has the smoke preset's parameter count, and
+    its file holds only model code. A new workload folder is picked up by itself (and fails until its
+    rows are in the tables above)."""
+
+    @pytest.fixture(scope="module", params=models_on(framework))
+    def name(request: Any) -> Any:
+        """One model at a time (a module-scoped parameter groups its tests), its kept runs freed after."""
+        yield request.param
+        release(request.param, framework)
+
+    def test_learns_on_a_fixed_batch(name: str) -> None:
+        spec = row(LEARNING, "LEARNING", framework, name)
+        if isinstance(spec, Elsewhere):
+            assert_elsewhere(name, framework, spec)
+            return
+        for variant in spec.variants:
+            assert len(learned(name, framework, variant).losses) == spec.steps
+
+    def test_every_math_mode_steps(name: str) -> None:
+        spec = row(MATH_MODES, "MATH_MODES", framework, name)
+        if isinstance(spec, Elsewhere):
+            assert_elsewhere(name, framework, spec)
+            return
+        losses = {mode: loss for mode, (_, loss) in stepped(name, framework).items()}
+        assert set(losses) == set(spec.modes) and all(math.isfinite(x) for x in losses.values()), losses
+        assert not spec.positive or all(x > 0 for x in losses.values()), losses
+
+    def test_smoke_parameter_count(name: str) -> None:
+        assert name in SMOKE_PARAMETERS, f"add {name}'s smoke-preset parameter count to SMOKE_PARAMETERS"
+        counted = fp32_adapter(name, framework).model_info()["parameters"]
+        assert counted == SMOKE_PARAMETERS[name], (counted, SMOKE_PARAMETERS[name])
+
+    def test_workload_file_holds_only_model_code(name: str) -> None:
+        assert_workload_file_is_clean(name, framework)
+
+    return {"name": name, "test_learns_on_a_fixed_batch": test_learns_on_a_fixed_batch,
+            "test_every_math_mode_steps": test_every_math_mode_steps,
+            "test_smoke_parameter_count": test_smoke_parameter_count,
+            "test_workload_file_holds_only_model_code": test_workload_file_holds_only_model_code}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Model-specific references several stacks share (NumPy only)
+
+
+def torchvision_roi_align(feats, roi, size, scale, grid):
+    """torchvision's roi_align kernel (aligned=False) for one RoI on (C, H, W) features, in NumPy."""
+    height, width = feats.shape[1:]
+
+    def bilinear(y, x):
+        if y < -1.0 or y > height or x < -1.0 or x > width:
+            return np.zeros(feats.shape[0])
+        y, x = max(y, 0.0), max(x, 0.0)
+        y0, x0 = int(y), int(x)
+        if y0 >= height - 1:
+            y0 = y1 = height - 1
+            y = float(y0)
+        else:
+            y1 = y0 + 1
+        if x0 >= width - 1:
+            x0 = x1 = width - 1
+            x = float(x0)
+        else:
+            x1 = x0 + 1
+        ly, lx = y - y0, x - x0
+        return ((1 - ly) * (1 - lx) * feats[:, y0, x0] + (1 - ly) * lx * feats[:, y0, x1]
+                + ly * (1 - lx) * feats[:, y1, x0] + ly * lx * feats[:, y1, x1])
+
+    x1, y1, x2, y2 = roi * scale
+    bw, bh = max(x2 - x1, 1.0) / size, max(y2 - y1, 1.0) / size
+    gh, gw = grid if grid else (math.ceil(max(y2 - y1, 1.0) / size), math.ceil(max(x2 - x1, 1.0) / size))
+    out = np.zeros((feats.shape[0], size, size))
+    for py in range(size):
+        for px in range(size):
+            out[:, py, px] = np.mean([bilinear(y1 + py * bh + (iy + 0.5) * bh / gh, x1 + px * bw + (ix + 0.5) * bw / gw)
+                                      for iy in range(gh) for ix in range(gw)], axis=0)
+    return out
+
+
+def assert_same_frames_for_the_same_seed(frames: Callable[[], np.ndarray]) -> None:
+    """A3C: `frames()` (an actor's observations for a fixed seed and actions) played twice is the same
+    twice, and not blank: the environment runs in this stack and is deterministic."""
+    first, second = frames(), frames()
+    np.testing.assert_array_equal(first, second)
+    assert first.max() > 0
+
+
+def assert_padding_does_not_change_an_utterance(a: Any, workload: Any, data: Any, hp: dict[str, Any],
+                                                padded: Callable[..., Any]) -> None:
+    """Deep Speech 2: one utterance (seed 3) padded by `padded(data, batch, noise)` (tests/conftest.py's
+    padded_utterance) with zeros, then with loud noise, gives the same log-probabilities over its own
+    output frames."""
+    batch = next(data.synthetic_batches(hp, 1, seed=3))
+    frames = int(batch.feature_lengths[0]) // 2
+    quiet, noisy = (workload.forward(a.training, a.prepare(padded(data, batch, n)))[0] for n in (False, True))
+    np.testing.assert_allclose(quiet[0, :frames], noisy[0, :frames], atol=1e-5)
+
+
+def assert_translation_outputs(a: Any, workload: Any, data: Any, hp: dict[str, Any]) -> None:
+    """Seq2Seq: forward on a synthetic batch of 3 gives log-probabilities (N, T, target vocabulary) that
+    sum to one, and each sentence's target length."""
+    batch = next(data.synthetic_batches(hp, 3, seed=0))
+    log_probs, lengths = workload.forward(a.training, a.prepare(batch))
+    assert log_probs.shape == (*batch.target_in.shape, hp["target_vocab_size"])
+    np.testing.assert_allclose(np.exp(log_probs).sum(-1), 1.0, atol=1e-4)
+    assert lengths.tolist() == batch.target_lengths.tolist()
+
+
+def assert_padding_does_not_change_a_sentence(a: Any, workload: Any, data: Any, hp: dict[str, Any]) -> None:
+    """Seq2Seq: a sentence (seed 3, a batch of one: no padding of its own) with 7 junk tokens appended
+    beyond its length gives the same log-probabilities."""
+    batch = next(data.synthetic_batches(hp, 1, seed=3))
+    n = int(batch.source_lengths[0])
+    junk = np.concatenate([batch.source, np.full((1, 7), 5, np.int64)], axis=1)
+    padded = data.Batch(junk, batch.source_lengths, batch.target_in, batch.target_out, batch.target_lengths)
+    quiet, noisy = (workload.forward(a.training, a.prepare(b))[0] for b in (batch, padded))
+    assert junk.shape[1] == n + 7
+    np.testing.assert_allclose(quiet, noisy, atol=1e-5)
+
+
+def transformer_parameters(hp: dict[str, Any]) -> int:
+    """The Transformer's trainable parameters from its hyperparameters: attention 4 (d x d + d); FFN
+    d x f + f + f x d + d; LayerNorm 2d; one d x V table shared by both embeddings and the projection."""
+    d, f = hp["d_model"], hp["ffn_hidden"]
+    attention, ffn, norm = 4 * (d * d + d), d * f + f + f * d + d, 2 * d
+    return (hp["encoder_layers"] * (attention + ffn + 2 * norm) + hp["decoder_layers"] * (2 * attention + ffn + 3 * norm)
+            + hp["source_vocab_size"] * d)
+
+
+def smoothed_cross_entropy_case() -> tuple[np.ndarray, np.ndarray, float, float]:
+    """Logits (2, 3, 5), labels with -100 ignored, epsilon 0.1 and, in NumPy, the mean over the labelled
+    positions of PyTorch's label-smoothed cross-entropy: (1 - e) x NLL + e x the mean of -log p."""
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 3, 5)).astype(np.float32)
+    labels = np.array([[1, 4, -100], [0, -100, -100]])
+    e = 0.1
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    per = [(1 - e) * -logp[i, j, labels[i, j]] - e * logp[i, j].mean() for i, j in zip(*np.nonzero(labels >= 0))]
+    return logits, labels, e, float(np.mean(per))

@@ -1,0 +1,20 @@
+"""The TensorFlow update under mixed precision that every TensorFlow workload ends its step with
+(Keras' recipe): the loss scaled by the optimizer, the gradients of the scaled loss, the update. Under
+AMP the adapter wraps the optimizer in a LossScaleOptimizer, whose `apply` unscales the gradients and
+skips the step when they overflow; any other optimizer's `scale_loss` returns the loss unchanged (or
+multiplied by its `loss_scale_factor`), so outside AMP this is the plain gradient and update."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import tensorflow as tf
+
+
+def scaled_update(tape: tf.GradientTape, loss: tf.Tensor, optimizer: Any, variables: Sequence[tf.Variable]) -> None:
+    """`tape` recorded `loss` (and has been exited); the scaling is recorded on it too (a tape may be
+    re-entered until its gradient is taken), then its gradient over `variables` updates them."""
+    with tape:
+        scaled = optimizer.scale_loss(loss)
+    optimizer.apply(tape.gradient(scaled, variables), variables)
