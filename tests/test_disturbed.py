@@ -249,3 +249,14 @@ def test_a_disturbed_worker_of_a_job_is_not_a_failed_one(tmp_path):
     (tmp_path / "workers" / "rank1" / "summary.json").write_text(json.dumps(
         {**own, "status": "disturbed", "worker": "rank 1 of 2", "disturbed_reasons": ["foreign CPU load: test"]}))
     assert name_failed_workers(tmp_path, spec, 0, own) == ("ok", own)
+
+
+def test_the_netns_launchers_nodes_share_this_machines_cores():
+    """Several namespaces are one machine: each worker of a 2-node netns job gets half the cores, as the
+    launcher's OMP_NUM_THREADS says (two workers of 2 threads each on 2 cores made the link's cost vanish
+    under oversubscription); a node of a real cluster splits only among its own workers."""
+    assert cpus.workers_here(2, 1, "netns") == 2
+    assert cpus.workers_here(8, 4, "native") == 4
+    assert cpus.workers_here(1, 1, "netns") == 1
+    two = cpus.plan(None, False, 0, workers_here=cpus.workers_here(2, 1, "netns"), mask=[0, 1], quota={"cores": None})
+    assert (two.cpus, two.intra_op) == (1, 1)

@@ -171,7 +171,10 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         events.emit("phase", phase="setup")
         # Threads and pinning before any framework loads: OpenMP and MXNet read their variables once.
         budget = cpus.plan(
-            spec.cpus, spec.pin, 0 if spec.data == "synthetic" else 1, spec.gpus_per_node if worker is not None else 1
+            spec.cpus,
+            spec.pin,
+            0 if spec.data == "synthetic" else 1,
+            cpus.workers_here(spec.world_size, spec.gpus_per_node, spec.launcher) if worker is not None else 1,
         )
         os.environ.update(cpus.thread_env(budget))
         pinned = cpus.pin(budget)

@@ -117,7 +117,7 @@ class NativeLauncher:
 def thread_env(spec: RunSpec) -> dict[str, str]:
     """OpenMP's and MXNet's threads from the run's CPU budget, in the agent's environment before it
     starts (tbdkit.cpus; the agent applies the same budget again before any framework loads)."""
-    workers = spec.gpus_per_node if spec.world_size > 1 else 1
+    workers = cpus.workers_here(spec.world_size, spec.gpus_per_node, spec.launcher)
     return cpus.thread_env(cpus.plan(spec.cpus, spec.pin, 0 if spec.data == "synthetic" else 1, workers))
 
 
