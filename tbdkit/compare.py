@@ -2,8 +2,8 @@
 
 The ratio is run A's throughput over run B's (each the window's sum of work / sum of iteration
 times, tbdkit.agent.stats). Its 95% interval is the delta method's, as for one run: on the log
-scale the two runs' relative standard errors add in quadrature, with Welch-Satterthwaite's degrees
-of freedom; from each run's iterations.csv (the sample window's rows), or, for a run folder without
+scale the two runs' relative standard errors add in quadrature, with the conservative degrees of
+freedom min(dof_A, dof_B); from each run's iterations.csv (the sample window's rows), or, for a run folder without
 it (an older reference), from the standard error its summary records. The verdict is "faster" or
 "slower" when the interval excludes 1, else "same within noise"; beside it, the smallest
 difference the data could have detected (a two-sided 5% test with 80% power).
@@ -210,7 +210,7 @@ class Comparison:
     def method(self) -> str:
         return (
             f"ratio of the two windows' throughputs (sum of work / sum of time); {LEVEL:.0%} interval by the "
-            f"delta method on the log ratio, Welch-Satterthwaite dof {self.dof}; detectable: the difference a "
+            f"delta method on the log ratio, conservative dof min(dof_A, dof_B) = {self.dof}; detectable: the difference a "
             f"two-sided {1 - LEVEL:.0%} test finds with {POWER:.0%} power. A: {self.a.source}; B: {self.b.source}"
         )
 
@@ -255,11 +255,13 @@ def ratio_interval(
     a_rate: float, a_rel_se: float, a_dof: int, b_rate: float, b_rel_se: float, b_dof: int
 ) -> tuple[float, float, float, int, float]:
     """(ratio, low, high, dof, detectable) of a_rate / b_rate from each rate's relative standard
-    error: log-scale delta method, Welch-Satterthwaite degrees of freedom."""
+    error: log-scale delta method, with the conservative degrees of freedom min(dof_a, dof_b) (Hsu's
+    choice for Welch's problem). Welch-Satterthwaite's estimated dof made the 95% interval cover
+    93.7% (8 iterations a run) to 94.4% (20) of constructed repeats; the smaller dof keeps it at 95%
+    within the Monte Carlo error (docs/energy-and-cost.md)."""
     va, vb = a_rel_se**2, b_rel_se**2
     se = math.sqrt(va + vb)
-    dof = round((va + vb) ** 2 / (va**2 / max(a_dof, 1) + vb**2 / max(b_dof, 1))) if va + vb > 0 else a_dof + b_dof
-    dof = max(dof, 1)
+    dof = max(min(a_dof, b_dof), 1)
     t = t_quantile(0.5 + LEVEL / 2, dof)
     ratio = a_rate / b_rate
     low, high = ratio * math.exp(-t * se), ratio * math.exp(t * se)
