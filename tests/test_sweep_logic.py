@@ -249,4 +249,5 @@ def test_compare_gives_ratios_and_says_why_not():
     assert "gpu_utilization" not in point["metrics"]  # a number in neither run
     failed = artifact.compare(old, {"run_id": "c", "status": "oom", "metrics": {}})
     assert failed["metrics"]["throughput"] == {"recorded": 20.0, "new": None, "unit": "audio_s/s", "ratio": None,
-                                               "reason": "the new run did not finish ok"}
+                                               "reason": "the new run did not finish ok",
+                                               "recorded_ci95_relative": None, "new_ci95_relative": None}
