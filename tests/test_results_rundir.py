@@ -17,7 +17,8 @@ ROLES = {"spec": files.SPEC, "env": files.ENV, "iterations": files.ITERATIONS, "
          "summary": files.SUMMARY, "memory": files.MEMORY, "kernels": files.KERNELS,
          "kernel_launches": files.KERNEL_LAUNCHES, "log": files.LOG, "convergence": files.CONVERGENCE,
          "container_spec": files.CONTAINER_SPEC, "container_state": files.CONTAINER_STATE,
-         "container_log": files.CONTAINER_LOG, "ncu_raw": files.NCU_RAW}
+         "container_log": files.CONTAINER_LOG, "ncu_raw": files.NCU_RAW,
+         "trace": files.TRACE, "profiler_trace": files.PROFILER_TRACE, "mllog": files.MLLOG}
 
 
 def test_every_run_file_has_its_role_and_every_path_is_a_run_file(tmp_path: Path) -> None:

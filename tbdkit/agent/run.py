@@ -214,6 +214,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                 worker=worker.label,
             )
         if spec.memory_limit_mb:
+            energy.preload()  # the collectors' libraries load before the cap, not inside it
             limit_memory(spec.memory_limit_mb)
         summary["device"] = adapter.device_label
         summary["model_info"] = adapter.model_info()

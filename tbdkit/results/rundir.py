@@ -92,6 +92,18 @@ class RunDir:
     def ncu_raw(self) -> Path:
         return self.path / files.NCU_RAW
 
+    @property
+    def trace(self) -> Path:
+        return self.path / files.TRACE
+
+    @property
+    def profiler_trace(self) -> Path:
+        return self.path / files.PROFILER_TRACE
+
+    @property
+    def mllog(self) -> Path:
+        return self.path / files.MLLOG
+
     # --- a data-parallel job's workers -------------------------------------------------------
     @property
     def workers(self) -> Path:
