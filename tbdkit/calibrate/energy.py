@@ -17,6 +17,10 @@ PROBE = "idle then busy window: counter moves forward, idle < busy mean power <=
 METRICS = ("cpu_energy", "cpu_power", "dram_energy", "dram_power")
 
 
+def _unsupported(why: str, details: dict[str, Any] | None = None) -> ProbeResult:
+    return ProbeResult(INSTRUMENT, PROBE, None, None, "W", Tolerance(), unsupported(why), METRICS, details or {})
+
+
 def rapl_result(
     idle_j: float | None,
     idle_s: float,
@@ -28,17 +32,7 @@ def rapl_result(
     """The verdict from the two windows' package energy (J) and lengths (s)."""
     details = dict(details or {})
     if idle_j is None or busy_j is None:
-        return ProbeResult(
-            INSTRUMENT,
-            PROBE,
-            None,
-            None,
-            "W",
-            Tolerance(),
-            unsupported("Zeus returned no RAPL package reading"),
-            METRICS,
-            details,
-        )
+        return _unsupported("Zeus returned no RAPL package reading", details)
     idle_w, busy_w = idle_j / idle_s, busy_j / busy_s
     details.update(
         idle_j=round(idle_j, 6),
@@ -77,21 +71,10 @@ def probe(seconds: float = 2.0) -> list[ProbeResult]:
 
         from tbdkit.agent.collectors.energy import rapl_reason
     except ImportError:
-        return [
-            ProbeResult(
-                INSTRUMENT,
-                PROBE,
-                None,
-                None,
-                "W",
-                Tolerance(),
-                unsupported("zeus is not installed in this environment (pip install zeus)"),
-                METRICS,
-            )
-        ]
+        return [_unsupported("zeus is not installed in this environment (pip install zeus)")]
     why = rapl_reason()
     if why is not None:
-        return [ProbeResult(INSTRUMENT, PROBE, None, None, "W", Tolerance(), unsupported(why), METRICS)]
+        return [_unsupported(why)]
     from tbdkit.calibrate.host import spinning
 
     monitor = ZeusMonitor(gpu_indices=[], cpu_indices=None)

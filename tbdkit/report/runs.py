@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from tbdkit import catalog
 from tbdkit.analysis.peak import Device, peak_flops, product_of
+from tbdkit.analysis.timeline import KERNEL_COLUMNS
 from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
@@ -231,15 +232,9 @@ def _kernels(path: Path) -> list[dict[str, Any]]:
                     "kernel": str(row.get("kernel") or ""),
                     "method": str(row.get("method") or ""),
                 }
-                for key in (
-                    "calls",
-                    "total_time_us",
-                    "time_share",
-                    "mean_time_us",
-                    "fp32_utilization",
-                    "tensor_utilization",
-                ):
-                    parsed[key] = _number(row.get(key))
+                for key in KERNEL_COLUMNS:
+                    if key not in parsed:  # every column but the two texts is a number
+                        parsed[key] = _number(row.get(key))
                 rows.append(parsed)
     except (OSError, csv.Error):
         return []
