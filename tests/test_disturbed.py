@@ -105,6 +105,25 @@ def test_the_run_own_children_are_not_foreign():
     assert m["run_cores_busy"] * wall >= 0.6 * 0.95  # the child's CPU time was counted as the run's
 
 
+
+def test_interrupt_time_is_reported_not_counted_as_a_neighbour(monkeypatch):
+    """irq+softirq is charged to no process (a data-parallel run's own packets make most of it):
+    psutil's per-CPU times with only softirq growing, 0.5 core-seconds a read, give no foreign load."""
+    real = psutil.cpu_times(percpu=True)
+    reads = iter(range(10_000))
+
+    def cpu_times(percpu: bool = False):
+        k = next(reads)
+        return [t._replace(softirq=t.softirq + 0.5 * k) for t in real]
+
+    monkeypatch.setattr(psutil, "cpu_times", cpu_times)
+    c = NeighbourCollector(cores=[0])
+    c.start()
+    time.sleep(0.2)
+    m = c.stop()["foreign_cpu"]
+    assert m["value"] == 0.0
+    assert m["interrupt_cores"] > 1.0  # 0.5 s of softirq between two reads about 0.2 s apart
+
 # ---------------------------------------------------------------- status, report, sweeps
 
 
