@@ -51,7 +51,7 @@ bench: $(KIT_STAMP)
 		--precision $(call quote,$(PRECISION)) --launcher $(call quote,$(LAUNCHER)) --data $(call quote,$(value DATA)) \
 		--results $(call quote,$(value RESULTS)) --setup --nodes $(call quote,$(NODES)) \
 		--gpus-per-node $(call quote,$(GPUS_PER_NODE)) $(if $(LINK_RATE),--link-rate $(call quote,$(LINK_RATE))) \
-		$(if $(CPUS),--cpus $(call quote,$(CPUS))) $(if $(PIN),--pin)
+		$(if $(CPUS),--cpus $(call quote,$(CPUS))) $(if $(PIN),--pin) $(if $(ONE_PROCESS),--one-process)
 
 # A grid (BATCH may hold `max`: the largest batch that fits); run again to resume.
 sweep: $(KIT_STAMP)

@@ -45,6 +45,7 @@ LIKE_FIELDS = (
     "nodes",
     "gpus_per_node",
     "link_rate",
+    "one_process",
     "lock_digest",
 )
 ALLOWED_FIELDS = ("batch_size",)  # may differ: the comparison is about them
@@ -275,7 +276,10 @@ def identity_differences(a: Side, b: Side) -> tuple[list[tuple[str, Any, Any]], 
     other: list[tuple[str, Any, Any]] = []
     for name in LIKE_FIELDS:
         va, vb = a.field(name), b.field(name)
-        if va != vb and not (name in ("nodes", "gpus_per_node") and (va or 1) == (vb or 1)):
+        if va != vb and not (
+            (name in ("nodes", "gpus_per_node") and (va or 1) == (vb or 1))
+            or (name == "one_process" and bool(va) == bool(vb))  # unrecorded before it existed: one process each
+        ):
             unlike.append((name, va, vb))
     for name, va, vb in (
         ("device", a.device_kind, b.device_kind),

@@ -128,12 +128,13 @@ def plan(
     )
 
 
-def workers_here(world_size: int, gpus_per_node: int, launcher: str) -> int:
-    """How many of a job's workers share this machine's cores: all of them under the netns launcher
-    (its "machines" are namespaces of this one), a node's workers otherwise, 1 for a single run."""
-    if world_size <= 1:
+def workers_here(processes: int, processes_per_node: int, launcher: str) -> int:
+    """How many of a job's worker processes share this machine's cores: all of them under the netns
+    launcher (its "machines" are namespaces of this one), a node's workers otherwise, 1 for a single
+    run (also one process training several replicas, --one-process)."""
+    if processes <= 1:
         return 1
-    return world_size if launcher == "netns" else gpus_per_node
+    return processes if launcher == "netns" else processes_per_node
 
 
 def check_request(requested: int | None) -> str | None:

@@ -29,6 +29,11 @@ SEED_MAX = 2**31 - 1
 # The models whose TensorFlow step divides its loss by the replicas (workloads/_shared/keras_classifier.py),
 # so that the strategy's summed gradients are their mean: the paper's Fig. 9 cells and ResNet-50.
 TF_DATA_PARALLEL_MODELS = frozenset({"inception_v3", "resnet50"})
+# The models that train several replicas in one process (--one-process: TensorFlow's MirroredStrategy,
+# MXNet's `device` kvstore): the image classifiers, whose shared steps take one part of the batch per
+# replica (workloads/_shared/keras_classifier.py, gluon_classifier.py).
+ONE_PROCESS_MODELS = frozenset({"inception_v3", "resnet50"})
+ONE_PROCESS_FRAMEWORKS = ("tensorflow", "mxnet")
 
 
 class MeasurePolicy(BaseModel):
@@ -104,6 +109,12 @@ class RunSpec(BaseModel):
     link_rate: str | None = Field(
         None, description="shape each node's link to this rate with tc (netns launcher), e.g. 1gbit"
     )
+    one_process: bool = Field(
+        False,
+        description="train the node's gpus_per_node replicas in one process, as the paper's single-machine "
+        "runs did: TensorFlow's MirroredStrategy, MXNet's `device` kvstore (on CPUs, logical CPU devices); "
+        "otherwise each replica is a worker process of its own",
+    )
     cpus: int | None = Field(
         None,
         ge=1,
@@ -115,7 +126,21 @@ class RunSpec(BaseModel):
 
     @property
     def world_size(self) -> int:
+        """Replicas of the model the job trains (GPUs; on CPUs, workers or logical devices)."""
         return self.nodes * self.gpus_per_node
+
+    @property
+    def replicas_per_process(self) -> int:
+        return self.gpus_per_node if self.one_process else 1
+
+    @property
+    def processes(self) -> int:
+        """The job's worker processes (each trains replicas_per_process replicas)."""
+        return self.world_size // self.replicas_per_process
+
+    @property
+    def processes_per_node(self) -> int:
+        return self.gpus_per_node // self.replicas_per_process
 
     @field_validator("link_rate")
     @classmethod
@@ -145,7 +170,28 @@ class RunSpec(BaseModel):
             )
         if self.link_rate is not None and self.launcher != "netns":
             raise ValueError("link_rate: shaping the link needs --launcher netns")
+        if self.one_process:
+            self._check_one_process()
         return self
+
+    def _check_one_process(self) -> None:
+        if self.framework not in ONE_PROCESS_FRAMEWORKS:
+            raise ValueError(
+                "one_process: several replicas in one process are TensorFlow's MirroredStrategy and MXNet's "
+                f"`device` kvstore; {self.framework} runs one worker process per GPU (drop --one-process)"
+            )
+        if self.model not in ONE_PROCESS_MODELS:
+            raise ValueError(
+                f"one_process: built for {', '.join(sorted(ONE_PROCESS_MODELS))}, whose shared step trains one "
+                f"part of the batch per replica; run {self.model} without --one-process (a process per GPU)"
+            )
+        if self.nodes != 1 or self.gpus_per_node < 2:
+            raise ValueError(
+                "one_process: it is for several GPUs of one machine: use --nodes 1 --gpus-per-node 2 or more "
+                "(across machines every node runs its own workers)"
+            )
+        if self.launcher != "native":
+            raise ValueError("one_process: one process on this machine runs with --launcher native")
 
     @field_validator("model")
     @classmethod

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 from tests.test_distributed import FAST, agents_running, bench, namespaces, needs_root
 
 PAPER_CELLS = {"tensorflow": "inception_v3", "mxnet": "resnet50"}
@@ -76,3 +77,43 @@ def test_a_dying_mxnet_worker_ends_the_job_and_is_named(tmp_path):
     assert s["error"].startswith("worker rank 1 (node 0) died before writing its results (exit code 3)"), s["error"]
     assert "workers/rank1.log" in s["error"] and s["failed_worker"]["rank"] == 1
     assert agents_running(results) == []
+
+
+@pytest.mark.slow
+def test_mxnet_replicas_in_one_process(tmp_path):
+    """--one-process: one agent, two CPU contexts under the `device` kvstore, the global batch split
+    between them; the job's metrics are the process's, the scaling against a single-replica run."""
+    results = tmp_path / "results"
+    single, s1 = run(results, "mxnet")
+    assert single.returncode == 0 and s1 is not None, single.stderr[-3000:]
+    proc, s = run(results, "mxnet", "--gpus-per-node", "2", "--one-process")
+    assert proc.returncode == 0 and s is not None, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert s["status"] in MEASURED and s["world_size"] == 2 and s["replicas_per_process"] == 2
+    assert s["worker"] == "one process, 2 replicas" and s["interconnect"]["backend"].startswith("kvstore device")
+    m = s["metrics"]
+    assert m["aggregate_throughput"]["value"] == m["throughput"]["value"] > 0
+    assert m["per_worker_throughput"]["value"] == pytest.approx(m["throughput"]["value"] / 2, rel=1e-5)
+    assert m["communication_time"]["value"] is None and m["communication_time"]["reason"]
+    assert m["scaling_efficiency"]["baseline_run"] == s1["run_id"]
+    run_dir = results / s["run_id"]
+    assert not (run_dir / "workers").exists()  # one process: no worker folders
+    rows = (run_dir / "iterations.csv").read_text().splitlines()
+    assert rows[1].split(",")[5] == "4"  # samples per step: 2 replicas x the per-replica batch of 2
+    env = json.loads((run_dir / "env.json").read_text())
+    assert env["framework"]["kvstore"] == "device" and env["framework"]["replica_contexts"] == ["cpu(0)", "cpu(1)"]
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"framework": "pytorch"}, "pytorch runs one worker process per GPU"),
+    ({"model": "deepspeech2"}, "run deepspeech2 without --one-process"),
+    ({"gpus_per_node": 1}, "--gpus-per-node 2 or more"),
+    ({"nodes": 2, "launcher": "netns"}, "--nodes 1"),
+])
+def test_one_process_is_refused_where_it_is_not_built(change, message):
+    from tbdkit.errors import UserError
+    from tbdkit.spec import build
+
+    args = {"model": "resnet50", "framework": "mxnet", "batch_size": 2, "device": "cpu",
+            "gpus_per_node": 2, "one_process": True, **change}
+    with pytest.raises(UserError, match=message.replace("-", r"\-")):
+        build(**args)

@@ -19,6 +19,7 @@ import mxnet as mx
 import numpy as np
 
 from tbdkit.adapters.cuda_driver import identity, why_no_gpu
+from tbdkit.adapters.replicas import split
 from tbdkit.metric import metric
 
 
@@ -138,6 +139,33 @@ def require_dist_kvstore(features: Any) -> None:
         raise RuntimeError(NO_DIST_KVSTORE)
 
 
+def replica_contexts(replicas: int, on_gpu: bool) -> list[mx.Context]:
+    """The contexts of one process's replicas (--one-process): its first `replicas` GPUs, or on the CPU
+    `replicas` CPU contexts (MXNet keeps a copy of the parameters and gradients on each; their
+    operators share the CPU engine's threads)."""
+    if on_gpu:
+        gpus = gpu_probe()[0]
+        if gpus < replicas:
+            raise RuntimeError(
+                f"--gpus-per-node {replicas} --one-process needs {replicas} GPUs and MXNet sees {gpus}: "
+                "ask for fewer, or make more visible (CUDA_VISIBLE_DEVICES)"
+            )
+        return [mx.gpu(i) for i in range(replicas)]
+    return [mx.cpu(i) for i in range(replicas)]
+
+
+def use_device_kvstore(trainers: list[Any]) -> None:
+    """Every Gluon trainer sums its gradients over the replicas' contexts in the `device` kvstore (on
+    a device, by GPU peer copies where it can: what the paper's MXNet ran for several GPUs of one
+    machine), where MXNet's default also runs the optimizer (update_on_kvstore) and the weights are
+    pulled back to each context. The shared step's loss is each part's mean and it steps by the
+    number of parts (workloads/_shared/gluon_classifier.py): the update is the mean over replicas."""
+    for trainer in trainers:
+        if trainer._kv_initialized:  # Trainer makes its kvstore at its first step (MXNet 1.9.1)
+            raise RuntimeError("a trainer stepped before its replicas were set up")
+        trainer._kvstore_params["kvstore"] = "device"
+
+
 class MXNetAdapter:
     framework = "mxnet"
     backend: str | None = None
@@ -155,6 +183,7 @@ class MXNetAdapter:
         precision: str,
         seed: int,
         threads: tuple[int, int] | None = None,
+        replicas: int = 1,
     ) -> None:
         self.threads = threads_of(threads)
         seed_everything(seed)
@@ -162,9 +191,20 @@ class MXNetAdapter:
         self.device_label = "cpu" if self.cuda_index is None else f"cuda:{self.cuda_index}"
         self.precision = Precision(precision, self.cuda_index is not None)
         self.workload = workload
-        self.training = workload.build(hp, self.ctx)
-        self.precision.prepare_trainer(self.training.trainer)
+        # one process, several replicas (--one-process): a context each, the `device` kvstore between them
+        self.contexts = replica_contexts(replicas, self.cuda_index is not None) if replicas > 1 else [self.ctx]
+        self.training = workload.build(hp, self.contexts if replicas > 1 else self.ctx)
         self.kvstore: Any = None  # a data-parallel job's dist_sync kvstore, once joined
+        if replicas > 1:
+            use_device_kvstore(self._trainers())
+            self.backend = f"kvstore device ({replicas} replicas in one process)"
+        self.precision.prepare_trainer(self.training.trainer)
+
+    def _trainers(self) -> list[Any]:
+        trainers = [t for t in vars(self.training).values() if isinstance(t, mx.gluon.Trainer)]
+        if not trainers:
+            raise RuntimeError("the workload's training state holds no Gluon Trainer")
+        return trainers
 
     def join(self, world_size: int) -> None:
         """Join the parameter-server job the launcher set up (DMLC_* environment: scheduler, servers,
@@ -193,7 +233,10 @@ class MXNetAdapter:
         """Nothing to end here: ps-lite finalizes (a barrier with the scheduler) as the process exits."""
 
     def prepare(self, batch: Any) -> Any:
-        return self.workload.to_device(batch, self.ctx)
+        if len(self.contexts) == 1:
+            return self.workload.to_device(batch, self.ctx)
+        # one part of the batch per replica, each on its replica's context (the shared step takes the list)
+        return [self.workload.to_device(part, c) for part, c in zip(split(batch, len(self.contexts)), self.contexts)]
 
     def step(self, inputs: Any) -> Any:
         loss = self.workload.train_step(self.training, inputs, self.precision)
@@ -276,7 +319,10 @@ class MXNetAdapter:
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "threads": self.threads,
             "math_mode": self.precision.describe(),
-            "kvstore": self.kvstore.type if self.kvstore is not None else None,
+            "kvstore": self.kvstore.type
+            if self.kvstore is not None
+            else ("device" if len(self.contexts) > 1 else None),
+            "replica_contexts": [str(c) for c in self.contexts] if len(self.contexts) > 1 else None,
         }
         if self.cuda_index is not None:
             # MXNet exposes no UUID or PCI address: the driver API names the physical GPU of its CUDA ordinal.

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from tbdkit.adapters.cuda_driver import identity, why_no_gpu
+from tbdkit.adapters.replicas import split
 from tbdkit.metric import metric
 
 
@@ -101,11 +102,37 @@ def multi_worker_strategy(on_gpu: bool) -> tf.distribute.Strategy:
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
+def replica_devices(replicas: int, on_gpu: bool) -> list[str]:
+    """The devices of one process's replicas (--one-process): its first `replicas` GPUs, or on the CPU
+    `replicas` logical CPU devices split from the one physical CPU (their ops share its thread pools).
+    Called before TensorFlow's runtime starts: logical devices cannot be made after."""
+    if on_gpu:
+        gpus = gpu_probe()[0]
+        if gpus < replicas:
+            raise RuntimeError(
+                f"--gpus-per-node {replicas} --one-process needs {replicas} GPUs and TensorFlow sees {gpus}: "
+                "ask for fewer, or make more visible (CUDA_VISIBLE_DEVICES)"
+            )
+        return [f"/GPU:{i}" for i in range(replicas)]
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+    return [f"/CPU:{i}" for i in range(replicas)]
+
+
+def mirrored_strategy(devices: list[str], on_gpu: bool) -> tuple[tf.distribute.Strategy, str]:
+    """MirroredStrategy over one process's devices: NCCL all-reduce between GPUs; between logical
+    CPU devices a reduction to the first (NCCL has no CPU path). The strategy and its backend's name."""
+    ops = tf.distribute.NcclAllReduce() if on_gpu else tf.distribute.ReductionToOneDevice(reduce_to_device=devices[0])
+    return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=ops), (
+        f"MirroredStrategy/{type(ops).__name__} ({len(devices)} replicas in one process)"
+    )
+
+
 class TensorFlowAdapter:
     framework = "tensorflow"
     comm = None  # the all-reduce runs inside the compiled step: TensorFlow exposes no per-collective timing
     comm_reason = (
-        "MultiWorkerMirroredStrategy's all-reduce runs inside the compiled training step; TensorFlow "
+        "the strategy's all-reduce runs inside the compiled training step; TensorFlow "
         "exposes no timing of its collectives outside a profiler trace"
     )
 
@@ -117,11 +144,17 @@ class TensorFlowAdapter:
         precision: str,
         seed: int,
         threads: tuple[int, int] | None = None,
+        replicas: int = 1,
     ) -> None:
         self.threads = set_threads(threads)
         self.strategy: tf.distribute.Strategy | None = None
         self.backend: str | None = None
-        if worker_of_job() is not None:  # one replica per worker process: the launcher gives each one GPU at most
+        self.replica_devices: list[str] = []
+        if replicas > 1:  # one process, several replicas (--one-process): MirroredStrategy
+            on_gpu = device != "cpu" and gpu_probe()[0] > 0
+            self.replica_devices = replica_devices(replicas, on_gpu)
+            self.strategy, self.backend = mirrored_strategy(self.replica_devices, on_gpu)
+        elif worker_of_job() is not None:  # one replica per worker process: the launcher gives each one GPU at most
             on_gpu = device != "cpu" and gpu_probe()[0] > 0
             self.strategy = multi_worker_strategy(on_gpu)
             self.backend = "MultiWorkerMirroredStrategy/" + ("NCCL" if on_gpu else "RING")
@@ -151,6 +184,8 @@ class TensorFlowAdapter:
         @tf.function
         def step(inputs: Any) -> Any:
             losses = strategy.run(lambda i: self.workload.train_step(self.training, i, self.precision), args=(inputs,))
+            if self.replica_devices:  # each replica's loss is the mean over its part of the batch
+                return strategy.reduce(tf.distribute.ReduceOp.MEAN, losses, axis=None)
             return strategy.experimental_local_results(losses)[0]
 
         return step
@@ -171,7 +206,17 @@ class TensorFlowAdapter:
         """Nothing to end: the strategy's gRPC server goes with the process."""
 
     def prepare(self, batch: Any) -> Any:
-        return self.workload.to_device(batch, self.tf_device)
+        if not self.replica_devices:
+            return self.workload.to_device(batch, self.tf_device)
+        # one part of the batch per replica, each on its replica's device
+        parts = [
+            self.workload.to_device(part, d)
+            for part, d in zip(split(batch, len(self.replica_devices)), self.replica_devices)
+        ]
+        assert self.strategy is not None
+        return self.strategy.experimental_distribute_values_from_function(
+            lambda ctx: parts[ctx.replica_id_in_sync_group]
+        )
 
     def step(self, inputs: Any) -> Any:
         if self._replicated is not None:
@@ -272,6 +317,7 @@ class TensorFlowAdapter:
             },
             "math_mode": self.precision.describe(),
             "distribute_strategy": type(self.strategy).__name__ if self.strategy is not None else None,
+            "replica_devices": self.replica_devices or None,
         }
         if self.cuda_index is not None:
             details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[self.cuda_index])

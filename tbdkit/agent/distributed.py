@@ -167,3 +167,29 @@ def job_metrics(
             **({} if shares else {"reason": comm_reason or "no worker timed its all-reduces"}),
         ),
     }
+
+
+def replica_metrics(throughput: float, replicas: int, unit: str, comm_reason: str | None) -> dict[str, Any]:
+    """The job's metrics when one process trains `replicas` replicas (--one-process): its window
+    throughput is the job's; a replica's share of it is that / replicas (they step together)."""
+    return {
+        "aggregate_throughput": metric(
+            throughput,
+            unit,
+            f"the one process's window throughput: each step trains all {replicas} replicas' batches",
+            per_worker=[round(throughput, 6)],
+            replicas=replicas,
+        ),
+        "per_worker_throughput": metric(
+            throughput / replicas,
+            unit,
+            f"the process's window throughput / its {replicas} replicas (they step together in one process: "
+            "no replica is timed alone)",
+        ),
+        "communication_time": metric(
+            None,
+            "%",
+            "the replicas' gradient reduction inside the process's step",
+            reason=comm_reason or "the framework exposes no timing of its reduction outside a profiler",
+        ),
+    }

@@ -174,7 +174,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             spec.cpus,
             spec.pin,
             0 if spec.data == "synthetic" else 1,
-            cpus.workers_here(spec.world_size, spec.gpus_per_node, spec.launcher) if worker is not None else 1,
+            cpus.workers_here(spec.processes, spec.processes_per_node, spec.launcher) if worker is not None else 1,
         )
         os.environ.update(cpus.thread_env(budget))
         pinned = cpus.pin(budget)
@@ -196,6 +196,8 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             precision=spec.precision,
             seed=spec.seed,
             threads=(budget.intra_op, budget.inter_op),
+            # several replicas in this one process (--one-process): MirroredStrategy, MXNet's device kvstore
+            **({"replicas": spec.replicas_per_process} if spec.replicas_per_process > 1 else {}),
         )
         caps = capabilities(adapter)
         if worker is not None:
@@ -212,6 +214,15 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                 gpus_per_node=spec.gpus_per_node,
                 link_rate=spec.link_rate,
                 worker=worker.label,
+            )
+        elif spec.replicas_per_process > 1:
+            summary.update(
+                world_size=spec.world_size,
+                nodes=spec.nodes,
+                gpus_per_node=spec.gpus_per_node,
+                link_rate=None,
+                replicas_per_process=spec.replicas_per_process,
+                worker=f"one process, {spec.replicas_per_process} replicas",
             )
         if spec.memory_limit_mb:
             energy.preload()  # the collectors' libraries load before the cap, not inside it
@@ -245,8 +256,11 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                 raise StopRequested
             summary["status"] = "ok"
             return _exit_code("ok")
-        # Each worker trains its own batches (its seed offset by its rank), as a distributed sampler would.
-        batches = data.batches(spec.data, hp, spec.batch_size, spec.seed + (worker.rank if worker else 0))
+        # Each worker trains its own batches (its seed offset by its rank), as a distributed sampler would;
+        # one process with several replicas loads their batches as one, which its adapter splits.
+        batches = data.batches(
+            spec.data, hp, spec.batch_size * spec.replicas_per_process, spec.seed + (worker.rank if worker else 0)
+        )
         source = (
             synthetic_pool(batches, spec.measure.synthetic_pool) if spec.data == "synthetic" else Prefetcher(batches)
         )
@@ -313,18 +327,26 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                     "ci95_half_width": None,
                     "ci95_relative": None,
                 }
-                summary["interconnect"] = {
-                    "gpu_link": None,
-                    "gpu_link_reason": (
-                        "NVLink/PCIe topology is read only on GPUs"
-                        if adapter.cuda_index is None
-                        else "not read by this kit version"
-                    ),
-                    "network": distributed.interface_towards(worker.master_addr),
-                    "link_rate": spec.link_rate,
-                    "backend": dist.backend,
-                }
-            if spec.analyses and worker is None:
+                summary["interconnect"] = interconnect(adapter, distributed.interface_towards(worker.master_addr))
+                summary["interconnect"].update(link_rate=spec.link_rate, backend=dist.backend)
+            elif spec.replicas_per_process > 1:
+                summary["metrics"].update(
+                    distributed.replica_metrics(
+                        estimate.throughput,
+                        spec.replicas_per_process,
+                        model.throughput_unit,
+                        getattr(adapter, "comm_reason", None),
+                    )
+                )
+                summary["interconnect"] = interconnect(
+                    adapter,
+                    {
+                        "interface": None,
+                        "reason": "one process: its replicas exchange gradients in memory, not over a network",
+                    },
+                )
+                summary["interconnect"]["backend"] = getattr(adapter, "backend", None)
+            if spec.analyses and worker is None and spec.replicas_per_process == 1:
                 events.emit("phase", phase="analysis")
                 summary["metrics"].update(
                     analysis.run(adapter, loop, env, run_dir, summary["metrics"]["throughput"], spec.precision, caps)
@@ -369,6 +391,19 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         _write_summary(run_dir, summary)
         events.emit("done", status=summary["status"], error=summary["error"])
     return _exit_code(summary["status"])
+
+
+def interconnect(adapter: Any, network: dict[str, Any]) -> dict[str, Any]:
+    """summary.json's interconnect of a job or of one process's replicas: the GPUs' link, the network."""
+    return {
+        "gpu_link": None,
+        "gpu_link_reason": (
+            "NVLink/PCIe topology is read only on GPUs"
+            if adapter.cuda_index is None
+            else "not read by this kit version"
+        ),
+        "network": network,
+    }
 
 
 def _gpu_state(loop: TrainingLoop) -> dict[str, Any]:

@@ -59,6 +59,14 @@ def bench(
         int, typer.Option(help="workers per machine (GPUs; processes on CPUs); batch is per worker")
     ] = 1,
     link_rate: Annotated[str | None, typer.Option(help="shape each node's link, e.g. 1gbit (--launcher netns)")] = None,
+    one_process: Annotated[
+        bool,
+        typer.Option(
+            "--one-process",
+            help="TensorFlow, MXNet: train the --gpus-per-node replicas in one process (MirroredStrategy, "
+            "the `device` kvstore), as the paper's single-machine runs did",
+        ),
+    ] = False,
     data: Annotated[str, typer.Option(help="'synthetic' or the path of the real dataset")] = "synthetic",
     seed: Annotated[int, typer.Option(help="random seed (recorded in env.json)")] = 0,
     max_measure_s: Annotated[float | None, typer.Option(help="cap on the sample window, seconds")] = None,
@@ -121,6 +129,7 @@ def bench(
             nodes=nodes,
             gpus_per_node=gpus_per_node,
             link_rate=link_rate,
+            one_process=one_process,
             cpus=check_cpus(cpus),
             pin=pin,
         )

@@ -36,7 +36,7 @@ def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
     launcher: Launcher = netns if spec.launcher == "netns" else native
     exit_code = launcher.run(spec, run_dir, on_event)
     status, summary = finalize(run_dir, spec, exit_code, on_event)
-    if spec.world_size > 1:
+    if spec.processes > 1:
         from tbdkit.launch.workers import name_failed_workers
 
         status, summary = name_failed_workers(run_dir, spec, exit_code, summary)

@@ -29,7 +29,7 @@ def command(spec: RunSpec, run_dir: Path) -> list[str]:
 
 def agent_command(python: str, spec: RunSpec, run_dir: Path) -> list[str]:
     agent = ["-m", "tbdkit.agent", "--spec", str(RunDir(run_dir).spec), "--run-dir", str(run_dir)]
-    if spec.world_size > 1:  # several workers on this machine: torchrun starts them
+    if spec.processes > 1:  # several workers on this machine: torchrun starts them
         return [
             python,
             "-u",
@@ -117,14 +117,15 @@ class NativeLauncher:
 def thread_env(spec: RunSpec) -> dict[str, str]:
     """OpenMP's and MXNet's threads from the run's CPU budget, in the agent's environment before it
     starts (tbdkit.cpus; the agent applies the same budget again before any framework loads)."""
-    workers = cpus.workers_here(spec.world_size, spec.gpus_per_node, spec.launcher)
+    workers = cpus.workers_here(spec.processes, spec.processes_per_node, spec.launcher)
     return cpus.thread_env(cpus.plan(spec.cpus, spec.pin, 0 if spec.data == "synthetic" else 1, workers))
 
 
 def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
     """The agent in the framework stack's virtual environment (the launcher `bench` and sweeps use);
-    several TensorFlow or MXNet workers as their own processes (tbdkit.launch.group)."""
-    if spec.world_size > 1 and spec.framework != "pytorch":
+    several TensorFlow or MXNet workers as their own processes (tbdkit.launch.group); one process
+    for a node's replicas under --one-process."""
+    if spec.processes > 1 and spec.framework != "pytorch":
         from tbdkit.launch import group
         from tbdkit.launch.netns import host_gpus
 

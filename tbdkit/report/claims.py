@@ -616,7 +616,7 @@ def obs12_bandwidth(runs: list[Run]) -> Verdict:
     for r in runs:
         if r.nodes != 1 or r.gpus_per_node < 2:
             continue
-        base = singles.get((r.series._replace(gpus_per_node=1, link_rate=""), r.batch_size))
+        base = singles.get((r.series._replace(gpus_per_node=1, link_rate="", one_process=False), r.batch_size))
         if base is None or not throughput(base):
             evidence.append(f"(b) {_name(r.series)} b{r.batch_size}: no like single-GPU run to compare with")
             continue

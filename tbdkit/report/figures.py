@@ -367,10 +367,14 @@ def scaling(runs: list[Run]) -> Result:
         lines = sorted((k, rs) for k, rs in groups.items() if k[0] == framework)
         for (_, model, batch, several, link, *_), rs in lines:
             pts = sorted((r.world_size, r.metric("aggregate_throughput") or throughput(r) or 0.0) for r in rs)
-            single = singles.get((rs[0].series._replace(nodes=1, gpus_per_node=1, link_rate=""), batch))
+            single = singles.get(
+                (rs[0].series._replace(nodes=1, gpus_per_node=1, link_rate="", one_process=False), batch)
+            )
             if single is not None:
                 pts.insert(0, (1, throughput(single) or 0.0))
-            where = "machines (netns)" if several else "one machine"
+            where = (
+                "machines (netns)" if several else "one machine" + (", one process" if rs[0].series.one_process else "")
+            )
             ax.plot(
                 [p[0] for p in pts],
                 [p[1] for p in pts],

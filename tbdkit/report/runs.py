@@ -61,6 +61,7 @@ class SeriesKey(NamedTuple):
     nodes: int
     gpus_per_node: int
     link_rate: str
+    one_process: bool = False  # the node's replicas in one process (MirroredStrategy, MXNet's device kvstore)
 
     def but(self, *fields: str) -> tuple:
         """The key without `fields`: what must match for runs compared across those fields."""
@@ -72,8 +73,10 @@ class SeriesKey(NamedTuple):
         text += "" if self.variant == "default" else f", variant {self.variant}"
         text += f", {self.data} data] on {self.device}"
         if self.nodes * self.gpus_per_node > 1:
-            text += f" x{self.nodes} node(s) x{self.gpus_per_node} worker(s)" + (
-                f", link {self.link_rate}" if self.link_rate else ""
+            text += (
+                f" x{self.nodes} node(s) x{self.gpus_per_node} "
+                + ("replicas in one process" if self.one_process else "worker(s)")
+                + (f", link {self.link_rate}" if self.link_rate else "")
             )
         return text
 
@@ -178,6 +181,7 @@ class Run:
             self.nodes,
             self.gpus_per_node,
             str(self.link_rate or ""),
+            bool(self._field("one_process")),
         )
 
     def peak_flops(self) -> float | None:

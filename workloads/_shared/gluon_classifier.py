@@ -40,16 +40,26 @@ def forward(training: Training, inputs: dict[str, Any]) -> np.ndarray:
     return training.model(inputs["images"]).asnumpy()
 
 
-def train_step(training: Training, inputs: dict[str, Any], precision: Any) -> Any:
+def train_step(training: Training, inputs: dict[str, Any] | list[dict[str, Any]], precision: Any) -> Any:
     """One optimizer step on the mean cross entropy (plus aux_weight x the auxiliary head's when the
-    model returns (logits, aux_logits) while recording); `precision` may scale the loss (AMP on a GPU)."""
-    labels = targets(inputs["labels"], training.classes, training.smoothing)
+    model returns (logits, aux_logits) while recording); `precision` may scale the loss (AMP on a GPU).
+    `inputs` may be a list of parts, one per replica's context (the adapter's --one-process): each
+    part's loss is its mean, the trainer's kvstore sums their gradients and the step divides by the
+    parts, so the update is the mean over the whole batch. The loss returned is the parts' mean."""
+    parts = inputs if isinstance(inputs, list) else [inputs]
     criterion = training.loss
+    losses = []
     with autograd.record():
-        out = training.model(inputs["images"])
-        heads = [(out[0], 1.0), (out[1], training.aux_weight)] if isinstance(out, (tuple, list)) else [(out, 1.0)]
-        loss = sum(weight * criterion(logits.astype("float32"), labels).mean() for logits, weight in heads)
-        with precision.scale_loss(loss, training.trainer) as scaled:
+        for part in parts:
+            labels = targets(part["labels"], training.classes, training.smoothing)
+            out = training.model(part["images"])
+            heads = [(out[0], 1.0), (out[1], training.aux_weight)] if isinstance(out, (tuple, list)) else [(out, 1.0)]
+            losses.append(sum(weight * criterion(logits.astype("float32"), labels).mean() for logits, weight in heads))
+        # one backward over every part (MXNet's AMP scales a list of losses as it does one)
+        with precision.scale_loss(losses if len(losses) > 1 else losses[0], training.trainer) as scaled:
             autograd.backward(scaled)
-    training.trainer.step(1)  # the loss is already a batch mean
-    return loss
+    training.trainer.step(len(parts))  # each part's loss is already its batch mean
+    if len(losses) == 1:
+        return losses[0]
+    first = losses[0].context
+    return sum(loss.as_in_context(first) for loss in losses) / len(losses)
