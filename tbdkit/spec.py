@@ -32,7 +32,7 @@ TF_DATA_PARALLEL_MODELS = frozenset({"inception_v3", "resnet50"})
 # The models that train several replicas in one process (--one-process: TensorFlow's MirroredStrategy,
 # MXNet's `device` kvstore): the image classifiers, whose shared steps take one part of the batch per
 # replica (workloads/_shared/keras_classifier.py, gluon_classifier.py).
-ONE_PROCESS_MODELS = frozenset({"inception_v3", "resnet50"})
+ONE_PROCESS_MODELS = TF_DATA_PARALLEL_MODELS
 ONE_PROCESS_FRAMEWORKS = ("tensorflow", "mxnet")
 
 

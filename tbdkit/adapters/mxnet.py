@@ -160,6 +160,8 @@ def use_device_kvstore(trainers: list[Any]) -> None:
     machine), where MXNet's default also runs the optimizer (update_on_kvstore) and the weights are
     pulled back to each context. The shared step's loss is each part's mean and it steps by the
     number of parts (workloads/_shared/gluon_classifier.py): the update is the mean over replicas."""
+    if not trainers:
+        raise RuntimeError("the workload's training state holds no Gluon Trainer to give replicas")
     for trainer in trainers:
         if trainer._kv_initialized:  # Trainer makes its kvstore at its first step (MXNet 1.9.1)
             raise RuntimeError("a trainer stepped before its replicas were set up")
@@ -201,10 +203,8 @@ class MXNetAdapter:
         self.precision.prepare_trainer(self.training.trainer)
 
     def _trainers(self) -> list[Any]:
-        trainers = [t for t in vars(self.training).values() if isinstance(t, mx.gluon.Trainer)]
-        if not trainers:
-            raise RuntimeError("the workload's training state holds no Gluon Trainer")
-        return trainers
+        """The Gluon trainers the workload's training state holds."""
+        return [t for t in vars(self.training).values() if isinstance(t, mx.gluon.Trainer)]
 
     def join(self, world_size: int) -> None:
         """Join the parameter-server job the launcher set up (DMLC_* environment: scheduler, servers,
@@ -218,7 +218,7 @@ class MXNetAdapter:
                 f"the kvstore has {kv.num_workers} workers and the job {world_size}: "
                 "DMLC_NUM_WORKER must be the job's world size"
             )
-        trainers = [t for t in vars(self.training).values() if isinstance(t, mx.gluon.Trainer)]
+        trainers = self._trainers()
         if not trainers:
             raise RuntimeError("the workload's training state holds no Gluon Trainer to distribute")
         for trainer in trainers:  # Trainer's kvstore is made at its first step (MXNet 1.9.1, its last release)
@@ -262,7 +262,7 @@ class MXNetAdapter:
     def optimizer_state_bytes(self) -> int | None:
         """Bytes of the Gluon trainers' optimizer states (momentum buffers, moments), which the trainer's
         updaters create at the first step; None if the workload's training state holds no trainer."""
-        trainers = [t for t in vars(self.training).values() if isinstance(t, mx.gluon.Trainer)]
+        trainers = self._trainers()
         if not trainers:
             return None
 

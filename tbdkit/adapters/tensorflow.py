@@ -150,14 +150,14 @@ class TensorFlowAdapter:
         self.strategy: tf.distribute.Strategy | None = None
         self.backend: str | None = None
         self.replica_devices: list[str] = []
-        if replicas > 1:  # one process, several replicas (--one-process): MirroredStrategy
+        if replicas > 1 or worker_of_job() is not None:
             on_gpu = device != "cpu" and gpu_probe()[0] > 0
-            self.replica_devices = replica_devices(replicas, on_gpu)
-            self.strategy, self.backend = mirrored_strategy(self.replica_devices, on_gpu)
-        elif worker_of_job() is not None:  # one replica per worker process: the launcher gives each one GPU at most
-            on_gpu = device != "cpu" and gpu_probe()[0] > 0
-            self.strategy = multi_worker_strategy(on_gpu)
-            self.backend = "MultiWorkerMirroredStrategy/" + ("NCCL" if on_gpu else "RING")
+            if replicas > 1:  # one process, several replicas (--one-process): MirroredStrategy
+                self.replica_devices = replica_devices(replicas, on_gpu)
+                self.strategy, self.backend = mirrored_strategy(self.replica_devices, on_gpu)
+            else:  # one replica per worker process: the launcher gives each one GPU at most
+                self.strategy = multi_worker_strategy(on_gpu)
+                self.backend = "MultiWorkerMirroredStrategy/" + ("NCCL" if on_gpu else "RING")
         keras.utils.set_random_seed(seed)  # Python, NumPy and TensorFlow
         self.tf_device, self.cuda_index = resolve_device(device)
         self.device_label = "cpu" if self.cuda_index is None else f"cuda:{self.cuda_index}"

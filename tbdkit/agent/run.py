@@ -208,22 +208,16 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             else:
                 raise RuntimeError(f"{spec.framework}: this adapter cannot run data-parallel jobs")
             dist.join(worker.world_size)
+        if worker is not None or spec.replicas_per_process > 1:  # a job, or one process's replicas
             summary.update(
-                world_size=worker.world_size,
+                world_size=worker.world_size if worker is not None else spec.world_size,
                 nodes=spec.nodes,
                 gpus_per_node=spec.gpus_per_node,
                 link_rate=spec.link_rate,
-                worker=worker.label,
+                worker=worker.label if worker is not None else f"one process, {spec.replicas_per_process} replicas",
             )
-        elif spec.replicas_per_process > 1:
-            summary.update(
-                world_size=spec.world_size,
-                nodes=spec.nodes,
-                gpus_per_node=spec.gpus_per_node,
-                link_rate=None,
-                replicas_per_process=spec.replicas_per_process,
-                worker=f"one process, {spec.replicas_per_process} replicas",
-            )
+            if spec.replicas_per_process > 1:
+                summary["replicas_per_process"] = spec.replicas_per_process
         if spec.memory_limit_mb:
             energy.preload()  # the collectors' libraries load before the cap, not inside it
             limit_memory(spec.memory_limit_mb)
@@ -327,8 +321,9 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                     "ci95_half_width": None,
                     "ci95_relative": None,
                 }
-                summary["interconnect"] = interconnect(adapter, distributed.interface_towards(worker.master_addr))
-                summary["interconnect"].update(link_rate=spec.link_rate, backend=dist.backend)
+                summary["interconnect"] = interconnect(
+                    adapter, distributed.interface_towards(worker.master_addr), spec.link_rate, dist.backend
+                )
             elif spec.replicas_per_process > 1:
                 summary["metrics"].update(
                     distributed.replica_metrics(
@@ -344,8 +339,9 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                         "interface": None,
                         "reason": "one process: its replicas exchange gradients in memory, not over a network",
                     },
+                    None,
+                    getattr(adapter, "backend", None),
                 )
-                summary["interconnect"]["backend"] = getattr(adapter, "backend", None)
             if spec.analyses and worker is None and spec.replicas_per_process == 1:
                 events.emit("phase", phase="analysis")
                 summary["metrics"].update(
@@ -393,8 +389,9 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
     return _exit_code(summary["status"])
 
 
-def interconnect(adapter: Any, network: dict[str, Any]) -> dict[str, Any]:
-    """summary.json's interconnect of a job or of one process's replicas: the GPUs' link, the network."""
+def interconnect(adapter: Any, network: dict[str, Any], link_rate: str | None, backend: str | None) -> dict[str, Any]:
+    """summary.json's interconnect of a job or of one process's replicas: the GPUs' link, the network,
+    its shaped rate and the framework's backend."""
     return {
         "gpu_link": None,
         "gpu_link_reason": (
@@ -403,6 +400,8 @@ def interconnect(adapter: Any, network: dict[str, Any]) -> dict[str, Any]:
             else "not read by this kit version"
         ),
         "network": network,
+        "link_rate": link_rate,
+        "backend": backend,
     }
 
 

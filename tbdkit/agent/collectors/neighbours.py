@@ -82,9 +82,11 @@ class NeighbourCollector:
         self.series: list[float] = []  # foreign core-equivalents per sampler tick
         self._baseline = False
 
-    def _busy_cores(self, fields: tuple[str, ...] = PROCESS_FIELDS) -> float:
+    def _core_seconds(self) -> tuple[float, float]:
+        """(process, interrupt) CPU seconds of the run's cores so far, from one read."""
         per = psutil.cpu_times(percpu=True)
-        return sum(_sum(per[i], fields) for i in self.cores if i < len(per))
+        mine = [per[i] for i in self.cores if i < len(per)]
+        return sum(_sum(t, PROCESS_FIELDS) for t in mine), sum(_sum(t, INTERRUPT_FIELDS) for t in mine)
 
     def _own(self) -> None:
         """Note the CPU seconds of every process of the run's tree now (the agent's includes its reaped children)."""
@@ -111,14 +113,14 @@ class NeighbourCollector:
         self._baseline = True
         self._own()
         self._baseline = False
-        self.busy0 = self.busy_tick = self._busy_cores()
-        self.interrupts0 = self._busy_cores(INTERRUPT_FIELDS)
+        self.busy0, self.interrupts0 = self._core_seconds()
+        self.busy_tick = self.busy0
         self.wall0 = self.wall_tick = time.perf_counter()
         self.own_tick = 0.0
 
     def sample(self) -> dict[str, Any]:
         self._own()
-        busy, wall, own = self._busy_cores(), time.perf_counter(), self._own_seconds()
+        busy, wall, own = self._core_seconds()[0], time.perf_counter(), self._own_seconds()
         foreign = max(0.0, (busy - self.busy_tick) - (own - self.own_tick)) / max(wall - self.wall_tick, 1e-9)
         self.busy_tick, self.wall_tick, self.own_tick = busy, wall, own
         self.series.append(foreign)
@@ -127,8 +129,12 @@ class NeighbourCollector:
     def stop(self) -> dict[str, dict[str, Any]]:
         try:
             self._own()
-            busy, wall = self._busy_cores() - self.busy0, time.perf_counter() - self.wall0
-            interrupts = self._busy_cores(INTERRUPT_FIELDS) - self.interrupts0
+            process, interrupt = self._core_seconds()
+            busy, interrupts, wall = (
+                process - self.busy0,
+                interrupt - self.interrupts0,
+                time.perf_counter() - self.wall0,
+            )
         except psutil.Error as exc:  # never crash the run: the gap is recorded
             return {"foreign_cpu": missing("cores", METHOD, f"psutil failed: {exc}")}
         own = self._own_seconds()
