@@ -65,3 +65,10 @@ def test_split_keeps_the_order_and_refuses_uneven_parts():
     np.testing.assert_array_equal(np.concatenate([p.labels for p in parts]), batch.labels)
     with pytest.raises(ValueError, match="does not split into 4 equal parts"):
         split(batch, 4)
+
+
+def test_more_replicas_than_gpus_is_one_sentence():
+    from tbdkit.adapters.mxnet import replica_contexts
+
+    with pytest.raises(RuntimeError, match=r"^--gpus-per-node 2 --one-process needs 2 GPUs and MXNet sees 0: ask for fewer"):
+        replica_contexts(2, on_gpu=True)  # this machine has none

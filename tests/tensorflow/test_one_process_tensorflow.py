@@ -84,3 +84,10 @@ def test_the_first_update_is_the_mean_of_the_replicas_updates(checked):
     assert checked["moved"] > 1e-4 and checked["worst_excess"] <= 0.0, checked
     assert checked["replicas_equal"]  # every replica holds the same weights after the step
     assert checked["loss"] == pytest.approx(sum(checked["single_losses"]) / 2, rel=1e-4)
+
+
+def test_more_replicas_than_gpus_is_one_sentence():
+    from tbdkit.adapters.tensorflow import replica_devices
+
+    with pytest.raises(RuntimeError, match=r"^--gpus-per-node 2 --one-process needs 2 GPUs and TensorFlow sees 0: ask"):
+        replica_devices(2, on_gpu=True)  # this machine has none
