@@ -178,3 +178,25 @@ def test_report_excludes_a_failed_instrument_from_the_claims_and_marks_it(tmp_pa
     flags = tables.display_rows(loaded)[0][-1]
     assert "calibration failed: throughput" in flags and "cpu_utilization" not in flags
     assert loaded[0].metric("throughput") == 10.0  # still shown, only marked
+
+
+def test_idle_probe_is_not_fooled_by_work_elsewhere_in_the_calling_process():
+    """A test runner's leftover thread (or a child it reaps) is CPU time in this process: the idle
+    probe watches a process that sleeps by construction, so the stray work is not blamed on the collector."""
+    import threading
+
+    stop = threading.Event()
+
+    def stray() -> None:
+        while not stop.is_set():
+            sum(range(10_000))
+
+    t = threading.Thread(target=stray, daemon=True)
+    t.start()
+    try:
+        idle = host.cpu_probe(seconds=0.6)[1]
+    finally:
+        stop.set()
+        t.join()
+    assert idle.status == "trusted", idle
+    assert idle.probe.startswith("a sleeping process")

@@ -14,6 +14,8 @@ import contextlib
 import hashlib
 import io
 import math
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -57,15 +59,33 @@ def spinning(k: int) -> Iterator[list[float]]:
             w.join()
 
 
+@contextlib.contextmanager
+def sleeping_process() -> Iterator[int]:
+    """A child Python that has finished starting and sleeps: its CPU time over the block is 0 by
+    construction. (This process is no such thing: a test runner's leftover threads, or a child it
+    reaps mid-window, add CPU time the idle probe would wrongly blame on the collector.)"""
+    code = "import time; print('ready', flush=True); time.sleep(3600)"
+    child = subprocess.Popen([sys.executable, "-I", "-S", "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        child.stdout.readline()
+        yield child.pid
+    finally:
+        child.kill()
+        child.wait()
+
+
 def cpu_probe(
     seconds: float = 2.0, threads: int | None = None, collector: Callable[[], CpuCollector] = CpuCollector
 ) -> list[ProbeResult]:
     cores = psutil.cpu_count(logical=True) or 1
     k = threads or max(1, cores // 2)
-    idle = collector()
-    idle.start()
-    time.sleep(seconds / 2)
-    quiet = idle.stop()
+    with sleeping_process() as pid:
+        idle = collector()
+        idle.proc = psutil.Process(pid)
+        idle.start()
+        time.sleep(seconds / 2)
+        quiet = idle.stop()
     background = quiet["cpu_utilization"]["value"]
     idle_proc = quiet["process_cpu_utilization"]["value"]
 
@@ -115,7 +135,7 @@ def cpu_probe(
         ),
         ProbeResult(
             "cpu.process_utilization",
-            f"idle for {seconds / 2:g} s",
+            f"a sleeping process for {seconds / 2:g} s",
             0.0,
             idle_proc,
             "%",
