@@ -99,9 +99,15 @@ test:
 	done; \
 	echo "make test: $$(( $$(date +%s) - start )) s in all"
 
+# Host tests: those not marked serial on TEST_WORKERS workers (pytest-xdist, one file per worker at a time:
+# most of a bench test is a fixed wall-clock window or a single-threaded start, and leaves cores idle),
+# then the serial ones (tests/conftest.py's SERIAL: they time things or need the machine to themselves) alone.
+TEST_WORKERS ?= 2
 test-host: $(KIT_STAMP)
 	$(TBDKIT) setup $(FRAMEWORK_TESTS)
-	$(VENV)/bin/python -m pytest tests $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS)) --durations=15
+	$(VENV)/bin/python -m pytest tests $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS)) -m "not serial" \
+		-n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(VENV)/bin/python -m pytest tests $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS)) -m serial --durations=10
 
 test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(TBDKIT) setup $*

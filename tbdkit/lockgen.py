@@ -43,12 +43,17 @@ def compile_command(uv: str, env: locks.LockEnv, out: Path) -> list[str]:
     return cmd
 
 
-def generate(env: locks.LockEnv, uv: str) -> Path:
-    """Write env's lock atomically: its header (inputs and their digest), then uv's pins and hashes."""
+def generate(env: locks.LockEnv, uv: str, upgrade: bool = False) -> Path:
+    """Write env's lock atomically: its header (inputs and their digest), then uv's pins and hashes. The
+    lock's present pins are kept where pyproject.toml still allows them, unless `upgrade`."""
     project = locks.pyproject()
     env.file.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="tbdkit-lock-") as tmp:
         body = Path(tmp) / "body.txt"
+        if env.file.exists() and not upgrade:
+            # uv keeps the versions an existing output file pins where the requirements still allow them:
+            # editing one requirement moves only what it must, not every package to the newest release.
+            body.write_text(env.file.read_text())
         proc = subprocess.run(compile_command(uv, env, body), capture_output=True, text=True, cwd=KIT_ROOT)
         if proc.returncode != 0:
             raise UserError(
@@ -65,6 +70,11 @@ def generate(env: locks.LockEnv, uv: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tbdkit.lockgen", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help=f"locks to regenerate (default: all of {', '.join(locks.ENVS)})")
+    parser.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="resolve every package afresh (default: keep the present pins that still fit)",
+    )
     args = parser.parse_args(argv)
     uv = uv_binary()
     if uv is None:
@@ -76,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         for name in args.names or list(locks.ENVS):
-            path = generate(locks.get(name), uv)
+            path = generate(locks.get(name), uv, upgrade=args.upgrade)
             print(
                 f"{path.relative_to(KIT_ROOT)}: {len(locks.pins(path.read_text()))} packages, "
                 f"digest {locks.digest(path)}"

@@ -3,6 +3,30 @@
 import numpy as np
 import pytest
 
+# Test files that must run alone (`make test-host` runs them after the rest, which go on two workers):
+# each measures time or CPU share, or holds something machine-wide. A neighbouring test's load would
+# shift their numbers or mark their runs disturbed.
+SERIAL: dict[str, str] = {
+    "test_calibrate.py": "busy threads, an idle process and an A/A overhead, timed",
+    "test_calibrate_flops.py": "times kernels against their known FLOPs",
+    "test_calibrate_gpu.py": "the GPU probes' busy and idle windows",
+    "test_collectors.py": "the CPU collector against this process's own clock",
+    "test_compare.py": "two runs of one spec must agree within their CIs",
+    "test_disturbed.py": "runs must see no foreign CPU load",
+    "test_energy.py": "RAPL energy over idle and busy windows",
+    "test_distributed.py": "network namespaces and shaped links: data-parallel throughput",
+    "test_distributed_roles.py": "network namespaces",
+    "test_distributed_tf_mxnet.py": "network namespaces and shaped links; runs expected undisturbed",
+    "test_netns_gpus.py": "network namespaces",
+    "test_sweep_cli.py": "a killed sweep's finished run indexed ok; memory limits under load",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in SERIAL:
+            item.add_marker(pytest.mark.serial)
+
 
 @pytest.fixture(scope="session")
 def small_sweep(tmp_path_factory):

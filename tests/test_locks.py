@@ -250,3 +250,26 @@ def test_make_lock_asks_uv_for_hashes_for_each_locks_python_and_extras() -> None
     assert cmd[:3] == ["uv", "pip", "compile"] and "--generate-hashes" in cmd
     assert cmd[cmd.index("--python-version") + 1] == "3.10" and cmd[cmd.index("--extra") + 1] == "mxnet"
     assert cmd.count("--extra") == 1 and cmd[cmd.index("--python-platform") + 1] == locks.PLATFORM
+
+
+@pytest.mark.parametrize("upgrade", [False, True])
+def test_make_lock_keeps_the_present_pins_unless_asked_to_upgrade(tmp_path, monkeypatch, upgrade) -> None:
+    """uv prefers the pins of the output file it is given: `make lock` hands it the present lock, so adding
+    one requirement does not move every other package; --upgrade hands it nothing."""
+    from tbdkit import lockgen
+
+    present = tmp_path / "kit-py311.txt"
+    present.write_text("# old header\nrich==13.0.0 \\\n    --hash=sha256:00\n")
+    monkeypatch.setattr(locks, "LOCKS_DIR", tmp_path)
+    seen: dict[str, str | None] = {}
+
+    def fake_uv(cmd, **_):
+        out = Path(cmd[cmd.index("-o") + 1])
+        seen["before"] = out.read_text() if out.exists() else None
+        out.write_text("rich==13.0.0 \\\n    --hash=sha256:00\n")
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(lockgen.subprocess, "run", fake_uv)
+    lockgen.generate(locks.get("kit"), "uv", upgrade=upgrade)
+    assert seen["before"] == (None if upgrade else "# old header\nrich==13.0.0 \\\n    --hash=sha256:00\n")
+    assert present.read_text().startswith("# tbdkit lock 'kit'") and "rich==13.0.0" in present.read_text()
