@@ -99,19 +99,23 @@ test:
 	done; \
 	echo "make test: $$(( $$(date +%s) - start )) s in all"
 
-# Host tests: those not marked serial on TEST_WORKERS workers (pytest-xdist, one file per worker at a time:
-# most of a bench test is a fixed wall-clock window or a single-threaded start, and leaves cores idle),
-# then the serial ones (tests/conftest.py's SERIAL: they time things or need the machine to themselves) alone.
+# Tests not marked serial run on TEST_WORKERS workers (pytest-xdist, one file per worker at a time: much
+# of a test is a fixed wall-clock window, a process start or a graph trace on one thread, which leaves a
+# core idle); then the serial ones (tests/conftest.py's SERIAL: they time things or need the machine to
+# themselves) alone.
 TEST_WORKERS ?= 2
 test-host: $(KIT_STAMP)
 	$(TBDKIT) setup $(FRAMEWORK_TESTS)
+	@rc=0; \
 	$(VENV)/bin/python -m pytest tests $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS)) -m "not serial" \
-		-n $(TEST_WORKERS) --dist loadfile --durations=15
-	$(VENV)/bin/python -m pytest tests $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS)) -m serial --durations=10
+		-n $(TEST_WORKERS) --dist loadfile --durations=15 || rc=$$?; \
+	$(VENV)/bin/python -m pytest tests $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS)) -m serial --durations=10 \
+		|| rc=$$?; \
+	exit $$rc
 
 test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(TBDKIT) setup $*
-	.venvs/$*/bin/python -m pytest tests/$* --durations=5
+	.venvs/$*/bin/python -m pytest tests/$* -n $(TEST_WORKERS) --dist loadfile --durations=5
 
 # Every instrument against a workload whose true value is known, on this machine (DEVICE=cuda:0 adds the GPU probes).
 calibrate: $(KIT_STAMP)

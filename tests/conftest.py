@@ -19,6 +19,8 @@ SERIAL: dict[str, str] = {
     "test_distributed_tf_mxnet.py": "network namespaces and shaped links; runs expected undisturbed",
     "test_netns_gpus.py": "network namespaces",
     "test_sweep_cli.py": "a killed sweep's finished run indexed ok; memory limits under load",
+    "test_bench_cli.py": "a complete run has a throughput CI and status ok (disturbed beside a neighbour)",
+    "test_report_e2e.py": "its runs must be undisturbed, or the report keeps them out of its figures",
 }
 
 

@@ -139,6 +139,15 @@ def test_mllog_lines_parse_with_mlperf_loggings_reader(tmp_path) -> None:
     assert min(starts) == start_ms and max(starts) == start_ms + 90_000  # run start and stop from the summary
 
 
+@pytest.mark.parametrize("status, stop", [("ok", "success"), ("disturbed", "success"), ("failed", "aborted")])
+def test_a_disturbed_run_completed_in_mlperfs_words(tmp_path, status, stop) -> None:
+    spec = {"model": "deepspeech2", "framework": "pytorch", "preset": "smoke", "seed": 1, "batch_size": 2}
+    summary = {"run_id": "r", "status": status, "model": "deepspeech2", "framework": "pytorch", "batch_size": 2,
+               "seed": 1, "preset": "smoke", "started_utc": "2026-11-24T10:00:00+00:00"}
+    got = parse_mllog(mllog.write(tmp_path, summary, spec))["run_stop"]["metadata"]
+    assert (got["status"], got["tbdkit_status"]) == (stop, status)
+
+
 def test_the_launcher_writes_the_mllog_when_it_finishes_a_run(tmp_path) -> None:
     from tbdkit.launch import finalize
     from tbdkit.spec import RunSpec
