@@ -99,26 +99,32 @@ test:
 	done; \
 	echo "make test: $$(( $$(date +%s) - start )) s in all"
 
-# Tests not marked serial run on TEST_WORKERS workers (pytest-xdist, one file per worker at a time: much
-# of a test is a fixed wall-clock window, a process start or a graph trace on one thread, which leaves a
-# core idle); then the serial ones (tests/conftest.py's SERIAL: they time things or need the machine to
-# themselves) alone.
-# $(call two_passes,PYTEST COMMAND,DURATIONS): both passes run even when the first fails; a suite with no
-# serial test is fine (pytest's exit 5, nothing collected).
+# Tests not marked serial run on TEST_WORKERS workers (pytest-xdist; a worker takes a file at a time, or in
+# a stack's suite one model's tests: much of a test is a fixed wall-clock window, a process start or a graph
+# trace on one thread, which leaves a core idle), the longest first (tests/scheduling.py); then the serial
+# ones (they time things, need the machine to themselves or expect undisturbed runs) alone, collecting only
+# the files that hold them. PyTorch's suite runs in one process: its tests use both cores (intra-op
+# threads), and on two workers it took 126 s against 90 s alone.
+# $(call two_passes,PYTEST COMMAND,FOLDER,DURATIONS,WORKERS): both passes run even when the first fails; a
+# folder with no serial test skips the second.
 TEST_WORKERS ?= 2
+TEST_WORKERS_pytorch ?= 1
 define two_passes
 	@rc=0; \
-	$(1) -m "not serial" -n $(TEST_WORKERS) --dist loadfile --durations=$(2) || rc=$$?; \
-	$(1) -m serial --durations=$(2) || { s=$$?; [ $$s -eq 5 ] || rc=$$s; }; \
+	$(1) $(2) -m "not serial" $(if $(filter-out 1,$(4)),-n $(4) --dist loadfile --no-loadscope-reorder) \
+		--durations=$(3) || rc=$$?; \
+	alone=$$($(PYTHON) tests/scheduling.py $(2)); \
+	if [ -n "$$alone" ]; then $(1) $$alone -m serial --durations=$(3) || rc=$$?; \
+	else echo "$(2): no test runs alone"; fi; \
 	exit $$rc
 endef
 test-host: $(KIT_STAMP)
 	$(TBDKIT) setup $(FRAMEWORK_TESTS)
-	$(call two_passes,$(VENV)/bin/python -m pytest tests $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS)),15)
+	$(call two_passes,$(VENV)/bin/python -m pytest $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS)),tests,15,$(TEST_WORKERS))
 
 test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(TBDKIT) setup $*
-	$(call two_passes,.venvs/$*/bin/python -m pytest tests/$*,5)
+	$(call two_passes,.venvs/$*/bin/python -m pytest,tests/$*,5,$(or $(TEST_WORKERS_$*),$(TEST_WORKERS)))
 
 # Every instrument against a workload whose true value is known, on this machine (DEVICE=cuda:0 adds the GPU probes).
 calibrate: $(KIT_STAMP)

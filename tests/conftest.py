@@ -3,35 +3,33 @@
 import numpy as np
 import pytest
 
-# Test files that must run alone (`make test` runs them after the rest, which go on two workers):
-# each measures time or CPU share, or holds something machine-wide. A neighbouring test's load would
-# shift their numbers or mark their runs disturbed.
-SERIAL: dict[str, str] = {
-    "test_calibrate.py": "busy threads, an idle process and an A/A overhead, timed",
-    "test_calibrate_flops.py": "times kernels against their known FLOPs",
-    "test_calibrate_gpu.py": "the GPU probes' busy and idle windows",
-    "test_collectors.py": "the CPU collector against this process's own clock",
-    "test_compare.py": "two runs of one spec must agree within their CIs",
-    "test_disturbed.py": "runs must see no foreign CPU load",
-    "test_energy.py": "RAPL energy over idle and busy windows",
-    "test_distributed.py": "network namespaces and shaped links: data-parallel throughput",
-    "test_distributed_roles.py": "network namespaces",
-    "test_distributed_tf_mxnet.py": "network namespaces and shaped links; runs expected undisturbed",
-    "test_netns_gpus.py": "network namespaces",
-    "test_sweep_cli.py": "a killed sweep's finished run indexed ok; memory limits under load",
-    "test_bench_cli.py": "a complete run has a throughput CI and status ok (disturbed beside a neighbour)",
-    "test_report_e2e.py": "its runs must be undisturbed, or the report keeps them out of its figures",
-    # the stacks' suites
-    "test_memory_mxnet.py": "exact bytes from MXNet's storage profiler: beside another worker a freed "
-    "output was at times still counted at the record scope's end (3 of 9 runs)",
-    "test_memory_tensorflow.py": "exact bytes from TensorFlow's allocator statistics",
-}
+from scheduling import is_serial, longest_first, unit_of
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """tests/scheduling.py's tests are marked `serial` (`make test` runs them alone, after the others), and
+    its longest units are moved to the front (a unit's tests keep their order)."""
     for item in items:
-        if item.path.name in SERIAL:
+        function = getattr(item, "originalname", item.name)
+        if is_serial(item.path.name, function):
             item.add_marker(pytest.mark.serial)
+    order = {nodeid: i for i, nodeid in enumerate(longest_first([item.nodeid for item in items]))}
+    items.sort(key=lambda item: order[item.nodeid])
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: without xdist, nothing calls it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """With `--dist loadfile` (as `make test` runs), a worker takes tests/scheduling.py's units: a file, or
+    one catalog model's tests of a stack with its own file (they share that model's kept training runs)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ByUnit(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return ByUnit(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -114,6 +114,7 @@ class TrainingLoop:
         collectors: list[Collector] | None = None,
         agree: Callable[[list[bool]], list[bool]] | None = None,
         caps: Capabilities | None = None,
+        sampler: Sampler | None = None,
     ) -> None:
         self.adapter = adapter
         # the allocator's peak restarts with the window where the adapter can (caps: checked by the caller, else here)
@@ -125,7 +126,14 @@ class TrainingLoop:
         self.batches = batches
         self.policy = policy
         self.stop_requested = stop_requested
-        self.collectors = collectors if collectors is not None else default_collectors(adapter)
+        # The window's sampler (its collectors with it): made by the caller before a memory cap (see Sampler),
+        # else here, where its thread starts before warm-up.
+        if sampler is None:
+            sampler = Sampler(
+                collectors if collectors is not None else default_collectors(adapter), policy.sample_interval_s
+            )
+        self.sampler = sampler
+        self.collectors = sampler.collectors
         self.result = LoopResult()
         self._t0 = time.perf_counter()
         self._last_end = self._t0
@@ -230,7 +238,7 @@ class TrainingLoop:
         events.emit("phase", phase="measuring", cap_s=p.max_measure_s, target_ci=p.target_ci)
         first = len(self.result.iterations)
         running = RunningRatio()
-        sampler = Sampler(self.collectors, p.sample_interval_s)
+        sampler = self.sampler
         if self._peaks is not None:
             self._peaks.reset_peaks()
         sampler.start()

@@ -21,9 +21,16 @@ from tbdkit import catalog, cpus
 from tbdkit.adapters import Capabilities, Distributed, capabilities
 from tbdkit.adapters import load as load_adapter
 from tbdkit.agent import analysis, converge, distributed, disturbance, envinfo, events
-from tbdkit.agent.collectors import energy
+from tbdkit.agent.collectors import Sampler, energy
 from tbdkit.agent.collectors.gpu_state import GpuStateCollector
-from tbdkit.agent.loop import Prefetcher, StopRequested, TrainingLoop, synthetic_pool, throughput_metrics
+from tbdkit.agent.loop import (
+    Prefetcher,
+    StopRequested,
+    TrainingLoop,
+    default_collectors,
+    synthetic_pool,
+    throughput_metrics,
+)
 from tbdkit.analysis import trace
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
@@ -218,6 +225,10 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             )
             if spec.replicas_per_process > 1:
                 summary["replicas_per_process"] = spec.replicas_per_process
+        # The window's collectors and their sampling thread exist before a memory cap (see Sampler).
+        sampler = (
+            None if spec.preset == "converge" else Sampler(default_collectors(adapter), spec.measure.sample_interval_s)
+        )
         if spec.memory_limit_mb:
             energy.preload()  # the collectors' libraries load before the cap, not inside it
             limit_memory(spec.memory_limit_mb)
@@ -259,7 +270,13 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             synthetic_pool(batches, spec.measure.synthetic_pool) if spec.data == "synthetic" else Prefetcher(batches)
         )
         loop = TrainingLoop(
-            adapter, source, spec.measure, stop.requested, agree=dist.agree if dist is not None else None, caps=caps
+            adapter,
+            source,
+            spec.measure,
+            stop.requested,
+            agree=dist.agree if dist is not None else None,
+            caps=caps,
+            sampler=sampler,
         )
         # Each iteration's row reaches iterations.csv as it is measured: a SIGKILL keeps them.
         loop.result.iterations = sink.StreamedRows(RunDir(run_dir).iterations, lambda i: i.row())

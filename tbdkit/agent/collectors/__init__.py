@@ -21,24 +21,32 @@ class Collector(Protocol):
 
 
 class Sampler:
-    """One daemon thread that polls every collector's sample() at a fixed interval."""
+    """One daemon thread that polls every collector's sample() at a fixed interval, over one window.
+
+    The thread starts when the Sampler is made and waits for start(). The agent makes its Sampler
+    before --memory-limit-mb's address-space cap: a thread that fails to allocate its own state before
+    it has started (MemoryError in its bootstrap) leaves CPython's Thread.start() waiting for it forever,
+    and so would leave the run hanging at its window's start instead of ending it as out of memory.
+    """
 
     def __init__(self, collectors: list[Collector], interval_s: float) -> None:
         self.collectors = collectors
         self.interval_s = interval_s
         self.rows: list[dict[str, Any]] = []
         self.errors: dict[str, str] = {}  # collector name -> its first sample() error
+        self._go = threading.Event()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._t0 = 0.0
+        self._thread = threading.Thread(target=self._run, name="tbdkit-sampler", daemon=True)
+        self._thread.start()
 
     def start(self) -> None:
+        if self._go.is_set():
+            raise RuntimeError("a Sampler samples one window: make another")
         for c in self.collectors:
             c.start()
         self._t0 = time.perf_counter()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="tbdkit-sampler", daemon=True)
-        self._thread.start()
+        self._go.set()
 
     @property
     def t0(self) -> float:
@@ -46,6 +54,7 @@ class Sampler:
         return self._t0
 
     def _run(self) -> None:
+        self._go.wait()
         while not self._stop.wait(self.interval_s):
             row: dict[str, Any] = {"t_s": round(time.perf_counter() - self._t0, 4)}
             for c in self.collectors:
@@ -57,8 +66,8 @@ class Sampler:
 
     def stop(self) -> dict[str, dict[str, Any]]:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._go.set()
+        self._thread.join()
         metrics: dict[str, dict[str, Any]] = {}
         for c in self.collectors:
             metrics.update(c.stop())

@@ -1,0 +1,121 @@
+"""How `make test` schedules the tests: which run alone, and which files start first on the workers.
+
+SERIAL: the tests run alone, after the others have run on two workers. Each measures time or CPU share,
+holds something machine-wide, or expects its runs undisturbed (beside a neighbour test a bench run is
+rightly marked `disturbed`, and a window under load may end without a confidence interval). A key is a
+test file (every test in it) or `file::test_function` (that function, every parameter of it), with the
+reason. tests/conftest.py marks them `serial`; run as a script, this prints the files of a folder that
+hold serial tests, so `make test`'s second pass collects only those (and skips when there are none).
+
+unit_of: what a worker takes at a time. On the host, a test file. In a stack's suite, a catalog model's
+tests: the checks every model shares (test_every_model_<stack>.py, one parameter per model) together
+with its own file (test_<model>_<stack>.py), which reads the same kept training runs (model_checks'
+learned() and stepped(), kept once per process); any other file of a stack is a unit of its own.
+
+LONGEST_FIRST: the units that take longest on a worker, longest first. Started last, a long unit would
+run on one worker while the other has nothing left to do. tests/conftest.py moves them to the front of
+the collection, and `make test` keeps that order (`--no-loadscope-reorder`; xdist would otherwise start
+the units with the most tests first).
+
+Nothing is imported here: the Makefile runs it with any Python.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+SERIAL: dict[str, str] = {
+    "test_calibrate.py": "busy threads, an idle process and an A/A overhead, timed",
+    "test_calibrate_flops.py": "times kernels against their known FLOPs",
+    "test_calibrate_gpu.py": "the GPU probes' busy and idle windows",
+    "test_collectors.py": "the CPU collector against this process's own clock",
+    "test_compare.py": "two runs of one spec must agree within their CIs",
+    "test_disturbed.py": "runs must see no foreign CPU load",
+    "test_energy.py": "RAPL energy over idle and busy windows",
+    "test_distributed.py::test_two_namespaces_and_a_1gbit_link": "network namespaces (none may be left), and "
+    "the shaped link's throughput against the unshaped one's",
+    "test_distributed_tf_mxnet.py::test_two_workers_on_one_machine": "every worker's run is expected ok",
+    "test_distributed_tf_mxnet.py::test_mxnet_on_two_namespaces": "network namespaces (none may be left); "
+    "every worker's run is expected ok",
+    "test_sweep_cli.py::test_small_sweep_runs_the_grid": "its sweep's points are indexed ok",
+    "test_sweep_cli.py::test_bundle_and_reproduce_round_trip": "shares the small sweep (a session fixture) "
+    "with the test above and the report's",
+    "test_sweep_cli.py::test_killed_sweep_resumes": "the killed sweep's finished run stays indexed ok",
+    "test_bench_cli.py::test_bench_writes_a_complete_run": "a complete run has a throughput CI",
+    "test_bench_cli.py::test_bench_writes_a_trace_and_an_mllog": "shares that run (a module fixture)",
+    "test_bench_cli.py::test_runs_and_show": "shares that run",
+    "test_bench_cli.py::test_bench_json_stdout_is_only_json": "shares that run",
+    "test_bench_cli.py::test_out_of_memory_is_marked_and_loses_nothing": "the batch that fits is indexed ok",
+    "test_report_e2e.py": "its runs must be undisturbed, or the report keeps them out of its figures",
+    # the stacks' suites
+    "test_memory_mxnet.py": "exact bytes from MXNet's storage profiler: beside another worker a freed "
+    "output was at times still counted at the record scope's end (3 of 9 runs)",
+    "test_memory_tensorflow.py": "exact bytes from TensorFlow's allocator statistics",
+}
+
+# Seconds on one worker in a `make test` run on CI's 2-core machine (a worker's time for the whole unit).
+LONGEST_FIRST: dict[str, float] = {
+    # the host suite (two workers, the serial tests left out)
+    "test_parity_rl.py": 425,
+    "test_docker_real.py": 378,
+    "test_vision_frameworks.py": 243,
+    "test_every_cell_benches.py": 214,
+    "test_distributed.py": 170,
+    "test_sweep_cli.py": 150,
+    "test_frameworks.py": 119,
+    "test_efficientdet_frameworks.py": 111,
+    "test_detection_frameworks.py": 66,
+    "test_distributed_tf_mxnet.py": 62,
+    "test_transformer_frameworks.py": 57,
+    "test_seq2seq_frameworks.py": 50,
+    "test_bench_cli.py": 49,
+    # TensorFlow's suite
+    "tensorflow/efficientdet": 150,
+    "tensorflow/inception_v3": 140,
+    "tensorflow/wgan_gp": 128,
+    "tensorflow/one_process": 76,
+    "tensorflow/resnet50": 53,
+    "tensorflow/deepspeech2": 49,
+    "tensorflow/bert": 34,
+    # MXNet's
+    "mxnet/mask_rcnn": 16,
+    "mxnet/context_placement": 11,
+}
+
+
+def is_serial(file_name: str, function: str) -> bool:
+    """Whether the test `function` (its name without parameters) of the file `file_name` runs alone."""
+    return file_name in SERIAL or f"{file_name}::{function}" in SERIAL
+
+
+def serial_files(folder: Path) -> list[Path]:
+    """The files directly in `folder` that hold a serial test."""
+    names = {key.split("::")[0] for key in SERIAL}
+    return sorted(p for p in folder.glob("test_*.py") if p.name in names)
+
+
+STACKS = ("pytorch", "tensorflow", "mxnet")
+
+
+def unit_of(nodeid: str) -> str:
+    """The unit a worker takes `nodeid` in: its file's name, or `<stack>/<model>` (see above)."""
+    path, _, test = nodeid.partition("::")
+    folder, _, file = path.rpartition("/")
+    stack = folder.rpartition("/")[2]
+    if stack in STACKS:
+        if file == f"test_every_model_{stack}.py" and test.endswith("]"):
+            return f"{stack}/{test[test.rindex('[') + 1:-1]}"
+        if file.startswith("test_") and file.endswith(f"_{stack}.py"):
+            return f"{stack}/{file[len('test_'):-len(f'_{stack}.py')]}"
+    return file
+
+
+def longest_first(nodeids: list[str]) -> list[str]:
+    """`nodeids` with LONGEST_FIRST's units in front, longest first; the others keep their order."""
+    rank = {unit: i for i, unit in enumerate(sorted(LONGEST_FIRST, key=lambda u: -LONGEST_FIRST[u]))}
+    return sorted(nodeids, key=lambda n: rank.get(unit_of(n), len(rank)))
+
+
+if __name__ == "__main__":
+    print(" ".join(str(p) for p in serial_files(Path(sys.argv[1]))))

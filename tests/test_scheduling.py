@@ -1,0 +1,57 @@
+"""tests/scheduling.py, how `make test` schedules the tests: every serial key and every long unit names
+tests that exist (a renamed file or function would otherwise run beside a neighbour, or start last,
+without anyone noticing), and the units group what shares a process's kept runs."""
+
+import ast
+from pathlib import Path
+
+from scheduling import LONGEST_FIRST, SERIAL, is_serial, longest_first, serial_files, unit_of
+
+TESTS = Path(__file__).parent
+
+
+def test_every_key_names_an_existing_file_and_function():
+    files = {p.name: p for p in TESTS.rglob("test_*.py")}
+    for key, reason in SERIAL.items():
+        name, _, function = key.partition("::")
+        assert name in files, f"{key}: no such test file"
+        assert reason.strip(), f"{key}: say why it runs alone"
+        if function:
+            defined = {n.name for n in ast.walk(ast.parse(files[name].read_text()))
+                       if isinstance(n, ast.FunctionDef)}
+            assert function in defined, f"{key}: {name} has no {function}"
+
+
+def test_a_file_or_one_function_of_it_is_serial(tmp_path):
+    assert is_serial("test_calibrate.py", "test_anything")
+    assert is_serial("test_bench_cli.py", "test_bench_writes_a_complete_run")
+    assert not is_serial("test_bench_cli.py", "test_ctrl_c_marks_the_run_interrupted")
+    (tmp_path / "test_bench_cli.py").write_text("")
+    (tmp_path / "test_spec.py").write_text("")
+    assert serial_files(tmp_path) == [tmp_path / "test_bench_cli.py"]
+    assert [p.name for p in serial_files(TESTS / "pytorch")] == []
+    assert [p.name for p in serial_files(TESTS / "mxnet")] == ["test_memory_mxnet.py"]
+
+
+def test_units_group_a_models_checks_with_its_own_file():
+    assert unit_of("tests/tensorflow/test_every_model_tensorflow.py::test_learns_on_a_fixed_batch[wgan_gp]") \
+        == unit_of("tests/tensorflow/test_wgan_gp_tensorflow.py::test_shapes") == "tensorflow/wgan_gp"
+    assert unit_of("tests/mxnet/test_threads_mxnet.py::test_x") == "mxnet/threads"
+    assert unit_of("tests/test_docker_real.py::test_bench_in_a_container") == "test_docker_real.py"
+    assert unit_of("tests/test_parity_rl.py::test_the_same_network_on_each_pair[a3c-pytorch-tensorflow]") \
+        == "test_parity_rl.py"
+
+
+def test_the_longest_units_start_first_and_the_rest_keep_their_order():
+    ids = ["tests/test_a.py::t", "tests/test_b.py::t", "tests/test_docker_real.py::t1", "tests/test_c.py::t",
+           "tests/test_docker_real.py::t2"]
+    assert longest_first(ids)[:2] == ["tests/test_docker_real.py::t1", "tests/test_docker_real.py::t2"]
+    assert longest_first(ids)[2:] == ["tests/test_a.py::t", "tests/test_b.py::t", "tests/test_c.py::t"]
+
+
+def test_every_long_unit_exists():
+    units = {unit_of(f"{p.relative_to(TESTS.parent)}::t") for p in TESTS.rglob("test_*.py")}
+    models = {p.parent.name for p in (TESTS.parent / "workloads").glob("*/workload.toml")}
+    for unit in LONGEST_FIRST:
+        stack, _, model = unit.partition("/")
+        assert unit in units or (model in models and stack in ("pytorch", "tensorflow", "mxnet")), unit
