@@ -69,17 +69,23 @@ def extra_work(batch: Any) -> dict[str, float]:
 
 
 class Prefetcher:
-    """Reads batches of a real dataset on a background thread, a few batches ahead."""
+    """Reads batches of a real dataset on a background thread, a few batches ahead.
 
-    def __init__(self, source: Iterator[Any], depth: int = 3) -> None:
+    The thread starts when the Prefetcher is made and calls `open_batches()` when the first batch is
+    asked for: the agent makes it before a memory cap (a thread that cannot start under the cap would
+    hang the run, see collectors.Sampler), while the reading, and the batches held, come under it."""
+
+    def __init__(self, open_batches: Callable[[], Iterator[Any]], depth: int = 3) -> None:
         self.queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._fill, args=(source,), name="tbdkit-data", daemon=True)
+        self._go = threading.Event()
+        self.thread = threading.Thread(target=self._fill, args=(open_batches,), name="tbdkit-data", daemon=True)
         self.thread.start()
 
-    def _fill(self, source: Iterator[Any]) -> None:
+    def _fill(self, open_batches: Callable[[], Iterator[Any]]) -> None:
+        self._go.wait()
         try:
-            for item in source:
+            for item in open_batches():
                 self.queue.put(item)
         except BaseException as exc:  # handed to the consumer, which raises it
             self.error = exc
@@ -89,6 +95,7 @@ class Prefetcher:
         return self
 
     def __next__(self) -> Any:
+        self._go.set()
         item = self.queue.get()
         if item is None and self.error is not None:
             raise self.error

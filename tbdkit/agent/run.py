@@ -225,10 +225,19 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             )
             if spec.replicas_per_process > 1:
                 summary["replicas_per_process"] = spec.replicas_per_process
-        # The window's collectors and their sampling thread exist before a memory cap (see Sampler).
-        sampler = (
-            None if spec.preset == "converge" else Sampler(default_collectors(adapter), spec.measure.sample_interval_s)
+        # Each worker trains its own batches (its seed offset by its rank), as a distributed sampler would;
+        # one process with several replicas loads their batches as one, which its adapter splits.
+        global_batch, data_seed = (
+            spec.batch_size * spec.replicas_per_process,
+            spec.seed + (worker.rank if worker else 0),
         )
+        # The threads the window needs exist before a memory cap (see Sampler): the collectors' sampling
+        # thread, and a real dataset's reading thread (it opens the data, under the cap, at the first batch).
+        sampler = prefetcher = None
+        if spec.preset != "converge":
+            sampler = Sampler(default_collectors(adapter), spec.measure.sample_interval_s)
+            if spec.data != "synthetic":
+                prefetcher = Prefetcher(lambda: data.batches(spec.data, hp, global_batch, data_seed))
         if spec.memory_limit_mb:
             energy.preload()  # the collectors' libraries load before the cap, not inside it
             limit_memory(spec.memory_limit_mb)
@@ -261,13 +270,10 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                 raise StopRequested
             summary["status"] = "ok"
             return _exit_code("ok")
-        # Each worker trains its own batches (its seed offset by its rank), as a distributed sampler would;
-        # one process with several replicas loads their batches as one, which its adapter splits.
-        batches = data.batches(
-            spec.data, hp, spec.batch_size * spec.replicas_per_process, spec.seed + (worker.rank if worker else 0)
-        )
         source = (
-            synthetic_pool(batches, spec.measure.synthetic_pool) if spec.data == "synthetic" else Prefetcher(batches)
+            prefetcher
+            if prefetcher is not None
+            else synthetic_pool(data.batches(spec.data, hp, global_batch, data_seed), spec.measure.synthetic_pool)
         )
         loop = TrainingLoop(
             adapter,

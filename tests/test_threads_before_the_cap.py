@@ -1,4 +1,5 @@
-"""The window's sampling thread is started before a memory cap, never inside it.
+"""The threads a run's window needs (the collectors' sampling thread, a real dataset's reading thread)
+are started before a memory cap, never inside it.
 
 Under --memory-limit-mb the agent caps its address space. A thread that then fails to allocate its own
 state before it has started (MemoryError in its bootstrap) leaves CPython's Thread.start() waiting for
@@ -47,6 +48,20 @@ time.sleep(0.2)
 print(len(sampler.rows), sampler.stop())
 """
 
+PREFETCHER = NO_NEW_THREADS + r"""
+from tbdkit.agent.loop import Prefetcher
+
+opened = []
+def open_batches():
+    opened.append(True)
+    return iter(range(100))
+
+prefetcher = Prefetcher(open_batches)
+assert not opened  # the dataset is opened at the first batch asked for (under the cap), not before
+cap_threads()
+print([next(prefetcher) for _ in range(5)], len(opened))
+"""
+
 AGENT = NO_NEW_THREADS + r"""
 import sys
 from pathlib import Path
@@ -74,6 +89,12 @@ def test_a_sampler_started_when_no_thread_can_start_still_samples():
     assert int(rows) >= 3 and "ticks" in metrics
 
 
+def test_a_prefetcher_made_before_the_cap_reads_the_data_under_it():
+    proc = subprocess.run([sys.executable, "-c", PREFETCHER], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[0, 1, 2, 3, 4] 1"
+
+
 @pytest.mark.slow
 def test_a_capped_run_where_no_thread_can_start_measures_its_window(tmp_path):
     try:
@@ -90,3 +111,26 @@ def test_a_capped_run_where_no_thread_can_start_measures_its_window(tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] in {"ok", "disturbed"} and summary["metrics"]["throughput"]["value"] > 0
     assert summary["metrics"]["cpu_utilization"]["value"] is not None  # the sampler's collectors measured
+
+
+@pytest.mark.slow
+def test_a_capped_bench_reads_a_real_dataset_through_the_prefetcher(tmp_path):
+    """A real dataset (three ImageNet class folders of JPEGs) under --memory-limit-mb: its reading
+    thread was made before the cap, the reading ran under it, and the run measured its window."""
+    from PIL import Image
+
+    from model_checks import tbdkit
+
+    train = tmp_path / "imagenet" / "train"
+    for k, (wnid, rgb) in enumerate({"n01440764": (220, 30, 30), "n01443537": (30, 200, 40)}.items()):
+        (train / wnid).mkdir(parents=True)
+        for i in range(3):
+            Image.new("RGB", (120 + 20 * i, 90), rgb).save(train / wnid / f"{wnid}_{i + k}.JPEG")
+    results = tmp_path / "results"
+    proc = tbdkit("bench", "--model", "resnet50", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu",
+                  "--batch", "2", "--max-warmup-s", "2", "--max-measure-s", "3", "--memory-limit-mb", "4000",
+                  "--data", str(train), "--results", str(results), "--json")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    (summary,) = json.loads(proc.stdout)
+    assert summary["status"] in {"ok", "disturbed"} and summary["metrics"]["throughput"]["value"] > 0
+    assert str(train) in json.dumps(summary["data_source"]), summary["data_source"]
