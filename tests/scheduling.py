@@ -1,4 +1,4 @@
-"""How `make test` schedules the tests: which run alone, and which files start first on the workers.
+"""How `make test` schedules the tests: which run alone, and which units of tests start first on the workers.
 
 SERIAL: the tests run alone, after the others have run on two workers. Each measures time or CPU share,
 holds something machine-wide, or expects its runs undisturbed (beside a neighbour test a bench run is
