@@ -140,11 +140,15 @@ class TrainingLoop:
                 collectors if collectors is not None else default_collectors(adapter), policy.sample_interval_s
             )
         self.sampler = sampler
-        self.collectors = sampler.collectors
         self.result = LoopResult()
         self._t0 = time.perf_counter()
         self._last_end = self._t0
         self._last_emit = 0.0
+
+    @property
+    def collectors(self) -> list[Collector]:
+        """The window's collectors: its sampler's."""
+        return self.sampler.collectors
 
     @property
     def t0(self) -> float:

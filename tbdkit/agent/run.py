@@ -227,10 +227,8 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
                 summary["replicas_per_process"] = spec.replicas_per_process
         # Each worker trains its own batches (its seed offset by its rank), as a distributed sampler would;
         # one process with several replicas loads their batches as one, which its adapter splits.
-        global_batch, data_seed = (
-            spec.batch_size * spec.replicas_per_process,
-            spec.seed + (worker.rank if worker else 0),
-        )
+        global_batch = spec.batch_size * spec.replicas_per_process
+        data_seed = spec.seed + (worker.rank if worker else 0)
         # The threads the window needs exist before a memory cap (see Sampler): the collectors' sampling
         # thread, and a real dataset's reading thread (it opens the data, under the cap, at the first batch).
         sampler = prefetcher = None
