@@ -1,10 +1,10 @@
-# The MXNet stack: the kit's agent on NVIDIA's NGC MXNet image (23.09, MXNet 1.9.1; see images.lock).
+# The MXNet stack: the kit's agent on NVIDIA's NGC MXNet image (24.06, MXNet 1.9.1; see images.lock).
 # Apache MXNet is archived (retired to the Apache Attic in 2023): this image is frozen with it.
 # That base is Ubuntu 22.04 with Python 3.10 and no python3.10-venv (no ensurepip): the kit runs on
 # Python 3.10 (tomli standing in for tomllib), and its environment is made without pip, using the
 # base's own pip through --system-site-packages (docker/stack-env.sh). MXNet 1.9.1 needs numpy<1.24.
 # It runs the same workloads as the other stacks (their mxnet.py files, from the same workload.toml).
-ARG BASE_IMAGE=nvcr.io/nvidia/mxnet:23.09-py3
+ARG BASE_IMAGE=nvcr.io/nvidia/mxnet:24.06-py3
 # The kit's sources, gathered in a tiny stage so that the image takes them in one step.
 FROM scratch AS kit
 COPY pyproject.toml README.md /src/

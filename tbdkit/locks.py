@@ -65,7 +65,7 @@ ENVS: dict[str, LockEnv] = dict(
         _env("pytorch", ("pytorch", "test"), "3.11", "the native PyTorch stack (tbdkit setup pytorch)"),
         _env("tensorflow", ("tensorflow", "test"), "3.11", "the native TensorFlow stack (tbdkit setup tensorflow)"),
         _env("mxnet", ("mxnet", "test"), "3.11", "the native MXNet stack (tbdkit setup mxnet)"),
-        # NGC's images: PyTorch 25.12 and TensorFlow 25.02 run Python 3.12, MXNet 23.09 Python 3.10.
+        # NGC's images: PyTorch 25.12 and TensorFlow 25.02 run Python 3.12, MXNet 24.06 Python 3.10.
         _env("pytorch-image", ("pytorch",), "3.12", "docker/pytorch.Dockerfile on NGC PyTorch (Python 3.12)"),
         _env(
             "tensorflow-image", ("tensorflow",), "3.12", "docker/tensorflow.Dockerfile on NGC TensorFlow (Python 3.12)"

@@ -58,7 +58,7 @@ SERIAL: dict[str, str] = {
 LONGEST_FIRST: dict[str, float] = {
     # the host suite (two workers, the serial tests left out)
     "test_parity_rl.py": 425,
-    "test_docker_real.py": 378,
+    "test_docker_real.py": 420,
     "test_vision_frameworks.py": 243,
     "test_every_cell_benches.py": 214,
     "test_distributed.py": 170,

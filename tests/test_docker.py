@@ -5,6 +5,7 @@ sentence with the fix, driven through the CLI against a fake `docker` on PATH.""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -161,6 +162,24 @@ def test_lock_file_entries_and_set_digest(tmp_path):
     assert again["tensorflow"].digest == digest and again["tensorflow"].pinned_base.endswith("@" + digest)
     assert again["mxnet"].digest == specs["mxnet"].digest and again["pytorch"].digest == specs["pytorch"].digest
     assert "# tbdkit's framework images" in lock.read_text()
+
+
+def test_each_dockerfile_defaults_to_its_locked_base_and_a_verified_pin_names_its_source():
+    """A Dockerfile built by hand (docker build, no --build-arg) uses the base images.lock pins; a
+    recorded source is NVIDIA's framework documentation."""
+    specs = images.load_lock()
+    for name in ("pytorch", "tensorflow", "mxnet"):  # pytorch-cu12 shares pytorch's Dockerfile
+        text = (ROOT / specs[name].dockerfile).read_text()
+        assert re.search(rf"^ARG BASE_IMAGE={re.escape(specs[name].base)}$", text, flags=re.M), name
+    for entry in specs.values():
+        if "source" in entry.fields:
+            assert entry.fields["source"].startswith("https://docs.nvidia.com/deeplearning/frameworks/"), entry
+    # MXNet: the newest NGC release whose notes were read (24.06: MXNet 1.9.1, CUDA 12.4.1, Python 3.10)
+    mxnet = specs["mxnet"]
+    assert mxnet.base == "nvcr.io/nvidia/mxnet:24.06-py3" and mxnet.fields["verified"] is True
+    assert mxnet.fields["framework"].startswith("MXNet 1.9.1") and mxnet.fields["cuda"] == "12.4.1"
+    assert mxnet.fields["source"].endswith("/mxnet-release-notes/rel-24-06.html")
+    assert "Python 3.10" in mxnet.fields["os"]
 
 
 def test_bad_lock_file_is_a_user_error(tmp_path, monkeypatch):

@@ -204,7 +204,9 @@ def test_a_crashing_container_leaves_its_log_and_a_failed_summary(ci_image, user
 
 # The other stacks' own Dockerfiles, built on a CPU stand-in for their NGC bases
 # (docker/ci/framework-base.Dockerfile: the framework wheel from pyproject's extra in the system
-# Python, as NGC holds it), then the same Deep Speech 2 bench in a container. The TensorFlow image
+# Python, as NGC holds it), then the same Deep Speech 2 bench in a container. MXNet's stand-in is
+# Ubuntu 22.04 with Python 3.10 and no venv module, as NGC's MXNet image is: there the agent trains
+# on Python 3.10, from an environment installed at its image lock's versions. The TensorFlow image
 # (2.7 GB) is built only on overlay2: under the vfs storage driver, which copies the whole file
 # system for every layer, it filled a 35 GB disk.
 FRAMEWORK_VERSIONS = {"mxnet": "1.9.1", "tensorflow": "2.21.0"}
@@ -215,19 +217,30 @@ def storage_driver() -> str:
     return images.docker("info", "--format", "{{.Driver}}").stdout.strip()
 
 
+_built: dict[str, dict] = {}
+
+
+def stack_image(stack: str) -> tuple[str, dict]:
+    """The stack's CI image, built once per test module."""
+    tag = f"tbdkit-ci/{stack}:cpu"
+    if stack not in _built:
+        t0 = time.monotonic()
+        proc = subprocess.run(["bash", str(ROOT / "docker/ci/build-ci-image.sh"), tag, stack], capture_output=True,
+                              text=True, cwd=ROOT, env={**os.environ, "PYTHON": sys.executable}, timeout=1800)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+        built = images.inspect_image(tag)
+        assert built is not None
+        print(f"CI image {tag}: built in {time.monotonic() - t0:.0f} s, {built['size_bytes'] / 2**20:.0f} MiB")
+        _built[stack] = built
+    return tag, _built[stack]
+
+
 @pytest.mark.parametrize("stack", sorted(FRAMEWORK_VERSIONS))
 def test_the_other_stacks_images_build_and_bench(stack, ci_image, user_kit, results):
     if stack in TOO_BIG_FOR_VFS and storage_driver() == "vfs":
         print(f"skipping the {stack} image: dockerd runs on vfs, which copies its 2.7 GB file system per layer")
         pytest.skip(f"the {stack} image is not built under the vfs storage driver (disk)")
-    tag = f"tbdkit-ci/{stack}:cpu"
-    t0 = time.monotonic()
-    proc = subprocess.run(["bash", str(ROOT / "docker/ci/build-ci-image.sh"), tag, stack], capture_output=True,
-                          text=True, cwd=ROOT, env={**os.environ, "PYTHON": sys.executable}, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    built = images.inspect_image(tag)
-    assert built is not None
-    print(f"CI image {tag}: built in {time.monotonic() - t0:.0f} s, {built['size_bytes'] / 2**20:.0f} MiB")
+    tag, built = stack_image(stack)
     state = stack_state(tag, stack)
     assert state["installed"] is True and state["file"].startswith(SYSTEM_SITE), state
     t0 = time.monotonic()
@@ -243,6 +256,57 @@ def test_the_other_stacks_images_build_and_bench(stack, ci_image, user_kit, resu
     assert env["container"]["image"] == tag and env["container"]["image_id"] == built["id"]
     assert env["container"]["base_image"] == f"tbdkit-ci/{stack}-base"
     assert env["framework"]["framework_version"] == FRAMEWORK_VERSIONS[stack]
+    if stack == "mxnet":
+        assert env["host"]["python"].startswith("3.10.") and "glibc2.35" in env["host"]["os"], env["host"]
+        lock = env["lock"]
+        assert lock["name"] == "mxnet-image" and lock["python"] == "3.10", lock
+        assert lock["installed_from_digest"] == lock["digest"] and "note" not in lock, lock
+        assert lock["differences"] == [], lock  # the stand-in's own packages are the lock's versions too
     uid = os.getuid() and os.getuid() or UID
     assert {path.stat().st_uid for path in run.iterdir()} == {uid}
     assert_removed(f"tbdkit-{run.name}")
+
+
+# Every module of the kit, and every MXNet workload file, imported by the Python 3.10 of the MXNet
+# image (Ubuntu 22.04's, as in NGC's MXNet image). Only the other frameworks' adapters may fail, and
+# only because their framework is not in this image.
+IMPORT_ALL = """
+import importlib, json, pkgutil, sys
+import tbdkit
+from tbdkit import catalog
+failed = {}
+names = [m.name for m in pkgutil.walk_packages(tbdkit.__path__, "tbdkit.") if not m.name.endswith("__main__")]
+for name in names:
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        failed[name] = [type(exc).__name__, getattr(exc, "name", None)]
+workloads = []
+for model in catalog.models().values():
+    for part in ("data", "mxnet"):
+        if (model.folder / (part + ".py")).is_file():
+            try:
+                catalog.load_module(model, part)
+                workloads.append(model.name + "/" + part)
+            except Exception as exc:
+                failed[model.name + "/" + part] = [type(exc).__name__, str(exc)]
+print(json.dumps({"python": sys.version.split()[0], "modules": names, "workloads": workloads, "failed": failed}))
+"""
+OTHER_FRAMEWORKS = {"torch", "keras", "tensorflow"}
+
+
+def test_every_kit_module_and_mxnet_workload_imports_on_python_3_10(ci_image):
+    tag, _ = stack_image("mxnet")
+    proc = images.docker("run", "--rm", "--network", "none", tag, "python", "-c", IMPORT_ALL, timeout=600)
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["python"].startswith("3.10."), found["python"]
+    assert len(found["modules"]) > 100 and "tbdkit.agent.run" in found["modules"], found["modules"]
+    assert len(found["workloads"]) >= 2 * 10 and "deepspeech2/mxnet" in found["workloads"], found["workloads"]
+    unexpected = {name: why for name, why in found["failed"].items()
+                  if not (why[0] == "ModuleNotFoundError" and why[1] in OTHER_FRAMEWORKS)}
+    assert unexpected == {}, unexpected
+    # the three adapters and describers of PyTorch and TensorFlow, and nothing else
+    assert {name.rsplit(".", 1)[-1] for name in found["failed"]} <= {
+        "pytorch", "pytorch_analysis", "tensorflow", "tensorflow_memory"}, found["failed"]
+    print(f"Python {found['python']}: {len(found['modules']) - len(found['failed'])} of {len(found['modules'])} "
+          f"kit modules and {len(found['workloads'])} workload files imported")

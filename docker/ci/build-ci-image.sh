@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Build a framework stack's image for CI without any container registry: a Debian bookworm base
-# from mmdebstrap (make-base.sh), a CPU stand-in for the stack's NGC base with the framework already
-# in its system Python and pinned in PIP_CONSTRAINT (framework-base.Dockerfile; pytorch: the CPU
-# torch wheel that lies on the CI machines), the kit's dependencies downloaded by the host's pip into
-# docker/wheels/ (ignored by git), and an offline `tbdkit images build` of the stack's own Dockerfile.
+# Build a framework stack's image for CI without any container registry: a base from mmdebstrap
+# (make-base.sh: Debian bookworm with Python 3.11 for PyTorch and TensorFlow; Ubuntu 22.04 with
+# Python 3.10, the OS and Python of NGC's MXNet image, for MXNet), a CPU stand-in for the stack's NGC
+# base with the framework already in its system Python and pinned in PIP_CONSTRAINT
+# (framework-base.Dockerfile; pytorch: the CPU torch wheel that lies on the CI machines), the kit's
+# dependencies downloaded by the host's pip into docker/wheels/ (ignored by git) for the base's Python,
+# and an offline `tbdkit images build` of the stack's own Dockerfile. For a base whose Python has an
+# image lock (locks/<stack>-image-py<XY>.txt: MXNet's 3.10), the downloads are the lock's versions, as
+# the image's build installs them.
 # The CI image runs Deep Speech 2 only: WORKLOAD_REQUIREMENTS (the other workloads' libraries) is
 # left empty, so nothing beyond the kit is downloaded.
 # usage: docker/ci/build-ci-image.sh [TAG] [STACK]   (default tbdkit-ci/pytorch:cpu pytorch)
@@ -11,14 +15,41 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 tag="${1:-tbdkit-ci/pytorch:cpu}"
 stack="${2:-pytorch}"
-base=tbdkit-ci/bookworm-base
 cache="${TBDKIT_CI_CACHE:-$HOME/.cache/tbdkit-ci}"
 # The CPU wheel that lies on the CI machines; its version is the build arg's pin.
 torch_wheel="${TBDKIT_CI_TORCH_WHEEL:-/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl}"
 
 python="${PYTHON:-.venv/bin/python}"
 
-bash docker/ci/make-base.sh "$base"
+# The base's OS and Python: NGC's MXNet image is Ubuntu 22.04 with Python 3.10; the stand-ins of the
+# other two keep the machine's own Debian (their NGC bases run 3.12, which no registry here offers).
+case "$stack" in
+  mxnet) suite=jammy; py=3.10 ;;
+  *) suite=bookworm; py=3.11 ;;
+esac
+base="tbdkit-ci/$suite-base"
+bash docker/ci/make-base.sh "$base" "$cache" "$suite"
+# pip downloads for the base's Python (binary wheels only, as no compiler is in the image), at the
+# image lock's versions where the lock exists.
+download=("$python" -m pip download --quiet --disable-pip-version-check)
+if [ "$py" != "$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" ]; then
+  download+=(--python-version "$py" --implementation cp --abi "cp${py/./}" --only-binary=:all:
+             --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
+             --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform linux_x86_64)
+fi
+lock="locks/$stack-image-py${py/./}.txt"
+if [ -f "$lock" ]; then
+  pins="$cache/pins-$stack-py${py/./}.txt"
+  "$python" - "$lock" > "$pins" <<'PY'
+import re, sys
+for line in open(sys.argv[1]):
+    m = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", line)
+    if m:
+        print(f"{m.group(1)}=={m.group(2)}")
+PY
+  download+=(-c "$pins")
+  echo "build-ci-image: downloads for Python $py pinned by $lock"
+fi
 # The kit's runtime dependencies (pyproject.toml), plus what pip needs to build the kit.
 deps=$("$python" - <<'PY'
 import tomllib
@@ -41,19 +72,26 @@ PY
     base_reqs=("${framework_reqs[@]}"); build_args=() ;;
   *) echo "build-ci-image: unknown stack '$stack' (pytorch, tensorflow or mxnet)" >&2; exit 2 ;;
 esac
-wheels="$cache/wheels-$stack"
+wheels="$cache/wheels-$stack-py$py"
 mkdir -p "$wheels"
-"$python" -m pip download --quiet --disable-pip-version-check --dest "$wheels" "${framework_reqs[@]}" pip
+if [ -f "$lock" ]; then
+  # The lock is the whole closure for the base's Python, its markers resolved for that Python (pip
+  # evaluates them against its own): every pin, without pip's resolver.
+  "${download[@]}" --dest "$wheels" --no-deps -r "$pins" pip
+else
+  "${download[@]}" --dest "$wheels" "${framework_reqs[@]}" pip
+fi
 framework_base="tbdkit-ci/$stack-base"
 docker build --quiet --tag "$framework_base" --build-arg "BASE_IMAGE=$base" \
   --build-arg "FRAMEWORK_REQUIREMENTS=${base_reqs[*]}" \
   --file docker/ci/framework-base.Dockerfile "$wheels" >/dev/null
 echo "build-ci-image: built $framework_base (${base_reqs[*]})"
-# MXNet's Dockerfile adds numpy<1.24 beside the kit: it comes from docker/wheels too.
+# MXNet's Dockerfile adds numpy<1.24 beside the kit: it comes from docker/wheels too. pip evaluates a
+# requirement's marker against its own Python, not the target's, so tomli (Python < 3.11) is named.
 extra=()
 [ "$stack" = mxnet ] && extra=("numpy<1.24")
-"$python" -m pip download --quiet --disable-pip-version-check --dest docker/wheels \
-  "${dep_list[@]}" "${extra[@]}" "setuptools>=68" wheel
+[ "$py" = 3.10 ] && extra+=(tomli)
+"${download[@]}" --dest docker/wheels "${dep_list[@]}" "${extra[@]}" "setuptools>=68" wheel
 "$python" -m tbdkit.cli images build "$stack" --base-image "$framework_base" --tag "$tag" \
   --build-arg "PIP_OPTIONS=--no-index --find-links=/tmp/wheels" --build-arg REQUIRE_NCU=0 \
   --build-arg WORKLOAD_REQUIREMENTS= --build-arg KERAS_REQUIREMENT= "${build_args[@]}"
