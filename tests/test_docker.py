@@ -164,7 +164,7 @@ def test_lock_file_entries_and_set_digest(tmp_path):
     assert "# tbdkit's framework images" in lock.read_text()
 
 
-def test_each_dockerfile_defaults_to_its_locked_base_and_a_verified_pin_names_its_source():
+def test_each_dockerfile_defaults_to_its_locked_base_and_mxnet_is_at_its_newest_readable_release():
     """A Dockerfile built by hand (docker build, no --build-arg) uses the base images.lock pins; a
     recorded source is NVIDIA's framework documentation."""
     specs = images.load_lock()
