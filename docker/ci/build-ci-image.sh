@@ -41,11 +41,11 @@ lock="locks/$stack-image-py${py/./}.txt"
 if [ -f "$lock" ]; then
   pins="$cache/pins-$stack-py${py/./}.txt"
   "$python" - "$lock" > "$pins" <<'PY'
-import re, sys
-for line in open(sys.argv[1]):
-    m = re.match(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)", line)
-    if m:
-        print(f"{m.group(1)}=={m.group(2)}")
+import sys
+from pathlib import Path
+from tbdkit import locks
+for name, version in locks.pins(Path(sys.argv[1]).read_text()).items():
+    print(f"{name}=={version}")
 PY
   download+=(-c "$pins")
   echo "build-ci-image: downloads for Python $py pinned by $lock"
