@@ -1,27 +1,41 @@
-"""Two runs' throughput compared with a verdict: faster, slower, or the same within noise.
+"""Two sides' throughput compared with a verdict: faster, slower, or the same within noise.
 
-The ratio is run A's throughput over run B's (each the window's sum of work / sum of iteration
-times, tbdkit.agent.stats). Its 95% interval is the delta method's, as for one run: on the log
-scale the two runs' relative standard errors add in quadrature, with the conservative degrees of
-freedom min(dof_A, dof_B); from each run's iterations.csv (the sample window's rows), or, for a run folder without
-it (an older reference), from the standard error its summary records. The verdict is "faster" or
-"slower" when the interval excludes 1, else "same within noise"; beside it, the smallest
-difference the data could have detected (a two-sided 5% test with 80% power).
+A side is one run, or several runs of one spec (repeats). The verdict's interval must hold the
+noise that separates two runs of one spec, and most of that is run to run: on the kit's 2-core
+development machine, 5 of 16 pairs of single CPU runs of one spec (Deep Speech 2, batch 2) were
+called different by an interval built from each run's iterations alone, with every iteration of one
+run slower than the other's (a process's placement, memory layout and the machine's state differ
+from run to run; Mytkowicz et al., ASPLOS 2009). Hence two methods:
+
+- Between runs (three runs or more in all): the ratio of the sides' geometric-mean throughputs,
+  its interval Student's t on the runs' log throughputs: Welch's, with Welch-Satterthwaite's degrees
+  of freedom, when each side has two runs or more; with one run on a side (a reference), that run
+  taken to vary as much as the other side's runs do. Run-to-run variation is in the interval.
+- Within one run each (one run a side): the ratio of the two windows' throughputs (each the sum of
+  work / sum of iteration times, tbdkit.agent.stats), its interval the delta method's: on the log
+  scale the two runs' relative standard errors add in quadrature, with the conservative degrees of
+  freedom min(dof_A, dof_B); from each run's iterations.csv, or, for a run folder without it (an
+  older reference), from the standard error its summary records. Run-to-run variation is not in
+  it, and the verdict says so.
+
+The verdict is "faster" or "slower" when the interval (95% unless asked) excludes 1, else "same
+within noise"; beside it, the smallest difference the data could have detected (a two-sided test at
+the same level with 80% power).
 
 Only like runs are compared: the same model, framework, preset, variant, data, precision, device
 kind, GPU product, network (nodes, workers, link) and lock where recorded; the batch size may differ
-(that is a question the comparison answers). `force` compares unlike runs and lists every
-difference, the environments' included (versions, driver, clocks).
+between the sides (that is a question the comparison answers), never within one. `force` compares
+unlike sides and lists every difference, the environments' included (versions, driver, clocks).
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import NormalDist
+from statistics import NormalDist, fmean
 from typing import Any
 
 from tbdkit.agent.stats import ratio_estimate, t_quantile
@@ -34,6 +48,7 @@ from tbdkit.results.summary import MEASURED
 FASTER, SLOWER, SAME = "faster", "slower", "same within noise"
 POWER = 0.80
 LEVEL = 0.95
+BETWEEN, WITHIN = "between runs", "within one run each"
 # What must match for two throughputs to be comparable (summary fields, then spec.json's).
 LIKE_FIELDS = (
     "model",
@@ -194,42 +209,89 @@ def _object(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def percent(level: float) -> str:
+    """0.95 as '95%', 0.999 as '99.9%'."""
+    return f"{100 * level:.10g}%"
+
+
+def _paths(sides: Sequence[Side]) -> str:
+    return ", ".join(side.path.name for side in sides)
+
+
 @dataclass
 class Comparison:
-    a: Side
-    b: Side
-    ratio: float  # a's throughput / b's
-    low: float  # 95% interval of the ratio
+    a: list[Side]  # side A's runs (one, or repeats of one spec)
+    b: list[Side]
+    ratio: float  # A's throughput / B's (geometric means over each side's runs)
+    low: float  # the interval of the ratio at `level`
     high: float
-    verdict: str  # FASTER / SLOWER / SAME: a relative to b
-    detectable: float  # smallest relative difference detectable (5% two-sided, 80% power)
+    verdict: str  # FASTER / SLOWER / SAME: A relative to B
+    detectable: float  # smallest relative difference detectable (two-sided at `level`, 80% power)
     dof: int
+    noise: str  # BETWEEN (the runs' spread) or WITHIN (each run's iterations)
+    level: float = LEVEL
     unlike: list[tuple[str, Any, Any]] = field(default_factory=list)  # fields that must match and do not
     differences: list[tuple[str, Any, Any]] = field(default_factory=list)  # everything else that differs
 
     @property
+    def throughput_a(self) -> float:
+        return geometric_mean(self.a)
+
+    @property
+    def throughput_b(self) -> float:
+        return geometric_mean(self.b)
+
+    @property
     def method(self) -> str:
+        detect = f"detectable: the difference a two-sided {percent(1 - self.level)} test finds with {POWER:.0%} power"
+        if self.noise == BETWEEN:
+            return (
+                f"ratio of the sides' geometric-mean throughputs over {len(self.a)} and {len(self.b)} runs; "
+                f"{percent(self.level)} interval: Student's t on the runs' log throughputs ("
+                + (
+                    "Welch's, Welch-Satterthwaite dof rounded down"
+                    if min(len(self.a), len(self.b)) > 1
+                    else "the single run's side taken to vary as the other side's runs do"
+                )
+                + f", dof {self.dof}): run-to-run variation is in it. {detect}. "
+                f"A: {_paths(self.a)}; B: {_paths(self.b)}"
+            )
+        a, b = self.a[0], self.b[0]
         return (
-            f"ratio of the two windows' throughputs (sum of work / sum of time); {LEVEL:.0%} interval by the "
-            f"delta method on the log ratio, conservative dof min(dof_A, dof_B) = {self.dof}; detectable: the difference a "
-            f"two-sided {1 - LEVEL:.0%} test finds with {POWER:.0%} power. A: {self.a.source}; B: {self.b.source}"
+            f"ratio of the two windows' throughputs (sum of work / sum of time); {percent(self.level)} interval by the "
+            f"delta method on the log ratio, conservative dof min(dof_A, dof_B) = {self.dof}, from each run's "
+            f"iterations: run-to-run variation is not in it. {detect}. A: {a.source}; B: {b.source}"
         )
 
     def disturbed(self) -> str:
-        """'' or which side ended `disturbed` (its numbers are kept, its noise may not be the machine's own)."""
+        """'' or which side's runs ended `disturbed` (their numbers are kept, their noise may not be the machine's own)."""
         notes = [
-            f"{name} was disturbed ({'; '.join(side.summary.get('disturbed_reasons') or []) or 'no reason recorded'})"
-            for name, side in (("A", self.a), ("B", self.b))
+            f"{name} {side.path.name} was disturbed ({'; '.join(side.summary.get('disturbed_reasons') or []) or 'no reason recorded'})"
+            if len(sides) > 1
+            else f"{name} was disturbed ({'; '.join(side.summary.get('disturbed_reasons') or []) or 'no reason recorded'})"
+            for name, sides in (("A", self.a), ("B", self.b))
+            for side in sides
             if side.summary.get("status") == "disturbed"
         ]
         return "; ".join(notes)
 
+    def caveat(self) -> str:
+        """'' between runs; within one run each, that run-to-run variation is not in the interval, and the remedy."""
+        if self.noise == BETWEEN:
+            return ""
+        return (
+            "within one run each: the interval holds each window's iteration-to-iteration noise, not the run-to-run "
+            "variation between two runs of one spec. For that, measure each side three times or more and pass every "
+            "run (tbdkit compare A1 A2 A3 --against B1 --against B2 --against B3)"
+        )
+
     def sentence(self) -> str:
-        return self._verdict() + (f". Note: {self.disturbed()}" if self.disturbed() else "")
+        notes = [n for n in (self.caveat(), self.disturbed()) if n]
+        return self._verdict() + "".join(f". Note: {n}" for n in notes)
 
     def _verdict(self) -> str:
         change = f"{self.ratio - 1:+.1%}"
-        ci = f"95% CI {self.low:.3f}-{self.high:.3f}"
+        ci = f"{percent(self.level)} CI {self.low:.3f}-{self.high:.3f}"
         detect = f"the data could detect a difference of about {self.detectable:.1%}"
         if self.verdict == SAME:
             return f"same within noise: A/B = {self.ratio:.3f} ({change}, {ci}); {detect}"
@@ -237,37 +299,78 @@ class Comparison:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "a": str(self.a.path),
-            "b": str(self.b.path),
-            "unit": self.a.unit,
-            "throughput_a": self.a.throughput,
-            "throughput_b": self.b.throughput,
+            "a": [str(side.path) for side in self.a],
+            "b": [str(side.path) for side in self.b],
+            "unit": self.a[0].unit,
+            "throughput_a": self.throughput_a,
+            "throughput_b": self.throughput_b,
             "ratio": round(self.ratio, 6),
-            "ci95": [round(self.low, 6), round(self.high, 6)],
+            "level": self.level,
+            "interval": [round(self.low, 6), round(self.high, 6)],
+            "noise": self.noise,
             "verdict": self.verdict,
             "detectable_relative_difference": round(self.detectable, 6),
             "method": self.method,
+            "caveat": self.caveat() or None,
             "unlike": [list(d) for d in self.unlike],
             "differences": [list(d) for d in self.differences],
         }
 
 
+def geometric_mean(sides: Sequence[Side]) -> float:
+    return math.exp(fmean(math.log(side.throughput) for side in sides))
+
+
+def _interval(ratio: float, se: float, dof: int, level: float) -> tuple[float, float, float, int, float]:
+    t = t_quantile(0.5 + level / 2, dof)
+    detectable = math.exp((t + NormalDist().inv_cdf(POWER)) * se) - 1
+    return ratio, ratio * math.exp(-t * se), ratio * math.exp(t * se), dof, detectable
+
+
 def ratio_interval(
-    a_rate: float, a_rel_se: float, a_dof: int, b_rate: float, b_rel_se: float, b_dof: int
+    a_rate: float,
+    a_rel_se: float,
+    a_dof: int,
+    b_rate: float,
+    b_rel_se: float,
+    b_dof: int,
+    level: float = LEVEL,
 ) -> tuple[float, float, float, int, float]:
     """(ratio, low, high, dof, detectable) of a_rate / b_rate from each rate's relative standard
     error: log-scale delta method, with the conservative degrees of freedom min(dof_a, dof_b) (Hsu's
     choice for Welch's problem). Welch-Satterthwaite's estimated dof made the 95% interval cover
     93.7% (8 iterations a run) to 94.4% (20) of constructed repeats; the smaller dof keeps it at 95%
     within the Monte Carlo error (docs/energy-and-cost.md)."""
-    va, vb = a_rel_se**2, b_rel_se**2
-    se = math.sqrt(va + vb)
-    dof = max(min(a_dof, b_dof), 1)
-    t = t_quantile(0.5 + LEVEL / 2, dof)
-    ratio = a_rate / b_rate
-    low, high = ratio * math.exp(-t * se), ratio * math.exp(t * se)
-    detectable = math.exp((t + NormalDist().inv_cdf(POWER)) * se) - 1
-    return ratio, low, high, dof, detectable
+    se = math.sqrt(a_rel_se**2 + b_rel_se**2)
+    return _interval(a_rate / b_rate, se, max(min(a_dof, b_dof), 1), level)
+
+
+def between_runs_interval(
+    a_rates: Sequence[float], b_rates: Sequence[float], level: float = LEVEL
+) -> tuple[float, float, float, int, float]:
+    """(ratio, low, high, dof, detectable) of the geometric-mean throughputs a / b over several runs a
+    side, by Student's t on the runs' log throughputs. Two runs or more on each side: Welch's interval,
+    each side its own variance, with Welch-Satterthwaite's degrees of freedom rounded down. One run on a
+    side: that run is taken to vary from run to run as much as the other side's runs do (their variance,
+    nB - 1 dof), the case of one reference run against repeats. Needs three runs or more in all.
+    Coverage measured in tests/test_compare.py."""
+    la, lb = [math.log(x) for x in a_rates], [math.log(x) for x in b_rates]
+    na, nb = len(la), len(lb)
+    if na + nb < 3 or min(na, nb) < 1:
+        raise ValueError("a between-runs interval needs three runs or more in all, one a side at least")
+    ma, mb = fmean(la), fmean(lb)
+    va = sum((y - ma) ** 2 for y in la) / (na - 1) if na > 1 else None
+    vb = sum((y - mb) ** 2 for y in lb) / (nb - 1) if nb > 1 else None
+    if va is not None and vb is not None:
+        ea, eb = va / na, vb / nb
+        se2 = ea + eb
+        dof = math.floor(se2**2 / (ea**2 / (na - 1) + eb**2 / (nb - 1))) if se2 > 0 else na + nb - 2
+        dof = max(dof, min(na, nb) - 1)
+    else:
+        var, dof = (va, na - 1) if va is not None else (vb, nb - 1)
+        assert var is not None
+        se2 = var * (1 / na + 1 / nb)
+    return _interval(math.exp(ma - mb), math.sqrt(se2), dof, level)
 
 
 def identity_differences(a: Side, b: Side) -> tuple[list[tuple[str, Any, Any]], list[tuple[str, Any, Any]]]:
@@ -319,23 +422,64 @@ def environment_differences(a: Side, b: Side) -> list[tuple[str, Any, Any]]:
     ]
 
 
-def compare(a: Side, b: Side, force: bool = False) -> Comparison:
-    """A's throughput against B's; UserError for unlike runs unless `force`."""
-    unlike, allowed = identity_differences(a, b)
+def _repeats(name: str, sides: Sequence[Side]) -> list[Side]:
+    """A side's runs, checked to be repeats of one spec (every identity field and the batch size alike)."""
+    if not sides:
+        raise UserError(f"Side {name} has no run: pass at least one run on each side.")
+    first = sides[0]
+    for other in sides[1:]:
+        unlike, allowed = identity_differences(first, other)
+        if unlike or allowed:
+            listed = "; ".join(f"{field_name}: {va!r} vs {vb!r}" for field_name, va, vb in unlike + allowed)
+            raise UserError(
+                f"Side {name}'s runs {first.path.name} and {other.path.name} are not repeats of one spec ({listed}): "
+                "pass runs of one spec on each side."
+            )
+    if len({side.path.resolve() for side in sides}) < len(sides):
+        raise UserError(f"Side {name} names one run twice: each repeat must be its own run.")
+    return list(sides)
+
+
+def compare(
+    a: Side | Sequence[Side], b: Side | Sequence[Side], force: bool = False, level: float = LEVEL
+) -> Comparison:
+    """Side A's throughput against side B's (a run, or repeats of one spec each); UserError for unlike
+    sides unless `force`. Between runs when there are three runs or more in all, else within one run each."""
+    if not 0.5 <= level < 1:
+        raise UserError(f"The level {level:g} is not a confidence level: give one in [0.5, 1), e.g. 0.95 or 0.99.")
+    sides_a = _repeats("A", [a] if isinstance(a, Side) else a)
+    sides_b = _repeats("B", [b] if isinstance(b, Side) else b)
+    if {s.path.resolve() for s in sides_a} & {s.path.resolve() for s in sides_b}:
+        raise UserError("A run is on both sides: compare two different sets of runs.")
+    first_a, first_b = sides_a[0], sides_b[0]
+    unlike, allowed = identity_differences(first_a, first_b)
     if unlike and not force:
         listed = "; ".join(f"{name}: {va!r} vs {vb!r}" for name, va, vb in unlike)
         raise UserError(
             f"The runs are not alike ({listed}): their throughputs measure different things. "
             "Compare runs of the same spec, or pass --force to compare anyway and list every difference."
         )
-    if a.unit != b.unit and not force:
-        raise UserError(f"The runs' throughputs are in different units ({a.unit} vs {b.unit}).")
-    ratio, low, high, dof, detectable = ratio_interval(
-        a.throughput, a.relative_se, a.dof, b.throughput, b.relative_se, b.dof
-    )
+    if first_a.unit != first_b.unit and not force:
+        raise UserError(f"The runs' throughputs are in different units ({first_a.unit} vs {first_b.unit}).")
+    if len(sides_a) + len(sides_b) >= 3:
+        noise = BETWEEN
+        ratio, low, high, dof, detectable = between_runs_interval(
+            [s.throughput for s in sides_a], [s.throughput for s in sides_b], level
+        )
+    else:
+        noise = WITHIN
+        ratio, low, high, dof, detectable = ratio_interval(
+            first_a.throughput,
+            first_a.relative_se,
+            first_a.dof,
+            first_b.throughput,
+            first_b.relative_se,
+            first_b.dof,
+            level,
+        )
     verdict = FASTER if low > 1 else SLOWER if high < 1 else SAME
-    differences = allowed + (environment_differences(a, b) if force else [])
-    return Comparison(a, b, ratio, low, high, verdict, detectable, dof, unlike, differences)
+    differences = allowed + (environment_differences(first_a, first_b) if force else [])
+    return Comparison(sides_a, sides_b, ratio, low, high, verdict, detectable, dof, noise, level, unlike, differences)
 
 
 def reference_dirs(workloads: Path, model: str) -> list[Path]:

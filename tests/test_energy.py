@@ -73,6 +73,23 @@ def test_no_rapl_folder_is_null_with_the_reason(tmp_path):
     assert energy.rapl_reason((str(tmp_path / "intel-rapl"),)) is None
 
 
+def test_a_cpu_run_without_rapl_gives_each_reason_without_starting_zeus(tmp_path, monkeypatch):
+    """Nothing for Zeus to read (no GPU, no RAPL): its monitor is not imported (3.6 s of a run's setup), and each
+    counter still says why it is null. `zeus.monitor` is made unimportable: had the collector reached for it,
+    every reason would be ZEUS_MISSING."""
+    from zeus.device.cpu import rapl
+
+    monkeypatch.setattr(rapl, "RAPL_DIR", str(tmp_path / "intel-rapl"))
+    monkeypatch.setattr(rapl, "CONTAINER_RAPL_DIR", str(tmp_path / "absent"))
+    monkeypatch.setitem(sys.modules, "zeus.monitor", None)
+    collector = energy.EnergyCollector(None)
+    collector.start()
+    m = collector.stop()
+    assert m["gpu_energy"]["value"] is None and m["gpu_energy"]["reason"] == energy.CPU_RUN
+    for name in ("cpu_energy", "cpu_power", "dram_energy", "dram_power"):
+        assert m[name]["value"] is None and "RAPL is not exposed on this machine" in m[name]["reason"], m[name]
+
+
 def test_a_stack_without_zeus_runs_with_null_energy(monkeypatch):
     monkeypatch.setitem(sys.modules, "zeus.monitor", None)  # `import zeus.monitor` raises ImportError
     collector = energy.EnergyCollector(0)

@@ -1,4 +1,5 @@
-"""`tbdkit compare RUN [--against RUN2 | --reference]`: one run's throughput against another's, with a verdict."""
+"""`tbdkit compare RUN... [--against RUN2... | --reference]`: one side's throughput against another's (a run, or
+repeats of one spec each), with a verdict."""
 
 from __future__ import annotations
 
@@ -32,46 +33,62 @@ def _run_dir(run: str, results: Path) -> Path:
 
 
 def compare(
-    run: Annotated[str, typer.Argument(help="run A: its folder, or its id (unique part, or 'last') in --results")],
-    against: Annotated[str | None, typer.Option("--against", help="run B, as RUN")] = None,
+    runs: Annotated[
+        list[str],
+        typer.Argument(
+            help="side A: a run's folder, or its id (unique part, or 'last') in --results; several runs of one "
+            "spec (repeats) put run-to-run variation in the interval"
+        ),
+    ],
+    against: Annotated[
+        list[str] | None, typer.Option("--against", help="side B, as RUN (repeat the option for each repeat)")
+    ] = None,
     reference: Annotated[
         bool,
         typer.Option(
             "--reference",
-            help="run B is the committed reference for the same "
+            help="side B is the committed reference for the same "
             "model, framework, preset, precision, batch and GPU product",
         ),
     ] = False,
+    level: Annotated[float, typer.Option("--level", help="the interval's confidence level")] = comparing.LEVEL,
     force: Annotated[bool, typer.Option("--force", help="compare unlike runs, listing every difference")] = False,
     results: ResultsOpt = default_results_dir(),
     as_json: Annotated[bool, typer.Option("--json", help="print the comparison as JSON")] = False,
 ) -> None:
-    """Run A's throughput against run B's: the ratio with a 95% CI and a verdict (faster, slower, same within noise)."""
-    if (against is None) == (not reference):
+    """Side A's throughput against side B's: the ratio with its confidence interval (95% unless --level) and a
+    verdict (faster, slower, same within noise). One run a side gives each run's own noise; three runs or more in all add the run-to-run variation."""
+    if (not against) == (not reference):
         raise UserError("Say what to compare against: --against RUN2 or --reference (one of them).")
-    a = comparing.load(_run_dir(run, results))
+    a = [comparing.load(_run_dir(run, results)) for run in runs]
     if reference:
-        b = comparing.matching_reference(a, workloads_dir())
-        if b is None:
-            raise UserError(comparing.no_reference_sentence(a, workloads_dir()))
+        if len(a) > 1:
+            raise UserError(
+                "--reference compares one run with its committed reference: pass one run, or use --against."
+            )
+        ref = comparing.matching_reference(a[0], workloads_dir())
+        if ref is None:
+            raise UserError(comparing.no_reference_sentence(a[0], workloads_dir()))
+        b = [ref]
     else:
         assert against is not None
-        b = comparing.load(_run_dir(against, results))
-    result = comparing.compare(a, b, force)
+        b = [comparing.load(_run_dir(run, results)) for run in against]
+    result = comparing.compare(a, b, force, level)
     if as_json:
         print(json.dumps(result.as_json(), indent=2, default=str))
         return
     table = Table(title="Throughput")
     for col in ("", "run", "throughput", "±95%", "from"):
         table.add_column(col)
-    for tag, side in (("A", a), ("B", b)):
-        table.add_row(
-            tag,
-            escape(side.label),
-            f"{side.throughput:,.4g} {escape(side.unit)}",
-            f"{side.ci95_relative:.2%}",
-            escape(side.source),
-        )
+    for tag, sides in (("A", a), ("B", b)):
+        for side in sides:
+            table.add_row(
+                tag,
+                escape(side.label),
+                f"{side.throughput:,.4g} {escape(side.unit)}",
+                f"{side.ci95_relative:.2%}",
+                escape(side.source),
+            )
     console.print(table)
     style = {"faster": "green", "slower": "red"}.get(result.verdict, "cyan")
     console.print(f"[bold {style}]{escape(result.sentence())}[/]")

@@ -104,7 +104,7 @@ def comparison(runs: list[Run], workloads: Path) -> tuple[list[list[str]], str |
             [
                 f"{r.model}/{r.framework} b{r.batch_size} ({r.run_id})",
                 str(ref.path.relative_to(workloads)),
-                result.verdict,
+                f"{result.verdict} ({result.noise})",
                 f"{result.ratio:.3f} ({result.low:.3f}-{result.high:.3f})",
                 f"{result.detectable:.1%}",
             ]

@@ -164,6 +164,16 @@ class EnergyCollector:
         self.cpu_reason: str | None = None
         self.gpu_method = GPU_METHOD
         self.result: dict[str, dict[str, Any]] | None = None
+        if cuda_index is None and monitor is None:
+            try:
+                self.cpu_reason = rapl_reason()
+            except ImportError:
+                self.reason = ZEUS_MISSING
+                return
+            if self.cpu_reason is not None:
+                # No GPU and no RAPL: Zeus would read nothing, so its monitor is not started (importing it
+                # took 3.6 s of each CPU run's setup, scikit-learn's import among it).
+                return
         try:
             if monitor is None:
                 from zeus.monitor import ZeusMonitor
@@ -212,6 +222,8 @@ class EnergyCollector:
         return {}
 
     def stop(self) -> dict[str, dict[str, Any]]:
+        if self.monitor is None and self.reason is None:  # nothing to read: each counter's own reason
+            return self._metrics(None, None, None, 0.0)
         if self.monitor is None or self.reason is not None:
             return _none(self.reason or ZEUS_MISSING)
         try:
@@ -220,13 +232,21 @@ class EnergyCollector:
                 m = self.monitor.end_window(self.KEY, sync_execution=False)
         except Exception as exc:
             return _none(f"Zeus could not close the window ({type(exc).__name__}: {exc})")
-        seconds = float(m.time)
+        return self._metrics(m.gpu_energy, m.cpu_energy, m.dram_energy, float(m.time))
+
+    def _metrics(
+        self,
+        gpu: Mapping[int, float] | None,
+        cpu: Mapping[int, float] | None,
+        dram: Mapping[int, float] | None,
+        seconds: float,
+    ) -> dict[str, dict[str, Any]]:
         return {
-            **device_metrics("gpu", m.gpu_energy, seconds, self.gpu_method, self.gpu_reason, "GPU"),
-            **device_metrics("cpu", m.cpu_energy, seconds, CPU_METHOD, self.cpu_reason, "CPU package"),
+            **device_metrics("gpu", gpu, seconds, self.gpu_method, self.gpu_reason, "GPU"),
+            **device_metrics("cpu", cpu, seconds, CPU_METHOD, self.cpu_reason, "CPU package"),
             **device_metrics(
                 "dram",
-                m.dram_energy,
+                dram,
                 seconds,
                 DRAM_METHOD,
                 self.cpu_reason or "RAPL exposes no DRAM zone on this machine",
