@@ -236,8 +236,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             sampler = Sampler(default_collectors(adapter), spec.measure.sample_interval_s)
             if spec.data != "synthetic":
                 prefetcher = Prefetcher(lambda: data.batches(spec.data, hp, global_batch, data_seed))
-        if spec.memory_limit_mb:
-            energy.preload()  # the collectors' libraries load before the cap, not inside it
+        if spec.memory_limit_mb:  # the collectors, built above, have loaded their libraries (Zeus's among them)
             limit_memory(spec.memory_limit_mb)
         summary["device"] = adapter.device_label
         summary["model_info"] = adapter.model_info()

@@ -134,16 +134,6 @@ def zeus_index(found: Any, cuda_index: int, uuid: str | None, pci_bus_id: str | 
     return uuids.index(target)
 
 
-def preload() -> None:
-    """Import Zeus now, before the agent caps its address space (--memory-limit-mb): the cap is meant
-    for the workload's batches and activations, not for the libraries a collector loads."""
-    try:
-        import zeus.device  # noqa: F401
-        import zeus.monitor  # noqa: F401
-    except ImportError:
-        pass  # the collector says why at run time
-
-
 class EnergyCollector:
     """A collector (tbdkit.agent.collectors): one Zeus window over the sample window. Zeus is imported
     here, lazily, so a stack without it still runs (its energy is null with ZEUS_MISSING)."""
