@@ -265,14 +265,13 @@ class Comparison:
 
     def disturbed(self) -> str:
         """'' or which side's runs ended `disturbed` (their numbers are kept, their noise may not be the machine's own)."""
-        notes = [
-            f"{name} {side.path.name} was disturbed ({'; '.join(side.summary.get('disturbed_reasons') or []) or 'no reason recorded'})"
-            if len(sides) > 1
-            else f"{name} was disturbed ({'; '.join(side.summary.get('disturbed_reasons') or []) or 'no reason recorded'})"
-            for name, sides in (("A", self.a), ("B", self.b))
-            for side in sides
-            if side.summary.get("status") == "disturbed"
-        ]
+        notes = []
+        for name, sides in (("A", self.a), ("B", self.b)):
+            for side in sides:
+                if side.summary.get("status") == "disturbed":
+                    who = f"{name} {side.path.name}" if len(sides) > 1 else name
+                    why = "; ".join(side.summary.get("disturbed_reasons") or []) or "no reason recorded"
+                    notes.append(f"{who} was disturbed ({why})")
         return "; ".join(notes)
 
     def caveat(self) -> str:

@@ -241,6 +241,8 @@ def test_repeats_a_side_give_a_between_runs_verdict_and_its_json(tmp_path):
     assert data["level"] == 0.95 and data["interval"] == [round(result.low, 6), round(result.high, 6)]
     wider = compare.compare(a, b, level=0.99)
     assert wider.low < result.low and wider.high > result.high and "99% CI" in wider.sentence()
+    a[1].summary.update(status="disturbed", disturbed_reasons=["foreign CPU load 0.9 cores"])
+    assert compare.compare(a, b).sentence().endswith("Note: A a1 was disturbed (foreign CPU load 0.9 cores)")
 
 
 def test_a_side_must_hold_repeats_of_one_spec_each_run_once(tmp_path):
