@@ -85,3 +85,43 @@ def test_slug_matches_githubs_anchors() -> None:
     assert slug("Memory breakdown (`memory.json`)") == "memory-breakdown-memoryjson"
     assert slug("FP32 utilization (eq. 2) over the whole iteration") == "fp32-utilization-eq-2-over-the-whole-iteration"
     assert slug("Training to a target: the `converge` preset") == "training-to-a-target-the-converge-preset"
+
+
+_TEST_REF = re.compile(r"`(tests/[\w/]+\.py)(?:::(\w+))?`")
+
+
+def named_tests(text: str) -> list[tuple[str, str | None]]:
+    """The test files and test functions a page names as `tests/x.py` or `tests/x.py::test_y`."""
+    return [(path, name or None) for path, name in _TEST_REF.findall(text)]
+
+
+def missing_tests(text: str, root: Path) -> list[str]:
+    missing = []
+    for path, name in named_tests(text):
+        file = root / path
+        if not file.is_file():
+            missing.append(f"{path} (no such file)")
+        elif name and not re.search(rf"^def {name}\(", file.read_text(), re.M):
+            missing.append(f"{path}::{name} (no such test)")
+    return missing
+
+
+def test_every_test_the_gpu_testing_page_names_exists() -> None:
+    """docs/gpu-testing.md says which test covers each GPU path: each must exist, so a renamed or
+    deleted test cannot leave a GPU path claimed as tested."""
+    text = (ROOT / "docs" / "gpu-testing.md").read_text()
+    assert len(named_tests(text)) >= 15, named_tests(text)
+    assert not missing_tests(text, ROOT)
+
+
+def test_a_renamed_test_on_the_gpu_testing_page_is_found(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("def test_here():\n    pass\n")
+    text = "`tests/test_a.py::test_here`, `tests/test_a.py::test_gone`, `tests/test_b.py`"
+    assert missing_tests(text, tmp_path) == ["tests/test_a.py::test_gone (no such test)", "tests/test_b.py (no such file)"]
+
+
+def test_the_readme_says_how_each_gpu_path_is_tested_without_a_gpu() -> None:
+    section = README.read_text().split("## What runs on a GPU", 1)[1].split("\n## ", 1)[0]
+    assert "| GPU path | How it is tested without a GPU |" in section
+    assert "docs/gpu-testing.md" in section
