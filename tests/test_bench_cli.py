@@ -167,9 +167,11 @@ def test_out_of_memory_is_marked_and_loses_nothing(tmp_path):
     proc = tbdkit("bench", *FAST, "--results", str(results), "--batch", "1,256", "--memory-limit-mb", "1500")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     summaries = [json.loads((d / "summary.json").read_text()) for d in run_dirs(results)]
-    assert [(s["batch_size"], s["status"]) for s in summaries] == [(1, "ok"), (256, "oom")]
+    assert [s["batch_size"] for s in summaries] == [1, 256]
+    fits = summaries[0]["status"]  # ok, or disturbed beside a neighbour test: it trained either way
+    assert fits in MEASURED and summaries[1]["status"] == "oom", summaries
     assert summaries[1]["error"].startswith("out of memory at batch size 256: try a smaller batch")
-    assert {r["status"] for r in Index(results).runs()} == {"ok", "oom"}
+    assert {r["status"] for r in Index(results).runs()} == {fits, "oom"}
     assert "oom" in proc.stdout
 
 

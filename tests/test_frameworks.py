@@ -85,7 +85,7 @@ def test_describe_without_the_stack_says_how(tmp_path):
 def test_bench_all_frameworks_prints_one_table(tmp_path):
     results = tmp_path / "r"
     proc = tbdkit("bench", "--model", "deepspeech2", "--framework", "all", "--preset", "smoke", "--device", "cpu",
-                  "--batch", "2", "--max-warmup-s", "3", "--max-measure-s", "4", "--results", str(results), "--json")
+                  "--batch", "2", "--max-warmup-s", "1", "--max-measure-s", "2", "--results", str(results), "--json")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summaries = json.loads(proc.stdout)  # --json: stdout is only the summaries (progress goes to stderr)
     assert [s["framework"] for s in summaries] == FRAMEWORKS

@@ -122,7 +122,7 @@ def test_same_weights_same_outputs(tmp_path, model, framework):
 def test_bench_all_frameworks(tmp_path, model):
     results = tmp_path / "r"
     proc = tbdkit("bench", "--model", model, "--framework", "all", "--preset", "smoke", "--device", "cpu",
-                  "--max-warmup-s", "3", "--max-measure-s", "4", "--results", str(results))
+                  "--max-warmup-s", "1", "--max-measure-s", "2", "--results", str(results))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summaries = [json.loads((d / "summary.json").read_text()) for d in sorted(results.iterdir()) if d.is_dir()]
     assert sorted(s["framework"] for s in summaries) == sorted(FRAMEWORKS)

@@ -131,7 +131,8 @@ def test_killed_sweep_resumes(tmp_path):
     retried = after["pytorch/fp32/b2/r0"]
     assert retried["status"] in MEASURED and retried["run_id"] != victim.name
     assert after["pytorch/fp32/b3/r0"]["status"] in MEASURED
-    assert {r["run_id"]: r["status"] for r in Index(results).runs()}[done["run_id"]] == "ok"
+    # the finished run stays indexed as it ended (ok, or disturbed beside a neighbour test)
+    assert {r["run_id"]: r["status"] for r in Index(results).runs()}[done["run_id"]] == done["status"]
 
 
 @pytest.mark.slow

@@ -90,7 +90,7 @@ def test_resnet50_bench_all_prints_one_table_of_three_frameworks(tmp_path):
     run's summary (its model, batch, units and the synthetic data it read)."""
     results = tmp_path / "r"
     proc = tbdkit("bench", "--model", "resnet50", "--framework", "all", "--preset", "smoke", "--device", "cpu",
-                  "--batch", "2", "--max-warmup-s", "3", "--max-measure-s", "4", "--results", str(results))
+                  "--batch", "2", "--max-warmup-s", "1", "--max-measure-s", "2", "--results", str(results))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     table = proc.stdout[proc.stdout.index("ResNet-50 v1.5 (smoke preset)"):]
     assert proc.stdout.count("ResNet-50 v1.5 (smoke preset)") == 1
