@@ -9,6 +9,7 @@ what is specific to it."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import math
 import os
@@ -50,6 +51,11 @@ def tbdkit(*args: str, env: dict[str, str] | None = None, timeout: float = 600) 
 # runs it once for the session
 SMALL_SWEEP = ["sweep", "deepspeech2", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu",
                "--max-warmup-s", "2", "--max-measure-s", "3", "--batch", "1,2", "--cv-limit", "0.5"]
+
+
+def functions_defined(path: Path) -> set[str]:
+    """The names of the functions a test file defines (for checks that a test named elsewhere exists)."""
+    return {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 tests that exist (a renamed file or function would otherwise run beside a neighbour, or start last,
 without anyone noticing), and the units group what shares a process's kept runs."""
 
-import ast
 from pathlib import Path
 
+from model_checks import functions_defined
 from scheduling import LONGEST_FIRST, SERIAL, is_serial, longest_first, serial_files, unit_of
 
 TESTS = Path(__file__).parent
@@ -17,9 +17,7 @@ def test_every_key_names_an_existing_file_and_function():
         assert name in files, f"{key}: no such test file"
         assert reason.strip(), f"{key}: say why it runs alone"
         if function:
-            defined = {n.name for n in ast.walk(ast.parse(files[name].read_text()))
-                       if isinstance(n, ast.FunctionDef)}
-            assert function in defined, f"{key}: {name} has no {function}"
+            assert function in functions_defined(files[name]), f"{key}: {name} has no {function}"
 
 
 def test_a_file_or_one_function_of_it_is_serial(tmp_path):
