@@ -40,7 +40,7 @@ $(KIT_STAMP): pyproject.toml $(KIT_LOCK)
 
 # Every lock in locks/ again from pyproject.toml's ranges (uv pip compile --generate-hashes; docs/environments.md).
 lock: $(KIT_STAMP)
-	$(VENV)/bin/python -m tbdkit.lockgen
+	$(VENV)/bin/python -m tbdkit.env.lockgen
 
 setup: $(KIT_STAMP)
 	$(TBDKIT) setup $(call quote,$(or $(FRAMEWORK),pytorch))
@@ -144,13 +144,13 @@ clean:
 # Reference results with an Nsight Compute pass on one NVIDIA GPU (docs/gpus-and-images.md): deepspeech2 and resnet50, or MODEL=m.
 # Runs under $(PYTHON) itself (it must have PyTorch); refuses without a GPU.
 reference:
-	$(PYTHON) -m tbdkit.reference $(foreach m,$(if $(filter command line,$(origin MODEL)),$(MODEL),deepspeech2 resnet50),--model $(call quote,$(m)))
+	$(PYTHON) -m tbdkit.bench.reference $(foreach m,$(if $(filter command line,$(origin MODEL)),$(MODEL),deepspeech2 resnet50),--model $(call quote,$(m)))
 
 # The whole suite's reference results: every model's paper preset at two batch sizes (no ncu pass), then the README's table.
 reference-suite:
-	$(PYTHON) -m tbdkit.reference --suite --no-ncu
-	$(PYTHON) -m tbdkit.reference --table --readme
+	$(PYTHON) -m tbdkit.bench.reference --suite --no-ncu
+	$(PYTHON) -m tbdkit.bench.reference --table --readme
 
 # The committed reference results (workloads/*/reference/) as the README's Markdown table.
 reference-table:
-	$(PYTHON) -m tbdkit.reference --table --readme
+	$(PYTHON) -m tbdkit.bench.reference --table --readme

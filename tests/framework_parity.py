@@ -13,7 +13,8 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from tbdkit import catalog, stacks
+from tbdkit.spec import catalog
+from tbdkit.env import stacks
 
 from model_checks import tbdkit
 

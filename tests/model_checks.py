@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 
 WORKLOADS = Path(__file__).parents[1] / "workloads"
 TESTS = Path(__file__).parent

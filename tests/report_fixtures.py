@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tbdkit.store import Index
+from tbdkit.results.index import Index
 
 CPU_REASON = "the run is on the CPU: there is no GPU to measure"
 

@@ -69,7 +69,7 @@ def test_throughput_counts_observations_and_frames_are_a_named_secondary_metric(
     the network consumes), with emulator frames (x action repeat) as `frames_throughput`, in frames/s."""
     from types import SimpleNamespace
 
-    from tbdkit import catalog
+    from tbdkit.spec import catalog
     from tbdkit.agent.loop import Iteration, RunningRatio, throughput_metrics
 
     model = catalog.get("a3c")

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tbdkit.agent import analysis
+from tbdkit.agent import after_window as analysis
 from tbdkit.analysis import memory
 from tbdkit.analysis.timeline import KERNEL_COLUMNS, Kernel
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from report_fixtures import make_run
 
-from tbdkit import artifact, artifact_doc
-from tbdkit.paths import KIT_ROOT
+from tbdkit.artifact import bundle as artifact
+from tbdkit.artifact import doc as artifact_doc
+from tbdkit.core.paths import KIT_ROOT
 
 
 def gpu_runs(results: Path, thr: tuple[float, float], device_name: str = "NVIDIA H100", ci: float = 0.01,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit.store import Index
+from tbdkit.results.index import Index
 from model_checks import tbdkit, tbdkit_command
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 

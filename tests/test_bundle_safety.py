@@ -14,10 +14,10 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tbdkit import artifact
+from tbdkit.artifact import bundle as artifact
 from tbdkit.results import files as runfiles
-from tbdkit.errors import UserError
-from tbdkit.paths import KIT_ROOT
+from tbdkit.core.errors import UserError
+from tbdkit.core.paths import KIT_ROOT
 
 
 def _run(folder: Path, summary: object = None, spec: object = None) -> Path:

@@ -140,7 +140,7 @@ def test_instrument_verdicts_take_the_worst_probe():
 
 
 def test_env_json_names_this_machines_calibration(tmp_path):
-    from tbdkit.agent import envinfo
+    from tbdkit.env import machine as envinfo
     from tbdkit.calibrate.verdict import ProbeResult, Tolerance
 
     probe = ProbeResult("cpu.peak_rss", "constructed", 1.0, 0.5, "MiB", Tolerance(), "off by -0.5 MiB", ("peak_rss",))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit import stacks
+from tbdkit.env import stacks
 from tbdkit.analysis import timeline
 from tbdkit.analysis.peak import Device
 from tbdkit.calibrate import flops, gpu_memory, stack, trace

@@ -6,7 +6,7 @@ from typer.testing import CliRunner
 
 from tbdkit.cli import app
 from tbdkit.cli.main import COMMANDS, GROUPS
-from tbdkit.paths import KIT_ROOT
+from tbdkit.core.paths import KIT_ROOT
 from tbdkit.report import reference_table
 
 runner = CliRunner()

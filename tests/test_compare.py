@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit import compare
-from tbdkit.agent.stats import ratio_estimate, t_quantile
-from tbdkit.errors import UserError
+from tbdkit.analysis import compare
+from tbdkit.core.statistics import ratio_estimate, t_quantile
+from tbdkit.core.errors import UserError
 from tbdkit.results.summary import MEASURED
 
 
@@ -296,8 +296,8 @@ MEASURE = {"max_warmup_iterations": 8, "max_warmup_s": 60.0, "min_measure_iterat
 def real_runs(tmp_path_factory):
     """Six real CPU runs of one spec (batch 2), made in turn for side A and side B (A, B, A, B, A, B) so that a
     slow spell of this shared machine falls on both sides alike, then one run at batch 8."""
-    from tbdkit import spec as specs
-    from tbdkit.run_list import run_all
+    from tbdkit.spec import run_spec as specs
+    from tbdkit.bench.run_list import run_all
 
     results = tmp_path_factory.mktemp("results")
     run_specs = [specs.build(model="deepspeech2", framework="pytorch", batch_size=b, preset="smoke", device="cpu",

@@ -10,9 +10,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from tbdkit import spec as specs
+from tbdkit.spec import run_spec as specs
 from tbdkit.agent import converge
-from tbdkit.errors import UserError
+from tbdkit.core.errors import UserError
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Cost at the user's price (tbdkit.cost): where the price comes from and when it was given, the
+"""Cost at the user's price (tbdkit.analysis.cost): where the price comes from and when it was given, the
 arithmetic, the errors a user can make; and the report's energy, cost and comparison sections."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from report_fixtures import make_run
 
-from tbdkit import cost
-from tbdkit.errors import UserError
+from tbdkit.analysis import cost
+from tbdkit.core.errors import UserError
 from tbdkit.report import build_report
 
 

@@ -100,7 +100,7 @@ def test_every_reader_takes_the_full_check_that_data_prepare_asks_for():
     """data prepare calls check_source(source, hp, full=True) on every model's reader."""
     import inspect
 
-    from tbdkit import catalog
+    from tbdkit.spec import catalog
 
     for name, model in catalog.models().items():
         params = inspect.signature(catalog.load_module(model, "data").check_source).parameters

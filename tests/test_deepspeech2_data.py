@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 
 WORKLOAD = Path(__file__).parents[1] / "workloads" / "deepspeech2"
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from framework_parity import assert_same_network, assert_smoke_flops, describe_in_stack, listed_smoke_state
-from tbdkit import catalog
+from tbdkit.spec import catalog
 
 # EfficientDet's TensorFlow and MXNet pairs are tests/test_efficientdet_frameworks.py.
 FRAMEWORKS = {"faster_rcnn": ("pytorch", "tensorflow", "mxnet"), "mask_rcnn": ("pytorch", "tensorflow", "mxnet")}

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit import render, spec as specs
-from tbdkit.errors import UserError
+from tbdkit.launch import render
+from tbdkit.spec import run_spec as specs
+from tbdkit.core.errors import UserError
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 FAST = ["--model", "resnet50", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu", "--batch", "2",

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit import spec as specs
+from tbdkit.spec import run_spec as specs
 from tbdkit.agent.control import Control, PeerLost
-from tbdkit.errors import UserError
+from tbdkit.core.errors import UserError
 from tbdkit.launch import group
 from tbdkit.launch.roles import roles
 from tbdkit.launch.workers import name_failed_workers

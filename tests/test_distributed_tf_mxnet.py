@@ -110,8 +110,8 @@ def test_mxnet_replicas_in_one_process(tmp_path):
     ({"nodes": 2, "launcher": "netns"}, "--nodes 1"),
 ])
 def test_one_process_is_refused_where_it_is_not_built(change, message):
-    from tbdkit.errors import UserError
-    from tbdkit.spec import build
+    from tbdkit.core.errors import UserError
+    from tbdkit.spec.run_spec import build
 
     args = {"model": "resnet50", "framework": "mxnet", "batch_size": 2, "device": "cpu",
             "gpus_per_node": 2, "one_process": True, **change}

@@ -1,4 +1,4 @@
-"""Runs that know when they were disturbed: the CPU budget (tbdkit.cpus), the foreign-load collector,
+"""Runs that know when they were disturbed: the CPU budget (tbdkit.env.cpus), the foreign-load collector,
 the rule that flags a window, and `disturbed` through the report and sweeps. Fast, except the one
 real run beside a busy-loop neighbour (marked slow)."""
 
@@ -14,14 +14,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tbdkit import cpus
+from tbdkit.env import cpus
 from tbdkit.agent import disturbance
 from tbdkit.agent.collectors.neighbours import NeighbourCollector
 from tbdkit.report import runs as runs_mod
 from tbdkit.report.build import build_report
 from tbdkit.results import summary as summaries
-from tbdkit.store import Index
-from tbdkit.sweep import SweepRun
+from tbdkit.results.index import Index
+from tbdkit.bench.sweep import SweepRun
 from report_fixtures import make_run
 from test_sweep_logic import FakeRunner, sweep_spec
 
@@ -259,7 +259,7 @@ def test_the_launcher_tree_is_the_run_when_it_is_an_ancestor(monkeypatch):
 def test_a_disturbed_worker_of_a_job_is_not_a_failed_one(tmp_path):
     """A data-parallel job whose rank 1 was disturbed finished: the launcher keeps rank 0's summary."""
     from tbdkit.launch.workers import name_failed_workers
-    from tbdkit.spec import build
+    from tbdkit.spec.run_spec import build
 
     spec = build(model="deepspeech2", framework="pytorch", batch_size=2, device="cpu", gpus_per_node=2)
     own = {"status": "ok", "model": "deepspeech2", "framework": "pytorch", "worker": "rank 0 of 2"}

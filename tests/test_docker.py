@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit import images, spec
-from tbdkit.errors import UserError
+from tbdkit.env import images
+from tbdkit.spec import run_spec as spec
+from tbdkit.core.errors import UserError
 from tbdkit.launch import docker as dl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -206,7 +207,7 @@ def test_build_command_pins_base_and_args():
 def test_images_require_only_the_tools_the_kit_calls(stack):
     """The kit calls ncu, never nsys: no image refuses to build without nsys, none puts NVIDIA's
     version folders (/opt/nvidia/nsight-compute holds <version>/ncu) on PATH, and ncu is found the
-    way NVIDIA lays it out (tbdkit.nsight, run by docker/stack-env.sh)."""
+    way NVIDIA lays it out (tbdkit.env.nsight, run by docker/stack-env.sh)."""
     text = (ROOT / "docker" / f"{stack}.Dockerfile").read_text()
     assert "nsys" not in text and "REQUIRE_NSIGHT" not in text and "ARG REQUIRE_NCU=1" in text
     assert "/opt/nvidia/nsight-compute" not in text.split("ENV ", 1)[1].split("\n\n", 1)[0]
@@ -331,7 +332,7 @@ def test_compose_config_validates(tmp_path):
 def test_rendered_compose_has_no_host_ipc():
     import yaml
 
-    from tbdkit import render
+    from tbdkit.launch import render
 
     text = render.render(make_spec(), "compose", image="tbdkit/pytorch:0.1.0")
     for service in yaml.safe_load(text)["services"].values():

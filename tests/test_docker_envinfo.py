@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit import stacks
+from tbdkit.env import stacks
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}

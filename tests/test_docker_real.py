@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit import images
+from tbdkit.env import images
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 ROOT = Path(__file__).resolve().parents[1]

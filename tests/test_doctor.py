@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit import doctor, images, stacks
-from tbdkit.doctor import Check
+from tbdkit.env import doctor
+from tbdkit.env import images
+from tbdkit.env import stacks
+from tbdkit.env.doctor import Check
 
 NAMES = [
     "NVIDIA GPU", "NVIDIA driver", "NVML", "NVML GPM metrics", "GPU clocks locked",
@@ -223,8 +225,8 @@ CDI_SPEC = "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: all\n"
 ])
 def test_doctor_and_the_docker_launcher_agree_on_the_gpus(monkeypatch, tmp_path, hook, runtimes, cdi_spec,
                                                            cdi_dirs, expected):
-    from tbdkit import spec
-    from tbdkit.errors import UserError
+    from tbdkit.spec import run_spec as spec
+    from tbdkit.core.errors import UserError
     from tbdkit.launch import docker as dl
 
     bin_dir = tmp_path / "bin"
@@ -329,7 +331,7 @@ def test_installed_pytorch_stack(monkeypatch, tmp_path):
 # ---------------------------------------------------------------------------------- Nsight
 
 def test_nsight_tools(monkeypatch, tmp_path):
-    from tbdkit import nsight
+    from tbdkit.env import nsight
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

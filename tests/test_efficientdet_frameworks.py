@@ -10,7 +10,7 @@ import pytest
 
 from framework_parity import (assert_same_network, describe_in_stack, describe_smoke, listed_smoke_state,
                               load_pytorch_weights, run_in_stack)
-from tbdkit import catalog
+from tbdkit.spec import catalog
 
 MODEL = "efficientdet"
 FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")

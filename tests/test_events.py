@@ -37,7 +37,7 @@ def events_prefix() -> str:
 
 
 def test_the_launcher_reads_what_the_agent_emits(capsys) -> None:
-    """The two sides of the process boundary import nothing of each other, only the line format (tbdkit.events)."""
+    """The two sides of the process boundary import nothing of each other, only the line format (tbdkit.core.events)."""
     from tbdkit.agent import events
     from tbdkit.launch.base import EVENT_PREFIX, parse_event
 

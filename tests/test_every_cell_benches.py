@@ -16,7 +16,7 @@ import json
 import pytest
 
 from model_checks import tbdkit
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 COVERED_ELSEWHERE = {"deepspeech2", "resnet50", "a3c", "minigo", "bert"}

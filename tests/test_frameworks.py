@@ -11,7 +11,7 @@ import pytest
 from framework_parity import (assert_same_network, assert_same_sequence_outputs, assert_smoke_flops, describe_smoke,
                               listed_smoke_state, pytorch_weights_fixture)
 from model_checks import tbdkit
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 MODEL = catalog.get("deepspeech2")

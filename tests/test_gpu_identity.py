@@ -62,9 +62,9 @@ def test_why_no_gpu_names_the_cause(fake_libcuda, monkeypatch):
 def test_auto_preset_asks_the_framework_not_the_host(fake_nvml, capsys):
     """The host's NVML sees a GPU; the installed PyTorch stack here sees none: auto is the smoke
     preset, and --device cuda stops with the framework's reason."""
-    from tbdkit import stacks
-    from tbdkit.choice import gpu_count, resolve_auto_preset
-    from tbdkit.errors import UserError
+    from tbdkit.env import stacks
+    from tbdkit.bench.plan import gpu_count, resolve_auto_preset
+    from tbdkit.core.errors import UserError
 
     if not stacks.is_installed("pytorch"):
         pytest.skip("the PyTorch stack is not installed")
@@ -83,7 +83,7 @@ def test_bench_device_cuda_stops_with_the_frameworks_reason(tmp_path):
     import subprocess
     import sys
 
-    from tbdkit import stacks
+    from tbdkit.env import stacks
 
     if not stacks.is_installed("pytorch"):
         pytest.skip("the PyTorch stack is not installed")

@@ -97,7 +97,7 @@ def test_on_the_cpu_every_value_says_why(fake_nvml):
 
 
 def test_doctor_suggests_locking_floating_clocks_and_says_what_it_means(fake_nvml):
-    from tbdkit import doctor
+    from tbdkit.env import doctor
 
     fake_nvml([Device(UUID, "00000000:18:00.0", max_sm_clock=1980)])
     info = doctor.probe_nvml()
@@ -110,7 +110,7 @@ def test_doctor_suggests_locking_floating_clocks_and_says_what_it_means(fake_nvm
 
 
 def test_doctor_sees_clocks_held_by_application_clocks(fake_nvml):
-    from tbdkit import doctor
+    from tbdkit.env import doctor
 
     fake_nvml([Device(UUID, "00000000:18:00.0", app_sm_clock=1410, default_app_sm_clock=1980)])
     check = doctor.clocks_check(doctor.probe_nvml())

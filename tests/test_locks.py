@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from tbdkit import doctor, installer, locks, stacks
-from tbdkit.paths import KIT_ROOT
+from tbdkit.env import doctor
+from tbdkit.env import installer
+from tbdkit.env import locks
+from tbdkit.env import stacks
+from tbdkit.core.paths import KIT_ROOT
 
 ENVS = sorted(locks.ENVS)
 
@@ -157,7 +160,7 @@ def test_env_json_records_the_lock_and_the_differences(tiny_venv, tmp_path, monk
 
 
 def test_env_json_has_a_lock_entry_without_an_install_record() -> None:
-    from tbdkit.agent import envinfo
+    from tbdkit.env import machine as envinfo
 
     lock = envinfo.collect({}, 0)["lock"]
     assert set(lock) >= {"name", "digest", "differences"}
@@ -180,7 +183,7 @@ def test_each_installed_stack_holds_exactly_its_lock(name: str) -> None:
 # ------------------------------------------------ bundles carry the locks; reproduce checks them
 
 def _bundle_of_one_mxnet_run(tmp_path: Path) -> Path:
-    from tbdkit import artifact
+    from tbdkit.artifact import bundle as artifact
 
     run = tmp_path / "results" / "r1"
     run.mkdir(parents=True)
@@ -197,7 +200,8 @@ def _bundle_of_one_mxnet_run(tmp_path: Path) -> Path:
 def test_a_bundle_carries_the_lock_its_runs_were_made_on_and_reproduce_checks_it(tmp_path, monkeypatch) -> None:
     from typer.testing import CliRunner
 
-    from tbdkit import artifact, run_list
+    from tbdkit.artifact import bundle as artifact
+    from tbdkit.bench import run_list
     from tbdkit.cli import app
 
     bundle = _bundle_of_one_mxnet_run(tmp_path)
@@ -239,11 +243,11 @@ def test_the_makefile_installs_the_kit_from_its_lock_and_regenerates_the_locks()
     assert KIT_ROOT / kit_lock == locks.get("kit-test").file
     recipe = makefile.split("$(KIT_STAMP): pyproject.toml $(KIT_LOCK)\n", 1)[1].split("\n\n", 1)[0]
     assert "--require-hashes --no-deps -r $(KIT_LOCK)" in recipe and "--no-deps -e ." in recipe
-    assert "\nlock: $(KIT_STAMP)\n\t$(VENV)/bin/python -m tbdkit.lockgen\n" in makefile
+    assert "\nlock: $(KIT_STAMP)\n\t$(VENV)/bin/python -m tbdkit.env.lockgen\n" in makefile
 
 
 def test_make_lock_asks_uv_for_hashes_for_each_locks_python_and_extras() -> None:
-    from tbdkit import lockgen
+    from tbdkit.env import lockgen
 
     env = locks.get("mxnet-image")
     cmd = lockgen.compile_command("uv", env, Path("/tmp/out.txt"))
@@ -256,7 +260,7 @@ def test_make_lock_asks_uv_for_hashes_for_each_locks_python_and_extras() -> None
 def test_make_lock_keeps_the_present_pins_unless_asked_to_upgrade(tmp_path, monkeypatch, upgrade) -> None:
     """uv prefers the pins of the output file it is given: `make lock` hands it the present lock, so adding
     one requirement does not move every other package; --upgrade hands it nothing."""
-    from tbdkit import lockgen
+    from tbdkit.env import lockgen
 
     present = tmp_path / "kit-py311.txt"
     present.write_text("# old header\nrich==13.0.0 \\\n    --hash=sha256:00\n")

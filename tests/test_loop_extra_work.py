@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from tbdkit.agent.loop import TrainingLoop, extra_work, throughput_metrics
-from tbdkit.spec import MeasurePolicy
+from tbdkit.spec.run_spec import MeasurePolicy
 
 POLICY = MeasurePolicy(min_warmup_iterations=1, warmup_window=2, max_warmup_iterations=2,
                        min_measure_iterations=4, max_measure_iterations=6, target_ci=1e-9)

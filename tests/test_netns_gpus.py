@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from nvml_shim import Device, fake_nvml  # noqa: F401  (fixture)
-from tbdkit import spec as specs
-from tbdkit.agent import envinfo
-from tbdkit.errors import UserError
+from tbdkit.spec import run_spec as specs
+from tbdkit.env import machine as envinfo
+from tbdkit.core.errors import UserError
 from tbdkit.launch import netns
 
 UUIDS = [f"GPU-{i}{i}{i}{i}0000-0000-0000-0000-000000000000" for i in range(4)]

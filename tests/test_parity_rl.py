@@ -14,7 +14,7 @@ import pytest
 from framework_parity import (assert_same_network, assert_smoke_flops, describe_in_stack, describe_smoke,
                               framework_differences, load_pytorch_weights)
 from model_checks import tbdkit
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 MODELS = ["a3c", "minigo", "bert"]

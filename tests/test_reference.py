@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from report_fixtures import make_run
-from tbdkit import reference, spec as specs
+from tbdkit.bench import reference
+from tbdkit.spec import run_spec as specs
 from tbdkit.analysis.peak import Device
-from tbdkit.errors import UserError
-from tbdkit.paths import KIT_ROOT
+from tbdkit.core.errors import UserError
+from tbdkit.core.paths import KIT_ROOT
 from tbdkit.report import reference_table
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ncu" / "raw_page.csv"

@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from tbdkit import reference, spec as specs
+from tbdkit.bench import reference
+from tbdkit.spec import run_spec as specs
 
 
 def alive(pid: int) -> bool:

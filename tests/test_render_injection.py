@@ -15,9 +15,10 @@ import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
 
-from tbdkit import render, spec as specs
-from tbdkit.errors import UserError
-from tbdkit.oci import validate_image_reference
+from tbdkit.launch import render
+from tbdkit.spec import run_spec as specs
+from tbdkit.core.errors import UserError
+from tbdkit.env.oci import validate_image_reference
 
 VALID = ["ubuntu", "tbdkit/pytorch:0.1.0", "nvcr.io/nvidia/pytorch:24.05-py3", "localhost:5000/a/b_c__d-e.f:T_1",
          "[::1]:5000/x/y:latest", "Registry.Example.com/team/img", "a@sha256:" + "0" * 64,

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tbdkit import render
-from tbdkit import spec as specs
-from tbdkit.errors import UserError
+from tbdkit.launch import render
+from tbdkit.spec import run_spec as specs
+from tbdkit.core.errors import UserError
 from tbdkit.launch.node import node_roles
 
 KEY = "ab" * 16

@@ -11,7 +11,7 @@ import pytest
 from tbdkit.results import files
 from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
-from tbdkit.spec import RunSpec
+from tbdkit.spec.run_spec import RunSpec
 
 ROLES = {"spec": files.SPEC, "env": files.ENV, "iterations": files.ITERATIONS, "samples": files.SAMPLES,
          "summary": files.SUMMARY, "memory": files.MEMORY, "kernels": files.KERNELS,

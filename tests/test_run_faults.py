@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from tbdkit.results import sink
-from tbdkit.errors import UserError
+from tbdkit.core.errors import UserError
 from tbdkit.launch.outcome import finalize
-from tbdkit.spec import RunSpec
-from tbdkit.sweep import RunResult, SweepRun
-from tbdkit.sweep_spec import parse
+from tbdkit.spec.run_spec import RunSpec
+from tbdkit.bench.sweep import RunResult, SweepRun
+from tbdkit.spec.sweep_spec import parse
 
 SPEC = RunSpec(model="deepspeech2", batch_size=2, device="cpu", preset="smoke")
 
@@ -157,7 +157,7 @@ def test_a_real_agent_killed_by_sigkill_keeps_its_iterations(tmp_path):
 
     import psutil
 
-    from tbdkit import stacks
+    from tbdkit.env import stacks
     from tbdkit.launch import launch
 
     if not stacks.is_installed("pytorch"):
@@ -201,7 +201,7 @@ def test_a_tiny_disk_is_refused_before_training(tmp_path):
 def test_a_sweep_into_a_file_fails_before_writing_and_a_damaged_state_is_named(tmp_path):
     from typer.testing import CliRunner
 
-    from tbdkit import stacks
+    from tbdkit.env import stacks
     from tbdkit.cli import app
 
     spec = sweep_spec(tmp_path)

@@ -25,7 +25,7 @@ def test_framework_oom_messages_and_interrupts() -> None:
 
 def test_an_agent_killed_by_a_signal_under_the_memory_cap_ran_out_of_memory(tmp_path) -> None:
     from tbdkit.launch.outcome import finalize
-    from tbdkit.spec import RunSpec
+    from tbdkit.spec.run_spec import RunSpec
 
     capped = RunSpec(model="deepspeech2", batch_size=8, memory_limit_mb=400)
     (tmp_path / "a").mkdir()

@@ -10,7 +10,7 @@ import pytest
 
 from framework_parity import (assert_same_network, assert_same_sequence_outputs, assert_smoke_flops, describe_smoke,
                               framework_differences, pytorch_weights_fixture, run_in_stack)
-from tbdkit import catalog
+from tbdkit.spec import catalog
 
 MODEL = catalog.get("seq2seq")
 FRAMEWORKS = list(MODEL.frameworks)

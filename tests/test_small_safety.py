@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import pytest
 
 import tbdkit.launch.outcome as outcome
-from tbdkit import spec as specs
+from tbdkit.spec import run_spec as specs
 from tbdkit.agent.loop import StopRequested, TrainingLoop
 from tbdkit.agent.run import STABILITY_RULE, instability
-from tbdkit.errors import UserError
-from tbdkit.spec import MeasurePolicy
+from tbdkit.core.errors import UserError
+from tbdkit.spec.run_spec import MeasurePolicy
 
 from report_fixtures import make_run
 from model_checks import tbdkit as run_tbdkit

@@ -2,8 +2,9 @@
 
 import pytest
 
-from tbdkit import catalog, spec
-from tbdkit.errors import UserError
+from tbdkit.spec import catalog
+from tbdkit.spec import run_spec as spec
+from tbdkit.core.errors import UserError
 
 
 def build(**kw):

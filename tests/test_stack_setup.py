@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit import stacks
-from tbdkit.errors import UserError
+from tbdkit.env import stacks
+from tbdkit.core.errors import UserError
 
 
 def test_failed_install_retries_pip_once_and_shows_the_log_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

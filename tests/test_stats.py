@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit.agent.stats import (MAX_HORIZON, RunningRatio, mann_kendall, ratio_estimate, t_quantile, warmup_done,
+from tbdkit.core.statistics import (MAX_HORIZON, RunningRatio, mann_kendall, ratio_estimate, t_quantile, warmup_done,
                                 warmup_horizon)
-from tbdkit.spec import MeasurePolicy
+from tbdkit.spec.run_spec import MeasurePolicy
 
 
 @pytest.mark.parametrize("dof, exact", [(3, 3.182446), (9, 2.262157), (30, 2.042272), (200, 1.971896)])

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from tbdkit.store import INDEX, Index
+from tbdkit.results.index import INDEX, Index
 
 
 def make_run(results, run_id, status="ok", throughput=12.5):
@@ -202,8 +202,8 @@ def test_read_only_results_are_read_without_writing(read_only_results, tmp_path)
 
 def test_bench_into_a_read_only_folder_or_a_file_fails_before_training(read_only_results, tmp_path):
     from tbdkit.launch import launch
-    from tbdkit.errors import UserError
-    from tbdkit.spec import RunSpec
+    from tbdkit.core.errors import UserError
+    from tbdkit.spec.run_spec import RunSpec
 
     spec = RunSpec(model="deepspeech2", batch_size=2, device="cpu", preset="smoke")
     with pytest.raises(UserError, match=r"cannot be written \((it is on read-only storage|Permission denied)\): pass a writable folder"):

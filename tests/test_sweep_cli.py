@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit import artifact
-from tbdkit.store import Index
+from tbdkit.artifact import bundle as artifact
+from tbdkit.results.index import Index
 from model_checks import SMALL_SWEEP, tbdkit, tbdkit_command
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 

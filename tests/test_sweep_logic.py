@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit import artifact
-from tbdkit.errors import UserError
-from tbdkit.store import Index
-from tbdkit.sweep import RunResult, SweepRun, search_max
-from tbdkit.sweep_spec import parse
+from tbdkit.artifact import bundle as artifact
+from tbdkit.core.errors import UserError
+from tbdkit.results.index import Index
+from tbdkit.bench.sweep import RunResult, SweepRun, search_max
+from tbdkit.spec.sweep_spec import parse
 
 
 def fits_up_to(limit: int, calls: list[int]):

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit import stacks
-from tbdkit.errors import UserError
+from tbdkit.env import stacks
+from tbdkit.core.errors import UserError
 
 ROOT = Path(__file__).parents[1]
 

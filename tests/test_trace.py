@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from trace_readers import hta_frame, parse_mllog
 
-from tbdkit import catalog, mllog
+from tbdkit.spec import catalog
+from tbdkit.results import mllog
 from tbdkit.analysis import trace
 from tbdkit.results import files as runfiles
 
@@ -133,7 +134,7 @@ def test_mllog_lines_parse_with_mlperf_loggings_reader(tmp_path) -> None:
     assert got["run_stop"]["metadata"]["status"] == "success"
     text = (tmp_path / runfiles.MLLOG).read_text()
     assert all(line.startswith(":::MLLOG ") for line in text.splitlines())
-    assert got["seed"]["metadata"]["file"] == "tbdkit/mllog.py"  # the call site inside the kit, not this machine's path
+    assert got["seed"]["metadata"]["file"] == "tbdkit/results/mllog.py"  # the call site inside the kit, not this machine's path
     starts = [json.loads(line.removeprefix(":::MLLOG "))["time_ms"] for line in text.splitlines()]
     start_ms = int(dt.datetime(2026, 11, 24, 10, tzinfo=dt.timezone.utc).timestamp() * 1000)
     assert min(starts) == start_ms and max(starts) == start_ms + 90_000  # run start and stop from the summary
@@ -150,7 +151,7 @@ def test_a_disturbed_run_completed_in_mlperfs_words(tmp_path, status, stop) -> N
 
 def test_the_launcher_writes_the_mllog_when_it_finishes_a_run(tmp_path) -> None:
     from tbdkit.launch import finalize
-    from tbdkit.spec import RunSpec
+    from tbdkit.spec.run_spec import RunSpec
 
     spec = RunSpec(model="deepspeech2", batch_size=2, device="cpu", preset="smoke", seed=5)
     run = tmp_path / "run1"
@@ -168,7 +169,7 @@ def test_the_launcher_writes_the_mllog_when_it_finishes_a_run(tmp_path) -> None:
 
 def test_show_trace_names_the_file_or_says_why_there_is_none(tmp_path) -> None:
     from tbdkit.cli.runs import trace_help
-    from tbdkit.errors import UserError
+    from tbdkit.core.errors import UserError
 
     run = tmp_path / "run1"
     summary = make_run(run)

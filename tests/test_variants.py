@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from tbdkit import catalog, spec
-from tbdkit.errors import UserError
+from tbdkit.spec import catalog
+from tbdkit.spec import run_spec as spec
+from tbdkit.core.errors import UserError
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 BERT = catalog.get("bert")

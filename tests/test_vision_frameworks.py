@@ -13,7 +13,7 @@ import pytest
 from framework_parity import (assert_same_network, assert_smoke_flops, describe_in_stack, describe_smoke,
                               listed_smoke_state, load_pytorch_weights)
 from model_checks import tbdkit
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 # MXNet has no WGAN-GP: its gradient penalty needs the second derivative of a convolution, which

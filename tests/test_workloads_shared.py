@@ -20,7 +20,7 @@ def test_the_shared_code_lives_in_one_package() -> None:
 
 
 def test_every_reader_raises_the_one_shared_data_error() -> None:
-    from tbdkit import catalog
+    from tbdkit.spec import catalog
     from model_checks import load_data
 
     readers = {m: load_data(m) for m in catalog.models()}
@@ -30,7 +30,7 @@ def test_every_reader_raises_the_one_shared_data_error() -> None:
 
 
 def test_the_kit_tells_the_shared_data_error_from_a_lookalike() -> None:
-    from tbdkit import catalog
+    from tbdkit.spec import catalog
     from model_checks import load_data
 
     shared = load_data("deepspeech2").DataError
@@ -42,7 +42,7 @@ def test_the_kit_tells_the_shared_data_error_from_a_lookalike() -> None:
 def test_each_workload_toml_names_the_papers_dominant_layer() -> None:
     import tomllib
 
-    from tbdkit import catalog
+    from tbdkit.spec import catalog
     paper = tomllib.loads((Path(__file__).resolve().parents[1] / "tbdkit" / "report" / "tbd-paper.toml").read_text())
     assert {m.name: m.dominant_layer for m in catalog.models().values()} == \
         {m["name"]: m["dominant_layer"] for m in paper["model"]}
@@ -63,8 +63,8 @@ def test_the_reports_model_families_come_from_each_workload_toml(tmp_path, monke
 def test_a_workload_toml_without_its_dominant_layer_is_one_clear_error(tmp_path, monkeypatch) -> None:
     import pytest
 
-    from tbdkit import catalog
-    from tbdkit.errors import UserError
+    from tbdkit.spec import catalog
+    from tbdkit.core.errors import UserError
 
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "workload.toml").write_text('[model]\nname = "m"\n')

@@ -1,4 +1,4 @@
-"""The run's CPU budget reaching each framework's thread pools (tbdkit.cpus), checked in a fresh
+"""The run's CPU budget reaching each framework's thread pools (tbdkit.env.cpus), checked in a fresh
 process of the stack's own Python, in the agent's order: the budget's variables go into the
 environment, every workload of the framework is imported (as the agent loads one before its
 adapter), then the adapter sets the threads and reads back what the framework uses."""

@@ -20,7 +20,7 @@ import numpy as np
 
 from tbdkit.adapters.cuda_driver import identity, why_no_gpu
 from tbdkit.adapters.replicas import split
-from tbdkit.metric import metric
+from tbdkit.core.metric import metric
 
 
 class Precision:
@@ -114,7 +114,7 @@ def seed_everything(seed: int) -> None:
 def threads_of(threads: tuple[int, int] | None) -> dict[str, Any]:
     """MXNet reads its threads once, when libmxnet loads: OMP_NUM_THREADS (operators) and
     MXNET_CPU_WORKER_NTHREADS (the CPU engine's workers), set by the launcher and the agent before
-    the import (tbdkit.cpus.thread_env). What they were, and whether they match the budget."""
+    the import (tbdkit.env.cpus.thread_env). What they were, and whether they match the budget."""
     intra, inter = os.environ.get("OMP_NUM_THREADS"), os.environ.get("MXNET_CPU_WORKER_NTHREADS")
     out: dict[str, Any] = {
         "requested": None if threads is None else {"intra_op": threads[0], "inter_op": threads[1]},

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from tbdkit.adapters.cuda_driver import why_no_gpu
-from tbdkit.metric import metric
+from tbdkit.core.metric import metric
 
 
 class Precision:
@@ -201,7 +201,7 @@ def seed_everything(seed: int) -> None:
 
 
 def set_threads(threads: tuple[int, int] | None) -> dict[str, Any]:
-    """(intra-op, inter-op) threads from the run's CPU budget (tbdkit.cpus), set before any parallel
+    """(intra-op, inter-op) threads from the run's CPU budget (tbdkit.env.cpus), set before any parallel
     work (PyTorch refuses a new inter-op count after it); what PyTorch then reports, for env.json."""
     out: dict[str, Any] = {"requested": None if threads is None else {"intra_op": threads[0], "inter_op": threads[1]}}
     if threads is not None:
@@ -339,17 +339,17 @@ class PyTorchAdapter:
         }
 
     def memory_breakdown(self, step: Callable[[], Any]) -> dict[str, Any]:
-        from tbdkit.adapters.pytorch_analysis import memory_breakdown
+        from tbdkit.adapters.pytorch_profiling import memory_breakdown
 
         return memory_breakdown(self.training, self.device, step)
 
     def count_flops(self, step: Callable[[], Any]) -> int:
-        from tbdkit.adapters.pytorch_analysis import count_flops
+        from tbdkit.adapters.pytorch_profiling import count_flops
 
         return count_flops(self.device, step, self.training.model)
 
     def kernel_trace(self) -> contextlib.AbstractContextManager[dict[str, Any]]:
-        from tbdkit.adapters.pytorch_analysis import kernel_trace
+        from tbdkit.adapters.pytorch_profiling import kernel_trace
 
         return kernel_trace(self.device)
 

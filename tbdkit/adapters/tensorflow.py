@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from tbdkit.adapters.cuda_driver import identity, why_no_gpu
 from tbdkit.adapters.replicas import split
-from tbdkit.metric import metric
+from tbdkit.core.metric import metric
 
 
 class Precision:
@@ -65,7 +65,7 @@ def resolve_device(requested: str) -> tuple[str, int | None]:
 
 
 def set_threads(threads: tuple[int, int] | None) -> dict[str, Any]:
-    """(intra-op, inter-op) threads from the run's CPU budget (tbdkit.cpus), set before TensorFlow's
+    """(intra-op, inter-op) threads from the run's CPU budget (tbdkit.env.cpus), set before TensorFlow's
     runtime starts (it refuses them after); what TensorFlow then reports, for env.json."""
     out: dict[str, Any] = {"requested": None if threads is None else {"intra_op": threads[0], "inter_op": threads[1]}}
     if threads is not None:

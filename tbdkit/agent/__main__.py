@@ -7,8 +7,8 @@ import logging
 import sys
 from pathlib import Path
 
-from tbdkit import spec as specs
-from tbdkit.errors import UserError
+from tbdkit.core.errors import UserError
+from tbdkit.spec import run_spec as specs
 
 
 def main(argv: list[str] | None = None) -> int:

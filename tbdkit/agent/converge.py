@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit.agent import events
-from tbdkit.metric import metric, missing
+from tbdkit.core.metric import metric, missing
 from tbdkit.results import files as runfiles
 from tbdkit.results.rundir import RunDir
 

@@ -21,7 +21,7 @@ import psutil
 
 from tbdkit.adapters import ParameterSync
 from tbdkit.agent.control import Control
-from tbdkit.metric import metric
+from tbdkit.core.metric import metric
 from tbdkit.results.rundir import RunDir
 
 

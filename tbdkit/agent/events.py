@@ -1,6 +1,6 @@
 """Progress events from the agent to the launcher: one JSON object per stdout line, prefixed
 so that anything else a library prints on stdout is told apart (and goes to the log); the line
-format is tbdkit.events, which the launchers read by."""
+format is tbdkit.core.events, which the launchers read by."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from tbdkit.events import PREFIX, line
+from tbdkit.core.events import PREFIX, line
 
 __all__ = ["ENABLED", "PREFIX", "emit"]
 ENABLED = True  # off in the workers of a data-parallel job other than rank 0: one progress stream

@@ -27,9 +27,9 @@ from tbdkit.agent.collectors.gpm import GpmCollector
 from tbdkit.agent.collectors.gpu_state import GpuStateCollector
 from tbdkit.agent.collectors.neighbours import NeighbourCollector
 from tbdkit.agent.collectors.nvml import NvmlCollector
-from tbdkit.agent.stats import DRIFT_PROJECTION, MAX_HORIZON, Estimate, RunningRatio, warmup_done
-from tbdkit.metric import metric
-from tbdkit.spec import MeasurePolicy
+from tbdkit.core.metric import metric
+from tbdkit.core.statistics import DRIFT_PROJECTION, MAX_HORIZON, Estimate, RunningRatio, warmup_done
+from tbdkit.spec.run_spec import MeasurePolicy
 
 
 class StopRequested(Exception):
@@ -299,7 +299,7 @@ class TrainingLoop:
 
 def default_collectors(adapter: Any) -> list[Collector]:
     """The GPU collectors find the framework's GPU by the UUID / PCI bus id its adapter reports
-    (device_properties in env.json), never by the CUDA index alone (tbdkit.agent.collectors.device)."""
+    (device_properties in env.json), never by the CUDA index alone (tbdkit.env.nvml)."""
     props = (adapter.environment().get("device_properties") or {}) if adapter.cuda_index is not None else {}
     uuid, pci = props.get("uuid"), props.get("pci_bus_id")
     # Energy first: its window opens first and closes first, nearest the sample window's own ends.

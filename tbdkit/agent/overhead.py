@@ -13,11 +13,11 @@ import sys
 import time
 from statistics import fmean, stdev
 
-from tbdkit import catalog
 from tbdkit.adapters import load as load_adapter
 from tbdkit.agent import events
 from tbdkit.agent.loop import TrainingLoop, synthetic_pool
-from tbdkit.spec import MeasurePolicy
+from tbdkit.spec import catalog
+from tbdkit.spec.run_spec import MeasurePolicy
 
 
 def bare_block(adapter, batches, iterations: int) -> tuple[float, float]:

@@ -17,10 +17,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from tbdkit import catalog, cpus
 from tbdkit.adapters import Capabilities, Distributed, capabilities
 from tbdkit.adapters import load as load_adapter
-from tbdkit.agent import analysis, converge, distributed, disturbance, envinfo, events
+from tbdkit.agent import after_window as analysis
+from tbdkit.agent import converge, distributed, disturbance, events
 from tbdkit.agent.collectors import Sampler, energy
 from tbdkit.agent.collectors.gpu_state import GpuStateCollector
 from tbdkit.agent.loop import (
@@ -32,11 +32,14 @@ from tbdkit.agent.loop import (
     throughput_metrics,
 )
 from tbdkit.analysis import trace
+from tbdkit.env import cpus
+from tbdkit.env import machine as envinfo
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
-from tbdkit.spec import RunSpec
+from tbdkit.spec import catalog
+from tbdkit.spec.run_spec import RunSpec
 
 log = logging.getLogger("tbdkit.agent")
 
@@ -245,7 +248,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             **budget.record(),
             "pinned_affinity": pinned,
             "thread_env": cpus.thread_env(budget),
-            "method": "tbdkit.cpus.plan: os.sched_getaffinity, cgroup cpu.max; the framework's "
+            "method": "tbdkit.env.cpus.plan: os.sched_getaffinity, cgroup cpu.max; the framework's "
             "own read-back is framework.threads",
         }
         RunDir(run_dir).write_json(runfiles.ENV, env)

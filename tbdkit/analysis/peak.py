@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tbdkit.metric import metric, missing
+from tbdkit.core.metric import metric, missing
 
 # compute capability -> FP32 FMA lanes per SM
 FP32_LANES_PER_SM: dict[str, int] = {

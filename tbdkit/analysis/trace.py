@@ -8,7 +8,7 @@ Built after the run from what it already recorded, never inside the timed window
   - samples.csv: one counter track ("C") per sampled column (CPU utilization, RSS, NVML utilization,
     memory, power, clocks, GPM pipes), each named with its unit suffix as in samples.csv.
   - profiler_trace.json (CUDA runs on PyTorch): the torch profiler's own events, shifted onto the
-    same clock by the anchor event the kit recorded inside the profile (tbdkit.adapters.pytorch_analysis).
+    same clock by the anchor event the kit recorded inside the profile (tbdkit.adapters.pytorch_profiling).
 
 The clock of every event is the training loop's: microseconds since the loop started (the
 `start_s` of iterations.csv); samples.csv's `t_s` counts from the sampler's start, which the

@@ -1,7 +1,7 @@
 """GPM and Nsight Compute against FLOP counts: GEMMs whose FLOPs are known by construction.
 
 - ncu: one SGEMM (TF32 off) of M x K by K x N runs inside a cudaProfilerStart/Stop range under the
-  kit's own ncu command (tbdkit.nsight.ncu_profile_args, the metrics of tbdkit.analysis.ncu); its
+  kit's own ncu command (tbdkit.env.nsight.ncu_profile_args, the metrics of tbdkit.analysis.ncu); its
   FP32 FLOPs by the kit's FFMA-derived formula (2 x FFMA + FADD + FMUL, analysis.ncu.parse_raw_csv)
   must equal 2·M·N·K. With M, N, K multiples of every cuBLAS tile there is no tail; what else the
   GEMM may execute (alpha scaling, a split-K reduction: at most a few M·N operations, under
@@ -280,7 +280,7 @@ def ncu_probe(
 ) -> list[ProbeResult]:
     """An FP32 and a TF32 GEMM, each in its own process under the kit's ncu command (`skip`: why the
     PyTorch stack cannot run them, when it cannot)."""
-    from tbdkit import nsight
+    from tbdkit.env import nsight
 
     shape = QUICK_GEMM if quick else GEMM
     exe = exe or nsight.find("ncu")

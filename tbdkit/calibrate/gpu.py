@@ -132,7 +132,7 @@ def clocks_result(clocks_mhz: list[int], max_mhz: int | None, reasons: list[int]
 class Nvml:
     """The readings the probes need, each None when the driver refuses it (say why, never 0). The
     device is the framework's cuda:`index` found by its UUID or PCI bus id (NVML numbers GPUs in
-    another order than CUDA: tbdkit.agent.collectors.device); the index alone only where NVML sees one GPU."""
+    another order than CUDA: tbdkit.env.nvml); the index alone only where NVML sees one GPU."""
 
     index: int
     uuid: str | None = None
@@ -141,7 +141,7 @@ class Nvml:
     def __post_init__(self) -> None:
         import pynvml
 
-        from tbdkit.agent.collectors.device import nvml_handle
+        from tbdkit.env.nvml import nvml_handle
 
         self.n = pynvml
         pynvml.nvmlInit()

@@ -254,7 +254,7 @@ def overhead_probe(rounds: int = 8, block: int = 200, slow_full: float = 1.0) ->
     vs the agent's full measuring loop (tbdkit.agent.overhead.full_block: the sampler thread with every
     collector). `slow_full` > 1 biases the A/A's second arm's clock on purpose (tests)."""
     from tbdkit.agent import overhead
-    from tbdkit.spec import MeasurePolicy
+    from tbdkit.spec.run_spec import MeasurePolicy
 
     model, batches = _Spinner(), _batches()
     interval = MeasurePolicy().sample_interval_s

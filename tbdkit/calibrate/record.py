@@ -1,5 +1,5 @@
 """calibration.json: the probes' verdicts with the identity of the machine they ran on (the lookup
-that names it in every later run's env.json is tbdkit.agent.envinfo.calibration)."""
+that names it in every later run's env.json is tbdkit.env.machine.calibration)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import tbdkit
-from tbdkit.agent import envinfo
 from tbdkit.calibrate.verdict import ProbeResult
+from tbdkit.env import machine as envinfo
 from tbdkit.results import sink
 
 FILE = envinfo.CALIBRATION_FILE

@@ -142,8 +142,8 @@ Runner = Callable[..., "subprocess.CompletedProcess[str]"]
 
 def run_in_stack(probe: str, index: int, quick: bool, run: Runner = subprocess.run) -> list[ProbeResult]:
     """`probe` in its stack's interpreter; a missing stack or a crash is `unsupported` with the reason."""
-    from tbdkit import stacks
-    from tbdkit.errors import UserError
+    from tbdkit.core.errors import UserError
+    from tbdkit.env import stacks
 
     stack = PROBES[probe][0]
     try:
@@ -168,8 +168,8 @@ def run_in_stack(probe: str, index: int, quick: bool, run: Runner = subprocess.r
 
 def gpu_probes(index: int, quick: bool, run: Runner = subprocess.run) -> list[ProbeResult]:
     """Every GPU probe, each in the interpreter that has its framework."""
-    from tbdkit import stacks
     from tbdkit.calibrate import flops
+    from tbdkit.env import stacks
 
     out = run_in_stack("pytorch-gpu", index, quick, run)
     stopped = next((r for r in out if r.instrument == PROBES["pytorch-gpu"][1]), None)

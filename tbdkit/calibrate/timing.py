@@ -3,7 +3,7 @@
 Iteration i costs base x (1 + drift x max(0, 1 - i / warmup)) x u_i, u_i uniform on [1 - spread,
 1 + spread] (mean 1): a warm-up drift that fades linearly over `warmup` iterations, then a stationary
 loop of rate 1 / base iterations per second. The agent's own warm-up detector
-(tbdkit.agent.stats.warmup_done, with the measuring policy's defaults) decides where warm-up ends,
+(tbdkit.core.statistics.warmup_done, with the measuring policy's defaults) decides where warm-up ends,
 then the agent's ratio estimator (RunningRatio) gives the throughput and its 95% CI.
 
 - Coverage is measured over many repeats whose costs are drawn, not slept (hundreds take seconds),
@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import median
 
-from tbdkit.agent.stats import RunningRatio, warmup_done
 from tbdkit.calibrate.verdict import TRUSTED, ProbeResult, Tolerance, judge
-from tbdkit.spec import MeasurePolicy
+from tbdkit.core.statistics import RunningRatio, warmup_done
+from tbdkit.spec.run_spec import MeasurePolicy
 
 POLICY = MeasurePolicy()
 THROUGHPUT_TOLERANCE = Tolerance(relative=0.01)  # per-iteration sums vs the window's clock

@@ -1,5 +1,5 @@
 """The kernel timeline against NVML: the 50 ms busy / 50 ms idle duty cycle of calibrate.gpu, traced
-by the kit's own torch.profiler path (tbdkit.adapters.pytorch_analysis.kernel_trace, the paper's
+by the kit's own torch.profiler path (tbdkit.adapters.pytorch_profiling.kernel_trace, the paper's
 eq. 1 by tbdkit.analysis.timeline.utilization), with NVML's utilization samples over the same
 window. The two must agree within TIMELINE_TOLERANCE: NVML's counter is the share of its sample
 period in which a kernel ran, so a period cut by the window's edges moves it by up to one period's
@@ -75,7 +75,7 @@ def probe(
     """Runs in the PyTorch stack: the duty cycle on cuda:`index` under the kit's kernel trace."""
     import torch
 
-    from tbdkit.adapters.pytorch_analysis import kernel_trace
+    from tbdkit.adapters.pytorch_profiling import kernel_trace
     from tbdkit.analysis.timeline import utilization
     from tbdkit.calibrate.gpu import Nvml, _torch_spinner
 

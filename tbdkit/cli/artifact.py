@@ -11,14 +11,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from tbdkit import artifact, artifact_doc, catalog
-from tbdkit import spec as specs
-from tbdkit.console import console, err_console
-from tbdkit.errors import UserError
-from tbdkit.paths import default_results_dir, existing_results_dir
+from tbdkit.artifact import bundle as artifact
+from tbdkit.artifact import doc as artifact_doc
+from tbdkit.cli.console import console, err_console
+from tbdkit.core.errors import UserError
+from tbdkit.core.paths import default_results_dir, existing_results_dir
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 from tbdkit.results.summary import MEASURED
+from tbdkit.spec import catalog
+from tbdkit.spec import run_spec as specs
 
 SHOWN = 10  # excluded files printed by `tbdkit bundle`; the manifest lists all
 
@@ -77,7 +79,7 @@ def reproduce(
 ) -> None:
     """Re-run every ok run of ARTIFACT with the same spec here; report new / recorded, point by point, and
     per run and per claim: reproduced / not reproduced / not comparable (different GPU)."""
-    from tbdkit.run_list import run_all
+    from tbdkit.bench.run_list import run_all
 
     results = results or default_results_dir()
     if not bundle_path.is_file():

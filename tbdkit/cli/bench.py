@@ -9,9 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tbdkit import catalog, cost, stacks
-from tbdkit import spec as specs
-from tbdkit.choice import (
+from tbdkit.analysis import cost
+from tbdkit.bench.plan import (
     choose_frameworks,
     framework_gpus,
     parse_batches,
@@ -19,11 +18,14 @@ from tbdkit.choice import (
     resolve_auto_preset,
     split_list,
 )
+from tbdkit.bench.run_list import run_all
 from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, ResultsOpt, check_cpus, cost_table
-from tbdkit.console import console, convergence_table, results_table
-from tbdkit.paths import default_results_dir
+from tbdkit.cli.console import console, convergence_table, results_table
+from tbdkit.core.paths import default_results_dir
+from tbdkit.env import stacks
 from tbdkit.results.summary import MEASURED
-from tbdkit.run_list import run_all
+from tbdkit.spec import catalog
+from tbdkit.spec import run_spec as specs
 
 
 def bench(

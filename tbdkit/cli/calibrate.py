@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tbdkit.console import console
-from tbdkit.errors import UserError
-from tbdkit.paths import default_results_dir
+from tbdkit.cli.console import console
+from tbdkit.core.errors import UserError
+from tbdkit.core.paths import default_results_dir
 
 
 def _fmt(v: float | None) -> str:

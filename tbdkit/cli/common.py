@@ -9,9 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from tbdkit import catalog
-from tbdkit.console import err_console
-from tbdkit.errors import UserError
+from tbdkit.cli.console import err_console
+from tbdkit.core.errors import UserError
+from tbdkit.spec import catalog
 
 ResultsOpt = Annotated[Path, typer.Option("--results", "-r", help="results folder")]
 CpusOpt = Annotated[
@@ -27,7 +27,7 @@ PinOpt = Annotated[bool, typer.Option("--pin", help="pin each run's process to i
 
 def check_cpus(requested: int | None) -> int | None:
     """`--cpus` as given, or a UserError when this machine cannot give that many cores."""
-    from tbdkit import cpus
+    from tbdkit.env import cpus
 
     why = cpus.check_request(requested)
     if why:
@@ -63,12 +63,12 @@ PriceOpt = Annotated[
 
 
 def cost_table(summaries: list[dict[str, Any]], results: Path, prices: Any) -> Any:
-    """Cost per million samples and cost of each run at the prices given (tbdkit.cost), as a table;
+    """Cost per million samples and cost of each run at the prices given (tbdkit.analysis.cost), as a table;
     the price (where from, when given) in its caption, or per row when devices have their own."""
     from rich.markup import escape
     from rich.table import Table
 
-    from tbdkit import cost
+    from tbdkit.analysis import cost
     from tbdkit.report.runs import device_name
     from tbdkit.results import files as runfiles
     from tbdkit.results.sink import read_json

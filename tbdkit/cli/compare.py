@@ -11,12 +11,12 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from tbdkit import compare as comparing
+from tbdkit.analysis import compare as comparing
 from tbdkit.cli.common import ResultsOpt
-from tbdkit.console import console
-from tbdkit.errors import UserError
-from tbdkit.paths import default_results_dir, workloads_dir
-from tbdkit.store import Index
+from tbdkit.cli.console import console
+from tbdkit.core.errors import UserError
+from tbdkit.core.paths import default_results_dir, workloads_dir
+from tbdkit.results.index import Index
 
 
 def _run_dir(run: str, results: Path) -> Path:

@@ -11,9 +11,9 @@ from typing import Annotated
 
 import typer
 
-from tbdkit import catalog
-from tbdkit.console import console
-from tbdkit.errors import UserError
+from tbdkit.cli.console import console
+from tbdkit.core.errors import UserError
+from tbdkit.spec import catalog
 
 app = typer.Typer(help="Real datasets: their expected layout, checked before any run.", no_args_is_help=True)
 

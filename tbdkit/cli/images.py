@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tbdkit import images
-from tbdkit.console import console
-from tbdkit.errors import UserError
+from tbdkit.cli.console import console
+from tbdkit.core.errors import UserError
+from tbdkit.env import images
 
 app = typer.Typer(no_args_is_help=True, help="Build, lock and list the framework images (docker/images.lock).")
 

@@ -8,15 +8,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tbdkit import stacks
-from tbdkit.choice import split_list
-from tbdkit.console import console
-from tbdkit.errors import UserError
+from tbdkit.bench.plan import split_list
+from tbdkit.cli.console import console
+from tbdkit.core.errors import UserError
+from tbdkit.env import stacks
 
 
 def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     """What this machine has: GPU, driver, NVML, Docker, frameworks, profiling counters."""
-    from tbdkit import doctor as doc
+    from tbdkit.env import doctor as doc
 
     checks = doc.checks()
     if as_json:

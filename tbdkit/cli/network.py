@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tbdkit import catalog, stacks
-from tbdkit.console import console
-from tbdkit.errors import UserError
+from tbdkit.cli.console import console
+from tbdkit.core.errors import UserError
+from tbdkit.env import stacks
+from tbdkit.spec import catalog
 
 
 def describe(

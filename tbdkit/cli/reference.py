@@ -1,4 +1,4 @@
-"""`tbdkit reference`: reference results on one NVIDIA GPU (`python -m tbdkit.reference` is the same
+"""`tbdkit reference`: reference results on one NVIDIA GPU (`python -m tbdkit.bench.reference` is the same
 command for a GPU machine's own Python, which may lack the kit's CLI libraries)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from tbdkit import reference as ref
+from tbdkit.bench import reference as ref
 
 
 def reference(

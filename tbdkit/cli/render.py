@@ -7,12 +7,12 @@ from typing import Annotated
 
 import typer
 
-from tbdkit import catalog
-from tbdkit import spec as specs
-from tbdkit.console import console
-from tbdkit.errors import UserError
-from tbdkit.render import TARGETS, write
+from tbdkit.cli.console import console
+from tbdkit.core.errors import UserError
+from tbdkit.launch.render import TARGETS, write
 from tbdkit.results import files as runfiles
+from tbdkit.spec import catalog
+from tbdkit.spec import run_spec as specs
 
 # Names that look like a launch file rather than the folder -o takes.
 FILE_SUFFIXES = (".sbatch", ".sh", ".yaml", ".yml")

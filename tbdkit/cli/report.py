@@ -7,11 +7,11 @@ from typing import Annotated
 
 import typer
 
-from tbdkit import cost
+from tbdkit.analysis import cost
 from tbdkit.cli.common import PriceOpt
-from tbdkit.console import console, err_console
-from tbdkit.paths import default_results_dir, existing_results_dir
-from tbdkit.store import Index
+from tbdkit.cli.console import console, err_console
+from tbdkit.core.paths import default_results_dir, existing_results_dir
+from tbdkit.results.index import Index
 
 
 def report(

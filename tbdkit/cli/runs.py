@@ -11,12 +11,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from tbdkit.cli.common import ResultsOpt
-from tbdkit.console import console, convergence_table, err_console, results_table
-from tbdkit.errors import UserError
-from tbdkit.paths import default_results_dir, existing_results_dir
+from tbdkit.cli.console import console, convergence_table, err_console, results_table
+from tbdkit.core.errors import UserError
+from tbdkit.core.paths import default_results_dir, existing_results_dir
 from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
-from tbdkit.store import Index
+from tbdkit.results.index import Index
 
 SHOWN_MATCHES = 10  # run ids listed when a prefix given to `show` matches several
 

@@ -12,17 +12,18 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from tbdkit import catalog, cost
-from tbdkit.choice import choose_frameworks, resolve_auto_preset, split_list
+from tbdkit.analysis import cost
+from tbdkit.bench.plan import choose_frameworks, resolve_auto_preset, split_list
+from tbdkit.bench.sweep import FINAL, Runner, RunResult, SweepRun
 from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, check_cpus, cost_table
-from tbdkit.console import RunProgress, console, err_console
-from tbdkit.paths import default_results_dir
+from tbdkit.cli.console import RunProgress, console, err_console
+from tbdkit.core.paths import default_results_dir
 from tbdkit.results import files as runfiles
+from tbdkit.results.index import Index
 from tbdkit.results.summary import MEASURED
-from tbdkit.spec import RunSpec
-from tbdkit.store import Index
-from tbdkit.sweep import FINAL, Runner, RunResult, SweepRun
-from tbdkit.sweep_spec import MAX, Point, SweepSpec, parse, parse_batch_list
+from tbdkit.spec import catalog
+from tbdkit.spec.run_spec import RunSpec
+from tbdkit.spec.sweep_spec import MAX, Point, SweepSpec, parse, parse_batch_list
 
 
 class SweepProgress:

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from tbdkit import catalog
 from tbdkit.adapters import load as load_adapter
 from tbdkit.describe import canonical
+from tbdkit.spec import catalog
 
 
 def describe(
@@ -97,8 +97,8 @@ def in_stack(model_name: str, framework: str, preset: str) -> dict[str, Any]:
     """Host side: run `describe` in the framework's stack and return its JSON (UserError if it cannot)."""
     import subprocess
 
-    from tbdkit import stacks
-    from tbdkit.errors import UserError
+    from tbdkit.core.errors import UserError
+    from tbdkit.env import stacks
 
     model = catalog.get(model_name)
     catalog.check_framework(model, framework)

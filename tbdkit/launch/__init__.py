@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tbdkit.errors import UserError
+from tbdkit.core.errors import UserError
 from tbdkit.launch.base import EventHandler, Launcher
 from tbdkit.launch.outcome import Outcome, finalize, new_run_dir
 from tbdkit.results import files as runfiles
 from tbdkit.results.rundir import RunDir
-from tbdkit.spec import RunSpec
+from tbdkit.spec.run_spec import RunSpec
 
 
 def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:

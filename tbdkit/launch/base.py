@@ -3,7 +3,7 @@ whose run folder holds spec.json, passes the agent's progress events on, and ret
 exit code; the run folder's summary is finished by `tbdkit.launch.outcome.finalize`, the same for all.
 
 The launcher reaches the agent only as a process: the agent's stdout lines that start with
-EVENT_PREFIX are its events (the line format both sides share is tbdkit.events), every other line
+EVENT_PREFIX are its events (the line format both sides share is tbdkit.core.events), every other line
 goes to the log."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from tbdkit.events import PREFIX as EVENT_PREFIX
-from tbdkit.events import parse as parse_event
-from tbdkit.spec import RunSpec
+from tbdkit.core.events import PREFIX as EVENT_PREFIX
+from tbdkit.core.events import parse as parse_event
+from tbdkit.spec.run_spec import RunSpec
 
 __all__ = ["EVENT_PREFIX", "EventHandler", "Launcher", "parse_event", "stream"]
 

@@ -2,7 +2,7 @@
 
 The container's command, mounts and devices are built from the RunSpec as an argument list
 (never text split into lines: an image label holding a newline stays one argument) and run with
-the docker CLI (see tbdkit/images.py for why the CLI and not the SDK). The container runs as the
+the docker CLI (see tbdkit/env/images.py for why the CLI and not the SDK). The container runs as the
 invoking user (under sudo, the user who called sudo; as plain root, a fixed unprivileged uid
 that is given the run directory), with every capability dropped and no privilege gain; only the
 run directory is mounted read-write, a real dataset read-only; the network is off. The agent's
@@ -21,13 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tbdkit import catalog, images, oci, stacks
-from tbdkit.errors import UserError
+from tbdkit.core.errors import UserError
+from tbdkit.env import images, oci, stacks
 from tbdkit.launch.base import EventHandler, stream
 from tbdkit.launch.outcome import Outcome, finalize, new_run_dir
 from tbdkit.results import files as runfiles
 from tbdkit.results.rundir import RunDir
-from tbdkit.spec import RunSpec
+from tbdkit.spec import catalog
+from tbdkit.spec.run_spec import RunSpec
 
 CONTAINER_RUN_DIR = "/tbdkit/run"
 CONTAINER_DATA_DIR = "/tbdkit/data"

@@ -17,12 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
-from tbdkit import stacks
-from tbdkit.errors import UserError
+from tbdkit.core.errors import UserError
+from tbdkit.env import stacks
 from tbdkit.launch.base import EventHandler, stream
 from tbdkit.launch.roles import MXNET_SERVER_CODE, Role, roles
 from tbdkit.results.rundir import RunDir
-from tbdkit.spec import RunSpec
+from tbdkit.spec.run_spec import RunSpec
 
 POLL_S = 0.5
 WORKERS_GRACE_S = 180.0  # after rank 0 ends: the others finish writing their own results

@@ -1,5 +1,5 @@
 """The native launcher: the agent runs in a local Python, by default the framework stack's own
-virtual environment; `tbdkit.reference` runs it under Nsight Compute with a command prefix."""
+virtual environment; `tbdkit.bench.reference` runs it under Nsight Compute with a command prefix."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tbdkit import cpus, stacks
+from tbdkit.env import cpus, stacks
 from tbdkit.launch.base import EventHandler, stream
 from tbdkit.results.rundir import RunDir
-from tbdkit.spec import RunSpec
+from tbdkit.spec.run_spec import RunSpec
 
 TIMED_OUT = 124  # the exit code of a run ended at its time limit (as timeout(1))
 
@@ -116,7 +116,7 @@ class NativeLauncher:
 
 def thread_env(spec: RunSpec) -> dict[str, str]:
     """OpenMP's and MXNet's threads from the run's CPU budget, in the agent's environment before it
-    starts (tbdkit.cpus; the agent applies the same budget again before any framework loads)."""
+    starts (tbdkit.env.cpus; the agent applies the same budget again before any framework loads)."""
     workers = cpus.workers_here(spec.processes, spec.processes_per_node, spec.launcher)
     return cpus.thread_env(cpus.plan(spec.cpus, spec.pin, 0 if spec.data == "synthetic" else 1, workers))
 

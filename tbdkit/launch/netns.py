@@ -21,11 +21,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tbdkit import stacks
-from tbdkit.errors import UserError
+from tbdkit.core.errors import UserError
+from tbdkit.env import stacks
 from tbdkit.launch.base import EventHandler, stream
 from tbdkit.results.rundir import RunDir
-from tbdkit.spec import RunSpec
+from tbdkit.spec.run_spec import RunSpec
 
 PREFIX = "tbdkit-"  # every namespace this launcher makes starts with it (tests check none is left)
 

@@ -20,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from tbdkit import spec as specs
 from tbdkit.launch.roles import MXNET_SERVER_CODE, Role, roles
 from tbdkit.results.rundir import RunDir
+from tbdkit.spec import run_spec as specs
 
 PORT = 29500
 KINDS = ("all", "workers", "servers", "scheduler")

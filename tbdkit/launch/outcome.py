@@ -14,7 +14,7 @@ from tbdkit.launch.base import EventHandler
 from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
-from tbdkit.spec import RunSpec
+from tbdkit.spec.run_spec import RunSpec
 
 
 @dataclass(frozen=True)
@@ -128,10 +128,10 @@ def finalize(
 
 
 def _write_mllog(run_dir: Path, spec: RunSpec, summary: dict[str, Any], on_event: EventHandler | None) -> None:
-    """mllog.txt beside the summary (MLPerf-style lines, tbdkit.mllog); a log that cannot be made is
+    """mllog.txt beside the summary (MLPerf-style lines, tbdkit.results.mllog); a log that cannot be made is
     a warning, never a reason to lose the run."""
     try:
-        from tbdkit import mllog
+        from tbdkit.results import mllog
 
         mllog.write(run_dir, summary, spec.model_dump())
     except ImportError as exc:  # the kit's environment lacks mlperf-logging (`pip install -e .` adds it)

@@ -16,7 +16,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from tbdkit.spec import RunSpec
+from tbdkit.spec.run_spec import RunSpec
 
 # `import mxnet` with DMLC_ROLE=scheduler or server runs that role until the workers finish
 # (mxnet/kvstore/kvstore_server.py, at import).

@@ -10,7 +10,7 @@ from typing import Any
 from tbdkit.results import files as runfiles
 from tbdkit.results.rundir import RunDir
 from tbdkit.results.summary import MEASURED
-from tbdkit.spec import RunSpec
+from tbdkit.spec.run_spec import RunSpec
 
 # torchrun's failure report: "rank: 1 (local_rank: 1)\n  exitcode: 3 (pid: 123)"
 _REPORT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")

@@ -14,7 +14,7 @@ from typing import Any
 
 def build_report(results_dir: Path, out_dir: Path, include_disturbed: bool = False, prices: Any = None) -> Path:
     """Write out_dir/report.html, report.md, summary.csv and figures/; return report.html's path.
-    `prices` (tbdkit.cost.Prices) adds the cost table."""
+    `prices` (tbdkit.analysis.cost.Prices) adds the cost table."""
     from tbdkit.report.build import build_report as build
 
     return build(results_dir, out_dir, include_disturbed, prices)

@@ -16,9 +16,9 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from tbdkit import __version__
-from tbdkit.cost import Prices
-from tbdkit.errors import UserError
-from tbdkit.paths import workloads_dir
+from tbdkit.analysis.cost import Prices
+from tbdkit.core.errors import UserError
+from tbdkit.core.paths import workloads_dir
 from tbdkit.report import claims, energy_cost, figures, tables
 from tbdkit.report import runs as runs_mod
 

@@ -2,8 +2,8 @@
 
 Energy: each run's window energy of the device that trained, its average power, energy per unit of
 work and samples per kJ, beside its throughput (null with the reason, once per reason). Cost: at
-the prices the user gave (tbdkit.cost), per million samples and per run. Comparison: each run
-against the committed reference of the same spec and GPU (tbdkit.compare), when one exists.
+the prices the user gave (tbdkit.analysis.cost), per million samples and per run. Comparison: each run
+against the committed reference of the same spec and GPU (tbdkit.analysis.compare), when one exists.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tbdkit import compare, cost
-from tbdkit.errors import UserError
+from tbdkit.analysis import compare, cost
+from tbdkit.core.errors import UserError
 from tbdkit.report.runs import Run
 from tbdkit.report.tables import fmt, summary_row, throughput_text
 

@@ -1,6 +1,6 @@
 """The committed reference results (workloads/<model>/reference/<b…>/) as one Markdown table.
 
-`python -m tbdkit.reference --table` prints it; `--readme` writes it into README.md between the
+`python -m tbdkit.bench.reference --table` prints it; `--readme` writes it into README.md between the
 two markers below, so the README's throughput table is always the committed runs, never typed in.
 It reads only the run files (summary.json, env.json, memory.json), as the rest of the report does.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 from tbdkit.report.runs import Run, load_dirs
 from tbdkit.report.tables import fmt, md_table, summary_row, throughput_text
 
-BEGIN = "<!-- reference-table:begin (python -m tbdkit.reference --table --readme) -->"
+BEGIN = "<!-- reference-table:begin (python -m tbdkit.bench.reference --table --readme) -->"
 END = "<!-- reference-table:end -->"
 HEADER = [
     "model",

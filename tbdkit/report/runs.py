@@ -13,14 +13,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from tbdkit import catalog
 from tbdkit.analysis.peak import Device, peak_flops, product_of
 from tbdkit.analysis.timeline import KERNEL_COLUMNS
 from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
+from tbdkit.results.index import Index
 from tbdkit.results.rundir import RunDir
 from tbdkit.results.summary import MEASURED
-from tbdkit.store import Index
+from tbdkit.spec import catalog
 
 
 def layer_family(*kinds: str) -> frozenset[str]:

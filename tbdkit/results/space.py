@@ -12,8 +12,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tbdkit.errors import UserError
-from tbdkit.spec import RunSpec
+from tbdkit.core.errors import UserError
+from tbdkit.spec.run_spec import RunSpec
 
 # Bytes per row, generous: an iterations.csv row is ~90 bytes, a samples.csv row (CPU, NVML and GPM
 # readings) ~400; the rest (spec, env, summary, memory.json, kernels.csv, log.txt) is bounded by FIXED.

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from tbdkit.results.files import SUMMARY
 
 if TYPE_CHECKING:
-    from tbdkit.spec import RunSpec
+    from tbdkit.spec.run_spec import RunSpec
 
 # Statuses: a finished run is `ok`, or `disturbed` when something else competed for its machine in the
 # sample window (its numbers are kept beside `disturbed_reasons`); the others carry no measurement.
@@ -29,7 +29,7 @@ MAX_BYTES = 64 * 2**20  # far above any real summary; a bigger file is damage, n
 
 
 class Metric(BaseModel):
-    """One number on disk: value + unit + method, or null + reason (tbdkit.metric)."""
+    """One number on disk: value + unit + method, or null + reason (tbdkit.core.metric)."""
 
     model_config = ConfigDict(extra="allow", strict=True)
     value: float | None = None

@@ -8,7 +8,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.mxnet import MXNetAdapter, Precision
 from model_checks import assert_same_frames_for_the_same_seed
 

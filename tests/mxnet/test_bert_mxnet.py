@@ -5,7 +5,7 @@ weight decay off for LayerNorm and biases, training on synthetic pre-training an
 import numpy as np
 import pytest
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.mxnet import MXNetAdapter
 from model_checks import learned
 

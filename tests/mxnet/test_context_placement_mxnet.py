@@ -9,7 +9,7 @@ from __future__ import annotations
 import mxnet as mx
 import pytest
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.mxnet import Precision
 
 RUN = mx.cpu(1)        # the run's "device"

@@ -9,7 +9,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from model_checks import adapter as stack_adapter
 
 MODEL = catalog.get("efficientdet")

@@ -5,7 +5,7 @@ frameworks is tests/test_vision_frameworks.py."""
 import mxnet as mx
 from mxnet import autograd
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from model_checks import adapter
 
 MODEL = catalog.get("inception_v3")

@@ -5,7 +5,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.mxnet import MXNetAdapter
 from model_checks import learned
 

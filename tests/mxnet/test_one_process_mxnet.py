@@ -6,7 +6,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.mxnet import MXNetAdapter
 from tbdkit.adapters.replicas import split
 

@@ -6,7 +6,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from model_checks import adapter
 
 MODEL = catalog.get("resnet50")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from mxnet import gluon
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.mxnet import MXNetAdapter
 from tbdkit.describe.mxnet import canonical_layers
 from tbdkit.describe.canonical import reference_lstm

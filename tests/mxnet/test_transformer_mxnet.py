@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from model_checks import learned, smoothed_cross_entropy_case, transformer_parameters
-from tbdkit import catalog
+from tbdkit.spec import catalog
 
 MODEL = catalog.get("transformer")
 WORKLOAD = catalog.load_module(MODEL, "mxnet")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from model_checks import assert_loss_falls
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.pytorch import Precision
 
 MODEL = catalog.get("a3c")

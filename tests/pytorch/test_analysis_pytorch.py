@@ -8,7 +8,7 @@ import pytest
 
 import torch
 
-from tbdkit.adapters.pytorch_analysis import SavedTensors, count_flops, memory_breakdown, tensor_bytes
+from tbdkit.adapters.pytorch_profiling import SavedTensors, count_flops, memory_breakdown, tensor_bytes
 from tbdkit.analysis.memory import breakdown
 
 
@@ -188,7 +188,7 @@ def test_workspace_is_the_most_library_workspace_live_at_once() -> None:
     """A constructed allocator history (the layout of torch.cuda.memory._snapshot()['device_traces'][i],
     not recorded on a GPU): two cuDNN convolution workspaces (run_conv_plan) freed in turn, a cuBLAS
     workspace kept, and an activation allocated by a convolution op (not a workspace)."""
-    from tbdkit.adapters.pytorch_analysis import workspace_peak
+    from tbdkit.adapters.pytorch_profiling import workspace_peak
 
     conv = [{"name": "at::native::run_conv_plan(cudnnContext*, at::Tensor const&, at::Tensor const&, "
                      "at::Tensor const&, cudnn_frontend::ExecutionPlan const&)", "filename": "Conv_v8.cpp", "line": 1},

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.pytorch import Precision, PyTorchAdapter
 
 MODEL = catalog.get("deepspeech2")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.pytorch import Precision
 
 from device_placement import factories_on_meta

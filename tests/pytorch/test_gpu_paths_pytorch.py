@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters import pytorch as adapter
 from tbdkit.adapters.pytorch import CommTimer, cudnn_benchmark, union_seconds
 

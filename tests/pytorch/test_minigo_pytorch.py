@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 
 MODEL = catalog.get("minigo")
 WORKLOAD = catalog.load_module(MODEL, "pytorch")

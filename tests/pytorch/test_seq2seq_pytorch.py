@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from model_checks import converge_briefly
-from tbdkit import catalog
+from tbdkit.spec import catalog
 
 MODEL = catalog.get("seq2seq")
 WORKLOAD = catalog.load_module(MODEL, "pytorch")

@@ -1,4 +1,4 @@
-"""One core's budget sets pytorch's intra-op and inter-op threads, as env.json records them (tbdkit.cpus)."""
+"""One core's budget sets pytorch's intra-op and inter-op threads, as env.json records them (tbdkit.env.cpus)."""
 
 from thread_checks import check_one_core
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, record_function
 
-from tbdkit.adapters.pytorch_analysis import chrome_trace
-from tbdkit.agent.analysis import _keep_profiler_trace
+from tbdkit.adapters.pytorch_profiling import chrome_trace
+from tbdkit.agent.after_window import _keep_profiler_trace
 from tbdkit.analysis import trace
 from tbdkit.results import files as runfiles
 
@@ -39,7 +39,7 @@ def test_profiled_events_fall_where_the_loop_clock_saw_them(tmp_path) -> None:
 def test_the_kernel_trace_keeps_its_chrome_trace_and_leaves_the_anchor_out_of_the_span(monkeypatch) -> None:
     """kernel_trace as a CUDA run calls it (CPU and CUDA activities), with only the GPU's synchronize
     replaced: no kernels here, the profiler's trace and its anchor kept for trace.json."""
-    from tbdkit.adapters import pytorch_analysis
+    from tbdkit.adapters import pytorch_profiling as pytorch_analysis
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
     from tbdkit.analysis import timeline

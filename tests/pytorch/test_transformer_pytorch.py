@@ -5,7 +5,7 @@ causally, ignores padding, follows the paper's schedule, trains, and runs under 
 import pytest
 import torch
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 
 MODEL = catalog.get("transformer")
 WORKLOAD = catalog.load_module(MODEL, "pytorch")

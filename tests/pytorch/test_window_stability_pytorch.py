@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tbdkit import spec as specs
+from tbdkit.spec import run_spec as specs
 from tbdkit.agent.run import STABILITY_RULE, execute
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 

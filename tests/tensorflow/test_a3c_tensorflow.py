@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.tensorflow import Precision, TensorFlowAdapter
 from model_checks import assert_same_frames_for_the_same_seed
 

@@ -6,7 +6,7 @@ batches (the loss falls), AMP. Runs in the TensorFlow stack (`make test-tensorfl
 import numpy as np
 import pytest
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.tensorflow import TensorFlowAdapter
 from model_checks import stepped
 

@@ -7,7 +7,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.tensorflow import Precision, TensorFlowAdapter
 from tbdkit.describe.tensorflow import canonical_layers
 from tbdkit.describe.canonical import reference_gru

@@ -5,7 +5,7 @@ parity with PyTorch's network is tests/test_efficientdet_frameworks.py."""
 import numpy as np
 import pytest
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from model_checks import adapter as stack_adapter
 
 MODEL = catalog.get("efficientdet")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from model_checks import adapter
 
 MODEL = catalog.get("inception_v3")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from model_checks import adapter as stack_adapter, torchvision_roi_align
 
 MODEL = catalog.get("mask_rcnn")

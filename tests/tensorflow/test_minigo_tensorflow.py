@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.tensorflow import TensorFlowAdapter
 from model_checks import stepped
 

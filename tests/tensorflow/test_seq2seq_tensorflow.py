@@ -6,7 +6,7 @@ Runs in the TensorFlow stack (`make test-tensorflow`)."""
 import numpy as np
 import tensorflow as tf
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.tensorflow import TensorFlowAdapter
 from tbdkit.describe.tensorflow import canonical_layers
 from tbdkit.describe.canonical import reference_lstm

@@ -6,7 +6,7 @@ import keras
 import pytest
 import tensorflow as tf
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 
 catalog.workloads_on_path()
 from _shared.tf_amp import scaled_update  # noqa: E402

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from model_checks import learned, smoothed_cross_entropy_case, transformer_parameters
-from tbdkit import catalog
+from tbdkit.spec import catalog
 
 MODEL = catalog.get("transformer")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")

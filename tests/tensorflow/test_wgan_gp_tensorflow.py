@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from model_checks import adapter, learned
 
 MODEL = catalog.get("wgan_gp")

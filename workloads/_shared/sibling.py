@@ -1,6 +1,6 @@
 """Another workload's file, for a workload built on it (Mask R-CNN on Faster R-CNN's training step,
 EfficientDet on Mask R-CNN's COCO reader, ...). Workloads are files, not a package, and never import
-the kit, so this loads by path as tbdkit/catalog.py does, under the same module name
+the kit, so this loads by path as tbdkit/spec/catalog.py does, under the same module name
 (tbdkit_workloads.<workload>.<part>): one file is one module however it is reached."""
 
 from __future__ import annotations

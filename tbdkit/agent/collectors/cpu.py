@@ -7,7 +7,7 @@ from typing import Any
 
 import psutil
 
-from tbdkit.metric import metric
+from tbdkit.core.metric import metric
 
 
 class CpuCollector:

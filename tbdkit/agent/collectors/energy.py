@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tbdkit.metric import metric, missing
+from tbdkit.core.metric import metric, missing
 
 log = logging.getLogger("tbdkit.agent.energy")
 
@@ -117,10 +117,10 @@ def device_metrics(
 def zeus_index(found: Any, cuda_index: int, uuid: str | None, pci_bus_id: str | None) -> int | str:
     """The index, among Zeus's GPUs, of the framework's GPU, or why it cannot be told. Zeus numbers
     the GPUs CUDA_VISIBLE_DEVICES leaves in NVML's (PCI) order, CUDA fastest first: the GPU is found
-    by the UUID or PCI bus id the adapter reports (tbdkit.agent.collectors.device), as NVML's collector does."""
+    by the UUID or PCI bus id the adapter reports (tbdkit.env.nvml), as NVML's collector does."""
     import pynvml
 
-    from tbdkit.agent.collectors.device import nvml_handle
+    from tbdkit.env.nvml import nvml_handle
 
     try:
         target = pynvml.nvmlDeviceGetUUID(nvml_handle(pynvml, cuda_index, uuid, pci_bus_id)[0])

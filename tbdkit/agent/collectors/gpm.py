@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tbdkit.agent.collectors.device import nvml_handle
-from tbdkit.metric import metric, missing
+from tbdkit.core.metric import metric, missing
+from tbdkit.env.nvml import nvml_handle
 
 # summary metric -> NVML GPM metric id name (pynvml constants; descriptions from nvml.h)
 GPM_METRICS = {

@@ -21,9 +21,9 @@ from typing import Any
 
 import psutil
 
-from tbdkit.agent.collectors.device import nvml_handle
 from tbdkit.agent.collectors.neighbours import run_root, tree
-from tbdkit.metric import metric, missing
+from tbdkit.core.metric import metric, missing
+from tbdkit.env.nvml import nvml_handle
 
 PROC_METHOD = (
     "NVML nvmlDeviceGetComputeRunningProcesses at the window's start, every sampler tick and its end: "

@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from tbdkit.metric import metric, missing
+from tbdkit.core.metric import metric, missing
 
 METHOD = (
     "process CPU time of the run's cores (psutil.cpu_times(percpu=True) deltas: user+nice+system; irq+softirq "
@@ -39,7 +39,7 @@ METHOD = (
 )
 
 
-LAUNCHER_PID = "TBDKIT_LAUNCHER_PID"  # set by the launcher in the agent's environment (tbdkit.stacks.agent_env)
+LAUNCHER_PID = "TBDKIT_LAUNCHER_PID"  # set by the launcher in the agent's environment (tbdkit.env.stacks.agent_env)
 
 
 def run_root() -> psutil.Process:

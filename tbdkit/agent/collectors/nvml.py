@@ -12,8 +12,8 @@ import time
 from statistics import fmean, median
 from typing import Any
 
-from tbdkit.agent.collectors.device import nvml_handle
-from tbdkit.metric import metric, missing
+from tbdkit.core.metric import metric, missing
+from tbdkit.env.nvml import nvml_handle
 
 UTIL_METHOD = (
     "NVML nvmlDeviceGetSamples(GPU_UTILIZATION_SAMPLES), drained at every sampler tick over the window: "

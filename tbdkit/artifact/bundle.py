@@ -39,9 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tbdkit import __version__, artifact_doc, locks
-from tbdkit.errors import UserError
-from tbdkit.paths import KIT_ROOT, venvs_dir
+from tbdkit import __version__
+from tbdkit.artifact import doc as artifact_doc
+from tbdkit.core.errors import UserError
+from tbdkit.core.paths import KIT_ROOT, venvs_dir
+from tbdkit.env import locks
 from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
 from tbdkit.results.summary import MEASURED
@@ -50,7 +52,7 @@ PREFIX = "tbdkit-artifact"
 FORMAT = "tbdkit-artifact/1"
 MANIFEST = "manifest.json"
 ARTIFACT_MD = "ARTIFACT.md"
-CALIBRATION = "calibration.json"  # a results folder's calibration (tbdkit calibrate; tbdkit.agent.envinfo)
+CALIBRATION = "calibration.json"  # a results folder's calibration (tbdkit calibrate; tbdkit.env.machine)
 LOCKS = "locks"  # the stacks' lock files, locks/*.txt, at the kit's root
 # The kit's own files a bundle carries at its top, and what each is.
 KIT_FILES = {

@@ -25,8 +25,8 @@ except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same 
     import tomli as tomllib  # type: ignore[no-redef]
 
 import tbdkit
-from tbdkit.errors import UserError
-from tbdkit.paths import KIT_ROOT
+from tbdkit.core.errors import UserError
+from tbdkit.core.paths import KIT_ROOT
 
 NATIVE_HINT = "or run natively with LAUNCHER=native (--launcher native)"
 
@@ -248,7 +248,7 @@ def _validate_revision(value: str) -> str:
 def checked_labels(image: dict[str, Any]) -> dict[str, str]:
     """The image's labels that the launcher passes into the run, each checked for its form (a
     label is anyone's text: a newline there must not become a `docker run` flag)."""
-    from tbdkit import oci
+    from tbdkit.env import oci
 
     labels = image.get("labels") or {}
     out = {key: str(labels.get(key) or "") for key in IMAGE_LABELS}

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit.adapters import Capabilities, capabilities
-from tbdkit.agent.collectors.device import nvml_handle
 from tbdkit.analysis import memory as memory_doc
 from tbdkit.analysis.peak import Device, mfu_metric, peak_metric
 from tbdkit.analysis.timeline import KERNEL_COLUMNS, LAUNCH_COLUMNS, kernel_table, launch_table, utilization
 from tbdkit.analysis.trace import ANCHOR_EVENT
-from tbdkit.metric import metric, missing
+from tbdkit.core.metric import metric, missing
+from tbdkit.env.nvml import nvml_handle
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 from tbdkit.results.rundir import RunDir
@@ -138,7 +138,7 @@ def _keep_profiler_trace(run_dir: Path, got: dict[str, Any], loop_t0: float) -> 
 def _pipe_utilization(adapter: Any) -> dict[str, dict[str, Any]]:
     """FP32 and tensor-core utilization (paper eq. 2) come from an Nsight Compute replay of the
     kernels, which a bench run does not do: every summary holds them as null with the reason;
-    `make reference` (tbdkit.reference) replaces them with its ncu pass's values."""
+    `make reference` (tbdkit.bench.reference) replaces them with its ncu pass's values."""
     reason = (
         "the run is on the CPU: FP32 and tensor-core pipe utilization are read by Nsight Compute on NVIDIA GPUs"
         if adapter.cuda_index is None
@@ -241,7 +241,7 @@ def _trace(
         source = f"torch.profiler CUDA trace, {TRACE_ITERATIONS} iterations after the window"
         rows = kernel_table(kernels, source)
         RunDir(run_dir).write_csv(runfiles.KERNELS, [{c: r[c] for c in KERNEL_COLUMNS} for r in rows])
-        # the timeline by launch configuration, which weights Nsight Compute's samples (tbdkit.reference)
+        # the timeline by launch configuration, which weights Nsight Compute's samples (tbdkit.bench.reference)
         RunDir(run_dir).write_csv(
             runfiles.KERNEL_LAUNCHES, [{c: r[c] for c in LAUNCH_COLUMNS} for r in launch_table(kernels, source)]
         )

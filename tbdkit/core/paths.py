@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tbdkit.errors import UserError
+from tbdkit.core.errors import UserError
 
-KIT_ROOT = Path(__file__).resolve().parents[1]
+KIT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def workloads_dir() -> Path:

@@ -1,6 +1,6 @@
 """The NVIDIA profilers the kit calls, found where NVIDIA's images and CUDA installs put them.
 
-Only Nsight Compute (`ncu`, the FP32/tensor-pipe pass of `python -m tbdkit.reference`) is called
+Only Nsight Compute (`ncu`, the FP32/tensor-pipe pass of `python -m tbdkit.bench.reference`) is called
 by the kit; Nsight Systems (`nsys`) is reported when present, never required. Where they live:
 NGC's framework images install Nsight Compute as /opt/nvidia/nsight-compute/<version>/ncu (a
 folder per version, the binary inside it, not on PATH); the CUDA toolkit puts it in

@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tbdkit import catalog
-from tbdkit.errors import UserError
-from tbdkit.stacks import KNOWN_FRAMEWORKS
+from tbdkit.core.errors import UserError
+from tbdkit.env.stacks import KNOWN_FRAMEWORKS
+from tbdkit.spec import catalog
 
 Precision = Literal["fp32", "tf32", "amp"]
 _RATE = re.compile(r"^[1-9][0-9]*(kbit|mbit|gbit)$")
@@ -99,7 +99,7 @@ class RunSpec(BaseModel):
     analyses: bool = Field(
         True,
         description="after the window: memory breakdown, model FLOPs and MFU, "
-        "kernel trace on CUDA (tbdkit.agent.analysis), in extra iterations outside it",
+        "kernel trace on CUDA (tbdkit.agent.after_window), in extra iterations outside it",
     )
     # Data parallelism (paper Sec. IV-E): the per-worker mini-batch is batch_size, fixed; the
     # global batch grows with nodes x gpus_per_node. On CPUs a "GPU" is a worker process.
@@ -119,7 +119,7 @@ class RunSpec(BaseModel):
         None,
         ge=1,
         description="cores the run is given (split over its workers on this machine): "
-        "the frameworks' threads are set from it (tbdkit.cpus); None: every core of the "
+        "the frameworks' threads are set from it (tbdkit.env.cpus); None: every core of the "
         "affinity mask and cgroup quota",
     )
     pin: bool = Field(False, description="pin the agent to the first `cpus` cores of its affinity mask")

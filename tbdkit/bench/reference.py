@@ -1,4 +1,4 @@
-"""tbdkit reference (or python -m tbdkit.reference): reference results on one GPU, in one command.
+"""tbdkit reference (or python -m tbdkit.bench.reference): reference results on one GPU, in one command.
 
 For each model (default: Deep Speech 2 and ResNet-50; --suite: every model of the suite; PyTorch,
 paper preset) at two batch sizes (the preset's default and the one below it, or above it where
@@ -29,18 +29,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tbdkit import catalog, nsight
-from tbdkit import spec as specs
-from tbdkit.agent.envinfo import gpu_count
 from tbdkit.analysis import ncu
 from tbdkit.analysis.peak import Device, peak_flops
 from tbdkit.analysis.timeline import KERNEL_COLUMNS, merge_utilization
-from tbdkit.errors import UserError
-from tbdkit.metric import metric, missing
-from tbdkit.paths import KIT_ROOT
+from tbdkit.core.errors import UserError
+from tbdkit.core.metric import metric, missing
+from tbdkit.core.paths import KIT_ROOT
+from tbdkit.env import nsight
+from tbdkit.env.machine import gpu_count
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 from tbdkit.results.rundir import RunDir
+from tbdkit.spec import catalog
+from tbdkit.spec import run_spec as specs
 
 MODELS = ("deepspeech2", "resnet50")  # the pair `make reference` runs by default (with an ncu pass)
 # Sized so one model (two batch sizes, two processes each) fits a 10-minute call on an H100.
@@ -100,7 +101,7 @@ def agent_python() -> str:
 
         return sys.executable
     except ImportError:
-        from tbdkit import stacks
+        from tbdkit.env import stacks
 
         return str(stacks.require("pytorch"))
 
@@ -162,7 +163,7 @@ def _stop_on_interrupt(event: dict[str, Any]) -> None:
 
 
 def device_from_env(env_json: dict[str, Any]) -> Device | None:
-    from tbdkit.agent.analysis import device_of
+    from tbdkit.agent.after_window import device_of
 
     return device_of(env_json, 0)[0]
 
@@ -195,7 +196,7 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
     if exe is None:
         return gap("Nsight Compute (ncu) is not installed here")
     try:
-        from tbdkit.doctor import counters_check
+        from tbdkit.env.doctor import counters_check
 
         check = counters_check()
         if check.ok is False:
@@ -357,7 +358,7 @@ def table(readme: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tbdkit.reference", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tbdkit.bench.reference", description=__doc__.splitlines()[0])
     parser.add_argument("--model", action="append", choices=suite(), help=f"repeatable; default: {', '.join(MODELS)}")
     parser.add_argument("--suite", action="store_true", help="every model of the suite (PyTorch)")
     parser.add_argument("--results", type=Path, default=Path("results/reference"))

@@ -4,7 +4,7 @@ manifests (an Indexed Job behind a headless Service) and a compose file of one c
 node. `tbdkit render` writes them, with the spec.json they read, for inspection and submission.
 
 Nothing a user passes is pasted raw: the image is checked against the OCI reference grammar
-(tbdkit.oci) first, every value a shell reads goes through the `sh` filter (shlex.quote), every
+(tbdkit.env.oci) first, every value a shell reads goes through the `sh` filter (shlex.quote), every
 value in YAML through the `yaml` filter (PyYAML's double-quoted scalar, one line), and compose's
 `$` interpolation is escaped (`compose` filter)."""
 
@@ -20,12 +20,12 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from tbdkit import images
-from tbdkit.errors import UserError
+from tbdkit.core.errors import UserError
+from tbdkit.env import images
+from tbdkit.env.oci import validate_image_reference
 from tbdkit.launch.node import PORT as NODE_PORT
-from tbdkit.oci import validate_image_reference
 from tbdkit.results import files as runfiles
-from tbdkit.spec import RunSpec
+from tbdkit.spec.run_spec import RunSpec
 
 TARGETS = {"torchrun": "torchrun.sh", "slurm": "job.sbatch", "k8s": "job.yaml", "compose": "compose.yaml"}
 TEMPLATES = {
@@ -51,7 +51,7 @@ def compose_literal(value: str) -> str:
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("tbdkit", "templates/cluster"),
+        loader=jinja2.PackageLoader("tbdkit.launch", "templates/cluster"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )

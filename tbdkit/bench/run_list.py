@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tbdkit import spec as specs
-from tbdkit.console import RunProgress, make_progress
-from tbdkit.store import Index
+from tbdkit.cli.console import RunProgress, make_progress
+from tbdkit.results.index import Index
+from tbdkit.spec import run_spec as specs
 
 
 def run_all(
@@ -23,7 +23,7 @@ def run_all(
             outcome = launch(s, results, RunProgress(progress, label, unit))
             summary = outcome.summary
             if s.world_size > 1:
-                from tbdkit.scaling import add_scaling_efficiency
+                from tbdkit.analysis.scaling import add_scaling_efficiency
 
                 summary = add_scaling_efficiency(outcome.run_dir, index)
             index.add(outcome.run_dir)

@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tbdkit.metric import metric
+from tbdkit.core.metric import metric
 from tbdkit.results import files as runfiles
+from tbdkit.results.index import Index
 from tbdkit.results.rundir import RunDir
 from tbdkit.results.summary import MEASURED
-from tbdkit.store import Index
 
 
 def add_scaling_efficiency(run_dir: Path, index: Index) -> dict[str, Any]:

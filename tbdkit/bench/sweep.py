@@ -29,8 +29,8 @@ from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 from tbdkit.results.rundir import RunDir
 from tbdkit.results.summary import MEASURED
-from tbdkit.spec import RunSpec
-from tbdkit.sweep_spec import MAX, Point, SweepSpec, points
+from tbdkit.spec.run_spec import RunSpec
+from tbdkit.spec.sweep_spec import MAX, Point, SweepSpec, points
 
 FORMAT = "tbdkit-sweep/1"
 # Statuses a rerun keeps (a disturbed run kept its numbers; `retry_disturbed` re-runs it at once); every
@@ -192,7 +192,7 @@ def _now() -> str:
 
 def _saved_state(path: Path) -> dict[str, Any]:
     """A sweep's saved state, or a UserError naming the file if it is damaged."""
-    from tbdkit.errors import UserError
+    from tbdkit.core.errors import UserError
 
     try:
         data = sink.read_json(path)
@@ -482,6 +482,6 @@ class SweepRun:
         return self.max_batch(framework, precision)
 
     def default_batch(self) -> int:
-        from tbdkit import catalog
+        from tbdkit.spec import catalog
 
         return int(catalog.get(self.sweep.model).hp(self.sweep.preset)["default_batch"])

@@ -14,10 +14,10 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tbdkit import catalog
-from tbdkit import spec as specs
-from tbdkit.errors import UserError
+from tbdkit.core.errors import UserError
 from tbdkit.results import files as runfiles
+from tbdkit.spec import catalog
+from tbdkit.spec import run_spec as specs
 
 MAX: Final = "max"
 BatchEntry = int | Literal["max"]

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tbdkit.errors import UserError
+from tbdkit.core.errors import UserError
 
 try:
     import tomllib  # novermin
 except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same parser
     import tomli as tomllib  # type: ignore[no-redef]
-from tbdkit.metric import metric, missing
+from tbdkit.core.metric import metric, missing
 
 ENV_PRICE = "TBDKIT_PRICE_PER_HOUR"
 ENV_PRICES = "TBDKIT_PRICES"

@@ -15,9 +15,9 @@ try:
 except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same parser
     import tomli as tomllib  # type: ignore[no-redef]
 
-from tbdkit.errors import UserError
-from tbdkit.paths import workloads_dir
-from tbdkit.stacks import KNOWN_FRAMEWORKS
+from tbdkit.core.errors import UserError
+from tbdkit.core.paths import workloads_dir
+from tbdkit.env.stacks import KNOWN_FRAMEWORKS
 
 PRESETS = ("smoke", "paper", "converge")
 

@@ -3,7 +3,7 @@
 Each stack (PyTorch, TensorFlow, MXNet) needs its own Python environment: MXNet 1.9.1 pins
 numpy<1.24, which TensorFlow 2.21 cannot use. Natively each stack gets a virtual environment
 under `.venvs/<stack>/` holding exactly its lock (locks/<stack>-py311.txt: the kit's dependencies,
-that stack's extra and the test extra, hash-checked; tbdkit.installer) and the kit (editable);
+that stack's extra and the test extra, hash-checked; tbdkit.env.installer) and the kit (editable);
 in a container the image is the environment. A stack counts as installed once its environment
 holds the marker file written after a successful install, and current while the lock it was
 installed from is the lock in force.
@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tbdkit import installer, locks
-from tbdkit.errors import UserError
-from tbdkit.paths import KIT_ROOT, venvs_dir
+from tbdkit.core.errors import UserError
+from tbdkit.core.paths import KIT_ROOT, venvs_dir
+from tbdkit.env import installer, locks
 
 MARKER = locks.MARKER
 

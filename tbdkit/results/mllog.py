@@ -18,11 +18,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tbdkit import __version__, catalog
-from tbdkit.paths import KIT_ROOT
+from tbdkit import __version__
+from tbdkit.core.paths import KIT_ROOT
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 from tbdkit.results.summary import MEASURED
+from tbdkit.spec import catalog
 
 # workload.toml's optimizer hyperparameters -> MLPerf's key (others: opt_<name>)
 OPTIMIZER_KEYS = {
@@ -64,13 +65,13 @@ def lines(summary: dict[str, Any], spec: dict[str, Any]) -> str:
     from mlperf_logging.mllog.mllog import MLLogger  # type: ignore[import-untyped]
 
     text = io.StringIO()
-    logger = logging.getLogger(f"tbdkit.mllog.{id(text)}")
+    logger = logging.getLogger(f"tbdkit.results.mllog.{id(text)}")
     logger.propagate = False
     logger.setLevel(logging.INFO)
     handler = logging.StreamHandler(text)
     logger.addHandler(handler)
     try:
-        # root_dir: call sites are named inside the kit (tbdkit/mllog.py), never by this machine's path
+        # root_dir: call sites are named inside the kit (tbdkit/results/mllog.py), never by this machine's path
         ml = MLLogger(logger=logger, default_stack_offset=1, root_dir=re.escape(str(KIT_ROOT)))
         start_ms = _ms(summary.get("started_utc"))
         stop_ms = _ms(summary.get("finished_utc")) or start_ms

@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 
 import tbdkit
-from tbdkit import locks, nsight
-from tbdkit.paths import KIT_ROOT
+from tbdkit.core.paths import KIT_ROOT
+from tbdkit.env import locks, nsight
 
 
 def cpu_model() -> str | None:

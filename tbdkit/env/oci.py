@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 
-from tbdkit.errors import UserError
+from tbdkit.core.errors import UserError
 
 NAME_TOTAL_LENGTH_MAX = 255
 

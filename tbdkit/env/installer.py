@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tbdkit import locks
+from tbdkit.env import locks
 
 INSTALLERS = ("auto", "uv", "pip")
 _CONFIG_LINE = re.compile(r"^[^.]*\.(find-links|extra-index-url|index-url)='(.*)'$")
@@ -35,7 +35,7 @@ def choose(installer: str) -> tuple[str, str | None]:
         raise ValueError(f"installer must be one of {INSTALLERS}, not {installer!r}")
     uv = uv_binary() if installer in ("auto", "uv") else None
     if installer == "uv" and uv is None:
-        from tbdkit.errors import UserError
+        from tbdkit.core.errors import UserError
 
         raise UserError(
             "uv is not installed here: `pip install uv` into the kit's environment, or pass --installer pip."

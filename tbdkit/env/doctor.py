@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tbdkit import images, nsight, stacks
+from tbdkit.env import images, nsight, stacks
 
 try:  # nvidia-ml-py; tests replace this module attribute with a fake
     import pynvml
@@ -523,13 +523,17 @@ def counters_check(
 
 
 NSIGHT = {
-    "ncu": ("Nsight Compute (ncu)", "Compute", "needed for the hardware-counter pass of `python -m tbdkit.reference`"),
+    "ncu": (
+        "Nsight Compute (ncu)",
+        "Compute",
+        "needed for the hardware-counter pass of `python -m tbdkit.bench.reference`",
+    ),
     "nsys": ("Nsight Systems (nsys)", "Systems", "not used by the kit; reported for your own profiling"),
 }
 
 
 def nsight_check(tool: str) -> Check:
-    """Where the profiler is and its version, found as the kit finds it (tbdkit.nsight)."""
+    """Where the profiler is and its version, found as the kit finds it (tbdkit.env.nsight)."""
     title, what, use = NSIGHT[tool]
     exe = nsight.find(tool)
     if exe is None:
@@ -593,5 +597,5 @@ def checks() -> list[Check]:
     return out
 
 
-if __name__ == "__main__":  # `python -m tbdkit.doctor`: the JSON, without the CLI
+if __name__ == "__main__":  # `python -m tbdkit.env.doctor`: the JSON, without the CLI
     print(json.dumps(as_dict(checks()), indent=2))

@@ -12,7 +12,7 @@ from run to run; Mytkowicz et al., ASPLOS 2009). Hence two methods:
   of freedom, when each side has two runs or more; with one run on a side (a reference), that run
   taken to vary as much as the other side's runs do. Run-to-run variation is in the interval.
 - Within one run each (one run a side): the ratio of the two windows' throughputs (each the sum of
-  work / sum of iteration times, tbdkit.agent.stats), its interval the delta method's: on the log
+  work / sum of iteration times, tbdkit.core.statistics), its interval the delta method's: on the log
   scale the two runs' relative standard errors add in quadrature, with the conservative degrees of
   freedom min(dof_A, dof_B); from each run's iterations.csv, or, for a run folder without it (an
   older reference), from the standard error its summary records. Run-to-run variation is not in
@@ -38,8 +38,8 @@ from pathlib import Path
 from statistics import NormalDist, fmean
 from typing import Any
 
-from tbdkit.agent.stats import ratio_estimate, t_quantile
-from tbdkit.errors import UserError
+from tbdkit.core.errors import UserError
+from tbdkit.core.statistics import ratio_estimate, t_quantile
 from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
 from tbdkit.results.sink import read_json

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 
-from tbdkit import catalog, stacks
-from tbdkit.agent.envinfo import gpu_count
-from tbdkit.console import console, err_console
-from tbdkit.errors import UserError
+from tbdkit.cli.console import console, err_console
+from tbdkit.core.errors import UserError
+from tbdkit.env import stacks
+from tbdkit.env.machine import gpu_count
+from tbdkit.spec import catalog
 
 
 def split_list(values: list[str] | None) -> list[str]:

@@ -3,7 +3,7 @@
 uv resolves against its default index (PyPI, or UV_INDEX_URL) and records the hash of every file of
 each pinned version there, so a lock installs on any Linux x86_64 machine of its Python version.
 Resolving reads only the packages' metadata (PEP 658), never the wheels: torch's 3 GB are not
-downloaded to lock it. Installing is another matter (tbdkit.stacks: uv is pointed at pip's configured
+downloaded to lock it. Installing is another matter (tbdkit.env.stacks: uv is pointed at pip's configured
 wheel folders and file indexes first).
 """
 
@@ -16,10 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tbdkit import locks
-from tbdkit.errors import UserError
-from tbdkit.installer import uv_binary
-from tbdkit.paths import KIT_ROOT
+from tbdkit.core.errors import UserError
+from tbdkit.core.paths import KIT_ROOT
+from tbdkit.env import locks
+from tbdkit.env.installer import uv_binary
 
 
 def compile_command(uv: str, env: locks.LockEnv, out: Path) -> list[str]:
@@ -68,7 +68,7 @@ def generate(env: locks.LockEnv, uv: str, upgrade: bool = False) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tbdkit.lockgen", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m tbdkit.env.lockgen", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help=f"locks to regenerate (default: all of {', '.join(locks.ENVS)})")
     parser.add_argument(
         "--upgrade",

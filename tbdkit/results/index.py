@@ -46,7 +46,7 @@ COLUMNS = {
 }
 
 
-# Sweep membership (results/sweeps/<sweep-id>/sweep.json, see tbdkit/sweep.py): one row per point.
+# Sweep membership (results/sweeps/<sweep-id>/sweep.json, see tbdkit/bench/sweep.py): one row per point.
 SWEEP_COLUMNS = {
     "sweep_id": "TEXT",
     "point": "TEXT",

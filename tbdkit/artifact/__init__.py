@@ -1,0 +1,1 @@
+"""The artifact for reviewers: the bundle, its reproduction and ARTIFACT.md."""

@@ -1,0 +1,1 @@
+"""What to run: the model catalog, RunSpec, SweepSpec."""
