@@ -233,7 +233,7 @@ def test_a_busy_loop_neighbour_flips_a_real_run_to_disturbed(tmp_path):
 
 def test_pin_keeps_the_process_on_its_first_cores():
     """--pin: the agent's process (and the threads it starts afterwards) run on the budget's cores only."""
-    script = ("import os, json\nfrom tbdkit import cpus\nb = cpus.plan(1, True, 0)\n"
+    script = ("import os, json\nfrom tbdkit.env import cpus\nb = cpus.plan(1, True, 0)\n"
               "print(json.dumps([b.pinned, cpus.pin(b), sorted(os.sched_getaffinity(0))]))")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     first = sorted(os.sched_getaffinity(0))[:1]

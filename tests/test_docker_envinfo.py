@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
 PROBE = """
 import json, sys, {module}
-from tbdkit.agent import envinfo
+from tbdkit.env import machine as envinfo
 info = envinfo.collect({{}}, 0)
 print(json.dumps({{"build": info["framework_build"], "tools": info["tools"],
                   "version": str({module}.__version__), "file": {module}.__file__}}))

@@ -135,7 +135,7 @@ SYSTEM_SITE = "/usr/local/lib/python3"
 def stack_state(image: str, stack: str) -> dict:
     """Inside the image: the stack registered (so `tbdkit bench` there, as under compose, runs
     natively) and the framework imported from the base's site-packages."""
-    probe = ("import json, importlib; from tbdkit import stacks; s = stacks.get('%s'); "
+    probe = ("import json, importlib; from tbdkit.env import stacks; s = stacks.get('%s'); "
              "m = importlib.import_module(s.module); "
              "print(json.dumps({'installed': stacks.is_installed(s.name), 'file': m.__file__}))") % stack
     proc = images.docker("run", "--rm", "--network", "none", image, "python", "-c", probe, timeout=300)
@@ -273,7 +273,7 @@ def test_the_other_stacks_images_build_and_bench(stack, ci_image, user_kit, resu
 IMPORT_ALL = """
 import importlib, json, pkgutil, sys
 import tbdkit
-from tbdkit import catalog
+from tbdkit.spec import catalog
 failed = {}
 names = [m.name for m in pkgutil.walk_packages(tbdkit.__path__, "tbdkit.") if not m.name.endswith("__main__")]
 for name in names:

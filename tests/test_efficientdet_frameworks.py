@@ -84,7 +84,7 @@ np.savez(sys.argv[1], anchors=anchors.boxes.numpy(), boxes=boxes, classes=classe
 
 OUR_LABELS = """
 import sys, numpy as np
-from tbdkit import catalog
+from tbdkit.spec import catalog
 workload = catalog.load_module(catalog.get("efficientdet"), sys.argv[3])
 given = np.load(sys.argv[1])
 anchors = workload.anchor_boxes(256)

@@ -147,7 +147,7 @@ def test_env_json_records_the_lock_and_the_differences(tiny_venv, tmp_path, monk
     monkeypatch.setenv("TBDKIT_VENVS", str(venv.parent))
     folder = _fake_lock(monkeypatch, tmp_path, f"{TINY}==0.0.1 \\\n    --hash=sha256:00\n")
     _install_record(venv)
-    code = ("import json, sys; from pathlib import Path; from tbdkit import locks; "
+    code = ("import json, sys; from pathlib import Path; from tbdkit.env import locks; "
             "locks.LOCKS_DIR = Path(sys.argv[1]); print(json.dumps(locks.this_environment()))")
     env = {**os.environ, "PYTHONPATH": str(KIT_ROOT)}
     env.pop("TBDKIT_IMAGE", None)

@@ -74,7 +74,7 @@ def test_same_weights_same_outputs(pytorch_weights, tmp_path, framework):
 
 DIGEST = """
 import hashlib, sys
-from tbdkit import catalog
+from tbdkit.spec import catalog
 model = catalog.get("seq2seq")
 data = catalog.load_module(model, "data")
 it = data.batches("synthetic", model.hp("smoke"), 4, 7)

@@ -65,7 +65,7 @@ print([next(prefetcher) for _ in range(5)], len(opened))
 AGENT = NO_NEW_THREADS + r"""
 import sys
 from pathlib import Path
-from tbdkit import spec as specs
+from tbdkit.spec import run_spec as specs
 from tbdkit.agent import run
 
 limit = run.limit_memory

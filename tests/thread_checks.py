@@ -11,7 +11,7 @@ import sys
 
 SCRIPT = """
 import json, os
-from tbdkit import catalog, cpus
+from tbdkit.spec import catalog; from tbdkit.env import cpus
 budget = cpus.plan(1, False, 0)
 os.environ.update(cpus.thread_env(budget))
 for model in catalog.models().values():

@@ -43,7 +43,7 @@ if [ -f "$lock" ]; then
   "$python" - "$lock" > "$pins" <<'PY'
 import sys
 from pathlib import Path
-from tbdkit import locks
+from tbdkit.env import locks
 for name, version in locks.pins(Path(sys.argv[1]).read_text()).items():
     print(f"{name}=={version}")
 PY

@@ -86,7 +86,7 @@ def test_train_step_and_amp(batch):
 
 EXIT_SCRIPT = """
 import signal, sys
-from tbdkit import catalog
+from tbdkit.spec import catalog
 signal.signal(signal.SIGTERM, lambda *a: print("ignored SIGTERM", flush=True))  # as the agent's StopFlag does
 m = catalog.get("a3c")
 batch = next(catalog.load_module(m, "data").batches("synthetic", m.hp("smoke"), 2, 0))

@@ -17,7 +17,7 @@ CHECK = r"""
 import json, sys
 import numpy as np
 import tensorflow as tf
-from tbdkit import catalog
+from tbdkit.spec import catalog
 from tbdkit.adapters.replicas import split
 from tbdkit.adapters.tensorflow import TensorFlowAdapter
 
