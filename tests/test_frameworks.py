@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 
 import pytest
+from trace_readers import ARGS, IMPORT_ERRORS, SLICES, hta_parents, perfetto
 
 from framework_parity import (assert_same_network, assert_same_sequence_outputs, assert_smoke_flops, describe_smoke,
                               listed_smoke_state, pytorch_weights_fixture)
@@ -98,6 +101,23 @@ def test_bench_all_frameworks_prints_one_table(tmp_path):
     assert envs["tensorflow"]["framework_version"] == "2.21.0" and envs["mxnet"]["framework_version"] == "1.9.1"
     assert envs["tensorflow"]["math_mode"]["tf32_matmul"] is False
     assert envs["mxnet"]["math_mode"]["nvidia_tf32_override"] == "0"
+    # Each run's files as real tools read them: Perfetto's trace processor (the Perfetto UI's, WebAssembly,
+    # in headless Chromium) imports trace.json without an error, and it and HTA find every iteration
+    # inside its phase; MLCommons' checker passes mllog.txt but for the rules only a submission meets.
+    runs = [results / s["run_id"] for s in summaries]
+    read = perfetto([run / "trace.json" for run in runs], {"errors": IMPORT_ERRORS, "slices": SLICES, "args": ARGS})
+    phases = {"warm-up", "sample window", "analysis"}
+    for run in runs:
+        got = read[run / "trace.json"]
+        assert got["errors"] == [], (run.name, got["errors"])
+        assert {s["parent"] for s in got["slices"] if s["name"].startswith("iteration ")} <= phases, run.name
+        assert {s["depth"] for s in got["slices"] if s["name"] in phases} == {0}, run.name
+        assert {a["value_type"] for a in got["args"] if a["key"] in ("args.samples", "args.iteration")} == {"int"}
+        nested = hta_parents(run / "trace.json")
+        assert {nested[name] for name in nested if name.startswith("iteration ")} <= phases, run.name
+        check = subprocess.run([sys.executable, "-m", "tbdkit.results.mllog", str(run / "mllog.txt")],
+                               capture_output=True, text=True, timeout=120)
+        assert check.returncode == 0, check.stdout + check.stderr
 
 
 @pytest.mark.slow

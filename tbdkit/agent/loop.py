@@ -49,11 +49,13 @@ class Iteration:
     extra: dict[str, float] = field(default_factory=dict)  # secondary counts, e.g. {"tokens": n}
 
     def row(self) -> dict[str, Any]:
+        start = round(self.start_s, 6)
         return {
             "iteration": self.index,
             "phase": self.phase,
-            "start_s": round(self.start_s, 6),
-            "seconds": round(self.seconds, 6),
+            "start_s": start,
+            # the rounded end less the rounded start: one row's start_s + seconds is the next row's start_s
+            "seconds": round(round(self.start_s + self.seconds, 6) - start, 6),
             "data_wait_s": round(self.data_wait_s, 6),
             "samples": self.samples,
             "work": round(self.work, 6),

@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import signal
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -172,7 +173,9 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
     started = dt.datetime.now(dt.timezone.utc)
     model = catalog.get(spec.model)
     hp = model.hp(spec.preset, spec.variant)
-    summary = summaries.start(run_dir.name, spec, "failed", None, started_utc=started.isoformat(timespec="seconds"))
+    summary = summaries.start(
+        run_dir.name, spec, "failed", None, started_utc=started.isoformat(timespec="milliseconds")
+    )
     adapter = None
     dist: Distributed | None = None  # the adapter's data-parallel half, on a worker of a job
     loop: TrainingLoop | None = None
@@ -396,6 +399,11 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if loop is not None:
+            # the wall-clock time of iterations.csv's start_s = 0 (mllog.txt's run_start and blocks stand on it)
+            loop_start = time.time() - (time.perf_counter() - loop.t0)
+            summary["loop_started_utc"] = dt.datetime.fromtimestamp(loop_start, dt.timezone.utc).isoformat(
+                timespec="milliseconds"
+            )
             summary["warmup"] = loop.result.warmup or None
             summary["window"] = loop.result.window or None
             if isinstance(loop.result.iterations, sink.StreamedRows):
@@ -405,7 +413,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             _write_trace(run_dir, summary)
         if env is not None:
             summary["math_mode"] = env["framework"].get("math_mode")
-        summary["finished_utc"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        summary["finished_utc"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
         summary["wall_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 3)
         _write_summary(run_dir, summary)
         events.emit("done", status=summary["status"], error=summary["error"])

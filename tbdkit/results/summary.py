@@ -81,6 +81,7 @@ class Summary(BaseModel):
     data: str | None = None
     seed: int | None = None
     started_utc: str | None = None
+    loop_started_utc: str | None = None  # the wall-clock time of iterations.csv's start_s = 0
     finished_utc: str | None = None
     wall_s: float | None = None
     exit_code: int | None = None
