@@ -133,7 +133,7 @@ def test_rendered_files_pass_their_checkers(tmp_path):
     assert {d.split("=")[0] for d in directives} >= {"--nodes", "--gpus-per-node", "--ntasks-per-node", "--time"}
     assert all(d.startswith("--") and ("=" in d or d == "--exclusive") for d in directives)
     assert "--nodes=2" in directives and "--gpus-per-node=4" in directives
-    assert "--container-image=tbdkit/pytorch:0.1.0" in paths["slurm"].read_text()
+    assert "DEFAULT_IMAGE=tbdkit/pytorch:0.1.0" in paths["slurm"].read_text()
     validate = Path(sys.executable).with_name("kubernetes-validate")
     proc = subprocess.run([str(validate), "--strict", str(paths["k8s"])], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.count("passed") + proc.stderr.count("passed") == 3, proc.stdout + proc.stderr

@@ -77,8 +77,9 @@ def test_shell_values_reach_the_command_as_one_word_each(tmp_path):
     proc = subprocess.run(["bash", str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "RESULTS": ""})
     assert proc.returncode == 0, proc.stderr
-    argv = json.loads(proc.stdout)
+    argv, finish = (json.loads(line) for line in proc.stdout.splitlines())  # torchrun, then node 0's finish
     assert argv[argv.index("--run-dir") + 1] == f"{results}/job-1"
+    assert finish[finish.index("--run-dir") + 1] == f"{results}/job-1"
     assert (results / "job-1" / "spec.json").is_file()
     assert not list(tmp_path.rglob("PWNED*"))
 
@@ -86,7 +87,7 @@ def test_shell_values_reach_the_command_as_one_word_each(tmp_path):
 def test_slurm_script_quotes_and_passes_bash_n(tmp_path):
     path = render.write(_spec(), "slurm", tmp_path, image="tbdkit/pytorch:0.1.0", results="a b;c", run_id="j1")
     text = path.read_text()
-    assert "DEFAULT_RESULTS='a b;c'" in text and "--container-image=tbdkit/pytorch:0.1.0 " in text
+    assert "DEFAULT_RESULTS='a b;c'" in text and "DEFAULT_IMAGE=tbdkit/pytorch:0.1.0\n" in text
     assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
 
 

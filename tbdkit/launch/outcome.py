@@ -3,9 +3,11 @@ run's outcome, its summary finished here when the agent could not write one (the
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import secrets
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from tbdkit.launch.base import EventHandler
 from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
+from tbdkit.spec import run_spec as specs
 from tbdkit.spec.run_spec import RunSpec
 
 
@@ -146,3 +149,21 @@ def _write_mllog(run_dir: Path, spec: RunSpec, summary: dict[str, Any], on_event
         return
     if on_event is not None:
         on_event({"event": "warning", "message": message})
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tbdkit.launch.outcome --run-dir D --exit-code N`: finish the run folder of a job that a
+    rendered script launched (torchrun.sh) as the kit's launchers finish theirs."""
+    parser = argparse.ArgumentParser(prog="python -m tbdkit.launch.outcome", description=main.__doc__)
+    parser.add_argument("--run-dir", type=Path, required=True, help="the run folder, holding its spec.json")
+    parser.add_argument("--exit-code", type=int, required=True, help="the job's exit code on this node")
+    args = parser.parse_args(argv)
+    spec = specs.load(RunDir(args.run_dir).spec)
+    status, _ = finalize(args.run_dir, spec, args.exit_code, lambda e: print(e.get("message", e), file=sys.stderr))
+    written = RunDir(args.run_dir).mllog.is_file()
+    print(f"{args.run_dir}: {status}" + (f"; {runfiles.MLLOG} written" if written else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -21,7 +21,7 @@ import jinja2
 import yaml
 
 from tbdkit.core.errors import UserError
-from tbdkit.env import images
+from tbdkit.env import images, stacks
 from tbdkit.env.oci import validate_image_reference
 from tbdkit.launch.node import PORT as NODE_PORT
 from tbdkit.results import files as runfiles
@@ -34,6 +34,14 @@ TEMPLATES = {
     "k8s": "k8s.yaml.j2",
     "compose": "compose.yaml.j2",
 }
+# Files a target needs beside its launch file: Kubernetes' results volume, applied once and kept
+# across jobs (in the job's own manifest, `kubectl delete -f` would delete the results with it).
+EXTRA = {"k8s": {"results-pvc.yaml": "results-pvc.yaml.j2"}}
+PVC = "tbdkit-results"
+CPUS_PER_GPU = 8  # Slurm's --cpus-per-task and a Kubernetes worker pod's CPU request, per GPU
+MEMORY_PER_GPU_GIB = 16  # a Kubernetes worker pod's memory request, per GPU
+CPUS_WITHOUT_GPU, MEMORY_WITHOUT_GPU_GIB = 2, 8  # MXNet's scheduler and server pods
+PVC_GIB = 20
 # A job name is a file name, a Slurm job name and (lowercased) part of a Kubernetes name.
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -49,13 +57,23 @@ def compose_literal(value: str) -> str:
     return value.replace("$", "$$")
 
 
+def enroot_uri(image: str) -> str:
+    """A Docker image reference as enroot and pyxis read one, `[REGISTRY#]IMAGE[:TAG]`: a registry host
+    (the first component holding `.` or `:`, or `localhost`) is set off by `#`, never `/` (enroot would
+    look for it on Docker Hub)."""
+    first, sep, rest = image.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return f"{first}#{rest}"
+    return image
+
+
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("tbdkit.launch", "templates/cluster"),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
     )
-    env.filters.update(sh=lambda v: shlex.quote(str(v)), yaml=yaml_scalar, compose=compose_literal)
+    env.filters.update(sh=lambda v: shlex.quote(str(v)), yaml=yaml_scalar, compose=compose_literal, enroot=enroot_uri)
     return env
 
 
@@ -70,9 +88,13 @@ def render(
     *,
     image: str | None = None,
     results: str = "results",
-    python: str = "python",
+    python: str | None = None,
     run_id: str | None = None,
+    template: str | None = None,
 ) -> str:
+    """TARGET's launch text (or, with `template`, one of the files it needs beside it). `python`: the
+    interpreter the torchrun script runs, by default the framework stack's (`tbdkit setup`), as the
+    native launcher runs it; $TBDKIT_PYTHON overrides it on a node where the stack lives elsewhere."""
     if target == "torchrun" and spec.framework != "pytorch":
         raise UserError(
             f"The torchrun target is PyTorch's; a {spec.framework} job renders for --target slurm, "
@@ -92,24 +114,32 @@ def render(
         "run_id": run_id,
         "name": name,
         "results": results,
-        "python": python,
+        "python": python or str(stacks.python_of(spec.framework)),
         "image": image,
-        "pvc": "tbdkit-results",
+        "pvc": PVC,
+        "pvc_gib": PVC_GIB,
+        "cpus_per_gpu": CPUS_PER_GPU,
+        "memory_per_gpu_gib": MEMORY_PER_GPU_GIB,
+        "cpus_without_gpu": CPUS_WITHOUT_GPU,
+        "memory_without_gpu_gib": MEMORY_WITHOUT_GPU_GIB,
         # json.dumps escapes every control and non-ASCII character: each line of it is safe in a YAML block
         "spec_json": json.dumps(spec.model_dump(), indent=2),
-        "cpus_per_task": 8 * spec.gpus_per_node,
+        "cpus_per_task": CPUS_PER_GPU * spec.gpus_per_node,
         "time_limit": "01:00:00",
         # TensorFlow and MXNet jobs: the workers' control-channel key, fresh for each rendered file
         "control_key": secrets.token_hex(16),
         "port": NODE_PORT,
     }
-    return _env().get_template(TEMPLATES[target]).render(**values)
+    return _env().get_template(template or TEMPLATES[target]).render(**values)
 
 
 def write(spec: RunSpec, target: str, out_dir: Path, **kwargs: object) -> Path:
     text = render(spec, target, **kwargs)  # type: ignore[arg-type]  # checked before anything is written
+    beside = {name: render(spec, target, template=t, **kwargs) for name, t in EXTRA.get(target, {}).items()}  # type: ignore[arg-type]
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / runfiles.SPEC).write_text(json.dumps(spec.model_dump(), indent=2) + "\n")
+    for name, extra in beside.items():
+        (out_dir / name).write_text(extra)
     path = out_dir / TARGETS[target]
     path.write_text(text)
     if target in ("torchrun", "slurm"):
