@@ -31,8 +31,9 @@ class Device:
     name: str = "NVIDIA H100 80GB HBM3"
     util: int = 55
     mem_util: int = 20
-    used_bytes: int = 3 * 2**30
+    used_bytes: int = 3 * 2**30   # allocated by processes (what nvmlMemory_v2_t.used counts)
     total_bytes: int = 80 * 2**30
+    reserved_bytes: int = 512 * 2**20  # the driver's and firmware's own reserve (about 0.5 GiB on an H100)
     power_mw: int = 250_000
     sm_clock: int = 1980
     max_sm_clock: int = 1980
@@ -72,9 +73,16 @@ class FakeNvmlLibrary:
         self.calls: list[str] = []
         self.gpm_reads: dict[int, int] = {}   # sample address -> counter reading
         self.gpm_counter = 0
+        self.allocated: list[int] = []
         self.freed: list[int] = []
+        self.alloc_limit: int | None = None  # nvmlGpmSampleAlloc answers NVML_ERROR_MEMORY past this many
         self._next_sample = 0x5A_0000
         self._keep: list[Any] = []
+
+    @property
+    def live_samples(self) -> list[int]:
+        """GPM samples allocated and not freed: the driver's memory a collector leaked."""
+        return [a for a in self.allocated if a not in self.freed]
 
     def _dev(self, handle: int) -> Device:
         return self.devices[(handle - HANDLE_BASE) // 0x10]
@@ -134,9 +142,22 @@ class FakeNvmlLibrary:
         self._entry("nvmlDeviceGetName", (P, P, c_uint), text("name"))
         self._entry("nvmlDeviceGetUtilizationRates", (P, P), lambda h, p: struct(
             p, pynvml.c_nvmlUtilization_t, gpu=self._dev(h).util, memory=self._dev(h).mem_util))
-        self._entry("nvmlDeviceGetMemoryInfo", (P, P), lambda h, p: struct(
-            p, pynvml.c_nvmlMemory_t, total=self._dev(h).total_bytes, used=self._dev(h).used_bytes,
-            free=self._dev(h).total_bytes - self._dev(h).used_bytes))
+        # v1 (nvmlMemory_t) counts the driver's reserve as used (used = total - free); v2 (nvmlMemory_v2_t,
+        # its version field set to nvmlMemory_v2) reports it apart, and `used` is what processes allocated.
+        def memory_v1(h: int, p: int) -> int:
+            d = self._dev(h)
+            free = d.total_bytes - d.used_bytes - d.reserved_bytes
+            return struct(p, pynvml.c_nvmlMemory_t, total=d.total_bytes, used=d.total_bytes - free, free=free)
+
+        def memory_v2(h: int, p: int) -> int:
+            d = self._dev(h)
+            if cast(p, POINTER(pynvml.c_nvmlMemory_v2_t)).contents.version != pynvml.nvmlMemory_v2:
+                return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+            return struct(p, pynvml.c_nvmlMemory_v2_t, total=d.total_bytes, reserved=d.reserved_bytes,
+                          used=d.used_bytes, free=d.total_bytes - d.used_bytes - d.reserved_bytes)
+
+        self._entry("nvmlDeviceGetMemoryInfo", (P, P), memory_v1)
+        self._entry("nvmlDeviceGetMemoryInfo_v2", (P, P), memory_v2)
         self._entry("nvmlDeviceGetPowerUsage", (P, P), lambda h, p: out(p, c_uint, self._dev(h).power_mw))
         self._entry("nvmlDeviceGetPowerManagementLimit", (P, P),
                     lambda h, p: out(p, c_uint, self._dev(h).power_limit_mw))
@@ -209,8 +230,11 @@ class FakeNvmlLibrary:
             p, pynvml.c_nvmlGpmSupport_t, isSupportedDevice=int(self._dev(h).gpm)))
 
         def alloc(p: int) -> int:
+            if self.alloc_limit is not None and len(self.allocated) >= self.alloc_limit:
+                return pynvml.NVML_ERROR_MEMORY
             self._next_sample += 0x100
             cast(p, POINTER(c_void_p))[0] = self._next_sample
+            self.allocated.append(self._next_sample)
             return 0
 
         def sample_get(h: int, sample: int) -> int:
@@ -232,7 +256,13 @@ class FakeNvmlLibrary:
             return 0
 
         self._entry("nvmlGpmSampleAlloc", (P,), alloc, None)
-        self._entry("nvmlGpmSampleFree", (P,), lambda s: self.freed.append(s) or 0, None)
+        def free(sample: int) -> int:
+            if sample not in self.allocated or sample in self.freed:  # NVML's answer to a bad or freed sample
+                return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            self.freed.append(sample)
+            return 0
+
+        self._entry("nvmlGpmSampleFree", (P,), free, None)
         self._entry("nvmlGpmSampleGet", (P, P), sample_get)
         self._entry("nvmlGpmMetricsGet", (P,), metrics_get, None)
         return self

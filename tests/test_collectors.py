@@ -135,3 +135,26 @@ def test_a_collector_that_raises_does_not_stop_the_sampler():
     sampler.stop()
     assert len(sampler.rows) >= 3 and all("rss_mib" in r for r in sampler.rows)
     assert "GPU_IS_LOST" in sampler.errors["broken"]
+
+
+def test_peak_gpu_memory_leaves_out_the_driver_s_reserve(fake_nvml):
+    """nvmlDeviceGetMemoryInfo (v1) counts the driver's reserve (about 0.5 GiB on an H100) as used; the peak is
+    what processes allocated (nvmlMemory_v2_t.used), and the reserve is reported beside it."""
+    dev = Device(A.uuid, A.pci_bus_id, used_bytes=3 * 2**30, reserved_bytes=512 * 2**20)
+    lib = fake_nvml([dev])
+    sampler, m = run_window(NvmlCollector(0, uuid=dev.uuid))
+    peak = m["gpu_memory_used_peak"]
+    assert peak["value"] == 3072.0 and peak["driver_reserved_mib"] == 512.0
+    assert "nvmlDeviceGetMemoryInfo_v2" in peak["method"] and "reserve" in peak["method"]
+    assert sampler.rows[0]["gpu_mem_used_mib"] == 3072.0 and sampler.rows[0]["gpu_mem_reserved_mib"] == 512.0
+    assert "nvmlDeviceGetMemoryInfo_v2" in lib.calls
+
+
+def test_peak_gpu_memory_on_a_driver_without_the_v2_query_says_it_holds_the_reserve(fake_nvml):
+    dev = Device(A.uuid, A.pci_bus_id, used_bytes=3 * 2**30, reserved_bytes=512 * 2**20)
+    lib = fake_nvml([dev])
+    delattr(lib, "nvmlDeviceGetMemoryInfo_v2")  # an NVML library older than the _v2 entry point
+    _, m = run_window(NvmlCollector(0, uuid=dev.uuid))
+    peak = m["gpu_memory_used_peak"]
+    assert peak["value"] == 3584.0 and peak["driver_reserved_mib"] is None
+    assert "includes the driver's reserve" in peak["note"] and "Function Not Found" in peak["note"]

@@ -44,3 +44,35 @@ def test_unmeasurable_gives_null_with_reason(fake_nvml, devices, uuid, words) ->
     out = c.stop()
     assert set(out) == set(GPM_METRICS)
     assert all(m["value"] is None and words in m["reason"] for m in out.values())
+
+
+def test_every_gpm_sample_is_freed_when_the_window_s_first_sample_fails(fake_nvml) -> None:
+    """nvmlGpmSampleGet failing at the window's start (a GPU reset, a MIG reconfiguration) leaves the metrics
+    null with the NVML error, and the three samples already allocated go back to the driver."""
+    lib = fake_nvml([Device(H100.uuid, H100.pci_bus_id, fail={"nvmlGpmSampleGet": pynvml.NVML_ERROR_UNKNOWN})])
+    c = GpmCollector(0, uuid=H100.uuid)
+    c.start()
+    assert c.sample() == {}
+    out = c.stop()
+    assert all(m["value"] is None and "NVML GPM sampling failed" in m["reason"] for m in out.values())
+    assert len(lib.allocated) == 3 and lib.live_samples == []
+
+
+def test_samples_allocated_before_an_allocation_fails_are_freed(fake_nvml) -> None:
+    lib = fake_nvml([H100])
+    lib.alloc_limit = 2  # the third nvmlGpmSampleAlloc answers NVML_ERROR_MEMORY
+    c = GpmCollector(0, uuid=H100.uuid)
+    c.start()
+    out = c.stop()
+    assert all(m["value"] is None and "Insufficient Memory" in m["reason"] for m in out.values())
+    assert len(lib.allocated) == 2 and lib.live_samples == []
+
+
+def test_a_window_that_ends_normally_leaves_no_live_sample(fake_nvml) -> None:
+    lib = fake_nvml([H100])
+    c = GpmCollector(0, uuid=H100.uuid)
+    c.start()
+    c.sample()
+    c.stop()
+    c.stop()  # a second stop (a collector stopped twice on an error path) frees nothing twice
+    assert len(lib.allocated) == 3 and lib.live_samples == [] and len(lib.freed) == 3

@@ -74,12 +74,23 @@ class GpmCollector:
         if self.handle is None:
             return
         try:
-            self.samples = [self.nvml.nvmlGpmSampleAlloc() for _ in range(3)]  # window start, previous, current
+            for _ in range(3):  # window start, previous, current: each kept as soon as it exists, to be freed
+                self.samples.append(self.nvml.nvmlGpmSampleAlloc())
             self.nvml.nvmlGpmSampleGet(self.handle, self.samples[0])
             self.nvml.nvmlGpmSampleGet(self.handle, self.samples[1])
         except Exception as exc:
             self.reason = f"NVML GPM sampling failed ({type(exc).__name__}: {exc})"
             self.handle = None
+            self._free()
+
+    def _free(self) -> None:
+        """Every sample allocated goes back to the driver, on every path (a leak is driver memory)."""
+        samples, self.samples = self.samples, []
+        for s in samples:
+            try:
+                self.nvml.nvmlGpmSampleFree(s)
+            except Exception:
+                pass
 
     def sample(self) -> dict[str, Any]:
         if self.handle is None:
@@ -95,7 +106,8 @@ class GpmCollector:
 
     def stop(self) -> dict[str, dict[str, Any]]:
         units = {name: METHOD.format(id=GPM_METRICS[name]) for name in GPM_METRICS}
-        if self.handle is None:
+        if self.handle is None or len(self.samples) != 3:
+            self._free()
             reason = self.reason or "NVML GPM is not usable here"
             return {name: missing("%", method, reason) for name, method in units.items()}
         try:
@@ -105,12 +117,7 @@ class GpmCollector:
         except Exception as exc:
             values = {name: f"{type(exc).__name__}: {exc}" for name in GPM_METRICS}
         finally:
-            for s in self.samples:
-                try:
-                    self.nvml.nvmlGpmSampleFree(s)
-                except Exception:
-                    pass
-            self.samples = []
+            self._free()
         out = {}
         for name, method in units.items():
             v = values[name]

@@ -20,7 +20,11 @@ UTIL_METHOD = (
     "the driver's per-period share of time with at least one kernel running, averaged"
 )
 POLLED_METHOD = "NVML nvmlDeviceGetUtilizationRates().gpu polled by the sampler thread, averaged"
-MEM_METHOD = "NVML nvmlDeviceGetMemoryInfo().used, max of samples in the window (all processes on the GPU)"
+MEM_METHOD = (
+    "NVML nvmlDeviceGetMemoryInfo_v2().used: memory allocated on the GPU (all processes), the driver's reserve "
+    "apart (driver_reserved_mib), max of samples in the window"
+)
+MEM_V1_METHOD = "NVML nvmlDeviceGetMemoryInfo().used, max of samples in the window (all processes on the GPU)"
 WHOLE = 0.95  # a window whose samples cover at least this share of it counts as covered whole
 
 
@@ -54,6 +58,9 @@ class NvmlCollector:
         self.polled_util: list[float] = []
         self.driver: dict[int, float] = {}  # driver sample timestamp (us) -> utilization %
         self.peak_mem = 0.0
+        self.reserved_mem: float | None = None  # the driver's reserve, MiB (nvmlMemory_v2_t.reserved)
+        self.no_v2: str | None = None  # why nvmlDeviceGetMemoryInfo_v2 is not used (v1 counts the reserve as used)
+        self.v2_answered = False
         if cuda_index is None:
             self.reason = "the run is on the CPU: there is no GPU to measure"
             return
@@ -74,6 +81,24 @@ class NvmlCollector:
         self.driver.clear()
         self.errors.clear()
         self.peak_mem = 0.0
+        self.reserved_mem = None
+
+    def _memory(self) -> tuple[float, float | None] | None:
+        """(used MiB, the driver's reserve MiB) from nvmlDeviceGetMemoryInfo_v2, whose `used` leaves out the
+        reserve that v1's `used` (total - free) includes; v1 (reserve None) where this NVML has no v2."""
+        n = self.nvml
+        if self.no_v2 is None:
+            try:
+                m = n.nvmlDeviceGetMemoryInfo(self.handle, version=n.nvmlMemory_v2)
+                self.v2_answered = True
+                return m.used / 2**20, m.reserved / 2**20
+            except Exception as exc:
+                if self.v2_answered:  # it answered before: a failing sample, never a switch of meaning mid-window
+                    self.errors.setdefault("nvmlDeviceGetMemoryInfo", f"(_v2) {type(exc).__name__}: {exc}")
+                    return None
+                self.no_v2 = f"{type(exc).__name__}: {exc}"  # an NVML without the entry point: v1 from now on
+        mem = self._query("nvmlDeviceGetMemoryInfo", n.nvmlDeviceGetMemoryInfo, self.handle)
+        return None if mem is None else (mem.used / 2**20, None)
 
     def _query(self, what: str, fn: Any, *args: Any) -> Any:
         """One NVML query; an error (NOT_SUPPORTED on a MIG slice, a lost GPU) is noted, never raised."""
@@ -106,10 +131,14 @@ class NvmlCollector:
         if util is not None:
             self.polled_util.append(float(util.gpu))
             row |= {"gpu_util_percent": util.gpu, "gpu_mem_util_percent": util.memory}
-        mem = self._query("nvmlDeviceGetMemoryInfo", n.nvmlDeviceGetMemoryInfo, self.handle)
+        mem = self._memory()
         if mem is not None:
-            self.peak_mem = max(self.peak_mem, mem.used / 2**20)
-            row["gpu_mem_used_mib"] = round(mem.used / 2**20, 1)
+            used, reserved = mem
+            self.peak_mem = max(self.peak_mem, used)
+            row["gpu_mem_used_mib"] = round(used, 1)
+            if reserved is not None:
+                self.reserved_mem = max(self.reserved_mem or 0.0, reserved)
+                row["gpu_mem_reserved_mib"] = round(reserved, 1)
         power = self._query("nvmlDeviceGetPowerUsage", n.nvmlDeviceGetPowerUsage, self.handle)
         if power is not None:
             row["gpu_power_w"] = power / 1000.0
@@ -171,11 +200,28 @@ class NvmlCollector:
                     + self._failed("nvmlDeviceGetUtilizationRates")
                 ),
             )
+        method = MEM_V1_METHOD if self.no_v2 else MEM_METHOD
+        v1_note = (
+            {
+                "note": f"this NVML has no nvmlDeviceGetMemoryInfo_v2 ({self.no_v2}): the value includes the driver's "
+                "reserve (about 0.5 GiB on an H100)"
+            }
+            if self.no_v2
+            else {}
+        )
         mem = (
-            metric(self.peak_mem, "MiB", MEM_METHOD, collector=self.name, device_selected_by=self.selected)
+            metric(
+                self.peak_mem,
+                "MiB",
+                method,
+                collector=self.name,
+                device_selected_by=self.selected,
+                driver_reserved_mib=None if self.reserved_mem is None else round(self.reserved_mem, 1),
+                **v1_note,
+            )
             if self.peak_mem
             else missing(
-                "MiB", MEM_METHOD, "no memory sample fell inside the window" + self._failed("nvmlDeviceGetMemoryInfo")
+                "MiB", method, "no memory sample fell inside the window" + self._failed("nvmlDeviceGetMemoryInfo")
             )
         )
         return {"gpu_utilization": util, "gpu_memory_used_peak": mem}
