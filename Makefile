@@ -19,7 +19,7 @@ REPORT ?= report
 # Paths (DATA, RESULTS, REPORT) are taken with $(value ...) and not exported (exporting expands
 # them): a `$(...)` in a folder's name stays text, never a make function.
 quote = '$(subst ','\'',$(1))'
-unexport DATA RESULTS REPORT
+unexport DATA RESULTS REPORT ADOPT WHEELS
 
 VENV := .venv
 TBDKIT := $(VENV)/bin/tbdkit
@@ -42,8 +42,10 @@ $(KIT_STAMP): pyproject.toml $(KIT_LOCK)
 lock: $(KIT_STAMP)
 	$(VENV)/bin/python -m tbdkit.env.lockgen
 
+# ADOPT=/path/to/python: the stack over that interpreter's own framework build (WHEELS=dir: what the kit lacks, offline).
 setup: $(KIT_STAMP)
-	$(TBDKIT) setup $(call quote,$(or $(FRAMEWORK),pytorch))
+	$(TBDKIT) setup $(call quote,$(or $(FRAMEWORK),pytorch)) $(if $(ADOPT),--adopt $(call quote,$(value ADOPT))) \
+		$(if $(WHEELS),--wheels $(call quote,$(value WHEELS)))
 
 bench: $(KIT_STAMP)
 	$(TBDKIT) bench --model $(call quote,$(MODEL)) $(if $(FRAMEWORK),--framework $(call quote,$(FRAMEWORK))) \

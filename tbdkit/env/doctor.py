@@ -406,6 +406,8 @@ def framework_check(name: str) -> Check:
         return Check(
             "frameworks", check_name, False, f"not installed (no environment at {where})", f"run `tbdkit setup {name}`"
         )
+    if stacks.is_adopted(record):
+        return adopted_check(name, record)
     version = record.get("framework_version") if isinstance(record, dict) else None
     detail = f"{stack.module} {version}" if version else f"installed ({stack.module} version unknown)"
     detail += f" in {where}"
@@ -437,6 +439,43 @@ def framework_check(name: str) -> Check:
     if not current:
         return Check("frameworks", check_name, True, detail, f"run `tbdkit setup {name}` to bring it up to date")
     return Check("frameworks", check_name, True, detail + f"; matches {lock_name}", None)
+
+
+def adopted_check(name: str, record: dict) -> Check:
+    """An adopted stack (`tbdkit setup NAME --adopt PYTHON`): its framework is the interpreter's own, so
+    differences from the lock are facts to record (each run's env.json has them), not a fault to fix. Only
+    an interpreter whose packages are gone is a fault: adopt it (or another) again."""
+    stack = stacks.get(name)
+    adopted = record.get("adopted") or {}
+    python = adopted.get("python", "?")
+    detail = (
+        f"adopted: {stack.module} {record.get('framework_version') or '(version unknown)'} of {python} "
+        f"(Python {adopted.get('python_version', '?')}) in {stacks.venv_path(name)}"
+    )
+    gone = [d for d in stacks.adopted_site_dirs(record) if not Path(d).is_dir()]
+    if gone:
+        return Check(
+            "frameworks",
+            f"{stack.title} stack",
+            False,
+            f"{detail}; the adopted interpreter's packages are gone ({', '.join(gone)})",
+            f"adopt it again: `tbdkit setup {name} --adopt {python}` (or another Python that holds {stack.title})",
+        )
+    missing = [m.get("requirement", "?") for m in record.get("missing") or [] if isinstance(m, dict)]
+    if missing:
+        detail += f"; without {', '.join(missing[:5])}" + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        detail += " (the models that need them do not run here; `--wheels DIR` installs them)"
+    try:
+        drift = stacks.drift(name) or []
+    except Exception as exc:
+        drift, detail = [], f"{detail}; its packages could not be compared with its lock: {_exc_text(exc)}"
+    lock_file = str(record.get("lock_file") or record.get("lock") or "its lock").removeprefix("locks/")
+    if drift:
+        detail += f"; {len(drift)} package(s) differ from {lock_file} (kept as they are; runs record them): "
+        detail += drift_text(drift)
+    else:
+        detail += f"; matches {lock_file}"
+    return Check("frameworks", f"{stack.title} stack", True, detail, None)
 
 
 def drift_text(drift: list[dict[str, str | None]], shown: int = 5) -> str:

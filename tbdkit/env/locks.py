@@ -223,7 +223,8 @@ def state(env: LockEnv, paths: Iterable[str] | None = None, installed_from: str 
 def this_environment(stack: str | None = None) -> dict[str, Any]:
     """env.json's `lock`: the lock this process's environment was installed from (its install record in
     sys.prefix, else the stack's native lock, or its image's lock inside a tbdkit image) and how the
-    packages this process sees differ from it; inside an image, that is where NGC's versions differ."""
+    packages this process sees differ from it; inside an image, that is where NGC's versions differ, and in
+    an adopted stack where the adopted interpreter's do (`adopted` says which interpreter)."""
     record: dict[str, Any] = {}
     try:
         loaded = json.loads((Path(sys.prefix) / MARKER).read_text())
@@ -242,4 +243,15 @@ def this_environment(stack: str | None = None) -> dict[str, Any]:
     # records written since the locks name the lock's digest (None: an image installed from ranges); older
     # native records only the requirements digest, which was then the lock's
     installed_from = record.get("lock_digest") if "lock_digest" in record else record.get("requirements_digest")
-    return state(ENVS[name], installed_from=installed_from)
+    out = state(ENVS[name], installed_from=installed_from)
+    adopted = record.get("adopted")
+    if isinstance(adopted, dict):  # `tbdkit setup --adopt`: someone else's interpreter, its packages kept as they are
+        out["adopted"] = {
+            "python": adopted.get("python"),
+            "python_version": adopted.get("python_version"),
+            "framework_version": record.get("framework_version"),
+            "missing": [m.get("requirement") for m in record.get("missing") or [] if isinstance(m, dict)],
+        }
+        note = "an adopted interpreter (tbdkit setup --adopt): its own packages are used, never reinstalled"
+        out["note"] = f"{out['note']}; {note}" if out.get("note") else note
+    return out

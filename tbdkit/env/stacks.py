@@ -6,7 +6,8 @@ under `.venvs/<stack>/` holding exactly its lock (locks/<stack>-py311.txt: the k
 that stack's extra and the test extra, hash-checked; tbdkit.env.installer) and the kit (editable);
 in a container the image is the environment. A stack counts as installed once its environment
 holds the marker file written after a successful install, and current while the lock it was
-installed from is the lock in force.
+installed from is the lock in force. A stack can also adopt an interpreter that already holds its
+framework (tbdkit.env.adopt): its record says `adopted`, and the kit never reinstalls over it.
 """
 
 from __future__ import annotations
@@ -78,11 +79,24 @@ def _requirements_digest(stack: Stack) -> str:
 
 
 def drift(name: str) -> list[dict[str, str | None]] | None:
-    """How an installed stack's packages differ from its lock (empty: none); None when not installed."""
-    if marker(name) is None:
+    """How an installed stack's packages differ from its lock (empty: none); None when not installed. An
+    adopted stack is compared with the lock its record names, over the adopted interpreter's packages too."""
+    record = marker(name)
+    if record is None:
         return None
-    env = lock_of(get(name))
-    return locks.differences(locks.pins(locks.read(env)), locks.installed(locks.site_packages(venv_path(name))))
+    env = locks.get(record["lock"]) if is_adopted(record) and record.get("lock") in locks.ENVS else lock_of(get(name))
+    paths = locks.site_packages(venv_path(name)) + adopted_site_dirs(record)
+    return locks.differences(locks.pins(locks.read(env)), locks.installed(paths))
+
+
+def is_adopted(record: dict | None) -> bool:
+    """An install record written by `tbdkit setup STACK --adopt PYTHON` (tbdkit.env.adopt)."""
+    return isinstance(record, dict) and bool(record.get("adopted"))
+
+
+def adopted_site_dirs(record: dict | None) -> list[str]:
+    adopted = record.get("adopted") if isinstance(record, dict) else None
+    return [str(d) for d in adopted.get("site_dirs", [])] if isinstance(adopted, dict) else []
 
 
 def marker(name: str) -> dict | None:
@@ -101,8 +115,11 @@ def is_installed(name: str) -> bool:
 
 
 def is_current(name: str) -> bool:
-    """Installed, and from the lock in force now."""
+    """Installed, and from the lock in force now; an adopted stack always counts as current: its packages
+    are the adopted interpreter's, which the kit never reinstalls (each run records how they differ)."""
     rec = marker(name)
+    if is_adopted(rec):
+        return True
     return rec is not None and rec.get("requirements_digest") == _requirements_digest(get(name))
 
 
@@ -129,6 +146,8 @@ def setup(name: str, log_path: Path | None = None, force: bool = False, how: str
     env_dir = venv_path(name)
     env_dir.parent.mkdir(parents=True, exist_ok=True)
     log_path = log_path or env_dir.parent / f"{name}.setup.log"
+    if is_adopted(marker(name)) and not env_dir.is_symlink():  # an overlay's .pth must not survive into the lock's
+        shutil.rmtree(env_dir)
     _check_disk(stack, env_dir)
     (env_dir / MARKER).unlink(missing_ok=True)
     with log_path.open("w") as log:
