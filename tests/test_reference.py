@@ -202,3 +202,61 @@ def test_readme_without_markers_is_one_clear_error(monkeypatch, tmp_path, capsys
     err = capsys.readouterr().err
     assert "lacks the reference-table markers" in err and "put the two marker lines back" in err
     assert (tmp_path / "README.md").read_text() == "# a README whose table markers were deleted\n"
+
+
+def test_an_existing_disturbed_run_is_profiled_in_place_and_says_so(monkeypatch, tmp_path) -> None:
+    """`tbdkit reference --run DIR`: the ncu pass over a run already measured, with its warm-up and timeout as
+    given; a disturbed run is profiled too, and its metrics say it was disturbed."""
+    run_dir = ncu_run_dir(monkeypatch, tmp_path, TIMELINE_CSV)
+    monkeypatch.setattr(reference, "gpu_count", lambda: 1)
+    spec = specs.build(model="resnet50", framework="pytorch", batch_size=64, preset="paper", device="cuda")
+    (run_dir / "spec.json").write_text(spec.model_dump_json())
+    (run_dir / "summary.json").write_text(json.dumps({"status": "disturbed", "metrics": {"throughput": {"value": 1}},
+                                                      "disturbed_reasons": ["another process on the GPU (pid 7)"]}))
+    timeouts = []
+    real = reference.run_agent
+    monkeypatch.setattr(reference, "run_agent", lambda *a, timeout_s: timeouts.append(timeout_s) or real(
+        *a, timeout_s=timeout_s))
+    assert reference.main(["--run", str(run_dir), "--profile-iterations", "1", "--launch-count", "1",
+                           "--ncu-warmup-s", "7", "--ncu-timeout-s", "33"]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    fp32 = summary["metrics"]["fp32_utilization"]
+    assert fp32["value"] is not None and "ended disturbed (another process on the GPU (pid 7))" in fp32["note"]
+    assert summary["metrics"]["throughput"] == {"value": 1} and summary["status"] == "disturbed"
+    assert timeouts == [33.0] and json.loads((run_dir / "ncu" / "spec.json").read_text())["measure"]["max_warmup_s"] == 7
+    args = (tmp_path / "ncu-args").read_text().split()
+    assert args[args.index("--launch-count") + 1] == "1"
+    assert not any((KIT_ROOT / "workloads" / "resnet50" / "reference").glob("*/ncu"))  # nothing copied
+
+
+def test_a_run_that_failed_or_is_not_a_gpu_pytorch_run_is_refused(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(reference, "gpu_count", lambda: 1)
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    spec = specs.build(model="resnet50", framework="pytorch", batch_size=64, preset="paper", device="cuda")
+    (run_dir / "spec.json").write_text(spec.model_dump_json())
+    (run_dir / "summary.json").write_text(json.dumps({"status": "failed", "metrics": {}}))
+    with pytest.raises(UserError, match="ended 'failed'"):
+        reference.profile_run(run_dir, 1, 1, 10, 60)
+    cpu = specs.build(model="resnet50", framework="pytorch", batch_size=4, preset="smoke", device="cpu")
+    (run_dir / "spec.json").write_text(cpu.model_dump_json())
+    (run_dir / "summary.json").write_text(json.dumps({"status": "ok", "metrics": {}}))
+    with pytest.raises(UserError, match="profiles PyTorch on a GPU"):
+        reference.profile_run(run_dir, 1, 1, 10, 60)
+    with pytest.raises(UserError, match="not a finished run folder"):
+        reference.profile_run(tmp_path / "nothing", 1, 1, 10, 60)
+
+
+def test_reference_takes_batches_and_the_ncu_pass_s_warm_up_and_timeout(monkeypatch, tmp_path) -> None:
+    got = {}
+    monkeypatch.setattr(reference, "reference", lambda *a: got.setdefault("args", a))
+    assert reference.main(["--model", "resnet50", "--batch", "32", "--batch", "64", "--ncu-warmup-s", "5",
+                           "--ncu-timeout-s", "90", "--results", str(tmp_path)]) == 0
+    assert got["args"][-3:] == ([32, 64], 5.0, 90.0)
+    from typer.testing import CliRunner
+
+    from tbdkit.cli.main import app
+
+    text = " ".join(CliRunner().invoke(app, ["reference", "--help"], env={"COLUMNS": "200"}).output.split())
+    for option in ("--batch", "--ncu-warmup-s", "--ncu-timeout-s", "--run"):
+        assert option in text

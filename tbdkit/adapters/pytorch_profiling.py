@@ -6,6 +6,8 @@ and the CUDA kernel timeline (torch.profiler)."""
 from __future__ import annotations
 
 import contextlib
+import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -118,6 +120,23 @@ WORKSPACE_METHOD = (
 )
 
 
+# torch symbolizes the allocator history's C++ frames when the snapshot is taken, in the mode TORCH_SYMBOLIZE_MODE
+# names (read once per process): `addr2line` (torch 2.14's default) starts addr2line over each library, and on a
+# GPU's libtorch_cuda.so a step's thousands of frames can take minutes; `fast` is torch's in-process DWARF
+# reader (its newest source makes it the default); `dladdr` names only exported functions. Measured here on
+# torch 2.14.1's CPU build, 48 frames of one traceback: addr2line 1.7-2.0 s, fast 0.76 s (45 named), dladdr
+# 0.00 s (33 named, PyTorch's internal functions among the unnamed).
+SYMBOLIZE_ENV = "TORCH_SYMBOLIZE_MODE"
+SYMBOLIZE_DEFAULT = "fast"
+UNNAMED = (None, "", "??")
+
+
+def symbolize_mode() -> str:
+    """The mode torch symbolizes C++ frames in: the user's TORCH_SYMBOLIZE_MODE, else `fast`, set before the
+    first symbolization of this process (torch reads it once)."""
+    return os.environ.setdefault(SYMBOLIZE_ENV, SYMBOLIZE_DEFAULT)
+
+
 def is_workspace(frames: list[dict[str, Any]]) -> bool:
     """Whether an allocation's stack passes through one of PyTorch's workspace allocation sites."""
     return any(site in str(f.get("name", "")) for f in frames for site in WORKSPACE_FRAMES)
@@ -140,18 +159,39 @@ def workspace_peak(trace: list[dict[str, Any]]) -> int:
     return peak
 
 
+def workspace_entry(trace: list[dict[str, Any]], mode: str, seconds: float | None) -> dict[str, Any]:
+    """memory.json's workspace from one step's allocator history: its peak, or null with the reason when
+    the history cannot tell workspaces apart (no allocation, or frames without names: never a silent 0)."""
+    allocs = [e for e in trace if e.get("action") == "alloc"]
+    took = f" in {seconds:.1f} s" if seconds is not None else ""
+    if not allocs:
+        return entry(None, WORKSPACE_METHOD, "the allocator's history of the step holds no allocation")
+    if all(f.get("name") in UNNAMED for e in allocs for f in e.get("frames") or []):
+        return entry(
+            None,
+            WORKSPACE_METHOD,
+            f"the allocator's history carries no C++ frame names (torch's symbolizer, {SYMBOLIZE_ENV}={mode}, "
+            f"named none of its frames{took}), so workspace allocations cannot be told apart from the others; "
+            f"{SYMBOLIZE_ENV}=addr2line (slower) may name them",
+        )
+    return entry(workspace_peak(trace), f"{WORKSPACE_METHOD}; frames symbolized by torch's {mode} mode{took}")
+
+
 @contextlib.contextmanager
 def allocator_history(device: torch.device) -> Iterator[dict[str, Any]]:
     """Record the CUDA caching allocator's history (with C++ stacks) around the block; on exit the
-    dict holds 'trace', this device's TraceEntry list. cuBLAS workspaces are released first, so the
-    step allocates them again inside the record."""
-    out: dict[str, Any] = {}
+    dict holds 'trace', this device's TraceEntry list, and how its frames were symbolized ('mode',
+    'symbolize_s': the snapshot's time, which is the symbolizer's). cuBLAS workspaces are released
+    first, so the step allocates them again inside the record."""
+    out: dict[str, Any] = {"mode": symbolize_mode()}
     torch._C._cuda_clearCublasWorkspaces()
     torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="all")
     try:
         yield out
         torch.cuda.synchronize(device)
+        start = time.perf_counter()
         snapshot = torch.cuda.memory._snapshot()  # every device's history; ours is picked below
+        out["symbolize_s"] = time.perf_counter() - start
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -203,7 +243,7 @@ def memory_breakdown(training: Any, device: torch.device, step: Callable[[], Any
         ),
     }
     if cuda:
-        cats["workspace"] = entry(workspace_peak(allocations["trace"]), WORKSPACE_METHOD)
+        cats["workspace"] = workspace_entry(allocations["trace"], allocations["mode"], allocations.get("symbolize_s"))
         peak = entry(
             torch.cuda.max_memory_allocated(device),
             "torch.cuda.max_memory_allocated over one training step after the sample window "

@@ -40,6 +40,7 @@ from tbdkit.env.machine import gpu_count
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 from tbdkit.results.rundir import RunDir
+from tbdkit.results.summary import MEASURED
 from tbdkit.spec import catalog
 from tbdkit.spec import run_spec as specs
 
@@ -179,11 +180,19 @@ def read_timeline(path: Path) -> list[ncu.TimelineEntry]:
         ]
 
 
-def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: int) -> dict[str, dict[str, Any]]:
-    """Profile a few iterations of the same spec under ncu, `launch_count` launches of each kernel
-    and launch configuration; weight them by run_dir/kernel_launches.csv (the measured run's
-    timeline); merge per-kernel FP32/tensor utilization into run_dir/kernels.csv and return the
-    summary metrics."""
+def ncu_pass(
+    spec: specs.RunSpec,
+    run_dir: Path,
+    iterations: int,
+    launch_count: int,
+    warmup_s: float = NCU_WARMUP_S,
+    timeout_s: float = NCU_TIMEOUT_S,
+) -> dict[str, dict[str, Any]]:
+    """Profile a few iterations of the same spec under ncu (its warm-up capped at `warmup_s`, the whole
+    pass at `timeout_s`), `launch_count` launches of each kernel and launch configuration; weight them by
+    run_dir/kernel_launches.csv (the measured run's timeline); merge per-kernel FP32/tensor utilization
+    into run_dir/kernels.csv and return the summary metrics. A run that ended `disturbed` is profiled too,
+    and its metrics say so (its timeline, which weights the samples, was taken under that disturbance)."""
     method = NCU_METHOD.format(n=iterations, count=launch_count)
 
     def gap(reason: str) -> dict[str, dict[str, Any]]:
@@ -221,10 +230,10 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
     report = scratch / "profile"
     prefix = nsight.ncu_profile_args(exe, report, launch_count)
     quick = spec.model_copy(
-        update={"analyses": False, "measure": spec.measure.model_copy(update={"max_warmup_s": NCU_WARMUP_S})}
+        update={"analyses": False, "measure": spec.measure.model_copy(update={"max_warmup_s": warmup_s})}
     )
     rc = run_agent(
-        prefix, quick, scratch, agent_env({"TBDKIT_PROFILE_ITERATIONS": str(iterations)}), timeout_s=NCU_TIMEOUT_S
+        prefix, quick, scratch, agent_env({"TBDKIT_PROFILE_ITERATIONS": str(iterations)}), timeout_s=timeout_s
     )
     rep = report.with_suffix(".ncu-rep")
     if rc != 0 or not rep.is_file():
@@ -266,11 +275,17 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
         "active_s": round(totals["active_seconds"], 9),
         "peak_flops": peak,
     }
+    notes = []
     if coverage < COVERAGE_AIM:
-        extra["note"] = (
+        notes.append(
             f"the ncu samples cover {100 * coverage:.1f}% of the iteration's kernel time (aim: "
             f"{100 * COVERAGE_AIM:.0f}%); the figure is over the covered kernels only"
         )
+    disturbed = disturbed_note(run_dir)
+    if disturbed:
+        notes.append(disturbed)
+    if notes:
+        extra["note"] = "; ".join(notes)
     tensor = totals["tensor_utilization"]
     return {
         "fp32_utilization": metric(totals["fp32_utilization"], "%", method, **extra),
@@ -282,6 +297,56 @@ def ncu_pass(spec: specs.RunSpec, run_dir: Path, iterations: int, launch_count: 
     }
 
 
+def disturbed_note(run_dir: Path) -> str | None:
+    """What the ncu metrics say of a run that ended `disturbed`: the timeline that weights them was too."""
+    try:
+        summary = RunDir(run_dir).read_json(runfiles.SUMMARY)
+    except (OSError, ValueError):
+        return None
+    if summary.get("status") != "disturbed":
+        return None
+    why = "; ".join(str(r) for r in summary.get("disturbed_reasons") or []) or "its summary says why"
+    return f"the measured run ended disturbed ({why}): its kernel timeline, which weights the samples, was too"
+
+
+def require_gpu() -> None:
+    if gpu_count() == 0:
+        raise UserError(
+            "tbdkit reference measures on an NVIDIA GPU and NVML finds none here: run it on a GPU "
+            "machine (on a CPU, `tbdkit bench --preset smoke` measures what a CPU can)."
+        )
+
+
+def profile_run(
+    run_dir: Path, profile_iterations: int, launch_count: int, warmup_s: float, timeout_s: float
+) -> dict[str, dict[str, Any]]:
+    """The Nsight Compute pass over a run already measured (`tbdkit reference --run DIR`), in place: its
+    summary.json gains fp32_utilization and tensor_utilization, its kernels.csv the per-kernel figures.
+    Nothing is copied into workloads/."""
+    require_gpu()
+    rd = RunDir(run_dir)
+    try:
+        spec = specs.load(run_dir / runfiles.SPEC)
+        summary = rd.read_json(runfiles.SUMMARY)
+    except (OSError, ValueError, UserError) as exc:
+        raise UserError(
+            f"{run_dir} is not a finished run folder ({exc}): pass a folder `tbdkit bench` wrote."
+        ) from None
+    if summary.get("status") not in MEASURED:
+        raise UserError(
+            f"The run {run_dir} ended {summary.get('status')!r}, without numbers to weight an ncu pass by: "
+            "profile a run that ended ok or disturbed."
+        )
+    if spec.framework != "pytorch" or not str(spec.device).startswith("cuda"):
+        raise UserError(
+            f"The run {run_dir} is {spec.framework} on {spec.device}: the ncu pass profiles PyTorch on a GPU."
+        )
+    extra = ncu_pass(spec, run_dir, profile_iterations, launch_count, warmup_s, timeout_s)
+    summary["metrics"].update(extra)
+    rd.write_json(runfiles.SUMMARY, summary)
+    return extra
+
+
 def reference(
     models: list[str],
     results: Path,
@@ -291,12 +356,12 @@ def reference(
     profile_iterations: int,
     launch_count: int,
     use_ncu: bool,
+    batches: list[int] | None = None,
+    ncu_warmup_s: float = NCU_WARMUP_S,
+    ncu_timeout_s: float = NCU_TIMEOUT_S,
 ) -> list[Path]:
-    if gpu_count() == 0:
-        raise UserError(
-            "tbdkit reference measures on an NVIDIA GPU and NVML finds none here: run it on a GPU "
-            "machine (on a CPU, `tbdkit bench --preset smoke` measures what a CPU can)."
-        )
+    """`batches`: these batch sizes for every model, instead of each model's two (two_batches)."""
+    require_gpu()
     python = agent_python()
     lacking = missing_modules(python, needs(models))
     if lacking:
@@ -309,7 +374,7 @@ def reference(
 
     copied = []
     for model in models:
-        for batch in two_batches(model):
+        for batch in batches or two_batches(model):
             spec = specs.build(
                 model=model,
                 framework="pytorch",
@@ -323,9 +388,9 @@ def reference(
             rc = run_agent([], spec, run_dir, agent_env(), timeout_s=max_measure_s + max_warmup_s + 600)
             status, summary = finalize(run_dir, spec, rc)
             print(f"{model} b{batch}: {status} {summary.get('error') or ''}", flush=True)
-            if status == "ok":
+            if status in MEASURED:
                 extra = (
-                    ncu_pass(spec, run_dir, profile_iterations, launch_count)
+                    ncu_pass(spec, run_dir, profile_iterations, launch_count, ncu_warmup_s, ncu_timeout_s)
                     if use_ncu
                     else {
                         k: missing("%", "Nsight Compute", "the ncu pass was skipped (--no-ncu)")
@@ -370,6 +435,10 @@ def main(argv: list[str] | None = None) -> int:
         "--launch-count", type=int, default=3, help="launches ncu profiles of each kernel and launch configuration"
     )
     parser.add_argument("--no-ncu", action="store_true")
+    parser.add_argument("--batch", type=int, action="append", help="repeatable; default: each model's two batch sizes")
+    parser.add_argument("--ncu-warmup-s", type=float, default=NCU_WARMUP_S, help="cap on the ncu pass's warm-up")
+    parser.add_argument("--ncu-timeout-s", type=float, default=NCU_TIMEOUT_S, help="the whole ncu pass, at most")
+    parser.add_argument("--run", type=Path, help="profile this run folder in place (ncu only; nothing is copied)")
     parser.add_argument(
         "--table", action="store_true", help="print the committed reference results as a Markdown table; run nothing"
     )
@@ -378,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.table:
             table(args.readme)
+            return 0
+        if args.run is not None:
+            profile_run(args.run, args.profile_iterations, args.launch_count, args.ncu_warmup_s, args.ncu_timeout_s)
             return 0
         models = suite() if args.suite else args.model or list(MODELS)
         reference(
@@ -389,6 +461,9 @@ def main(argv: list[str] | None = None) -> int:
             args.profile_iterations,
             args.launch_count,
             not args.no_ncu,
+            args.batch,
+            args.ncu_warmup_s,
+            args.ncu_timeout_s,
         )
     except UserError as exc:
         print(f"tbdkit reference: {exc}", file=sys.stderr)

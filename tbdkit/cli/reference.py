@@ -27,6 +27,22 @@ def reference(
         int, typer.Option(help="launches ncu profiles of each kernel and launch configuration")
     ] = 3,
     ncu: Annotated[bool, typer.Option("--ncu/--no-ncu", help="add the Nsight Compute pass")] = True,
+    batch: Annotated[
+        list[int] | None, typer.Option("--batch", "-b", help="batch size (repeatable); default: each model's two")
+    ] = None,
+    ncu_warmup_s: Annotated[float, typer.Option(help="cap on the Nsight Compute pass's warm-up, seconds")] = (
+        ref.NCU_WARMUP_S
+    ),
+    ncu_timeout_s: Annotated[float, typer.Option(help="the whole Nsight Compute pass at most, seconds")] = (
+        ref.NCU_TIMEOUT_S
+    ),
+    run: Annotated[
+        Path | None,
+        typer.Option(
+            "--run",
+            help="profile this finished run folder in place (ok or disturbed; the ncu pass only, nothing copied)",
+        ),
+    ] = None,
     table: Annotated[
         bool, typer.Option("--table", help="print the committed reference results as a Markdown table; run nothing")
     ] = False,
@@ -36,6 +52,24 @@ def reference(
     if table:
         ref.table(readme)
         return
+    if run is not None:
+        extra = ref.profile_run(run, profile_iterations, launch_count, ncu_warmup_s, ncu_timeout_s)
+        for name, m in extra.items():
+            shown = m["value"] if m["value"] is not None else f"null ({m['reason']})"
+            print(f"{name}: {shown}" + (f"; {m['note']}" if m.get("note") else ""))
+        return
     models = ref.suite() if suite else model or list(ref.MODELS)
     ref.check_models(models)
-    ref.reference(models, results, precision, max_measure_s, max_warmup_s, profile_iterations, launch_count, ncu)
+    ref.reference(
+        models,
+        results,
+        precision,
+        max_measure_s,
+        max_warmup_s,
+        profile_iterations,
+        launch_count,
+        ncu,
+        batch,
+        ncu_warmup_s,
+        ncu_timeout_s,
+    )

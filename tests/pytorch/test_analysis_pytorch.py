@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -210,6 +214,53 @@ def test_workspace_is_the_most_library_workspace_live_at_once() -> None:
     assert workspace_peak(trace) == 2000 + 512
     assert workspace_peak([e for e in trace if e["frames"] is not conv]) == 512
     assert workspace_peak([]) == 0
+
+
+def test_workspace_is_null_with_the_reason_when_the_frames_carry_no_names() -> None:
+    """A symbolizer that names no frame (a stripped build, or dladdr on internal functions) leaves no way to
+    tell workspaces apart: memory.json's workspace is null with the reason, never a silent 0."""
+    from tbdkit.adapters.pytorch_profiling import workspace_entry
+
+    unnamed = [{"name": "??", "filename": "", "line": 0}, {"name": None, "filename": "", "line": 0}]
+    trace = [{"action": "alloc", "addr": 1, "size": 4096, "frames": unnamed},
+             {"action": "free_requested", "addr": 1, "size": 4096, "frames": []}]
+    got = workspace_entry(trace, "dladdr", 0.4)
+    assert got["bytes"] is None and "no C++ frame names" in got["reason"] and "TORCH_SYMBOLIZE_MODE=dladdr" in got["reason"]
+    assert workspace_entry([], "fast", None)["reason"] == "the allocator's history of the step holds no allocation"
+    named = [{"name": "at::cuda::getNewWorkspace()", "filename": "CublasHandlePool.cpp", "line": 3}]
+    ok = workspace_entry([{"action": "alloc", "addr": 2, "size": 512, "frames": named}], "fast", 0.25)
+    assert ok["bytes"] == 512 and ok["reason"] is None and "torch's fast mode in 0.2 s" in ok["method"]
+    # a step that allocated only activations: a measured 0, with names to prove it
+    other = [{"name": "at::empty_cuda", "filename": "EmptyTensor.cpp", "line": 4}]
+    assert workspace_entry([{"action": "alloc", "addr": 3, "size": 64, "frames": other}], "fast", 0.1)["bytes"] == 0
+
+
+SYMBOLIZE = """
+import json, os, sys, time
+from tbdkit.adapters.pytorch_profiling import symbolize_mode
+mode = symbolize_mode()
+from torch._C._profiler import gather_traceback, symbolize_tracebacks
+tbs = [gather_traceback(python=False, script=False, cpp=True) for _ in range(2)]
+t = time.perf_counter(); frames = [f for tb in symbolize_tracebacks(tbs) for f in tb]
+print(json.dumps({"mode": mode, "env": os.environ.get("TORCH_SYMBOLIZE_MODE"), "s": time.perf_counter() - t,
+                  "frames": len(frames), "named": sum(1 for f in frames if f.get("name") not in (None, "", "??"))}))
+"""
+
+
+@pytest.mark.parametrize("chosen", [None, "dladdr"])
+def test_the_symbolizer_runs_in_fast_mode_unless_the_user_chose_one(chosen) -> None:
+    """torch reads TORCH_SYMBOLIZE_MODE once per process: the kit sets `fast` before the first symbolization
+    (torch 2.14's default is addr2line, a process per library), and a user's choice stands. Through the real
+    unwinder and symbolizer on this CPU (the allocator history's frames go through the same ones on a GPU)."""
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_SYMBOLIZE_MODE"}
+    if chosen:
+        env["TORCH_SYMBOLIZE_MODE"] = chosen
+    proc = subprocess.run([sys.executable, "-c", SYMBOLIZE], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["mode"] == got["env"] == (chosen or "fast")
+    if chosen is None:  # fast mode names the frames of PyTorch's own functions
+        assert got["frames"] > 10 and got["named"] >= 0.8 * got["frames"], got
 
 
 def test_the_pytorch_adapter_has_the_core_and_its_capabilities() -> None:
