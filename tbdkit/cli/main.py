@@ -16,6 +16,7 @@ from tbdkit.cli import (
     compare,
     data,
     images,
+    kick,
     machine,
     network,
     reference,
@@ -50,6 +51,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "calibrate": calibrate.calibrate,
     "reference": reference.reference,
     "compare": compare.compare,
+    "kick-the-tires": kick.kick_the_tires,
 }
 GROUPS: dict[str, typer.Typer] = {"images": images.app, "data": data.app}
 

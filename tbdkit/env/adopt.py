@@ -34,6 +34,10 @@ from tbdkit.core.errors import UserError
 from tbdkit.core.paths import KIT_ROOT
 from tbdkit.env import locks, stacks
 
+# `python -m tbdkit.env.adopt STACK --wheels DIR` (main, below) needs only the standard library: on a machine
+# without a network whose Python lacks the kit's CLI libraries, that Python adopts itself, and the overlay then
+# runs the kit (`.venvs/STACK/bin/python -m tbdkit.cli ...`).
+
 PTH = "tbdkit-adopted.pth"  # the overlay's one addition: the kit's tree, then the interpreter's site folders
 OLDEST = (3, 10)  # the kit runs on Python 3.10 and newer (pyproject.toml's requires-python)
 # The framework's own distributions, never installed by adoption: the interpreter's build is the point.
@@ -331,3 +335,34 @@ def adopt(name: str, python: str, wheels: Path | None = None, force: bool = Fals
     tmp.write_text(json.dumps(record, indent=2))
     os.replace(tmp, env_dir / stacks.MARKER)
     return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tbdkit.env.adopt",
+        description="`tbdkit setup STACK --adopt PYTHON` with the standard library only: the stack's environment "
+        "over PYTHON (default: this one), what the kit lacks from --wheels DIR.",
+    )
+    parser.add_argument("stack", choices=sorted(stacks.STACKS))
+    parser.add_argument("--python", default=sys.executable, help="the interpreter to adopt (default: this one)")
+    parser.add_argument("--wheels", type=Path, help="a folder of wheels of what the kit lacks (no network)")
+    parser.add_argument("--force", action="store_true", help="replace a stack installed from the kit's lock")
+    args = parser.parse_args(argv)
+    try:
+        record = adopt(args.stack, args.python, args.wheels, args.force)
+    except UserError as exc:
+        print(f"tbdkit setup --adopt: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"{stacks.get(args.stack).title} stack: adopted {record['framework_version']} of {record['adopted']['python']} "
+        f"in {stacks.venv_path(args.stack)}; run the kit with {record['python']} -m tbdkit.cli"
+    )
+    for m in record["missing"]:
+        print(f"  not installed: {m['requirement']} ({m['why']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -27,7 +27,10 @@ from typing import Any
 try:
     import tomllib  # novermin
 except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same parser
-    import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        import tomli as tomllib  # type: ignore[no-redef]
+    except ModuleNotFoundError:  # a bare Python 3.10 adopting its stack (tbdkit.env.adopt) before tomli is in: pip's
+        from pip._vendor import tomli as tomllib  # type: ignore[no-redef]
 
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import KIT_ROOT
