@@ -190,3 +190,18 @@ def test_constraints_pin_every_installed_package_and_wheel_names_are_normalized(
                  "mlperf_logging-4.1.68-py3-none-any.whl", "notes.txt"):
         (tmp_path / name).write_text("")
     assert adopt.wheel_names(tmp_path) == {"nvidia-ml-py", "pyyaml", "mlperf-logging"}
+
+
+def test_doctor_says_when_the_adopted_interpreter_is_gone_and_never_advises_force(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TBDKIT_VENVS", str(tmp_path))
+    (tmp_path / "pytorch" / "bin").mkdir(parents=True)
+    (tmp_path / "pytorch" / "bin" / "python").symlink_to(sys.executable)
+    record = {"stack": "pytorch", "framework_version": "2.11.0+cu130", "lock": "pytorch-image",
+              "lock_file": "locks/pytorch-image-py312.txt",
+              "adopted": {"python": "/opt/conda/bin/python", "python_version": "3.12.3",
+                          "site_dirs": [str(tmp_path / "gone" / "site-packages")]}}
+    (tmp_path / "pytorch" / stacks.MARKER).write_text(json.dumps(record))
+    check = doctor.framework_check("pytorch")
+    assert check.ok is False and "the adopted interpreter's packages are gone" in check.detail
+    assert check.fix.startswith("adopt it again: `tbdkit setup pytorch --adopt /opt/conda/bin/python`")
+    assert "--force" not in check.fix and stacks.is_current("pytorch")
