@@ -16,10 +16,13 @@ REPORT ?= report
 
 # Every value a user can set reaches the shell as one word: $(call quote,V) single-quotes it
 # (each ' inside written '\''), so a path with spaces or ; stays one argument and runs nothing.
-# Paths (DATA, RESULTS, REPORT) are taken with $(value ...) and not exported (exporting expands
-# them): a `$(...)` in a folder's name stays text, never a make function.
+# Every user variable is taken with $(value ...) and none is exported (exporting expands it): a
+# `$(...)` in a value (a model name, a precision, a folder's name) stays text, never a make function.
 quote = '$(subst ','\'',$(1))'
-unexport DATA RESULTS REPORT ADOPT WHEELS
+USER_VARIABLES := MODEL FRAMEWORK BATCH PRESET PRECISION LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA \
+	PYTHON REPEAT REPORT CPUS PIN ONE_PROCESS RETRY_DISTURBED INCLUDE_DISTURBED KICK_RESULTS DEVICE QUICK \
+	ADOPT WHEELS BUDGET TEST_WORKERS TEST_WORKERS_host TEST_WORKERS_pytorch TEST_WORKERS_tensorflow TEST_WORKERS_mxnet
+unexport $(USER_VARIABLES)
 
 VENV := .venv
 TBDKIT := $(VENV)/bin/tbdkit
@@ -33,7 +36,7 @@ KIT_STAMP := $(VENV)/.tbdkit-installed
 KIT_LOCK := locks/kit-test-py311.txt
 
 $(KIT_STAMP): pyproject.toml $(KIT_LOCK)
-	$(PYTHON) -m venv $(VENV)
+	$(call quote,$(value PYTHON)) -m venv $(VENV)
 	$(VENV)/bin/pip install --disable-pip-version-check -q --require-hashes --no-deps -r $(KIT_LOCK)
 	$(VENV)/bin/pip install --disable-pip-version-check -q --no-deps -e .
 	touch $@
@@ -44,30 +47,30 @@ lock: $(KIT_STAMP)
 
 # ADOPT=/path/to/python: the stack over that interpreter's own framework build (WHEELS=dir: what the kit lacks, offline).
 setup: $(KIT_STAMP)
-	$(TBDKIT) setup $(call quote,$(or $(FRAMEWORK),pytorch)) $(if $(ADOPT),--adopt $(call quote,$(value ADOPT))) \
-		$(if $(WHEELS),--wheels $(call quote,$(value WHEELS)))
+	$(TBDKIT) setup $(call quote,$(or $(value FRAMEWORK),pytorch)) $(if $(value ADOPT),--adopt $(call quote,$(value ADOPT))) \
+		$(if $(value WHEELS),--wheels $(call quote,$(value WHEELS)))
 
 bench: $(KIT_STAMP)
-	$(TBDKIT) bench --model $(call quote,$(MODEL)) $(if $(FRAMEWORK),--framework $(call quote,$(FRAMEWORK))) \
-		$(if $(BATCH),--batch $(call quote,$(BATCH))) --preset $(call quote,$(PRESET)) \
-		--precision $(call quote,$(PRECISION)) --launcher $(call quote,$(LAUNCHER)) --data $(call quote,$(value DATA)) \
-		--results $(call quote,$(value RESULTS)) --setup --nodes $(call quote,$(NODES)) \
-		--gpus-per-node $(call quote,$(GPUS_PER_NODE)) $(if $(LINK_RATE),--link-rate $(call quote,$(LINK_RATE))) \
-		$(if $(CPUS),--cpus $(call quote,$(CPUS))) $(if $(PIN),--pin) $(if $(ONE_PROCESS),--one-process)
+	$(TBDKIT) bench --model $(call quote,$(value MODEL)) $(if $(value FRAMEWORK),--framework $(call quote,$(value FRAMEWORK))) \
+		$(if $(value BATCH),--batch $(call quote,$(value BATCH))) --preset $(call quote,$(value PRESET)) \
+		--precision $(call quote,$(value PRECISION)) --launcher $(call quote,$(value LAUNCHER)) --data $(call quote,$(value DATA)) \
+		--results $(call quote,$(value RESULTS)) --setup --nodes $(call quote,$(value NODES)) \
+		--gpus-per-node $(call quote,$(value GPUS_PER_NODE)) $(if $(value LINK_RATE),--link-rate $(call quote,$(value LINK_RATE))) \
+		$(if $(value CPUS),--cpus $(call quote,$(value CPUS))) $(if $(value PIN),--pin) $(if $(value ONE_PROCESS),--one-process)
 
 # A grid (BATCH may hold `max`: the largest batch that fits); run again to resume.
 sweep: $(KIT_STAMP)
-	$(TBDKIT) sweep $(call quote,$(MODEL)) $(if $(FRAMEWORK),--frameworks $(call quote,$(FRAMEWORK))) \
-		$(if $(BATCH),--batch $(call quote,$(BATCH))) --preset $(call quote,$(PRESET)) \
-		--precision $(call quote,$(PRECISION)) --repeat $(call quote,$(REPEAT)) --launcher $(call quote,$(LAUNCHER)) \
+	$(TBDKIT) sweep $(call quote,$(value MODEL)) $(if $(value FRAMEWORK),--frameworks $(call quote,$(value FRAMEWORK))) \
+		$(if $(value BATCH),--batch $(call quote,$(value BATCH))) --preset $(call quote,$(value PRESET)) \
+		--precision $(call quote,$(value PRECISION)) --repeat $(call quote,$(value REPEAT)) --launcher $(call quote,$(value LAUNCHER)) \
 		--data $(call quote,$(value DATA)) --results $(call quote,$(value RESULTS)) --setup \
-		$(if $(CPUS),--cpus $(call quote,$(CPUS))) $(if $(PIN),--pin) \
-		$(if $(RETRY_DISTURBED),--retry-disturbed $(call quote,$(RETRY_DISTURBED)))
+		$(if $(value CPUS),--cpus $(call quote,$(value CPUS))) $(if $(value PIN),--pin) \
+		$(if $(value RETRY_DISTURBED),--retry-disturbed $(call quote,$(value RETRY_DISTURBED)))
 
 # The paper's figures, tables and claim checks over everything in RESULTS; and the artifact for reviewers.
 report: $(KIT_STAMP)
 	$(TBDKIT) report $(call quote,$(value RESULTS)) --out $(call quote,$(value REPORT)) \
-		$(if $(INCLUDE_DISTURBED),--include-disturbed)
+		$(if $(value INCLUDE_DISTURBED),--include-disturbed)
 
 bundle: $(KIT_STAMP)
 	$(TBDKIT) bundle $(call quote,$(value RESULTS)) -o artifact.tar.gz
@@ -77,14 +80,13 @@ bundle: $(KIT_STAMP)
 # a GPU: doctor, calibrate, ResNet-50 and Deep Speech 2 in fp32/amp/tf32, one ncu pass; on a CPU every stack's smoke
 # run; then the report and a bundle. Missing stacks are installed first (not counted). KICK_RESULTS=dir puts it elsewhere.
 KICK_RESULTS := results-kick-the-tires
-unexport KICK_RESULTS
 kick-the-tires: $(KIT_STAMP)
-	$(TBDKIT) kick-the-tires --results $(call quote,$(value KICK_RESULTS)) $(if $(BUDGET),--budget $(call quote,$(BUDGET))) \
-		$(if $(DEVICE),--device $(call quote,$(DEVICE))) $(if $(FRAMEWORK),--framework $(call quote,$(FRAMEWORK)))
+	$(TBDKIT) kick-the-tires --results $(call quote,$(value KICK_RESULTS)) $(if $(value BUDGET),--budget $(call quote,$(value BUDGET))) \
+		$(if $(value DEVICE),--device $(call quote,$(value DEVICE))) $(if $(value FRAMEWORK),--framework $(call quote,$(value FRAMEWORK)))
 
 # The framework images for LAUNCHER=docker (docker/images.lock pins their NGC bases).
 images: $(KIT_STAMP)
-	$(TBDKIT) images build $(call quote,$(or $(FRAMEWORK),pytorch))
+	$(TBDKIT) images build $(call quote,$(or $(value FRAMEWORK),pytorch))
 
 # Host-side tests run in the kit's environment (the cross-framework ones need every stack);
 # framework tests in that framework's stack.
@@ -114,43 +116,43 @@ TEST_WORKERS_pytorch ?= 1
 TEST_WORKERS_host ?= 3
 define two_passes
 	@rc=0; \
-	$(1) $(2) -m "not serial" $(if $(filter-out 1,$(4)),-n $(4) --dist loadfile --no-loadscope-reorder) \
+	$(1) $(2) -m "not serial" $(if $(filter-out 1,$(4)),-n $(call quote,$(4)) --dist loadfile --no-loadscope-reorder) \
 		--durations=$(3) || rc=$$?; \
-	alone=$$($(PYTHON) tests/scheduling.py $(2)); \
+	alone=$$($(call quote,$(value PYTHON)) tests/scheduling.py $(2)); \
 	if [ -n "$$alone" ]; then $(1) $$alone -m serial --durations=$(3) || rc=$$?; \
 	else echo "$(2): no test runs alone"; fi; \
 	exit $$rc
 endef
 test-host: $(KIT_STAMP)
 	$(TBDKIT) setup $(FRAMEWORK_TESTS)
-	$(call two_passes,$(VENV)/bin/python -m pytest $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS)),tests,15,$(or $(TEST_WORKERS_host),$(TEST_WORKERS)))
+	$(call two_passes,$(VENV)/bin/python -m pytest $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS)),tests,15,$(or $(value TEST_WORKERS_host),$(value TEST_WORKERS)))
 
 test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(TBDKIT) setup $*
-	$(call two_passes,.venvs/$*/bin/python -m pytest,tests/$*,5,$(or $(TEST_WORKERS_$*),$(TEST_WORKERS)))
+	$(call two_passes,.venvs/$*/bin/python -m pytest,tests/$*,5,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS)))
 
 # Every instrument against a workload whose true value is known, on this machine (DEVICE=cuda:0 adds the GPU probes).
 calibrate: $(KIT_STAMP)
-	$(TBDKIT) calibrate --device $(call quote,$(or $(DEVICE),cpu)) --results $(call quote,$(value RESULTS)) $(if $(QUICK),--quick)
+	$(TBDKIT) calibrate --device $(call quote,$(or $(value DEVICE),cpu)) --results $(call quote,$(value RESULTS)) $(if $(value QUICK),--quick)
 
 # Collectors' cost: throughput with every collector on / a bare loop, measured in one run.
 bench-overhead: $(KIT_STAMP)
-	$(TBDKIT) setup $(call quote,$(or $(FRAMEWORK),pytorch))
-	$(TBDKIT) overhead --model $(call quote,$(MODEL)) $(if $(FRAMEWORK),--framework $(call quote,$(FRAMEWORK)))
+	$(TBDKIT) setup $(call quote,$(or $(value FRAMEWORK),pytorch))
+	$(TBDKIT) overhead --model $(call quote,$(value MODEL)) $(if $(value FRAMEWORK),--framework $(call quote,$(value FRAMEWORK)))
 
 clean:
 	rm -rf $(VENV) .venvs
 
 # Reference results with an Nsight Compute pass on one NVIDIA GPU (docs/gpus-and-images.md): deepspeech2 and resnet50, or MODEL=m.
-# Runs under $(PYTHON) itself (it must have PyTorch); refuses without a GPU.
+# Runs under PYTHON itself (it must have PyTorch); refuses without a GPU.
 reference:
-	$(PYTHON) -m tbdkit.bench.reference $(foreach m,$(if $(filter command line,$(origin MODEL)),$(MODEL),deepspeech2 resnet50),--model $(call quote,$(m)))
+	$(call quote,$(value PYTHON)) -m tbdkit.bench.reference $(foreach m,$(if $(filter command line,$(origin MODEL)),$(value MODEL),deepspeech2 resnet50),--model $(call quote,$(m)))
 
 # The whole suite's reference results: every model's paper preset at two batch sizes (no ncu pass), then the README's table.
 reference-suite:
-	$(PYTHON) -m tbdkit.bench.reference --suite --no-ncu
-	$(PYTHON) -m tbdkit.bench.reference --table --readme
+	$(call quote,$(value PYTHON)) -m tbdkit.bench.reference --suite --no-ncu
+	$(call quote,$(value PYTHON)) -m tbdkit.bench.reference --table --readme
 
 # The committed reference results (workloads/*/reference/) as the README's Markdown table.
 reference-table:
-	$(PYTHON) -m tbdkit.bench.reference --table --readme
+	$(call quote,$(value PYTHON)) -m tbdkit.bench.reference --table --readme

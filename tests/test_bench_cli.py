@@ -118,7 +118,7 @@ def test_runs_and_show(one_run):
 
 @pytest.mark.parametrize("args, words", [
     (["--model", "alexnet"], ["Unknown model 'alexnet'", "deepspeech2"]),
-    (["--batch", "0"], ["batch_size", "greater than 0"]),
+    (["--batch", "0"], ["batch_size", "whole number from 1 to 65,536"]),
     (["--batch", "4,x"], ["'x' is not a whole number"]),
     (["--framework", "jax"], ["unknown framework 'jax'", "pytorch, tensorflow, mxnet"]),
     (["--precision", "fp16"], ["precision", "'fp32', 'tf32' or 'amp'"]),

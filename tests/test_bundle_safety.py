@@ -174,3 +174,46 @@ def test_any_bytes_in_run_files_give_a_bundle_or_one_sentence(tmp_path, monkeypa
         assert manifest["runs"] == ["run"]
         _, files = artifact.read(results / "b.tgz")
         artifact.recorded_runs(files)
+
+
+def test_large_traces_travel_compressed_or_are_left_out(tmp_path, monkeypatch):
+    """A run's timeline above COMPRESS_ABOVE travels as <name>.gz, one still above LEAVE_OUT_ABOVE compressed
+    stays out (both said in the manifest); the bundle reads, its runs reproduce, and a bundle made again
+    from its extracted files keeps the compressed trace. (A Deep Speech 2 profile can pass 100 MB.)"""
+    import base64
+    import gzip
+    import hashlib
+
+    monkeypatch.setattr(artifact, "COMPRESS_ABOVE", 4096)
+    monkeypatch.setattr(artifact, "LEAVE_OUT_ABOVE", 64 * 1024)
+    results = tmp_path / "results"
+    run = _run(results / "r1", spec={"model": "resnet50", "framework": "pytorch", "batch_size": 2},
+               summary={"run_id": "r1", "status": "ok", "model": "resnet50", "framework": "pytorch", "batch_size": 2})
+    small = json.dumps({"traceEvents": []}).encode()
+    (run / "trace.json").write_bytes(small)
+    profile = json.dumps({"traceEvents": [{"name": "kernel", "ts": i, "dur": 1} for i in range(20_000)]}).encode()
+    (run / "profiler_trace.json").write_bytes(profile)
+    (run / "workers" / "rank1").mkdir(parents=True)
+    noise = json.dumps({"traceEvents": base64.b64encode(os.urandom(300_000)).decode()}).encode()
+    (run / "workers" / "rank1" / "profiler_trace.json").write_bytes(noise)
+    manifest = artifact.bundle(results, tmp_path / "a.tgz")
+    read_manifest, files = artifact.read(tmp_path / "a.tgz")
+    assert files["results/r1/trace.json"] == small
+    assert "results/r1/profiler_trace.json" not in files
+    packed = files["results/r1/profiler_trace.json.gz"]
+    assert len(packed) < len(profile) and gzip.decompress(packed) == profile
+    assert read_manifest["compressed"] == manifest["compressed"] == {"results/r1/profiler_trace.json.gz": {
+        "of": "results/r1/profiler_trace.json", "method": "gzip", "bytes": len(profile),
+        "sha256": hashlib.sha256(profile).hexdigest()}}
+    left_out = {e["path"]: e["reason"] for e in manifest["excluded"]}["r1/workers/rank1/profiler_trace.json"]
+    assert "left out of the bundle" in left_out and "MiB compressed" in left_out
+    assert not any("workers/rank1/profiler_trace" in name for name in files)
+    assert [summary["run_id"] for _, summary in artifact.recorded_runs(files)] == ["r1"]
+    again = tmp_path / "extracted" / "results"
+    for name, data in files.items():
+        if name.startswith("results/"):
+            (again / name.removeprefix("results/")).parent.mkdir(parents=True, exist_ok=True)
+            (again / name.removeprefix("results/")).write_bytes(data)
+    artifact.bundle(again, tmp_path / "b.tgz")
+    _, files_again = artifact.read(tmp_path / "b.tgz")
+    assert files_again["results/r1/profiler_trace.json.gz"] == packed

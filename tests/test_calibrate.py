@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tbdkit.calibrate import timing
 from tbdkit.calibrate.verdict import Tolerance, judge
 
@@ -133,6 +135,32 @@ def test_a_calibration_of_another_machine_is_not_this_ones(tmp_path):
     assert not record.for_run(tmp_path.parent / "nowhere")["calibrated"]
 
 
+def test_only_the_results_folders_own_calibration_counts(tmp_path):
+    """A calibration.json above the results folder (/tmp/calibration.json for `-r /tmp/x`) is not this
+    results folder's: a forged one there marks nothing failed."""
+    forged = {"kind": "tbdkit-calibration", "machine": record.machine(), "verdicts": {"throughput": "off"}}
+    (tmp_path / "calibration.json").write_text(json.dumps(forged))
+    results = tmp_path / "x"
+    for run in ("run", "run/workers/rank1"):
+        (results / run).mkdir(parents=True, exist_ok=True)
+        linked = record.for_run(results / run)
+        assert not linked["calibrated"] and "no calibration.json in the results folder" in linked["reason"], run
+
+
+@pytest.mark.parametrize("text, words", [
+    ("[1]", "not one tbdkit calibrate writes"),
+    ('{"machine": [1], "verdicts": {}}', "machine"),
+    ('{"machine": {}, "verdicts": {"throughput": "maybe"}}', "verdicts.throughput"),
+    ('{"machine": {}, "verdicts": ' + "[" * 5000 + "]" * 5000 + "}", "not one tbdkit calibrate writes"),
+    ("\xff\xfe not text", "not one tbdkit calibrate writes"),
+])
+def test_a_malformed_calibration_is_no_calibration_with_the_reason(tmp_path, text, words):
+    (tmp_path / "calibration.json").write_bytes(text.encode("latin-1"))
+    (tmp_path / "run").mkdir()
+    linked = record.for_run(tmp_path / "run")
+    assert not linked["calibrated"] and words in linked["reason"]
+
+
 def test_instrument_verdicts_take_the_worst_probe():
     probes = [{"metrics": ["throughput"], "status": "trusted"}, {"metrics": ["throughput"], "status": "off"},
               {"metrics": ["peak_rss"], "status": "unsupported"}]
@@ -145,11 +173,13 @@ def test_env_json_names_this_machines_calibration(tmp_path):
 
     probe = ProbeResult("cpu.peak_rss", "constructed", 1.0, 0.5, "MiB", Tolerance(), "off by -0.5 MiB", ("peak_rss",))
     record.write(tmp_path, "cpu", True, [probe])
-    run = tmp_path / "run" / "worker0"
-    run.mkdir(parents=True)
-    env = envinfo.collect({}, 0, run)
+    env = envinfo.collect({}, 0, tmp_path)
     assert env["calibration"]["calibrated"] and env["calibration"]["verdicts"] == {"peak_rss": "off"}
     assert env["calibration"]["time_utc"] and env["calibration"]["path"].endswith("calibration.json")
+    # a run folder, a worker's, a sweep probe's: each finds its results folder's own file, by the layout
+    for run in ("run", "run/workers/rank1", "sweeps/s1/probes/p1", "sweeps/s1/probes/p1/workers/rank0"):
+        (tmp_path / run).mkdir(parents=True, exist_ok=True)
+        assert record.for_run(tmp_path / run)["verdicts"] == {"peak_rss": "off"}, run
 
 
 # --- the report: marks and exclusions ------------------------------------------------------------

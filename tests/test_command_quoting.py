@@ -78,3 +78,74 @@ def test_log_txt_records_the_command_as_a_shell_reads_it(tmp_path, monkeypatch):
     assert native.run(spec, run_dir, lambda event: None) == 0
     first = (run_dir / "log.txt").read_text().splitlines()[0]
     assert first.startswith("$ ") and shlex.split(first[2:]) == cmd
+
+
+# Every variable a user sets on make's command line (or in the environment); the others are the Makefile's own.
+USER_VARIABLES = ("MODEL FRAMEWORK BATCH PRESET PRECISION LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA PYTHON "
+                  "REPEAT REPORT CPUS PIN ONE_PROCESS RETRY_DISTURBED INCLUDE_DISTURBED KICK_RESULTS DEVICE QUICK ADOPT WHEELS BUDGET "
+                  "TEST_WORKERS TEST_WORKERS_host TEST_WORKERS_pytorch TEST_WORKERS_tensorflow TEST_WORKERS_mxnet").split()
+MAKEFILE_OWN = {"VENV", "TBDKIT", "KIT_STAMP", "KIT_LOCK", "FRAMEWORK_TESTS", "MAKE", "USER_VARIABLES"}
+
+
+def test_every_variable_the_makefile_reads_is_its_own_or_a_user_one():
+    text = (KIT_ROOT / "Makefile").read_text()
+    read = set(re.findall(r"\$\((?:value )?([A-Z][A-Za-z_]*)\)", text))
+    assert read <= set(USER_VARIABLES) | MAKEFILE_OWN, read - set(USER_VARIABLES) - MAKEFILE_OWN
+    # a user variable is only ever read through $(value ...): never expanded as make text
+    assert not read & set(USER_VARIABLES) - set(re.findall(r"\$\(value ([A-Z][A-Za-z_]*)\)", text))
+    assert not re.search(r"\$\((?:" + "|".join(USER_VARIABLES) + r")\)", text)
+
+
+def test_no_user_variable_makes_make_run_code_in_any_target(tmp_path):
+    """`make -n sweep 'MODEL=$(shell touch x)'` (what a forged spec.json in ARTIFACT.md's regenerate
+    line would type) creates nothing, whatever the variable and the target."""
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make here")
+    shutil.copy(KIT_ROOT / "Makefile", tmp_path / "Makefile")
+    targets = re.search(r"^\.PHONY: (.*)$", (KIT_ROOT / "Makefile").read_text(), flags=re.M)[1].split()
+    assert {"bench", "sweep", "report", "bundle", "kick-the-tires", "test", "reference"} <= set(targets)
+    payloads = [f"{v}=$(shell touch {tmp_path}/made-by-{v})`touch {tmp_path}/shell-{v}`$$(touch {tmp_path}/sub-{v})"
+                for v in USER_VARIABLES]
+    for target in targets:
+        proc = subprocess.run([make, "-n", "-o", ".venv/.tbdkit-installed", target, *payloads], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        made = sorted(p.name for p in tmp_path.iterdir() if p.name != "Makefile")
+        assert made == [], (target, made, proc.stderr[-500:])
+
+
+def test_sweep_and_bench_take_every_value_as_one_argument(tmp_path):
+    odd = "fp32$(shell touch PWNED)`touch PWNED`"
+    argv = _make(tmp_path, "sweep", MODEL=odd, FRAMEWORK=odd, BATCH=odd, PRESET=odd, PRECISION=odd, REPEAT=odd,
+                 LAUNCHER=odd, CPUS=odd, RETRY_DISTURBED=odd)
+    assert argv[1] == odd
+    for option in ("--frameworks", "--batch", "--preset", "--precision", "--repeat", "--launcher", "--cpus",
+                   "--retry-disturbed"):
+        assert argv[argv.index(option) + 1] == odd, option
+    argv = _make(tmp_path, "bench", MODEL=odd, NODES=odd, GPUS_PER_NODE=odd, LINK_RATE=odd)
+    assert [argv[argv.index(o) + 1] for o in ("--model", "--nodes", "--gpus-per-node", "--link-rate")] == [odd] * 4
+    assert not list(tmp_path.rglob("PWNED"))
+
+
+def test_a_spec_that_would_run_code_is_not_bundled_nor_in_artifact_md(tmp_path):
+    """ARTIFACT.md's regenerate lines come from specs the kit validated: a spec.json whose precision is
+    `fp32$(shell touch x)` makes its run broken (listed, not packed), and no line carries it."""
+    from tbdkit.artifact import bundle as artifact
+
+    results = tmp_path / "results"
+    for run_id, precision in (("good", "fp32"), ("forged", f"fp32$(shell touch {tmp_path}/PWNED)")):
+        run = results / run_id
+        run.mkdir(parents=True)
+        (run / "spec.json").write_text(json.dumps({"model": "resnet50", "framework": "pytorch", "batch_size": 2,
+                                                   "precision": precision}))
+        (run / "summary.json").write_text(json.dumps({"run_id": run_id, "status": "ok", "model": "resnet50",
+                                                      "framework": "pytorch", "batch_size": 2,
+                                                      "precision": "fp32"}))
+    manifest = artifact.bundle(results, tmp_path / "a.tgz")
+    assert manifest["runs"] == ["good"]
+    (broken,) = manifest["broken_runs"]
+    assert broken["run"] == "forged" and "spec.json is not a valid run spec (precision" in broken["reason"]
+    _, files = artifact.read(tmp_path / "a.tgz")
+    guide = files["ARTIFACT.md"].decode()
+    assert "$(shell" not in guide and "make sweep MODEL=resnet50 FRAMEWORK=pytorch BATCH=2" in guide
+    assert not any(name.startswith("results/forged/") for name in files)

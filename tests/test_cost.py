@@ -43,9 +43,16 @@ def test_the_option_wins_then_the_variable_then_prices_toml(tmp_path, monkeypatc
     ('given = "2026-11-01"\n', "no [price_per_hour] table"),
     ('given = "2026-11-01"\n[price_per_hour]\ndefault = -1\n', "positive number"),
     ('given = "2026-11-01"\n[price_per_hour\n', "cannot be read as TOML"),
+    ('given = "2026-11-01"\n[price_per_hour]\ndefault = true\n', "default is True, not a number"),
+    ('given = "2026-11-01"\n[price_per_hour]\ndefault = "2.5"\n', "default is '2.5', not a number"),
+    ('given = "2026-11-01"\n[price_per_hour]\ndefault = [1]\n', "not a number"),
+    (b'given = "2026-11-01"\n# \xff\xfe\n[price_per_hour]\ndefault = 1.0\n', "is not UTF-8 text"),
 ])
 def test_a_wrong_prices_file_is_one_sentence(tmp_path, text, message):
-    (tmp_path / "prices.toml").write_text(text)
+    if isinstance(text, bytes):
+        (tmp_path / "prices.toml").write_bytes(text)
+    else:
+        (tmp_path / "prices.toml").write_text(text)
     with pytest.raises(UserError, match=message.replace("[", r"\[")):
         cost.resolve(None, cwd=tmp_path)
 
@@ -60,6 +67,16 @@ def test_cost_per_million_samples_and_of_the_run():
     assert "2.5 USD/h (--price-per-hour, given 2026-11-24" in c["run_cost"]["method"]
     assert cost.costs({"metrics": {}}, price)["run_cost"]["value"] is None
     assert cost.costs(summary, None)["run_cost"]["reason"]
+
+
+def test_bench_refuses_a_prices_file_that_is_not_text_before_training(tmp_path):
+    (tmp_path / "prices.toml").write_bytes(b'given = "2026-11-01"\n[price_per_hour]\ndefault = 1.0 # \xff\n')
+    proc = subprocess.run([sys.executable, "-m", "tbdkit.cli", "bench", "--results", str(tmp_path / "r")],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**{k: v for k, v in os.environ.items() if k not in (cost.ENV_PRICE, cost.ENV_PRICES)},
+                               "COLUMNS": "300"})
+    assert proc.returncode == 2 and "is not UTF-8 text" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "r").exists()
 
 
 def test_bench_refuses_a_bad_price_before_running(tmp_path):

@@ -228,7 +228,8 @@ def test_a_bundle_carries_the_lock_its_runs_were_made_on_and_reproduce_checks_it
     assert refused.exit_code == 2 and ran == []  # a UserError: one sentence, exit 2
     assert "another lock" in refused.output and f"numpy {numpy} -> 1.23.4" in refused.output
     assert "--force" in refused.output and "Traceback" not in refused.output
-    forced = CliRunner().invoke(app, ["reproduce", str(bundle), "--results", str(tmp_path / "new"), "--force"])
+    forced = CliRunner().invoke(app, ["reproduce", str(bundle), "--results", str(tmp_path / "new"), "--force",
+                                      "--yes"])
     assert forced.exit_code == 0, forced.output
     assert len(ran) == 1 and f"numpy {numpy} -> 1.23.4" in forced.output
     (report,) = (tmp_path / "new").glob("reproduce-*.json")

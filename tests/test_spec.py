@@ -21,7 +21,7 @@ def test_defaults_and_preset_policy():
 
 
 @pytest.mark.parametrize("fields, words", [
-    ({"batch_size": 0}, ["batch_size", "greater than 0"]),
+    ({"batch_size": 0}, ["batch_size", "whole number from 1 to 65,536"]),
     ({"batch_size": -3}, ["batch_size"]),
     ({"model": "alexnet"}, ["model", "deepspeech2", "alexnet"]),
     ({"precision": "fp16"}, ["precision", "'fp32', 'tf32' or 'amp'"]),

@@ -70,8 +70,9 @@ def test_bundle_and_reproduce_round_trip(small_sweep, tmp_path):
     assert "images.lock" in files and manifest["kit_version"] == "0.1.0"
     assert all(len(f["sha256"]) == 64 for f in manifest["files"].values())
     new_results = tmp_path / "again"
-    rep = tbdkit("reproduce", str(bundle), "--results", str(new_results))
+    rep = tbdkit("reproduce", str(bundle), "--results", str(new_results), "--yes", env={"COLUMNS": "300"})
     assert rep.returncode == 0, rep.stdout + rep.stderr
+    assert "the plan" in rep.stdout and "warm-up <= 2 s, window <= 3 s" in rep.stdout
     (report_file,) = new_results.glob("reproduce-*.json")
     report = json.loads(report_file.read_text())
     assert [p["recorded_run"] for p in report["points"]] == runs

@@ -128,11 +128,20 @@ def test_max_point_lowers_itself_when_its_measured_run_runs_out(tmp_path):
 
 @pytest.mark.parametrize("over, words", [
     ({"precisions": ["fp16"]}, ["precisions.0", "'fp32', 'tf32' or 'amp'"]),
-    ({"batches": [0]}, ["batches", "positive whole numbers or 'max'"]),
+    ({"batches": [0]}, ["batches", "whole numbers from 1 to 65,536 or 'max'"]),
+    ({"batches": [2**62]}, ["batches", "whole numbers from 1 to 65,536 or 'max'"]),
+    ({"batches": list(range(1, 100))}, ["batches", "at most 64 of them"]),
+    ({"max_batch_limit": 2**20}, ["max_batch_limit", "from 1 to 65,536"]),
+    ({"measure": {"max_warmup_s": 1e6}}, ["measure.max_warmup_s", "at most 3600"]),
+    ({"measure": {"synthetic_pool": 10**12}}, ["measure.synthetic_pool", "from 1 to 1024"]),
+    ({"measure": [1]}, ["measure", "MeasurePolicy fields"]),
+    ({"memory_limit_mb": 2**40}, ["memory_limit_mb", "16 TiB"]),
+    ({"cpus": 10**6}, ["cpus", "1 to 4096 cores"]),
     ({"batches": ["huge"]}, ["batches", "'max'"]),
     ({"frameworks": ["jax"]}, ["unknown framework 'jax'"]),
-    ({"repeat": 0}, ["repeat", "greater than or equal to 1"]),
-    ({"cv_limit": 2}, ["cv_limit", "less than 1"]),
+    ({"repeat": 0}, ["repeat", "1 to 100 times"]),
+    ({"cv_limit": 2}, ["cv_limit", "below 1"]),
+    ({"cv_limit": float("nan")}, ["cv_limit", "below 1"]),
     ({"model": "alexnet"}, ["model", "deepspeech2"]),
     ({"preset": "converge"}, ["preset", "a sweep measures throughput", "--preset converge"]),
 ])

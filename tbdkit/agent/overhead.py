@@ -17,7 +17,7 @@ from tbdkit.adapters import load as load_adapter
 from tbdkit.agent import events
 from tbdkit.agent.loop import TrainingLoop, synthetic_pool
 from tbdkit.spec import catalog
-from tbdkit.spec.run_spec import MeasurePolicy
+from tbdkit.spec.run_spec import MAX_PHASE_S, MeasurePolicy
 
 
 def bare_block(adapter, batches, iterations: int) -> tuple[float, float]:
@@ -35,7 +35,7 @@ def full_block(adapter, batches, iterations: int, interval_s: float) -> tuple[fl
         min_measure_iterations=iterations,
         max_measure_iterations=iterations,
         target_ci=1e-9,
-        max_measure_s=1e9,
+        max_measure_s=MAX_PHASE_S,  # the iteration count ends the block
         sample_interval_s=interval_s,
     )
     loop = TrainingLoop(adapter, batches, policy, stop_requested=lambda: False)

@@ -246,7 +246,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             limit_memory(spec.memory_limit_mb)
         summary["device"] = adapter.device_label
         summary["model_info"] = adapter.model_info()
-        env = envinfo.collect(adapter.environment(), spec.seed, run_dir)
+        env = envinfo.collect(adapter.environment(), spec.seed, runfiles.results_folder_of(run_dir))
         env["cpu_budget"] = {
             **budget.record(),
             "pinned_affinity": pinned,

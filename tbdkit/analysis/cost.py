@@ -79,10 +79,21 @@ def _positive(value: Any, where: str) -> float:
     return price
 
 
+def _number(value: Any, where: str) -> float:
+    """A price as the file writes it: a TOML number (true is not 1, "2.5" is not 2.5)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UserError(f"{where} is {value!r}, not a number: give the price per hour as a number, e.g. 2.5.")
+    return float(value)
+
+
 def load_file(path: Path) -> Prices:
     """A user's prices.toml; UserError naming what is wrong in it."""
     try:
-        doc = tomllib.loads(path.read_text())
+        doc = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise UserError(
+            f"{path} is not UTF-8 text (byte {exc.start} is not): save it as UTF-8, or remove it."
+        ) from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise UserError(f"{path} cannot be read as TOML ({exc}): fix it or remove it.") from None
     table = doc.get("price_per_hour")
@@ -92,7 +103,10 @@ def load_file(path: Path) -> Prices:
     if not given:
         raise UserError(f'{path} does not say when its prices were given: add given = "YYYY-MM-DD".')
     return Prices(
-        {str(k): _positive(v, f"{path} [price_per_hour] {k}") for k, v in table.items()},
+        {
+            str(k): _positive(_number(v, f"{path} [price_per_hour] {k}"), f"{path} [price_per_hour] {k}")
+            for k, v in table.items()
+        },
         str(doc.get("currency") or "USD"),
         str(path),
         str(given),

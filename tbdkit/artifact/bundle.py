@@ -14,17 +14,21 @@ Layout (every member under `tbdkit-artifact/`):
 What a bundle never carries: files the kit did not write (a `.env`, keys, notes: listed as
 excluded), anything reached through a symbolic link (links are listed, never followed), the
 results index (rebuilt from the run folders), broken runs (no readable spec.json and
-summary.json: listed with the reason), this machine's absolute paths (the results folder, the
-kit's root, the stacks' folder and the home folder become `<results>`, `<kit>`, `<venvs>`, `~`)
-and its host name (`<host>`).
+summary.json, or a spec.json that is not a valid run spec: listed with the reason), this machine's
+absolute paths (the results folder, the kit's root, the stacks' folder and the home folder become
+`<results>`, `<kit>`, `<venvs>`, `~`) and its host name (`<host>`). A run's large timelines travel
+gzip-compressed (`<name>.gz`, the manifest's "compressed") or, larger still, stay out ("excluded").
 
-Reading a bundle checks it before anything is extracted: only regular files and folders under
-the prefix, no absolute or `..` paths, a manifest of this format, every file's hash.
+Reading a bundle (tbdkit.artifact.unpack) checks it before anything is kept: the manifest first,
+then each member's name and size against it before its bytes, streamed to disk and hashed, the
+whole capped (tbdkit.artifact.layout).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import gzip
 import hashlib
 import importlib
 import io
@@ -35,22 +39,33 @@ import re
 import socket
 import tarfile
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tbdkit import __version__
 from tbdkit.artifact import doc as artifact_doc
+from tbdkit.artifact.layout import (
+    COMPRESS_ABOVE,
+    FORMAT,
+    LEAVE_OUT_ABOVE,
+    MANIFEST,
+    MAX_MEMBERS,
+    MAX_UNPACKED_BYTES,
+    PREFIX,
+)
+from tbdkit.artifact.unpack import Members as Members  # re-exported: artifact.read, artifact.Members
+from tbdkit.artifact.unpack import is_bundle as is_bundle
+from tbdkit.artifact.unpack import read as read
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import KIT_ROOT, venvs_dir
 from tbdkit.env import locks
 from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
 from tbdkit.results.summary import MEASURED
+from tbdkit.spec import run_spec as specs
 
-PREFIX = "tbdkit-artifact"
-FORMAT = "tbdkit-artifact/1"
-MANIFEST = "manifest.json"
 ARTIFACT_MD = "ARTIFACT.md"
 CALIBRATION = "calibration.json"  # a results folder's calibration (tbdkit calibrate; tbdkit.env.machine)
 LOCKS = "locks"  # the stacks' lock files, locks/*.txt, at the kit's root
@@ -178,6 +193,7 @@ class Collected:
     and what was left out: {"path", "reason"} for files, {"run", "reason"} for broken runs."""
 
     files: dict[str, bytes] = field(default_factory=dict)
+    compressed: dict[str, dict[str, Any]] = field(default_factory=dict)  # member.gz -> {of, method, bytes, sha256}
     runs: list[str] = field(default_factory=list)
     excluded: list[dict[str, str]] = field(default_factory=list)
     broken_runs: list[dict[str, str]] = field(default_factory=list)
@@ -216,6 +232,11 @@ def _broken(run: Path) -> str | None:
             return f"{name} is not readable JSON ({type(exc).__name__}: {str(exc)[:200]})"
         if not isinstance(doc, dict):
             return f"{name} holds a {type(doc).__name__}, not an object"
+        if name == runfiles.SPEC:
+            try:  # what ARTIFACT.md's regenerate lines and `reproduce` are made from: a spec the kit would run
+                specs.parse(doc, recorded=True)
+            except UserError as exc:
+                return f"{name} is not a valid run spec ({str(exc).removeprefix('Invalid run spec: ')[:300]})"
     return None
 
 
@@ -245,12 +266,37 @@ def _collect_run(run: Path, member: str, out: Collected, scrub: Scrubber) -> boo
                     )
             elif runfiles.is_run_file(rel):
                 name = f"{member}/{rel.as_posix()}"
-                out.files[name] = scrub.file(name, Path(entry.path).read_bytes())
+                if rel.name in runfiles.TRACES:
+                    _collect_trace(Path(entry.path), name, out, scrub)
+                else:
+                    out.files[name] = scrub.file(name, Path(entry.path).read_bytes())
             else:
                 out.exclude(shown, "not a file the kit writes into a run folder")
 
     walk(run, PurePosixPath())
     return True
+
+
+def _collect_trace(path: Path, name: str, out: Collected, scrub: Scrubber) -> None:
+    """A run's timeline (trace.json, profiler_trace.json) as it is when small; above COMPRESS_ABOVE
+    gzip-compressed as <name>.gz (listed under the manifest's "compressed"); left out, and said,
+    when still above LEAVE_OUT_ABOVE compressed (a Deep Speech 2 profile can pass 100 MB)."""
+    size = path.stat().st_size
+    if size <= COMPRESS_ABOVE:
+        out.files[name] = scrub.file(name, path.read_bytes())
+        return
+    data = scrub.file(name, path.read_bytes())
+    packed = gzip.compress(data, compresslevel=6, mtime=0)
+    shown = name.removeprefix("results/")
+    if len(packed) > LEAVE_OUT_ABOVE:
+        out.exclude(
+            shown,
+            f"a trace of {size / 2**20:,.0f} MiB ({len(packed) / 2**20:,.0f} MiB compressed, over "
+            f"{LEAVE_OUT_ABOVE / 2**20:.0f} MiB): left out of the bundle; the run folder keeps it",
+        )
+        return
+    out.files[f"{name}.gz"] = packed
+    out.compressed[f"{name}.gz"] = {"of": name, "method": "gzip", "bytes": len(data), "sha256": sha256(data)}
 
 
 def _collect_sweeps(sweeps: Path, out: Collected, scrub: Scrubber) -> None:
@@ -328,7 +374,7 @@ def collect(results: Path, scrub: Scrubber | None = None) -> Collected:
     return out
 
 
-def run_locks(files: dict[str, bytes]) -> dict[str, dict[str, Any]]:
+def run_locks(files: Mapping[str, bytes]) -> dict[str, dict[str, Any]]:
     """{run id: env.json's `lock` (name, digest, differences)} of each run in a bundle's files that has one."""
     out: dict[str, dict[str, Any]] = {}
     for name in sorted(files):
@@ -340,7 +386,7 @@ def run_locks(files: dict[str, bytes]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def lock_mismatches(files: dict[str, bytes], run_ids: list[str]) -> list[dict[str, Any]]:
+def lock_mismatches(files: Mapping[str, bytes], run_ids: list[str]) -> list[dict[str, Any]]:
     """For each of `run_ids` whose run was made on another lock than this kit's lock of the same name:
     the lock, both digests and the packages whose pins differ (the bundle's lock file against this kit's;
     None when the bundle does not carry it)."""
@@ -376,7 +422,7 @@ def lock_mismatches(files: dict[str, bytes], run_ids: list[str]) -> list[dict[st
     return out
 
 
-def contents(files: dict[str, bytes]) -> tuple[dict[str, str], list[dict[str, str]]]:
+def contents(files: Mapping[str, bytes]) -> tuple[dict[str, str], list[dict[str, str]]]:
     """What the bundle holds beside the runs (member -> what it is), and what it should hold but the
     kit does not have ({"path", "reason"})."""
     held: dict[str, str] = {
@@ -445,77 +491,40 @@ def bundle(results: Path, out: Path) -> dict[str, Any]:
             {"run": scrub.text(b["run"]), "reason": scrub.text(b["reason"])} for b in collected.broken_runs
         ],
         "placeholders": PLACEHOLDERS,
+        "compressed": collected.compressed,
         "files": {name: {"sha256": sha256(data), "bytes": len(data)} for name, data in sorted(files.items())},
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = out.with_name(f".{out.name}.tmp")
-    with tarfile.open(tmp_out, "w:gz") as tar:
-        for name, data in [(MANIFEST, json.dumps(manifest, indent=2).encode()), *sorted(files.items())]:
-            info = tarfile.TarInfo(f"{PREFIX}/{name}")
-            info.size, info.mode, info.mtime = len(data), 0o644, int(dt.datetime.now().timestamp())
-            tar.addfile(info, io.BytesIO(data))
-    tmp_out.replace(out)
+    total = sum(len(data) for data in files.values())
+    if total > MAX_UNPACKED_BYTES or len(files) > MAX_MEMBERS:
+        raise UserError(
+            f"{results} makes a bundle of {len(files):,} files and {total / 2**30:,.1f} GiB, over what a reader accepts "
+            f"({MAX_MEMBERS:,} files, {MAX_UNPACKED_BYTES / 2**30:.0f} GiB unpacked): bundle fewer runs at a time "
+            "(a results folder of its own for each)."
+        )
+    write_archive(out, [(MANIFEST, json.dumps(manifest, indent=2).encode()), *sorted(files.items())])
     return manifest
 
 
-def _safe_name(name: str) -> str:
-    """The member's path below the prefix, or a UserError if it could land outside it."""
-    path = PurePosixPath(name)
-    if path.is_absolute() or ".." in path.parts or not path.parts or path.parts[0] != PREFIX or "\\" in name:
-        raise UserError(
-            f"The bundle holds an unsafe or foreign member path '{name}': refusing to read it "
-            f"(a tbdkit bundle holds only paths under {PREFIX}/; make one with `tbdkit bundle`)."
-        )
-    return "/".join(path.parts[1:])
-
-
-def read(path: Path) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """A bundle's manifest and files, every member checked against it; UserError if anything is off."""
-    how = "a tbdkit artifact made by `tbdkit bundle`"
+def write_archive(out: Path, members: list[tuple[str, bytes]]) -> None:
+    """The tar.gz at `out`, written beside it and renamed over it; on a full disk (or any refusal to
+    write) nothing is left behind, and a UserError says what to free."""
+    tmp_out = out.with_name(f".{out.name}.tmp")
     try:
-        tar = tarfile.open(path, "r:gz")
-    except (OSError, tarfile.TarError, EOFError) as exc:
-        raise UserError(f"{path} is not a readable tar.gz ({exc}): pass {how}.") from None
-    files: dict[str, bytes] = {}
-    try:
-        with tar:
-            for member in tar.getmembers():
-                name = _safe_name(member.name)
-                if member.isdir():
-                    continue
-                if not member.isfile():
-                    raise UserError(
-                        f"The bundle member '{member.name}' is a link or device, not a file: refusing "
-                        f"to read it; pass {how}."
-                    )
-                extracted = tar.extractfile(member)
-                assert extracted is not None
-                files[name] = extracted.read()
-    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
-        raise UserError(f"{path} is a corrupt archive ({exc}): pass {how}.") from None
-    try:
-        manifest = json.loads(files.pop(MANIFEST))
-    except (KeyError, ValueError):
-        raise UserError(f"{path} has no readable {PREFIX}/{MANIFEST}: it is not {how}.") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tmp_out, "w:gz") as tar:
+            for name, data in members:
+                info = tarfile.TarInfo(f"{PREFIX}/{name}")
+                info.size, info.mode, info.mtime = len(data), 0o644, int(dt.datetime.now().timestamp())
+                tar.addfile(info, io.BytesIO(data))
+        tmp_out.replace(out)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp_out.unlink(missing_ok=True)
+        need = sum(len(data) for _, data in members)
         raise UserError(
-            f"{path} is not a {FORMAT} bundle (its manifest says "
-            f"{manifest.get('format') if isinstance(manifest, dict) else manifest!r}): pass {how}."
-        )
-    listed = manifest.get("files") or {}
-    if set(listed) != set(files):
-        extra, missing = sorted(set(files) - set(listed)), sorted(set(listed) - set(files))
-        raise UserError(
-            f"{path} does not match its manifest (unlisted: {extra[:3]}, missing: {missing[:3]}): "
-            "the bundle is damaged; make it again with `tbdkit bundle`."
-        )
-    for name, data in files.items():
-        if sha256(data) != listed[name].get("sha256"):
-            raise UserError(
-                f"{path}: {name} does not match its sha256 in the manifest: the bundle is damaged "
-                "or was changed; make it again with `tbdkit bundle`."
-            )
-    return manifest, files
+            f"The bundle could not be written to {out} ({exc.strerror or exc}); nothing was left there. Free "
+            f"space there (its files hold {need / 2**20:,.1f} MiB before compression) or pass -o on another disk."
+        ) from None
 
 
 def _object(data: bytes) -> dict[str, Any] | None:
@@ -536,7 +545,7 @@ def local_spec(spec: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def recorded_runs(files: dict[str, bytes]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+def recorded_runs(files: Mapping[str, bytes]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(spec, summary) of each ok run in a bundle, in run-id order; a run whose files are not
     JSON objects is not one to reproduce."""
     out = []
@@ -646,11 +655,11 @@ def run_verdict(point: dict[str, Any], recorded_device: str, new_device: str) ->
     }
 
 
-def recorded_env(files: dict[str, bytes], run_id: str) -> dict[str, Any]:
+def recorded_env(files: Mapping[str, bytes], run_id: str) -> dict[str, Any]:
     return _object(files.get(f"results/{run_id}/{runfiles.ENV}", b"")) or {}
 
 
-def claim_verdicts(files: dict[str, bytes], new_run_dirs: list[Path]) -> list[dict[str, Any]]:
+def claim_verdicts(files: Mapping[str, bytes], new_run_dirs: list[Path]) -> list[dict[str, Any]]:
     """Each of the paper's observations as the bundled runs decide it and as the re-runs decide it:
     reproduced (the same verdict), not reproduced (another), or not comparable (either side cannot
     decide it, e.g. it needs GPU runs, or the runs are on another device)."""

@@ -143,8 +143,9 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
         f"| Functional | `make kick-the-tires` in the kit: every stack set up, a smoke run on CPU per framework with tiny caps, "
         f"the report and a bundle of them | under {KICK_THE_TIRES_MINUTES} min |",
         "| Reusable | `make bench MODEL=<model>` / `make sweep` on any model of `workloads/`; docs/ explains each measurement | - |",
-        "| Results Reproduced | `tbdkit reproduce artifact.tar.gz`: re-runs every run here, then says per run and per claim "
-        "reproduced / not reproduced / not comparable (different GPU) | see expected run time |",
+        "| Results Reproduced | `tbdkit reproduce artifact.tar.gz`: prints its plan (the runs, their caps, the expected "
+        "time) and asks before it runs (`--yes` runs without asking); re-runs every run here, then says per run and per "
+        "claim reproduced / not reproduced / not comparable (different GPU) | see expected run time |",
         "",
     ]
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit.cli.console import RunProgress, make_progress
+from tbdkit.core.errors import UserError
 from tbdkit.results.index import Index
 from tbdkit.spec import run_spec as specs
 
@@ -15,6 +16,10 @@ def run_all(
 ) -> list[dict[str, Any]]:
     from tbdkit.launch import launch
 
+    for s in run_specs:  # every run fits this machine before the first starts
+        why = specs.fits_here(s)
+        if why:
+            raise UserError(f"{why}.")
     index = Index(results)
     summaries = []
     with make_progress(quiet_stdout) as progress:

@@ -10,11 +10,16 @@ from typing import Any
 import tbdkit
 from tbdkit.calibrate.verdict import ProbeResult
 from tbdkit.env import machine as envinfo
+from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 
 FILE = envinfo.CALIBRATION_FILE
 machine = envinfo.machine_identity
-for_run = envinfo.calibration
+
+
+def for_run(run_dir: Path) -> dict[str, Any]:
+    """env.json's calibration of a run in `run_dir`: its results folder's own calibration.json."""
+    return envinfo.calibration(runfiles.results_folder_of(run_dir))
 
 
 def write(results: Path, device: str, quick: bool, probes: list[ProbeResult]) -> Path:
@@ -28,6 +33,7 @@ def write(results: Path, device: str, quick: bool, probes: list[ProbeResult]) ->
         "verdicts": instrument_verdicts([p.as_json() for p in probes]),
         "probes": [p.as_json() for p in probes],
     }
+    envinfo.CalibrationFile.model_validate(doc)  # what a run will read of it
     path = results / FILE
     sink.write_json(path, doc)  # temp file + rename: a reader never sees half a file
     return path

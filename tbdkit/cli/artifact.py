@@ -13,11 +13,12 @@ from rich.table import Table
 
 from tbdkit.artifact import bundle as artifact
 from tbdkit.artifact import doc as artifact_doc
+from tbdkit.artifact import plan as reproduce_plan
 from tbdkit.cli.console import console, err_console
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import default_results_dir, existing_results_dir
 from tbdkit.results import files as runfiles
-from tbdkit.results import sink
+from tbdkit.results import outputs, sink
 from tbdkit.results.summary import MEASURED
 from tbdkit.spec import catalog
 from tbdkit.spec import run_spec as specs
@@ -32,6 +33,7 @@ def bundle(
     """Bundle RESULTS as an artifact package: ARTIFACT.md, runs, sweeps, report, calibration, lock files,
     images.lock, CITATION.cff, .zenodo.json, LICENSE, with a sha256 manifest."""
     results = existing_results_dir(results or default_results_dir())
+    outputs.check_file(out, "-o", replaceable=artifact.is_bundle(out))  # an earlier bundle, nothing else
     manifest = artifact.bundle(results, out)
     report = manifest["report"]
     console.print(
@@ -76,9 +78,13 @@ def reproduce(
     force: Annotated[
         bool, typer.Option("--force", help="compare even with runs made on another lock (the differences are listed)")
     ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="run the plan without asking (it is printed all the same)")
+    ] = False,
 ) -> None:
     """Re-run every ok run of ARTIFACT with the same spec here; report new / recorded, point by point, and
-    per run and per claim: reproduced / not reproduced / not comparable (different GPU)."""
+    per run and per claim: reproduced / not reproduced / not comparable (different GPU). Prints its plan
+    (runs, caps, expected time) and asks before running, unless --yes."""
     from tbdkit.bench.run_list import run_all
 
     results = results or default_results_dir()
@@ -102,6 +108,11 @@ def reproduce(
             f"[yellow]another lock[/]: run {escape(m['run'])}: {escape(lock_mismatch_text([m], shown=20))}",
             highlight=False,
         )
+    planned = reproduce_plan.plan(recorded, run_specs)  # every run fits this machine before anything is asked
+    out_console = err_console if as_json else console
+    out_console.print(plan_table(planned, str(bundle_path)))
+    if not yes:
+        confirm(f"Run these {len(planned.runs)} run(s) here, into {results}?")
     points: list[dict[str, Any]] = []
     new_dirs: list[Path] = []
     for (_, old), run_spec in zip(recorded, run_specs):
@@ -139,6 +150,55 @@ def reproduce(
         console.print(claims_table(claim_verdicts))
     (err_console if as_json else console).print(f"comparison written to {out}", highlight=False)
     raise typer.Exit(0 if all(p["new_status"] in MEASURED for p in points) and len(points) == len(recorded) else 1)
+
+
+def plan_table(planned: reproduce_plan.Plan, title: str) -> Table:
+    table = Table(title=f"reproducing {escape(title)}: the plan")
+    for col in (
+        "recorded run",
+        "model",
+        "framework",
+        "batch",
+        "precision",
+        "workers",
+        "launcher",
+        "device",
+        "data",
+        "caps",
+        "recorded wall time",
+    ):
+        table.add_column(col, justify="right" if col in ("batch", "workers", "recorded wall time") else "left")
+    for r in planned.runs:
+        s = r.spec
+        table.add_row(
+            escape(r.recorded_run),
+            s.model,
+            s.framework,
+            str(s.batch_size),
+            s.precision,
+            str(s.world_size),
+            s.launcher,
+            s.device,
+            escape(s.data),
+            r.caps_text,
+            "—" if r.recorded_wall_s is None else f"{r.recorded_wall_s:,.0f} s",
+        )
+    table.caption = escape(planned.total_text())
+    return table
+
+
+def confirm(question: str) -> None:
+    """Go on when the user says yes; otherwise exit having run nothing. No answer (stdin closed) is a no."""
+    try:
+        answer = typer.confirm(question, default=False, err=True)
+    except typer.Abort:
+        raise UserError(
+            "reproduce asks before it runs anything and no answer came (stdin is closed): pass --yes to run "
+            "the plan without asking."
+        ) from None
+    if not answer:
+        err_console.print("nothing was run", highlight=False)
+        raise typer.Exit(1)
 
 
 def lock_mismatch_text(mismatches: list[dict[str, Any]], shown: int = 3) -> str:

@@ -142,7 +142,7 @@ def bench(
         for b in batches:
             make(fw, b)
     if data != "synthetic":
-        catalog.load_module(m, "data").check_source(data, hp)
+        catalog.check_source(m, data, hp)
     if launcher == "docker":  # the image is the environment: no virtual environment needed
         from tbdkit.launch import docker as docker_launch
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,20 @@ def check_cpus(requested: int | None) -> int | None:
     return requested
 
 
+def name_too_long(exc: BaseException) -> str | None:
+    """The one sentence for a path the file system refuses as too long (a results folder of 300
+    characters, say), wherever a command meets it; None for any other error."""
+    if not isinstance(exc, OSError) or exc.errno != errno.ENAMETOOLONG:
+        return None
+    name = str(exc.filename or "")
+    longest = max((len(part.encode()) for part in Path(name).parts), default=0)
+    shown = name if len(name) <= 60 else f"{name[:57]}..."
+    return (
+        f"The path {shown} is too long for this file system (a name of {longest} bytes; most allow 255 per "
+        "name and 4,096 per path): choose a shorter folder or file name."
+    )
+
+
 def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """User errors become one red sentence and exit code 2, never a traceback."""
 
@@ -44,6 +59,9 @@ def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except Exception as exc:
             # UserError, and a workload's DataError (workloads cannot import the kit's class)
+            too_long = name_too_long(exc)
+            if too_long is not None:
+                exc = UserError(too_long)
             if not isinstance(exc, UserError) and not catalog.is_data_error(exc):
                 raise
             err_console.print(f"[bold red]error:[/] {exc}", highlight=False)

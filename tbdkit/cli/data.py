@@ -45,7 +45,7 @@ def prepare(
     if not source.exists():
         raise UserError(f"No file or folder at {source}: pass --from the folder that holds the dataset.")
     console.print(f"checking {source}: every file is decoded once (large datasets take a while)...", highlight=False)
-    described = catalog.load_module(m, "data").check_source(str(source), hp, full=True)
+    described = catalog.check_source(m, str(source), hp, full=True)
     console.print(f"[green]ok[/]: {described}", highlight=False)
     # one shell word per argument, on one line: the suggestion can be pasted into a shell as it is
     console.print(

@@ -11,6 +11,7 @@ from tbdkit.cli.console import console
 from tbdkit.core.errors import UserError
 from tbdkit.launch.render import TARGETS, write
 from tbdkit.results import files as runfiles
+from tbdkit.results import outputs
 from tbdkit.spec import catalog
 from tbdkit.spec import run_spec as specs
 
@@ -46,6 +47,7 @@ def render(
             f"-o takes a folder, not a file ('{out}'): pass a folder, e.g. -o {out.parent / out.stem}, "
             f"and the launch file is written in it as {TARGETS[target]}."
         )
+    outputs.check_folder(out, "-o")
     hp = catalog.get(model).hp(preset)
     # Validated as a job on real machines; the launcher field is not used by rendered files.
     run_spec = specs.build(

@@ -11,6 +11,7 @@ from tbdkit.analysis import cost
 from tbdkit.cli.common import PriceOpt
 from tbdkit.cli.console import console, err_console
 from tbdkit.core.paths import default_results_dir, existing_results_dir
+from tbdkit.results import outputs
 from tbdkit.results.index import Index
 
 
@@ -34,6 +35,7 @@ def report(
     from tbdkit.report.build import disturbed_text
 
     results = existing_results_dir(results or default_results_dir())  # before anything is written
+    outputs.check_folder(out, "-o")
     html = build_report(results, out, include_disturbed, cost.resolve(price_per_hour))
     index = Index(results)
     index.runs()

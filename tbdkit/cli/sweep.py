@@ -222,7 +222,7 @@ def sweep(
     }
     parse(fields)  # the whole grid is valid before anything installs or runs
     if data != "synthetic":
-        catalog.load_module(m, "data").check_source(data, m.hp(preset))
+        catalog.check_source(m, data, m.hp(preset))
     if launcher == "docker":
         from tbdkit.launch import docker as docker_launch
 

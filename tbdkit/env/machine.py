@@ -10,9 +10,10 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psutil
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import tbdkit
 from tbdkit.core.paths import KIT_ROOT
@@ -204,7 +205,20 @@ def framework_build() -> dict[str, Any] | None:
 
 
 CALIBRATION_FILE = "calibration.json"  # written by `tbdkit calibrate` (tbdkit.calibrate.record)
-CALIBRATION_SEARCH_UP = 3  # a run folder (or a worker's, deeper) finds its results folder's calibration
+Verdict = Literal["trusted", "off", "unsupported"]
+
+
+class CalibrationFile(BaseModel):
+    """What a run reads of its results folder's calibration.json (tbdkit.calibrate.record writes it)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: Literal["tbdkit-calibration"] = "tbdkit-calibration"
+    time_utc: str | None = None
+    device: str | None = None
+    quick: bool | None = None
+    machine: dict[str, Any]
+    verdicts: dict[str, Verdict] = Field(default_factory=dict)
 
 
 def machine_identity() -> dict[str, Any]:
@@ -219,32 +233,41 @@ def machine_identity() -> dict[str, Any]:
     }
 
 
-def calibration(run_dir: Path) -> dict[str, Any]:
-    """What env.json says of this machine's calibration: the file, its time and per-metric verdicts,
-    when the nearest calibration.json above `run_dir` was made on this very machine."""
-    here = machine_identity()
-    for folder in [run_dir, *run_dir.parents][: CALIBRATION_SEARCH_UP + 1]:
-        path = folder / CALIBRATION_FILE
-        if not path.is_file():
-            continue
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            return {"calibrated": False, "path": str(path), "reason": f"unreadable: {exc}"}
-        if doc.get("machine") != here:
-            return {
-                "calibrated": False,
-                "path": str(path),
-                "reason": "calibration.json was made on another machine (identity differs); run tbdkit calibrate here",
-            }
+def calibration(results_dir: Path) -> dict[str, Any]:
+    """What env.json says of this machine's calibration: the results folder's own calibration.json
+    (never one above it), its time and per-metric verdicts, when it was made on this very machine."""
+    path = results_dir / CALIBRATION_FILE
+    if not path.is_file():
         return {
-            "calibrated": True,
-            "path": str(path.resolve()),
-            "time_utc": doc.get("time_utc"),
-            "device": doc.get("device"),
-            "verdicts": doc.get("verdicts") or {},
+            "calibrated": False,
+            "reason": "no calibration.json in the results folder; run tbdkit calibrate",
         }
-    return {"calibrated": False, "reason": "no calibration.json in the results folder; run tbdkit calibrate"}
+    try:
+        doc = CalibrationFile.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        return {"calibrated": False, "path": str(path), "reason": f"unreadable: {exc.strerror or exc}"}
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])[:80] or "the file"
+        return {
+            "calibrated": False,
+            "path": str(path),
+            "reason": f"calibration.json is not one tbdkit calibrate writes ({where}: {err['msg']}); run tbdkit "
+            "calibrate again",
+        }
+    if doc.machine != machine_identity():
+        return {
+            "calibrated": False,
+            "path": str(path),
+            "reason": "calibration.json was made on another machine (identity differs); run tbdkit calibrate here",
+        }
+    return {
+        "calibrated": True,
+        "path": str(path.resolve()),
+        "time_utc": doc.time_utc,
+        "device": doc.device,
+        "verdicts": dict(doc.verdicts),
+    }
 
 
 def lock_state() -> dict[str, Any]:
@@ -256,7 +279,8 @@ def lock_state() -> dict[str, Any]:
         return {"name": None, "digest": None, "differences": None, "reason": f"{type(exc).__name__}: {exc}"}
 
 
-def collect(framework_env: dict[str, Any], seed: int, run_dir: Path | None = None) -> dict[str, Any]:
+def collect(framework_env: dict[str, Any], seed: int, results_dir: Path | None = None) -> dict[str, Any]:
+    """env.json; `results_dir`: the results folder whose calibration.json names this machine's calibration."""
     mem = psutil.virtual_memory()
     return {
         "kit": {"version": tbdkit.__version__, "root": str(KIT_ROOT), "git": git_state()},
@@ -284,7 +308,7 @@ def collect(framework_env: dict[str, Any], seed: int, run_dir: Path | None = Non
         "seed": seed,
         "packages": packages(),
         "lock": lock_state(),
-        "calibration": calibration(run_dir)
-        if run_dir is not None
-        else {"calibrated": False, "reason": "no run folder given, so no results folder to look in"},
+        "calibration": calibration(results_dir)
+        if results_dir is not None
+        else {"calibrated": False, "reason": "no results folder given, so no calibration to look for"},
     }

@@ -9,7 +9,10 @@ search's probes) holds the RUN_FILES at its top; a data-parallel job adds worker
 from __future__ import annotations
 
 import re
-from pathlib import PurePosixPath
+from pathlib import PurePath, PurePosixPath
+from typing import TypeVar
+
+P = TypeVar("P", bound=PurePath)
 
 SPEC = "spec.json"  # the RunSpec (launchers)
 ENV = "env.json"  # machine, framework and kit versions (agent)
@@ -50,6 +53,9 @@ RUN_FILES: frozenset[str] = frozenset(
         MLLOG,
     }
 )
+# A run's timelines, which can be large: a bundle carries one above a size as <name>.gz (tbdkit.artifact).
+TRACES: frozenset[str] = frozenset({TRACE, PROFILER_TRACE})
+COMPRESSED_TRACES: frozenset[str] = frozenset(f"{name}.gz" for name in TRACES)
 WORKERS = "workers"
 _NODE_LOG = re.compile(r"(node|rank|server)[0-9]+\.log|scheduler\.log")  # netns nodes; TF/MXNet roles
 _RANK_DIR = re.compile(r"rank[0-9]+")
@@ -63,15 +69,31 @@ def is_run_file(relative: PurePosixPath) -> bool:
     """Whether `relative` (a path inside a run folder) names a file the kit writes there."""
     parts = relative.parts
     if len(parts) == 1:
-        return parts[0] in RUN_FILES
+        return parts[0] in RUN_FILES or parts[0] in COMPRESSED_TRACES
     if parts[0] != WORKERS:
         return False
     if len(parts) == 2:
         return bool(_NODE_LOG.fullmatch(parts[1]))
-    return len(parts) == 3 and bool(_RANK_DIR.fullmatch(parts[1])) and parts[2] in RUN_FILES
+    return (
+        len(parts) == 3
+        and bool(_RANK_DIR.fullmatch(parts[1]))
+        and (parts[2] in RUN_FILES or parts[2] in COMPRESSED_TRACES)
+    )
 
 
 def is_worker_dir(relative: PurePosixPath) -> bool:
     """Whether `relative` (inside a run folder) is workers/ or one of its workers/rank<N>/."""
     parts = relative.parts
     return parts == (WORKERS,) or (len(parts) == 2 and parts[0] == WORKERS and bool(_RANK_DIR.fullmatch(parts[1])))
+
+
+def results_folder_of(run_dir: P) -> P:
+    """The results folder a run folder belongs to, by the layout alone (never by looking upward for
+    a file): results/<run-id>/, results/sweeps/<sweep-id>/probes/<run-id>/, and a worker's
+    <run folder>/workers/rank<N>/."""
+    run = run_dir
+    if _RANK_DIR.fullmatch(run.name) and run.parent.name == WORKERS:
+        run = run.parent.parent
+    if run.parent.name == PROBES and run.parent.parent.parent.name == SWEEPS:
+        return run.parent.parent.parent.parent
+    return run.parent

@@ -150,3 +150,16 @@ def load_module(model: Model, part: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def check_source(model: Model, path: str, hp: dict[str, Any], full: bool = False) -> str:
+    """The model's data reader's check of a dataset folder (what it found, in words); a file it may not
+    read (permissions, a name too long, /proc's entries) is one sentence naming it, not a traceback."""
+    try:
+        return str(load_module(model, "data").check_source(path, hp, **({"full": True} if full else {})))
+    except OSError as exc:
+        where = exc.filename if exc.filename is not None else path
+        raise UserError(
+            f"Reading the dataset at {path} failed on {str(where)[:200]} ({exc.strerror or exc}): pass a folder "
+            "holding the dataset, every file of it readable by you."
+        ) from None

@@ -11,19 +11,76 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tbdkit.core.errors import UserError
 from tbdkit.env.stacks import KNOWN_FRAMEWORKS
 from tbdkit.spec import catalog
 
 Precision = Literal["fp32", "tf32", "amp"]
-_RATE = re.compile(r"^[1-9][0-9]*(kbit|mbit|gbit)$")
+_RATE = re.compile(r"^[1-9][0-9]{0,8}(kbit|mbit|gbit)$")
+_RATE_UNITS = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 Preset = Literal["smoke", "paper", "converge"]  # converge: train to a quality target (tbdkit/agent/converge.py)
 Launcher = Literal["native", "docker", "netns"]  # netns: several "machines" as network namespaces here
-_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:[0-9]{1,6})?)$")
+# Validation context: a spec recorded by a run (a bundle's spec.json) is checked without asking whether
+# its dataset path exists here (the run read it where it ran).
+RECORDED = "recorded"
 # Every framework and NumPy take a seed in [0, 2**31 - 1] (a worker adds its rank: still below 2**32).
 SEED_MAX = 2**31 - 1
+
+# The bounds of every field a spec (or a bundle's spec.json) can set: a run here never asks for more
+# than a careful user would type. Each bound's sentence (why it is there) is in BOUNDS below.
+MAX_PHASE_S = 3600.0  # a warm-up cap and a window cap: an hour each
+MAX_ITERATIONS = 1_000_000
+MAX_WARMUP_WINDOW = 10_000
+MIN_SAMPLE_INTERVAL_S, MAX_SAMPLE_INTERVAL_S = 0.01, 60.0
+MAX_SYNTHETIC_POOL = 1024
+MAX_BATCH = 65_536
+MAX_MEMORY_LIMIT_MB = 2**24  # 16 TiB
+MAX_NODES = MAX_GPUS_PER_NODE = 64
+MAX_CPUS = 4096
+MAX_CUDA_INDEX = 63
+MIN_LINK_BITS, MAX_LINK_BITS = 1_000, 400 * 10**9  # 1kbit to 400gbit
+WORKERS_PER_CORE = 2  # a data-parallel job on the CPU: at most this many worker processes per core
+BOUNDS: dict[str, str] = {
+    "max_warmup_s": f"a warm-up cap is a number of seconds above 0 and at most {MAX_PHASE_S:.0f}, an hour (the "
+    "paper preset's is 120)",
+    "max_measure_s": f"a sample window's cap is a number of seconds above 0 and at most {MAX_PHASE_S:.0f}, an hour "
+    "(the paper preset's is 180)",
+    "min_warmup_iterations": f"must be a whole number from 1 to {MAX_ITERATIONS:,}",
+    "max_warmup_iterations": f"must be a whole number from 1 to {MAX_ITERATIONS:,}",
+    "min_measure_iterations": f"must be a whole number from 2 to {MAX_ITERATIONS:,}",
+    "max_measure_iterations": f"must be a whole number from 2 to {MAX_ITERATIONS:,}",
+    "warmup_window": f"must be a whole number of iterations from 2 to {MAX_WARMUP_WINDOW:,}",
+    "warmup_tolerance": "must be a fraction above 0 and below 1, e.g. 0.05",
+    "target_ci": "must be a fraction above 0 and below 1, e.g. 0.01",
+    "sample_interval_s": f"the collectors sample every {MIN_SAMPLE_INTERVAL_S} to {MAX_SAMPLE_INTERVAL_S:.0f} s "
+    "(faster than 10 ms the sampling itself becomes the load it measures)",
+    "synthetic_pool": f"must be a whole number of batches from 1 to {MAX_SYNTHETIC_POOL} (the synthetic batches "
+    "are all held in memory)",
+    "foreign_cpu_limit": f"must be a number of cores above 0 and at most {MAX_CPUS}",
+    "batch_size": f"a batch size is a whole number from 1 to {MAX_BATCH:,} (per worker)",
+    "batches": f"batch sizes are whole numbers from 1 to {MAX_BATCH:,} or 'max', at most 64 of them",
+    "max_batch_limit": f"the max-batch search's limit is a whole number from 1 to {MAX_BATCH:,}",
+    "memory_limit_mb": f"a memory cap is a whole number of MiB from 1 to {MAX_MEMORY_LIMIT_MB:,} (16 TiB)",
+    "nodes": f"a job has 1 to {MAX_NODES} nodes",
+    "gpus_per_node": f"a node has 1 to {MAX_GPUS_PER_NODE} GPUs (workers)",
+    "cpus": f"a run is given 1 to {MAX_CPUS} cores",
+    "repeat": "a grid point runs 1 to 100 times",
+    "retry_disturbed": "a disturbed point is retried 0 to 10 times",
+    "cv_limit": "must be a fraction above 0 and below 1, e.g. 0.05",
+    "frameworks": "one to 16 frameworks",
+    "precisions": "one to 16 precisions, each fp32, tf32 or amp",
+}
 
 
 # The models whose TensorFlow step divides its loss by the replicas (workloads/_shared/keras_classifier.py),
@@ -34,6 +91,12 @@ TF_DATA_PARALLEL_MODELS = frozenset({"inception_v3", "resnet50"})
 # replica (workloads/_shared/keras_classifier.py, gluon_classifier.py).
 ONE_PROCESS_MODELS = TF_DATA_PARALLEL_MODELS
 ONE_PROCESS_FRAMEWORKS = ("tensorflow", "mxnet")
+
+
+def link_bits(rate: str) -> int:
+    """A tc rate such as 100mbit in bits per second."""
+    unit = rate[-4:]
+    return int(rate[:-4]) * _RATE_UNITS[unit]
 
 
 class MeasurePolicy(BaseModel):
@@ -48,22 +111,23 @@ class MeasurePolicy(BaseModel):
     (relative) with at least `min_measure_iterations`, or a time or iteration cap is hit.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    min_warmup_iterations: int = Field(100, ge=1)
-    warmup_window: int = Field(50, ge=2)
+    min_warmup_iterations: int = Field(100, ge=1, le=MAX_ITERATIONS)
+    warmup_window: int = Field(50, ge=2, le=MAX_WARMUP_WINDOW)
     warmup_tolerance: float = Field(0.05, gt=0, lt=1)
-    max_warmup_s: float = Field(120.0, gt=0)
-    max_warmup_iterations: int = Field(5000, ge=1)
+    max_warmup_s: float = Field(120.0, gt=0, le=MAX_PHASE_S)
+    max_warmup_iterations: int = Field(5000, ge=1, le=MAX_ITERATIONS)
     target_ci: float = Field(0.01, gt=0, lt=1)
-    min_measure_iterations: int = Field(10, ge=2)
-    max_measure_s: float = Field(180.0, gt=0)
-    max_measure_iterations: int = Field(2000, ge=2)
-    sample_interval_s: float = Field(0.5, gt=0)
-    synthetic_pool: int = Field(8, ge=1)
+    min_measure_iterations: int = Field(10, ge=2, le=MAX_ITERATIONS)
+    max_measure_s: float = Field(180.0, gt=0, le=MAX_PHASE_S)
+    max_measure_iterations: int = Field(2000, ge=2, le=MAX_ITERATIONS)
+    sample_interval_s: float = Field(0.5, ge=MIN_SAMPLE_INTERVAL_S, le=MAX_SAMPLE_INTERVAL_S)
+    synthetic_pool: int = Field(8, ge=1, le=MAX_SYNTHETIC_POOL)
     foreign_cpu_limit: float = Field(
         0.25,
         gt=0,
+        le=MAX_CPUS,
         description="core-equivalents of other processes' CPU time on the "
         "run's cores above which its window is disturbed (tbdkit.agent.disturbance)",
     )
@@ -77,11 +141,11 @@ PRESET_POLICY: dict[str, dict[str, Any]] = {
 
 
 class RunSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str
     framework: str = "pytorch"
-    batch_size: int = Field(gt=0)
+    batch_size: int = Field(gt=0, le=MAX_BATCH)
     precision: Precision = "fp32"
     preset: Preset = "smoke"
     variant: str | None = Field(None, description="one of the model's [setting.<name>] tables, under the preset")
@@ -92,6 +156,7 @@ class RunSpec(BaseModel):
     memory_limit_mb: int | None = Field(
         None,
         gt=0,
+        le=MAX_MEMORY_LIMIT_MB,
         description="cap on the agent's memory growth (its address space above what it holds "
         "once the framework and model are loaded): allocations past it fail as out-of-memory instead of swapping or waking the OOM killer",
     )
@@ -104,8 +169,8 @@ class RunSpec(BaseModel):
     # Data parallelism (paper Sec. IV-E): the per-worker mini-batch is batch_size, fixed; the
     # global batch grows with nodes x gpus_per_node. On CPUs a "GPU" is a worker process.
     # PyTorch: DDP through torchrun; TensorFlow: MultiWorkerMirroredStrategy; MXNet: kvstore dist_sync.
-    nodes: int = Field(1, ge=1, le=64)
-    gpus_per_node: int = Field(1, ge=1, le=64)
+    nodes: int = Field(1, ge=1, le=MAX_NODES)
+    gpus_per_node: int = Field(1, ge=1, le=MAX_GPUS_PER_NODE)
     link_rate: str | None = Field(
         None, description="shape each node's link to this rate with tc (netns launcher), e.g. 1gbit"
     )
@@ -118,6 +183,7 @@ class RunSpec(BaseModel):
     cpus: int | None = Field(
         None,
         ge=1,
+        le=MAX_CPUS,
         description="cores the run is given (split over its workers on this machine): "
         "the frameworks' threads are set from it (tbdkit.env.cpus); None: every core of the "
         "affinity mask and cgroup quota",
@@ -145,8 +211,8 @@ class RunSpec(BaseModel):
     @field_validator("link_rate")
     @classmethod
     def _rate(cls, value: str | None) -> str | None:
-        if value is not None and not _RATE.match(value):
-            raise ValueError("must be a tc rate such as 100mbit, 1gbit or 10gbit")
+        if value is not None and not (_RATE.match(value) and MIN_LINK_BITS <= link_bits(value) <= MAX_LINK_BITS):
+            raise ValueError("must be a tc rate from 1kbit to 400gbit, such as 100mbit, 1gbit or 10gbit")
         return value
 
     @model_validator(mode="after")
@@ -221,14 +287,20 @@ class RunSpec(BaseModel):
     @field_validator("device")
     @classmethod
     def _device(cls, value: str) -> str:
-        if not _DEVICE.match(value):
-            raise ValueError("must be auto, cpu, cuda or cuda:N")
+        if not _DEVICE.match(value) or int(value.partition(":")[2] or 0) > MAX_CUDA_INDEX:
+            raise ValueError(f"must be auto, cpu, cuda or cuda:N (N from 0 to {MAX_CUDA_INDEX})")
         return value
 
     @field_validator("data")
     @classmethod
-    def _data(cls, value: str) -> str:
-        if value != "synthetic" and not Path(value).exists():
+    def _data(cls, value: str, info: ValidationInfo) -> str:
+        if value == "synthetic" or (info.context or {}).get(RECORDED):
+            return value
+        try:
+            exists = Path(value).exists()
+        except OSError as exc:  # a name longer than the file system allows, a path it refuses
+            raise ValueError(f"is neither 'synthetic' nor a path this machine can read ({exc.strerror})") from None
+        if not exists:
             raise ValueError(f"is neither 'synthetic' nor an existing path ({value} does not exist)")
         return value
 
@@ -267,9 +339,11 @@ def build(**fields: Any) -> RunSpec:
     return parse({**fields, "measure": policy})
 
 
-def parse(data: dict[str, Any]) -> RunSpec:
+def parse(data: dict[str, Any], recorded: bool = False) -> RunSpec:
+    """A validated RunSpec or one UserError; `recorded`: a spec a run wrote (its data path is not
+    looked for here)."""
     try:
-        return RunSpec.model_validate(data)
+        return RunSpec.model_validate(data, context={RECORDED: recorded})
     except ValidationError as exc:
         raise UserError(describe_errors(exc)) from None
 
@@ -279,12 +353,55 @@ def load(path: Path) -> RunSpec:
 
 
 def describe_errors(exc: ValidationError) -> str:
-    """One sentence per invalid field, naming it and what it allows."""
+    """One sentence per invalid field, naming it and what it allows (its bound's sentence, BOUNDS)."""
     parts = []
     for err in exc.errors():
-        field = ".".join(str(p) for p in err["loc"])
+        loc = [str(p) for p in err["loc"]]
+        field = ".".join(loc)
         msg = err["msg"].removeprefix("Value error, ")
+        bound = next((BOUNDS[p] for p in reversed(loc) if p in BOUNDS), None)
+        if bound is not None and err["type"] in BOUND_ERRORS:
+            msg = bound
         got = err.get("input")
-        shown = "" if isinstance(got, dict) else f" (got {got!r})"
+        shown = "" if isinstance(got, dict) else f" (got {_shown(got)})"
         parts.append(f"{field}: {msg}{shown}" if field else msg)
     return "Invalid run spec: " + "; ".join(parts) + "."
+
+
+BOUND_ERRORS = frozenset(
+    {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_long", "too_short", "finite_number"}
+)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def fits_here(spec: RunSpec) -> str | None:
+    """Why `spec` cannot run on this machine as it is now (one sentence with the fix), or None: its
+    workers against this machine's cores (on the CPU) or GPUs, its --cpus against the cores this
+    process may use. Checked before a run starts, not in parse: a spec rendered for a cluster is valid."""
+    from tbdkit.env import cpus
+    from tbdkit.env.machine import gpu_count
+
+    why = cpus.check_request(spec.cpus)
+    if why:
+        return why[0].upper() + why[1:]
+    if spec.world_size == 1:
+        return None
+    where = f"{spec.nodes} node(s) x {spec.gpus_per_node} worker(s)"
+    gpus = gpu_count() if spec.device != "cpu" else 0  # the launchers' rule: a worker per GPU where NVML sees GPUs
+    if gpus and spec.world_size > gpus:
+        return (
+            f"{where} need {spec.world_size} GPUs and this machine has {gpus}: use fewer --nodes or "
+            "--gpus-per-node, or --device cpu"
+        )
+    cores = cpus.available()
+    most = WORKERS_PER_CORE * cores
+    if not gpus and spec.processes > most:
+        return (
+            f"{where} are {spec.processes} worker processes on the CPU and this machine gives this process "
+            f"{cores} core(s): at most {most} ({WORKERS_PER_CORE} per core); use fewer --nodes or --gpus-per-node"
+        )
+    return None

@@ -30,12 +30,16 @@ PROBE_MEASURE: dict[str, Any] = {"min_measure_iterations": 2, "max_measure_itera
 
 
 class SweepSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     model: str
-    frameworks: list[str] = Field(min_length=1)
-    batches: list[BatchEntry] = Field(min_length=1, description="batch sizes; 'max' is the largest that fits")
-    precisions: list[specs.Precision] = Field(default_factory=lambda: list[specs.Precision](["fp32"]), min_length=1)
+    frameworks: list[str] = Field(min_length=1, max_length=16)
+    batches: list[BatchEntry] = Field(
+        min_length=1, max_length=64, description="batch sizes; 'max' is the largest that fits"
+    )
+    precisions: list[specs.Precision] = Field(
+        default_factory=lambda: list[specs.Precision](["fp32"]), min_length=1, max_length=16
+    )
     preset: specs.Preset = "smoke"
     repeat: int = Field(1, ge=1, le=100, description="runs per grid point")
     launcher: specs.Launcher = "native"
@@ -50,10 +54,10 @@ class SweepSpec(BaseModel):
         description="a point is unstable when the coefficient of variation "
         "of its throughput across repeats, or of one run's per-iteration throughput, exceeds this",
     )
-    max_batch_limit: int = Field(4096, ge=1, description="the max-batch search stops doubling here")
-    memory_limit_mb: int | None = Field(None, gt=0)
+    max_batch_limit: int = Field(4096, ge=1, le=specs.MAX_BATCH, description="the max-batch search stops doubling here")
+    memory_limit_mb: int | None = Field(None, gt=0, le=specs.MAX_MEMORY_LIMIT_MB)
     measure: dict[str, Any] = Field(default_factory=dict, description="MeasurePolicy overrides")
-    cpus: int | None = Field(None, ge=1, description="cores each run is given (RunSpec.cpus)")
+    cpus: int | None = Field(None, ge=1, le=specs.MAX_CPUS, description="cores each run is given (RunSpec.cpus)")
     pin: bool = Field(False, description="pin each run to its cores (RunSpec.pin)")
     retry_disturbed: int = Field(
         0,
@@ -76,9 +80,9 @@ class SweepSpec(BaseModel):
     @field_validator("batches")
     @classmethod
     def _batches(cls, value: list[BatchEntry]) -> list[BatchEntry]:
-        bad = [b for b in value if isinstance(b, int) and b <= 0]
+        bad = [b for b in value if isinstance(b, int) and not 0 < b <= specs.MAX_BATCH]
         if bad:
-            raise ValueError(f"batch sizes must be positive whole numbers or 'max' (got {bad[0]})")
+            raise ValueError(specs.BOUNDS["batches"])
         return list(dict.fromkeys(value))
 
     @field_validator("frameworks", "precisions")
@@ -165,6 +169,8 @@ def points(sweep: SweepSpec) -> list[Point]:
 
 def parse(data: dict[str, Any]) -> SweepSpec:
     """A validated SweepSpec whose every point is a valid RunSpec, or one UserError."""
+    if not isinstance(data.get("measure", {}), dict):
+        raise UserError("Invalid sweep spec: measure: must be a table of MeasurePolicy fields.")
     try:
         sweep = SweepSpec.model_validate(data)
     except ValidationError as exc:
