@@ -46,9 +46,11 @@ BASE: dict[str, dict[str, str]] = {
                      "build_arg": "A=1"},
     "images lock": {"names": "pytorch"},
     "data prepare": {"model": "deepspeech2", "source": "{work}", "preset": "smoke"},
+    "kick-the-tires": {"device": "cpu", "framework": "pytorch", "results": "{work}/k"},
 }
 # Text parameters not driven here, and why: each would do real work before it printed the text.
-NOT_DRIVEN = {("calibrate", "results"): "the probes run for a minute before the results folder is written"}
+NOT_DRIVEN = {("calibrate", "results"): "the probes run for a minute before the results folder is written",
+              ("kick-the-tires", "results"): "it installs the missing stacks before it names the folder"}
 
 
 def _is_text(annotation: object) -> bool:
