@@ -256,6 +256,58 @@ def test_the_launcher_tree_is_the_run_when_it_is_an_ancestor(monkeypatch):
     assert neighbours.run_root().pid == os.getpid()
 
 
+# The agent of a launcher that is killed once it has made the collector: it waits for the word on stdin,
+# then samples a window and prints the collector's metric.
+ORPHANED_AGENT = """
+import json, sys, time
+from tbdkit.agent.collectors.neighbours import NeighbourCollector
+c = NeighbourCollector(cores=[0])
+print(c.proc.pid, flush=True)
+sys.stdin.readline()
+c.start()
+t = time.process_time()
+while time.process_time() - t < 0.3: pass
+c.sample()
+print(json.dumps(c.stop()["foreign_cpu"]), flush=True)
+"""
+LAUNCHER = """
+import os, subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", sys.argv[1]], env={**os.environ, "TBDKIT_LAUNCHER_PID": str(os.getpid())})
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("reaped", [True, False], ids=["launcher-reaped", "launcher-a-zombie"])
+def test_the_run_tree_falls_back_to_the_agent_when_the_launcher_is_killed(reaped):
+    """The launcher (a real ancestor, named in TBDKIT_LAUNCHER_PID) is killed after the collector took it for
+    the root and before the window starts: the window is measured from the agent's tree, and says so (it
+    was NoSuchProcess and a failed run). Reaped or a zombie, the killed launcher's tree no longer holds the agent."""
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, ORPHANED_AGENT], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+    assert launcher.stdout is not None and launcher.stdin is not None
+    try:
+        assert launcher.stdout.readline().strip() == str(launcher.pid)  # the launcher is the run's root
+        launcher.kill()
+        if reaped:
+            launcher.wait()
+        else:
+            deadline = time.monotonic() + 10
+            while psutil.Process(launcher.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+                time.sleep(0.01)
+        launcher.stdin.write("go\n")
+        launcher.stdin.flush()
+        line = launcher.stdout.readline()
+    finally:
+        launcher.stdin.close()  # an agent still waiting reads the end and goes on
+        launcher.kill()
+        launcher.wait()
+    m = json.loads(line)  # an empty line (the agent's traceback on stderr) fails here
+    assert m["value"] is not None and m["unit"] == "cores", m
+    assert m["note"] == (f"the launcher (pid {launcher.pid}) ended during the window: the run's tree grew from the "
+                         "agent after it")
+    assert m["run_cores_busy"] > 0  # the agent's own 0.3 s of CPU is the run's, not a neighbour's
+
+
 def test_a_disturbed_worker_of_a_job_is_not_a_failed_one(tmp_path):
     """A data-parallel job whose rank 1 was disturbed finished: the launcher keeps rank 0's summary."""
     from tbdkit.launch.workers import name_failed_workers

@@ -150,6 +150,121 @@ def test_a_sweep_killed_mid_run_records_the_attempt_and_a_resume_reports_it(tmp_
     assert resumed.state.recovered[0].endswith("marked ok")
 
 
+def test_a_stop_in_warm_up_s_last_iteration_ends_the_run_before_its_window_starts():
+    """The launcher killed (or Ctrl-C) during the last warm-up iteration: the stop is seen before the window's
+    collectors start (they would look for the launcher, gone by then: NoSuchProcess and a failed run), and the
+    run ends interrupted. Deterministic: the stop comes from inside warm-up's last step."""
+    import itertools
+    from types import SimpleNamespace
+
+    from tbdkit.agent.loop import StopRequested, TrainingLoop
+    from tbdkit.spec.run_spec import MeasurePolicy
+
+    asked = []
+
+    class Adapter:
+        cuda_index = None
+        calls = 0
+
+        def prepare(self, batch):
+            return batch
+
+        def step(self, inputs):
+            self.calls += 1
+            if self.calls == 3:  # warm-up's third and last iteration: the stop comes while it trains
+                asked.append("SIGTERM")
+            return 1.0
+
+        def loss_value(self, loss):
+            return float(loss)
+
+    class Watching:
+        name = "watching"
+        started = 0
+
+        def start(self):
+            self.started += 1
+
+        def sample(self):
+            return {}
+
+        def stop(self):
+            return {}
+
+    watching = Watching()
+    policy = MeasurePolicy(min_warmup_iterations=3, warmup_window=2, max_warmup_iterations=3, min_measure_iterations=2)
+    loop = TrainingLoop(Adapter(), itertools.repeat(SimpleNamespace(samples=1, work=1.0)), policy, lambda: bool(asked),
+                        collectors=[watching])
+    loop.warm_up()
+    assert loop.result.warmup["iterations"] == 3 and asked == ["SIGTERM"]
+    with pytest.raises(StopRequested):
+        loop.measure()
+    assert watching.started == 0 and len(loop.result.iterations) == 3
+
+
+# A sweep process whose runs train until told on stdin: it owns the sweep meanwhile.
+LIVE_SWEEP = """
+import json, sys
+from tbdkit.bench.sweep import RunResult, SweepRun
+from tbdkit.spec.sweep_spec import parse
+
+def runner(run_spec, where, probe):
+    run_dir = where / f"run-b{run_spec.batch_size}"
+    run_dir.mkdir(parents=True)
+    sweep.run_dir_created(run_dir)
+    print("training", run_dir.name, flush=True)
+    sys.stdin.readline()
+    summary = {"run_id": run_dir.name, "status": "ok", "model": "deepspeech2", "framework": "pytorch",
+               "batch_size": run_spec.batch_size, "metrics": {"throughput": {"value": 3.5, "unit": "audio_s/s"}}}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    return RunResult("ok", run_dir.name, run_dir, summary)
+
+sweep = SweepRun(parse(json.loads(sys.argv[1])), runner)
+sweep.run()
+"""
+
+
+def test_a_second_sweep_of_a_live_sweep_is_refused_and_leaves_its_run_alone(tmp_path):
+    """Two processes on one sweep: the second is refused in one sentence while the first lives (it
+    used to mark the first's live run killed and train its point again); once the first ends, the
+    sweep is free again."""
+    import subprocess
+    import sys
+
+    from tbdkit.cli.sweep import run_sweep
+
+    fields = {"model": "deepspeech2", "frameworks": ["pytorch"], "batches": [2, 4], "precisions": ["fp32"],
+              "device": "cpu", "results": str(tmp_path / "results")}
+    live = subprocess.Popen([sys.executable, "-c", LIVE_SWEEP, json.dumps(fields)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert live.stdout is not None and live.stdin is not None
+        assert live.stdout.readline().split() == ["training", "run-b2"]
+        state = sweep_spec(tmp_path).state_dir() / "sweep.json"
+        before = state.read_bytes()
+        refusal = rf"The sweep {sweep_spec(tmp_path).sweep_id()} is already running in another process \(pid {live.pid}\): "
+        with pytest.raises(UserError, match=refusal + "wait for it to end or stop it, then run the same command again"):
+            SweepRun(sweep_spec(tmp_path))
+        with pytest.raises(UserError, match=refusal):  # what `tbdkit sweep` runs, before it prints a note
+            run_sweep(sweep_spec(tmp_path), "audio_s/s")
+        assert state.read_bytes() == before
+        attempt = json.loads(before)["points"]["pytorch/fp32/b2/r0"]["attempts"]
+        assert [(a["run_id"], a["status"]) for a in attempt] == [("run-b2", "running")]
+        live.stdin.write("\n")
+        live.stdin.flush()
+        assert live.stdout.readline().split() == ["training", "run-b4"]
+        live.stdin.write("\n")
+        live.stdin.close()
+        assert live.wait(timeout=60) == 0
+    finally:
+        live.kill()
+        live.wait()
+    after = SweepRun(sweep_spec(tmp_path))  # the owner is gone: the sweep is free, nothing was recovered
+    assert after.state.recovered == []
+    assert [len(p["attempts"]) for p in after.state.points.values()] == [1, 1]
+    assert {p["status"] for p in after.state.points.values()} == {"ok"}
+
+
 @pytest.mark.slow
 def test_a_real_agent_killed_by_sigkill_keeps_its_iterations(tmp_path):
     """deepspeech2 (smoke, CPU) through the native launcher; SIGKILL to the agent once it measures."""

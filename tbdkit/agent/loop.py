@@ -166,6 +166,14 @@ class TrainingLoop:
             raise StopRequested()
         return decided
 
+    def _stop_point(self) -> None:
+        """Raises StopRequested if the run was asked to stop (on any worker: agreed, as every decision is)."""
+        if self.agree is None:
+            if self.stop_requested():
+                raise StopRequested()
+        else:
+            self._decide()
+
     def _one(self, phase: str) -> Iteration:
         if self.agree is None and self.stop_requested():
             raise StopRequested()
@@ -247,6 +255,9 @@ class TrainingLoop:
         events.emit("warmup_done", **self.result.warmup)
 
     def measure(self) -> Estimate:
+        # A stop that came during warm-up's last iteration (a Ctrl-C, the launcher killed) ends the run here,
+        # before the window and its collectors start (they would look for a launcher that may be gone).
+        self._stop_point()
         p = self.policy
         events.emit("phase", phase="measuring", cap_s=p.max_measure_s, target_ci=p.target_ci)
         first = len(self.result.iterations)

@@ -74,7 +74,7 @@ def resolve_auto_preset(device: str, frameworks: list[str], launcher: str) -> st
     if blind:
         for fw, why in blind.items():
             err_console.print(
-                f"[yellow]{fw} sees no GPU ({why}): --preset auto runs the smoke preset[/]", highlight=False
+                f"{fw} sees no GPU ({why}): --preset auto runs the smoke preset", style="yellow", highlight=False
             )
         return "smoke"
     if any(n is None for n, _ in answers.values()):  # a stack not installed yet: the host's GPUs decide

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tbdkit.cli.console import RunProgress, make_progress
+from tbdkit.cli.console import RunProgress, make_progress, styled
 from tbdkit.core.errors import UserError
 from tbdkit.results.index import Index
 from tbdkit.spec import run_spec as specs
@@ -34,15 +34,15 @@ def run_all(
             index.add(outcome.run_dir)
             summaries.append(summary)
             if outcome.status == "interrupted":
-                progress.console.print("[yellow]interrupted: the remaining runs were not started[/]")
+                progress.console.print("interrupted: the remaining runs were not started", style="yellow")
                 break
             if outcome.status == "disturbed":
                 progress.console.print(
-                    f"[yellow]{label}: disturbed[/]: " + "; ".join(summary.get("disturbed_reasons") or []),
+                    styled("[yellow]{}: disturbed[/]: {}", label, "; ".join(summary.get("disturbed_reasons") or [])),
                     highlight=False,
                 )
             elif outcome.status != "ok":
                 progress.console.print(
-                    f"[red]{label}: {outcome.status}[/]: {outcome.summary.get('error')}", highlight=False
+                    styled("[red]{}: {}[/]: {}", label, outcome.status, outcome.summary.get("error")), highlight=False
                 )
     return summaries

@@ -11,13 +11,20 @@ directories already on disk are only read, never written.
 
 Probes of the max-batch search are short runs kept in results/sweeps/<sweep-id>/probes/ so they
 never enter the results index beside the measured points.
+
+One process at a time owns a sweep: it holds an advisory lock (flock) on results/sweeps/<sweep-id>/sweep.lock
+from reading the state until its run ends. A second `tbdkit sweep` of the same grid is refused while the
+first lives (it would take the first's live run for one killed and run its point again); the kernel drops
+the lock when its owner dies, kill -9 included, so a killed sweep resumes as before.
 """
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
+import fcntl
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +40,7 @@ from tbdkit.spec.run_spec import RunSpec
 from tbdkit.spec.sweep_spec import MAX, Point, SweepSpec, points
 
 FORMAT = "tbdkit-sweep/1"
+LOCK = "sweep.lock"  # beside sweep.json: flock'ed by the process that runs the sweep (sweep.json is replaced whole)
 # Statuses a rerun keeps (a disturbed run kept its numbers; `retry_disturbed` re-runs it at once); every
 # other status is retried.
 FINAL = {*MEASURED, "oom"}
@@ -223,11 +231,53 @@ def _saved_state(path: Path) -> dict[str, Any]:
     return data
 
 
+_OWNED: dict[Path, int] = {}  # lock file -> the descriptor whose flock makes this process the sweep's owner
+
+
+def own(state_dir: Path, sweep_id: str) -> None:
+    """Make this process the owner of the sweep whose state is in `state_dir`, or a UserError naming the
+    live process that owns it. Held until disown() or the process's end (any end: the kernel drops it)."""
+    from tbdkit.core.errors import UserError
+
+    path = (state_dir / LOCK).absolute()
+    if path in _OWNED:
+        return
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by the runs it starts
+    except OSError as exc:
+        raise UserError(
+            f"The sweep's folder {state_dir} cannot be written ({exc.strerror or exc}): give --results a folder "
+            "you can write to."
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        owner = os.pread(fd, 64, 0).decode(errors="replace").split()
+        os.close(fd)
+        raise UserError(
+            f"The sweep {sweep_id} is already running in another process"
+            + (f" (pid {owner[0]})" if owner and owner[0].isdigit() else "")
+            + ": wait for it to end or stop it, then run the same command again to resume the sweep."
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()} {_now()}\n".encode(), 0)  # who owns it, for the refusal above
+    _OWNED[path] = fd
+
+
+def disown(state_dir: Path) -> None:
+    """This process is done with the sweep: another may run it now."""
+    fd = _OWNED.pop((state_dir / LOCK).absolute(), None)
+    if fd is not None:
+        os.close(fd)  # closing the descriptor drops its flock
+
+
 class SweepState:
     def __init__(self, sweep: SweepSpec) -> None:
         self.sweep = sweep
         self.dir = sweep.state_dir()
         self.path = self.dir / runfiles.SWEEP_STATE
+        own(self.dir, sweep.sweep_id())  # before reading: a live owner's `running` attempt is not a killed one
         if self.path.is_file():
             self.data = _saved_state(self.path)
             self.data["spec"] = sweep.model_dump(mode="json")
@@ -353,6 +403,12 @@ class SweepRun:
 
     def run(self) -> dict[str, Any]:
         assert self.runner is not None, "SweepRun needs a runner"
+        try:
+            return self._run()
+        finally:
+            disown(self.state.dir)
+
+    def _run(self) -> dict[str, Any]:
         self.state.regroup()
         self.state.save()
         for p in points(self.sweep):

@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from tbdkit.artifact import bundle as artifact
 from tbdkit.artifact import doc as artifact_doc
 from tbdkit.artifact import plan as reproduce_plan
-from tbdkit.cli.console import console, err_console
+from tbdkit.cli.console import console, err_console, styled
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import default_results_dir, existing_results_dir
 from tbdkit.results import files as runfiles
@@ -46,26 +45,22 @@ def bundle(
         f"report: {report['path'] if report['included'] else 'not included: ' + report['reason']}", highlight=False
     )
     if manifest["guide"]:
-        console.print(f"guide for reviewers: {artifact.PREFIX}/{manifest['guide']}", highlight=False, markup=False)
+        console.print(f"guide for reviewers: {artifact.PREFIX}/{manifest['guide']}", highlight=False)
     for item in manifest["missing"]:
-        console.print(f"[yellow]missing[/]: {escape(item['path'])}: {escape(item['reason'])}", highlight=False)
+        console.print(styled("[yellow]missing[/]: {}: {}", item["path"], item["reason"]), highlight=False)
     for broken in manifest["broken_runs"]:
-        console.print(
-            f"[yellow]not packed[/]: run {escape(broken['run'])}: {escape(broken['reason'])}", highlight=False
-        )
+        console.print(styled("[yellow]not packed[/]: run {}: {}", broken["run"], broken["reason"]), highlight=False)
     excluded = manifest["excluded"]
     for item in excluded[:SHOWN]:
-        console.print(f"left out: {item['path']}: {item['reason']}", highlight=False, markup=False)
+        console.print(f"left out: {item['path']}: {item['reason']}", highlight=False)
     if len(excluded) > SHOWN:
         console.print(
             f'left out: {len(excluded) - SHOWN} more (every one in the manifest\'s "excluded")',
             highlight=False,
-            markup=False,
         )
     console.print(
         "this machine's paths and host name are replaced by placeholders (the manifest's \"placeholders\")",
         highlight=False,
-        markup=False,
     )
 
 
@@ -105,7 +100,7 @@ def reproduce(
         )
     for m in mismatches:
         (err_console if as_json else console).print(
-            f"[yellow]another lock[/]: run {escape(m['run'])}: {escape(lock_mismatch_text([m], shown=20))}",
+            styled("[yellow]another lock[/]: run {}: {}", m["run"], lock_mismatch_text([m], shown=20)),
             highlight=False,
         )
     planned = reproduce_plan.plan(recorded, run_specs)  # every run fits this machine before anything is asked
@@ -153,7 +148,7 @@ def reproduce(
 
 
 def plan_table(planned: reproduce_plan.Plan, title: str) -> Table:
-    table = Table(title=f"reproducing {escape(title)}: the plan")
+    table = Table(title=f"reproducing {title}: the plan")
     for col in (
         "recorded run",
         "model",
@@ -171,7 +166,7 @@ def plan_table(planned: reproduce_plan.Plan, title: str) -> Table:
     for r in planned.runs:
         s = r.spec
         table.add_row(
-            escape(r.recorded_run),
+            r.recorded_run,
             s.model,
             s.framework,
             str(s.batch_size),
@@ -179,11 +174,11 @@ def plan_table(planned: reproduce_plan.Plan, title: str) -> Table:
             str(s.world_size),
             s.launcher,
             s.device,
-            escape(s.data),
+            s.data,
             r.caps_text,
             "—" if r.recorded_wall_s is None else f"{r.recorded_wall_s:,.0f} s",
         )
-    table.caption = escape(planned.total_text())
+    table.caption = planned.total_text()
     return table
 
 

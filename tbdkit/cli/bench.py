@@ -20,7 +20,7 @@ from tbdkit.bench.plan import (
 )
 from tbdkit.bench.run_list import run_all
 from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, ResultsOpt, check_cpus, cost_table
-from tbdkit.cli.console import console, convergence_table, results_table
+from tbdkit.cli.console import console, convergence_table, results_table, styled
 from tbdkit.core.paths import default_results_dir
 from tbdkit.env import stacks
 from tbdkit.results.summary import MEASURED
@@ -178,9 +178,9 @@ def list_models() -> None:
         cells = []
         for fw in stacks.KNOWN_FRAMEWORKS:
             if fw not in m.frameworks:
-                cells.append("[dim]—[/]")
+                cells.append(styled("[dim]—[/]"))
             else:
-                cells.append("[green]installed[/]" if stacks.is_installed(fw) else "[yellow]not installed[/]")
+                cells.append(styled("[green]installed[/]" if stacks.is_installed(fw) else "[yellow]not installed[/]"))
         presets = ", ".join(f"{p} ({m.default_batch(p)})" for p in m.presets)
         table.add_row(m.name, m.info.get("application", ""), m.throughput_unit, *cells, presets)
     console.print(table)

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tbdkit.cli.console import console
+from tbdkit.cli.console import console, styled
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import default_results_dir
 
@@ -51,7 +51,9 @@ def calibrate(
         table.add_column(col, overflow="fold")
     for p in probes:
         color = {"trusted": "green", "off": "red"}.get(p.status, "yellow")
-        table.add_row(p.instrument, p.probe, _fmt(p.expected), _fmt(p.measured), p.unit, f"[{color}]{p.verdict}[/]")
+        table.add_row(
+            p.instrument, p.probe, _fmt(p.expected), _fmt(p.measured), p.unit, styled(f"[{color}]{{}}[/]", p.verdict)
+        )
     console.print(table)
     busy = next((p.details for p in probes if "background_load_pct" in p.details), {})
     console.print(

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tbdkit.cli.console import err_console
+from tbdkit.cli.console import err_console, styled
 from tbdkit.core.errors import UserError
 from tbdkit.spec import catalog
 
@@ -64,7 +64,7 @@ def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
                 exc = UserError(too_long)
             if not isinstance(exc, UserError) and not catalog.is_data_error(exc):
                 raise
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            err_console.print(styled("[bold red]error:[/] {}", exc), highlight=False)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -83,7 +83,6 @@ PriceOpt = Annotated[
 def cost_table(summaries: list[dict[str, Any]], results: Path, prices: Any) -> Any:
     """Cost per million samples and cost of each run at the prices given (tbdkit.analysis.cost), as a table;
     the price (where from, when given) in its caption, or per row when devices have their own."""
-    from rich.markup import escape
     from rich.table import Table
 
     from tbdkit.analysis import cost
@@ -101,7 +100,7 @@ def cost_table(summaries: list[dict[str, Any]], results: Path, prices: Any) -> A
         price = cost.price_of(prices, device)
         c = cost.costs(s, price)
         cells = [
-            "—" if m["value"] is None else f"{m['value']:,.4g} {m['unit'].split('/')[0]}"
+            "—" if m["value"] is None else f"{m['value']:,.4g} {m['unit'].removesuffix('/1M samples')}"
             for m in (c["cost_per_million_samples"], c["run_cost"])
         ]
         rows.append((s, device, cells, price.text if price else str(c["run_cost"]["reason"])))
@@ -111,13 +110,13 @@ def cost_table(summaries: list[dict[str, Any]], results: Path, prices: Any) -> A
         table.add_column(col, justify="right" if col in ("batch", "per 1M samples", "this run") else "left")
     for s, device, cells, price_text in rows:
         table.add_row(
-            escape(str(s.get("framework"))),
+            str(s.get("framework")),
             str(s.get("batch_size")),
-            escape(device),
+            device,
             *cells,
-            *(() if one_price else (escape(price_text),)),
+            *(() if one_price else (price_text,)),
         )
     table.caption = (
-        f"at {escape(rows[0][3])}; " if one_price and rows else ""
+        f"at {rows[0][3]}; " if one_price and rows else ""
     ) + "samples: the model's sample unit; a run's cost covers its whole wall time (setup included)"
     return table

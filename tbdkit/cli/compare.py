@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from tbdkit.analysis import compare as comparing
@@ -84,22 +83,22 @@ def compare(
         for side in sides:
             table.add_row(
                 tag,
-                escape(side.label),
-                f"{side.throughput:,.4g} {escape(side.unit)}",
+                side.label,
+                f"{side.throughput:,.4g} {side.unit}",
                 f"{side.ci95_relative:.2%}",
-                escape(side.source),
+                side.source,
             )
     console.print(table)
     style = {"faster": "green", "slower": "red"}.get(result.verdict, "cyan")
-    console.print(f"[bold {style}]{escape(result.sentence())}[/]")
-    console.print(f"[dim]{escape(result.method)}[/]")
+    console.print(result.sentence(), style=f"bold {style}")
+    console.print(result.method, style="dim")
     if result.unlike:
-        console.print("[yellow]Compared with --force although unlike:[/]")
+        console.print("Compared with --force although unlike:", style="yellow")
     rows = result.unlike + result.differences
     if rows:
         diff = Table(title="What differs")
         for col in ("field", "A", "B"):
             diff.add_column(col, overflow="fold")
         for name, va, vb in rows:
-            diff.add_row(escape(name), escape(str(va)), escape(str(vb)))
+            diff.add_row(str(name), str(va), str(vb))
         console.print(diff)

@@ -1,17 +1,43 @@
-"""Rich rendering for the CLI: the live progress of runs and the results tables."""
+"""Rich rendering for the CLI: the live progress of runs and the results tables.
+
+Every string these consoles print is shown as it is: a model, a folder's name, a run's field or an error
+sentence quoting what the user typed is never read as Rich markup (`[/x]` would crash, `[draft]` vanish) or
+as an emoji code. The kit's own colours are the one exception, and come only from styled(), which fills a
+template of the kit's markup with values escaped.
+"""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.status import Status
 from rich.table import Table
+from rich.text import Text
 
-console = Console(width=None if sys.stdout.isatty() else 160)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+
+class PlainConsole(Console):
+    """A console on which a string is text: no markup, no emoji codes, in lines, tables (their titles and
+    cells) and the spinner of status() alike."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(markup=False, emoji=False, **kwargs)
+
+    def status(self, status: RenderableType, **kwargs: Any) -> Status:
+        return super().status(Text(status) if isinstance(status, str) else status, **kwargs)  # a spinner reads markup
+
+
+def styled(template: str, *values: object) -> Text:
+    """The kit's own markup in `template` (e.g. "[red]{}: {}[/]") with each `{}` filled by a value shown as
+    it is, whatever it holds."""
+    return Text.from_markup(template.format(*(escape(str(v)) for v in values)))
+
+
+console = PlainConsole(width=None if sys.stdout.isatty() else 160)
+err_console = PlainConsole(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 PHASE_LABEL = {"setup": "setup", "warmup": "warm-up", "measuring": "measuring"}
 
@@ -47,9 +73,7 @@ class RunProgress:
                 f"({event['seconds']:.1f} s, {event['end_reason']})"
             )
         elif kind == "warning":  # the launcher's one sentence (e.g. where a refused summary was kept)
-            self.progress.console.print(
-                f"  {self.label}: [yellow]{escape(str(event.get('message')))}[/]", highlight=False
-            )
+            self.progress.console.print(styled("  {}: [yellow]{}[/]", self.label, event.get("message")))
         elif kind == "interrupt":
             self.progress.console.print(f"  {self.label}: stopping (Ctrl-C again to stop at once)")
         elif kind == "done":
@@ -58,14 +82,17 @@ class RunProgress:
                 self.progress.console.print(f"  {self.label}: {event['status']}")
 
 
-def make_progress(quiet_stdout: bool = False) -> Progress:
-    """The runs' live progress; on stderr when stdout carries machine-readable output (--json)."""
+def make_progress(quiet_stdout: bool = False, eta: bool = False) -> Progress:
+    """The runs' live progress (with the time left where `eta`); on stderr when stdout carries
+    machine-readable output (--json). A task's description and fields are text, never markup."""
+    left: list[ProgressColumn] = [TextColumn("ETA"), TimeRemainingColumn()] if eta else []
     return Progress(
-        TextColumn("[bold]{task.description}"),
-        TextColumn("[cyan]{task.fields[phase]}"),
+        TextColumn("{task.description}", style="bold", markup=False),
+        TextColumn("{task.fields[phase]}", style="cyan", markup=False),
         BarColumn(),
         TimeElapsedColumn(),
-        TextColumn("{task.fields[rate]}"),
+        *left,
+        TextColumn("{task.fields[rate]}", markup=False),
         console=err_console if quiet_stdout else console,
         transient=False,
     )
@@ -103,18 +130,18 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
         style = {"ok": "green", "disturbed": "yellow", "oom": "yellow", "interrupted": "yellow"}.get(status, "red")
         rel = thr.get("ci95_relative")
         table.add_row(
-            escape(s.get("framework", "?")),
+            str(s.get("framework", "?")),
             str(s.get("batch_size", "?")),
-            escape(s.get("precision") or "?"),
-            escape(s.get("device") or "—"),
-            f"[{style}]{escape(status)}[/]",
-            escape(f"{_fmt(thr.get('value'), 2)} {thr.get('unit') or ''}".strip()),
+            str(s.get("precision") or "?"),
+            str(s.get("device") or "—"),
+            Text(str(status), style=style),
+            f"{_fmt(thr.get('value'), 2)} {thr.get('unit') or ''}".strip(),
             _fmt(rel * 100 if rel is not None else None, 2, "%"),
             _fmt((m.get("sample_throughput") or {}).get("value"), 2),
             _fmt((m.get("cpu_utilization") or {}).get("value"), 1, "%"),
             _fmt((m.get("gpu_utilization") or {}).get("value"), 1, "%"),
             f"{window['iterations']} it, {window['seconds']:.1f} s, {window['stop_reason']}" if window else "—",
-            escape(s.get("run_id") or "?").rsplit("-", 1)[-1],
+            str(s.get("run_id") or "?").rsplit("-", 1)[-1],
         )
     table.caption = "run: the id's last part; `tbdkit show <run>` shows one run, `tbdkit runs` lists full ids"
     return table
@@ -147,16 +174,16 @@ def convergence_table(summaries: list[dict[str, Any]], title: str = "Convergence
             else ttt.get("reason") or s.get("error") or "—"
         )
         table.add_row(
-            escape(s.get("framework", "?")),
+            str(s.get("framework", "?")),
             str(s.get("batch_size", "?")),
-            escape(s.get("device") or "—"),
-            f"[{style}]{escape(status)}[/]",
-            escape(c.get("quality_metric") or "—"),
+            str(s.get("device") or "—"),
+            Text(str(status), style=style),
+            str(c.get("quality_metric") or "—"),
             _fmt(c.get("target"), 3),
             f"{_fmt(c.get('first_quality'), 3)} → {_fmt(c.get('best_quality'), 3)}" if c else "—",
-            escape(str(when)),
+            str(when),
             str(c.get("evaluations", "—")),
-            escape(s.get("run_id") or "?").rsplit("-", 1)[-1],
+            str(s.get("run_id") or "?").rsplit("-", 1)[-1],
         )
     table.caption = "training seconds exclude evaluations; the curve is each run's convergence.csv"
     return table

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from tbdkit.cli.console import console
+from tbdkit.cli.console import console, styled
 from tbdkit.core.errors import UserError
 from tbdkit.spec import catalog
 
@@ -28,16 +28,13 @@ def prepare(
     m = catalog.get(model)
     hp = m.hp(preset)
     info = m.info
-    console.print(
-        f"[bold]{info.get('title', model)}[/] trains on {info.get('dataset', 'its dataset')}.", highlight=False
-    )
+    console.print(styled("[bold]{}[/] trains on {}.", info.get("title", model), info.get("dataset", "its dataset")))
     console.print(f"expected layout: {info.get('dataset_layout', 'not stated in workload.toml')}", highlight=False)
     if source is None:
         console.print(
             f"check a copy with `{shlex.join(['tbdkit', 'data', 'prepare', model])} --from PATH`, then run "
             f"it with `{shlex.join(['make', 'bench', f'MODEL={model}'])} DATA=PATH`; synthetic data of the "
             "same shapes is the default.",
-            markup=False,
             highlight=False,
         )
         return
@@ -46,11 +43,10 @@ def prepare(
         raise UserError(f"No file or folder at {source}: pass --from the folder that holds the dataset.")
     console.print(f"checking {source}: every file is decoded once (large datasets take a while)...", highlight=False)
     described = catalog.check_source(m, str(source), hp, full=True)
-    console.print(f"[green]ok[/]: {described}", highlight=False)
+    console.print(styled("[green]ok[/]: {}", described), highlight=False)
     # one shell word per argument, on one line: the suggestion can be pasted into a shell as it is
     console.print(
         f"run it with `{shlex.join(['make', 'bench', f'MODEL={model}', f'DATA={source}'])}`",
-        markup=False,
         highlight=False,
         soft_wrap=True,
     )

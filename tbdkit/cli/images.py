@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tbdkit.cli.console import console
+from tbdkit.cli.console import console, styled
 from tbdkit.core.errors import UserError
 from tbdkit.env import images
 
@@ -42,8 +42,9 @@ def build_cmd(
         spec = images.get_spec(name)
         if base_image is None and not spec.digest:
             console.print(
-                f"[yellow]{name}: the base {spec.base} has no digest in images.lock yet; building from the "
-                f"tag alone (run `tbdkit images lock {name}` to pin it)[/]"
+                f"{name}: the base {spec.base} has no digest in images.lock yet; building from the "
+                f"tag alone (run `tbdkit images lock {name}` to pin it)",
+                style="yellow",
             )
         with console.status(f"building {tag or images.image_ref(name)} ..."):
             found = images.build(name, tag=tag, base=base_image, build_args=args)
@@ -71,6 +72,6 @@ def list_cmd(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
         table.add_column(col)
     for r in rows:
         table.add_row(
-            r["check"], {True: "[green]yes[/]", False: "[red]no[/]", None: "n/a"}[r["ok"]], r["found"], r["fix"]
+            r["check"], styled({True: "[green]yes[/]", False: "[red]no[/]", None: "n/a"}[r["ok"]]), r["found"], r["fix"]
         )
     console.print(table)

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from tbdkit.bench import kick
 from tbdkit.bench.plan import choose_frameworks, split_list
@@ -42,30 +42,30 @@ def kick_the_tires(
     folder = results.resolve()
     steps = kick.plan(chosen, folder, frameworks)
     console.print(
-        f"kick-the-tires: the {'GPU' if chosen == 'cuda' else 'CPU'} plan ({escape(why)}), {len(steps)} steps, "
-        f"{budget:.0f} s budget; results in {escape(str(results))}",
+        f"kick-the-tires: the {'GPU' if chosen == 'cuda' else 'CPU'} plan ({why}), {len(steps)} steps, "
+        f"{budget:.0f} s budget; results in {results}",
         highlight=False,
     )
 
     def line(o: kick.Outcome, elapsed: float) -> None:
         style = STYLE.get(o.status, "")
         console.print(
-            f"  [{elapsed:4.0f} s] {o.step}: [{style}]{o.status}[/] {o.seconds:.0f} s {escape(o.note)}", highlight=False
+            Text.assemble(f"  [{elapsed:4.0f} s] {o.step}: ", (o.status, style), f" {o.seconds:.0f} s {o.note}"),
+            highlight=False,
         )
         console.file.flush()  # a line per step as it ends, also into a pipe or a log
 
     outcomes = kick.run(steps, budget, folder, on_step=line)
-    table = Table(title=f"kick-the-tires — {escape(str(results))}")
+    table = Table(title=f"kick-the-tires — {results}")
     for col in ("step", "status", "s", "cap", "what it gave, or why not"):
         table.add_column(col, justify="right" if col in ("s", "cap") else "left")
     for o in outcomes:
         table.add_row(
-            o.step, f"[{STYLE.get(o.status, '')}]{o.status}[/]", f"{o.seconds:.0f}", f"{o.cap_s:.0f}", escape(o.note)
+            o.step, Text(o.status, style=STYLE.get(o.status, "")), f"{o.seconds:.0f}", f"{o.cap_s:.0f}", o.note
         )
     console.print(table)
     console.print(
-        f"steps and logs: {escape(str(results / kick.FOLDER))}; report: {escape(str(results))}-report; "
-        f"bundle: {escape(str(results))}.tar.gz",
+        f"steps and logs: {results / kick.FOLDER}; report: {results}-report; bundle: {results}.tar.gz",
         highlight=False,
     )
     raise typer.Exit(kick.exit_code(outcomes))

@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 
 from tbdkit.bench.plan import split_list
-from tbdkit.cli.console import console
+from tbdkit.cli.console import console, styled
 from tbdkit.core.errors import UserError
 from tbdkit.env import stacks
 from tbdkit.env.adopt import adopt as adopt_stack
@@ -29,7 +29,7 @@ def doctor(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
     for col in ("area", "check", "", "found", "fix"):
         table.add_column(col)
     for c in checks:
-        mark = {True: "[green]yes[/]", False: "[red]no[/]", None: "[dim]n/a[/]"}[c.ok]
+        mark = styled({True: "[green]yes[/]", False: "[red]no[/]", None: "[dim]n/a[/]"}[c.ok])
         table.add_row(c.area, c.name, mark, c.detail, c.fix or "")
     console.print(table)
 

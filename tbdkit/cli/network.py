@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from tbdkit.cli.console import console
+from tbdkit.cli.console import console, styled
 from tbdkit.core.errors import UserError
 from tbdkit.env import stacks
 from tbdkit.spec import catalog
@@ -82,12 +82,17 @@ def overhead(
     if proc.wait() != 0 or result is None:
         raise UserError(f"The overhead benchmark failed (exit {proc.returncode}); its messages are above.")
     console.print(
-        f"[bold]collector overhead[/] {model}/{framework} ({preset}, batch {result['batch_size']}, "
-        f"{result['device']}): bare {result['bare_throughput']:.3f}, with collectors "
-        f"{result['collected_throughput']:.3f} {result['unit']} over {result['rounds']} alternating rounds "
-        f"of {result['iterations_per_block']} iterations"
+        styled(
+            "[bold]collector overhead[/] {}",
+            f"{model}/{framework} ({preset}, batch {result['batch_size']}, {result['device']}): bare "
+            f"{result['bare_throughput']:.3f}, with collectors {result['collected_throughput']:.3f} {result['unit']} "
+            f"over {result['rounds']} alternating rounds of {result['iterations_per_block']} iterations",
+        )
     )
     console.print(
-        f"[bold]ratio (with collectors / bare) = {result['ratio']:.4f}[/]  "
-        f"(per round: {', '.join(f'{r:.4f}' for r in result['ratio_per_round'])})"
+        styled(
+            "[bold]{}[/]  {}",
+            f"ratio (with collectors / bare) = {result['ratio']:.4f}",
+            f"(per round: {', '.join(f'{r:.4f}' for r in result['ratio_per_round'])})",
+        )
     )

@@ -9,7 +9,7 @@ import typer
 
 from tbdkit.analysis import cost
 from tbdkit.cli.common import PriceOpt
-from tbdkit.cli.console import console, err_console
+from tbdkit.cli.console import console, err_console, styled
 from tbdkit.core.paths import default_results_dir, existing_results_dir
 from tbdkit.results import outputs
 from tbdkit.results.index import Index
@@ -40,7 +40,7 @@ def report(
     index = Index(results)
     index.runs()
     for line in index.unreadable:  # damaged runs are left out of the report, and named
-        err_console.print(line, style="yellow", highlight=False, markup=False)
+        err_console.print(line, style="yellow", highlight=False)
     loaded = runs.load(results)
     verdicts = claims.check_all(runs.for_claims(loaded, include_disturbed))
     console.print(runs.grouping(loaded).text, highlight=False)
@@ -48,7 +48,7 @@ def report(
     console.print(disturbed_text(disturbed, include_disturbed), style="yellow" if disturbed else None, highlight=False)
     for v in verdicts:
         color = {"holds": "green", "does not hold": "red"}.get(v.verdict, "yellow")
-        console.print(f"  {v.n:>2}. [{color}]{v.verdict:<16}[/] {v.claim}", highlight=False)
+        console.print(styled(f"  {v.n:>2}. [{color}]{{}}[/] {{}}", f"{v.verdict:<16}", v.claim))
     console.print(
         f"report: {html} (also {out / 'report.md'}, {out / 'summary.csv'}, {out / 'figures'}/)", highlight=False
     )

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from tbdkit.cli.common import ResultsOpt
-from tbdkit.cli.console import console, convergence_table, err_console, results_table
+from tbdkit.cli.console import console, convergence_table, err_console, results_table, styled
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import default_results_dir, existing_results_dir
 from tbdkit.results import files as runfiles
@@ -42,14 +42,12 @@ def show(
             )
         raise UserError(f"No run matches '{run}' in {results}: list them with `tbdkit runs`.")
     if trace:
-        console.print(trace_help(path), highlight=False, markup=False)
+        console.print(trace_help(path), highlight=False)
         return
     try:
         summary = summaries.read(path)
     except (OSError, summaries.Unreadable) as exc:
-        raise UserError(
-            escape(f"{exc}: the run folder {path} is damaged; its other files are kept as they are.")
-        ) from None
+        raise UserError(f"{exc}: the run folder {path} is damaged; its other files are kept as they are.") from None
     if as_json:
         print(json.dumps(summary, indent=2))
         return
@@ -63,20 +61,20 @@ def show(
         table.add_row(
             name,
             "null" if value is None else f"{value:,.4g}",
-            m.get("unit", ""),
-            m.get("reason") and f"[yellow]{escape(m['reason'])}[/]" or escape(m.get("method") or ""),
+            str(m.get("unit", "")),
+            Text(str(m["reason"]), style="yellow") if m.get("reason") else str(m.get("method") or ""),
         )
     console.print(table)
     for key in ("warmup", "window"):
         if summary.get(key):
-            console.print(f"[bold]{key}[/]: {escape(str(summary[key]))}", highlight=False)
+            console.print(styled("[bold]{}[/]: {}", key, summary[key]), highlight=False)
     if summary.get("status") == "disturbed":
         reasons = "; ".join(summary.get("disturbed_reasons") or []) or "flagged"
-        console.print(f"[yellow]disturbed:[/] {escape(reasons)}", highlight=False)
+        console.print(styled("[yellow]disturbed:[/] {}", reasons), highlight=False)
     if summary.get("unstable"):
-        console.print(f"[yellow]unstable:[/] {escape(str(summary.get('instability_reason')))}", highlight=False)
+        console.print(styled("[yellow]unstable:[/] {}", summary.get("instability_reason")), highlight=False)
     if summary.get("error"):
-        console.print(f"[red]error:[/] {escape(summary['error'])}", highlight=False)
+        console.print(styled("[red]error:[/] {}", summary["error"]), highlight=False)
 
 
 def trace_help(run_dir: Path) -> str:
@@ -110,7 +108,7 @@ def runs(
         console.print(f"indexed {index.rebuild()} runs")
     rows = index.runs(model=model)
     for line in index.unreadable:  # a damaged run is named and skipped, never fatal
-        err_console.print(line, style="yellow", highlight=False, markup=False)
+        err_console.print(line, style="yellow", highlight=False)
     if as_json:
         print(json.dumps(rows, indent=2))
         return

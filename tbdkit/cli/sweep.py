@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import Progress
 from rich.table import Table
+from rich.text import Text
 
 from tbdkit.analysis import cost
 from tbdkit.bench.plan import choose_frameworks, resolve_auto_preset, split_list
 from tbdkit.bench.sweep import FINAL, Runner, RunResult, SweepRun
 from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, check_cpus, cost_table
-from tbdkit.cli.console import RunProgress, console, err_console
+from tbdkit.cli.console import RunProgress, console, make_progress, styled
 from tbdkit.core.paths import default_results_dir
 from tbdkit.results import files as runfiles
 from tbdkit.results.index import Index
@@ -55,13 +55,20 @@ class SweepProgress:
     def point_finished(self, point: Point, status: str) -> None:
         self.progress.update(self.task, advance=1, phase=self._phase(), rate="")
         if status not in FINAL:
-            self.progress.console.print(f"[red]{point.key}: {status}[/] (retried when the sweep is run again)")
+            self.progress.console.print(
+                styled("[red]{}: {}[/] (retried when the sweep is run again)", point.key, status)
+            )
 
     def point_retried(self, point: Point, attempt: int, of: int, reasons: list[str]) -> None:
         self.progress.console.print(
-            f"[yellow]{escape(point.key)}: disturbed[/] ({escape('; '.join(reasons) or 'flagged')}): "
-            f"re-running it (retry {attempt} of {of}, --retry-disturbed); the disturbed run is kept",
-            highlight=False,
+            styled(
+                "[yellow]{}: disturbed[/] ({}): re-running it (retry {} of {}, --retry-disturbed); the disturbed "
+                "run is kept",
+                point.key,
+                "; ".join(reasons) or "flagged",
+                attempt,
+                of,
+            )
         )
 
     def probe_started(self, framework: str, precision: str, batch_size: int) -> None:
@@ -124,24 +131,23 @@ def grid_table(state: dict[str, Any], unit: str) -> Table:
     return table
 
 
-def _cell(group: dict[str, Any], statuses: list[str]) -> str:
+def _cell(group: dict[str, Any], statuses: list[str]) -> Text:
     mean = group.get("throughput_mean")
     head = f"b={group['batch_size']}: " if group.get("batch") == MAX and group.get("batch_size") else ""
     if mean is None:
         shown = ", ".join(sorted(set(statuses))) or "—"
-        style = "yellow" if set(statuses) <= {"oom", "pending"} else "red"
-        return f"{head}[{style}]{shown}[/]"
-    text = f"{head}{mean:,.2f}"
+        return Text.assemble(head, (shown, "yellow" if set(statuses) <= {"oom", "pending"} else "red"))
+    text = Text(f"{head}{mean:,.2f}")
     if group.get("throughput_stdev") is not None:
-        text += f" ±{group['throughput_stdev']:,.2f} (CV {group['throughput_cv']:.1%})"
+        text.append(f" ±{group['throughput_stdev']:,.2f} (CV {group['throughput_cv']:.1%})")
     bad = [s for s in statuses if s not in MEASURED]
     if bad:
-        text += f" [red]{len(bad)} not ok[/]"
+        text.append(f" {len(bad)} not ok", "red")
     disturbed = statuses.count("disturbed")
     if disturbed:
-        text += f" [yellow]{disturbed} disturbed[/]"
+        text.append(f" {disturbed} disturbed", "yellow")
     if group.get("unstable"):
-        text += " [yellow]unstable[/]"
+        text.append(" unstable", "yellow")
     return text
 
 
@@ -265,22 +271,12 @@ def _ok_summaries(state: dict[str, Any], results: Path) -> list[dict[str, Any]]:
 def run_sweep(spec: SweepSpec, unit: str, quiet_stdout: bool = False) -> dict[str, Any]:
     """Run (or resume) the sweep with live progress; returns its state. Progress goes to stderr
     when stdout carries JSON."""
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        TextColumn("[cyan]{task.fields[phase]}"),
-        BarColumn(),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        TextColumn("{task.fields[rate]}"),
-        console=err_console if quiet_stdout else console,
-        transient=False,
-    )
+    progress = make_progress(quiet_stdout, eta=True)
     run = SweepRun(spec)
     observer = SweepProgress(progress, run, unit)
     run.runner, run.observer = bench_runner(spec.results, observer, run.run_dir_created), observer
     for note in run.state.recovered:
-        progress.console.print(f"[yellow]resuming:[/] {escape(note)}", highlight=False)
+        progress.console.print(styled("[yellow]resuming:[/] {}", note), highlight=False)
     counts = run.state.counts(run.keys())
     if counts["done"] or counts["failed"]:
         progress.console.print(

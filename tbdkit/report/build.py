@@ -13,7 +13,7 @@ import datetime as dt
 import os
 from pathlib import Path
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader
 
 from tbdkit import __version__
 from tbdkit.analysis.cost import Prices
@@ -70,7 +70,9 @@ def build_report(
         "env_rows": tables.environment_rows(runs),
         **energy_cost.context(runs, prices, workloads_dir()),
     }
-    jinja = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]))
+    # Every template here writes HTML, and every value it is handed is text (a run's files, a folder's name,
+    # prices.toml): autoescaped always, whatever the template's file name ends with.
+    jinja = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=True)
     html = out_dir / "report.html"
     _write(html, jinja.get_template("report.html.j2").render(**context))
     _write(out_dir / "report.md", _markdown(context, drawn))

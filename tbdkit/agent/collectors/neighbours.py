@@ -16,7 +16,9 @@ counted as foreign would have called every such run disturbed).
 The run's process tree grows from the kit's launcher (`tbdkit bench`, a sweep: its pid comes in
 TBDKIT_LAUNCHER_PID) when that process is an ancestor of the agent: so the workers of a
 data-parallel job (torchrun's, every netns node's) and the launcher's own progress display are
-the run's, not neighbours. Elsewhere (a container, an agent started by hand) it grows from the agent.
+the run's, not neighbours. Elsewhere (a container, an agent started by hand) it grows from the agent,
+and so it does from the moment the launcher is gone (killed while the run goes on to its stop): the
+launcher's CPU time until then stays the run's.
 
 The run's cores are its pinned cores (--pin), else every core of its affinity mask; load on cores
 the run may not use is not counted.
@@ -76,6 +78,7 @@ class NeighbourCollector:
 
     def __init__(self, cores: list[int] | None = None) -> None:
         self.proc = run_root()
+        self.launcher_gone: int | None = None  # the launcher's pid, once the tree grows from the agent instead
         self.cores = cores if cores is not None else sorted(psutil.Process().cpu_affinity() or [])
         self.first: dict[int, float] = {}  # pid -> its CPU seconds when first seen in the window
         self.last: dict[int, float] = {}  # pid -> its CPU seconds when last seen
@@ -88,9 +91,26 @@ class NeighbourCollector:
         mine = [per[i] for i in self.cores if i < len(per)]
         return sum(_sum(t, PROCESS_FIELDS) for t in mine), sum(_sum(t, INTERRUPT_FIELDS) for t in mine)
 
+    def _root_times(self) -> Any:
+        """The root's CPU times; once the launcher is gone (ended, or a zombie its parent has not reaped: either
+        way the agent is no longer in its tree), the agent's, as the root from then on."""
+        if self.proc.pid != os.getpid():
+            try:
+                if self.proc.status() != psutil.STATUS_ZOMBIE:
+                    return self.proc.cpu_times()
+            except psutil.NoSuchProcess:
+                pass
+            me = psutil.Process()
+            self.launcher_gone, self.proc = self.proc.pid, me
+            t = me.cpu_times()
+            if me.pid in self.first:  # seen as the launcher's child, without the children it reaped: so it goes on
+                self.first[me.pid] += t.children_user + t.children_system
+            return t
+        return self.proc.cpu_times()
+
     def _own(self) -> None:
         """Note the CPU seconds of every process of the run's tree now (the agent's includes its reaped children)."""
-        t = self.proc.cpu_times()
+        t = self._root_times()
         now = {self.proc.pid: t.user + t.system + t.children_user + t.children_system}
         for child in tree(self.proc)[1:]:
             try:
@@ -150,5 +170,13 @@ class NeighbourCollector:
                 interrupt_cores=round(interrupts / max(wall, 1e-9), 3),
                 processes_of_run=len(self.last),
                 peak_tick_cores=round(max(self.series), 3) if self.series else None,
+                **(
+                    {
+                        "note": f"the launcher (pid {self.launcher_gone}) ended during the window: the run's tree grew "
+                        "from the agent after it"
+                    }
+                    if self.launcher_gone is not None
+                    else {}
+                ),
             )
         }
