@@ -363,7 +363,10 @@ def describe_errors(exc: ValidationError) -> str:
         if bound is not None and err["type"] in BOUND_ERRORS:
             msg = bound
         got = err.get("input")
-        shown = "" if isinstance(got, dict) else f" (got {_shown(got)})"
+        # the value, unless the message already quotes it (a path that does not exist says which)
+        shown = (
+            "" if isinstance(got, dict) or (isinstance(got, str) and got and got in msg) else f" (got {_shown(got)})"
+        )
         parts.append(f"{field}: {msg}{shown}" if field else msg)
     return "Invalid run spec: " + "; ".join(parts) + "."
 
