@@ -12,7 +12,8 @@ import pytest
 
 from tbdkit.agent import after_window as analysis
 from tbdkit.analysis import memory
-from tbdkit.analysis.timeline import KERNEL_COLUMNS, Kernel
+from tbdkit.analysis.timeline import Kernel
+from tbdkit.results.files import KERNEL_COLUMNS
 
 
 class Loop:

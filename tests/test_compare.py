@@ -158,7 +158,7 @@ def make_run(root: Path, name: str, rate: float, n: int = 30, seed: int = 0, **f
                "window": {"first_iteration": 1, "last_iteration": n, "iterations": n, "seconds": sum(times),
                           "stop_reason": "time_cap"},
                "metrics": {"throughput": {"value": est.throughput, "unit": "audio_s/s", "method": "m",
-                                          "ci95_half_width": est.half_width}}}
+                                          "ci95_half_width": est.half_width if n > 1 else None}}}
     summary.update(fields)
     (run / "summary.json").write_text(json.dumps(summary))
     (run / "spec.json").write_text(json.dumps({"model": "deepspeech2", "nodes": 1}))
@@ -255,7 +255,7 @@ def test_a_side_must_hold_repeats_of_one_spec_each_run_once(tmp_path):
         compare.compare([a, a], c)
     with pytest.raises(UserError, match="on both sides"):
         compare.compare([a, c], [c])
-    with pytest.raises(UserError, match=r"not a confidence level: give one in \[0.5, 1\)"):
+    with pytest.raises(UserError, match=r"not a confidence level the comparison gives: give one in \[0.5, 0.9999\]"):
         compare.compare(a, c, level=95)
 
 
@@ -280,6 +280,32 @@ def test_cli_refuses_a_missing_choice_and_says_no_reference_in_one_sentence(tmp_
     proc = tbdkit("compare", str(run), "--reference")
     assert proc.returncode == 2 and "holds none yet" in proc.stderr + proc.stdout
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_windows_of_one_iteration_compare_between_runs_and_not_one_run_a_side(tmp_path):
+    """A run whose window had one iteration has no noise of its own; the between-runs interval does not use
+    it, so three runs or more in all give a verdict; one a side says why there is none."""
+    a = [compare.load(make_run(tmp_path, f"a{i}", 10.0 * (1 + 0.01 * i), n=1, seed=i)) for i in range(3)]
+    b = [compare.load(make_run(tmp_path, f"b{i}", 14.0 * (1 - 0.01 * i), n=1, seed=10 + i)) for i in range(3)]
+    assert a[0].se is None and a[0].ci95_relative is None and "1 window iteration" in a[0].source
+    result = compare.compare(a, b)
+    assert result.noise == compare.BETWEEN and result.verdict == compare.SLOWER
+    assert compare.compare(a[:2], b[:1]).noise == compare.BETWEEN
+    with pytest.raises(UserError, match=r"A \(a0\): iterations.csv: 1 window iteration, so its own noise is unknown.*"
+                                        r"three runs or more in all"):
+        compare.compare(a[0], b[0])
+    proc = tbdkit("compare", *(str(s.path) for s in a), *(arg for s in b for arg in ("--against", str(s.path))))
+    assert proc.returncode == 0 and "A is slower than B" in " ".join(proc.stdout.split()), proc.stdout + proc.stderr
+
+
+def test_no_verdict_at_a_level_whose_interval_has_no_finite_bounds(tmp_path):
+    a, b = make_run(tmp_path, "a", 10.0), make_run(tmp_path, "b", 10.0, seed=1)
+    for level in ("0.999999999999", "1", "nan", "inf", "0.4"):
+        proc = tbdkit("compare", str(a), "--against", str(b), "--level", level, "--json")
+        assert proc.returncode == 2 and "not a confidence level" in proc.stdout + proc.stderr, (level, proc.stderr)
+        assert "Traceback" not in proc.stdout + proc.stderr
+    with pytest.raises(UserError, match="no finite bounds"):  # two runs of 2 noisy iterations at 99.99%: exp(4500)
+        compare.ratio_interval(10.0, 0.5, 1, 10.0, 0.5, 1, level=0.9999)
 
 
 # The window ends at a count of iterations (6) rather than at a short time cap, so a busy machine gives slower

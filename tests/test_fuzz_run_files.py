@@ -1,10 +1,12 @@
 """Fuzz: random bytes and random JSON shapes in every run file, the sweep state and the index; the
 read commands (runs, show, report, bundle, reproduce) answer without a traceback, through the CLI's
-real entry point. A damaged file is named or skipped; nothing trains (no stack is installed)."""
+real entry point. A damaged file is named or skipped; nothing trains (no stack is installed). And
+`compare` on sides holding numbers that are not rates (zero, negative, NaN, infinite): no verdict."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import traceback
@@ -107,3 +109,70 @@ def test_damaged_run_files_never_give_a_traceback(pristine, tmp_path_factory, mo
         if args[0] == "reproduce" and not bundle.is_file():
             continue
         _no_traceback(runner.invoke(app, args), args)
+
+
+# ---------------------------------------------------------------- compare on numbers that are not rates
+
+GARBAGE = [0.0, -0.0, -1.0, -5.0, math.nan, math.inf, -math.inf, 1e-320, 1e308]
+
+
+def _compared_run(root: Path, name: str, rate: float, field: str | None, value: float) -> Path:
+    """A finished run of 6 window iterations (iterations.csv and summary.json) with `value` put in one
+    place: an iteration's seconds or work, or the summary's throughput or its 95% half-width."""
+    run = root / name
+    run.mkdir(parents=True)
+    works = [2.0, 3.0, 5.0, 2.0, 3.0, 5.0]
+    times = [w / rate * (1 + 0.01 * i) for i, w in enumerate(works)]
+    if field in ("seconds", "work"):
+        (times if field == "seconds" else works)[2] = value
+    with (run / "iterations.csv").open("w") as fh:
+        fh.write("iteration,phase,start_s,seconds,data_wait_s,samples,work,loss\n")
+        fh.writelines(f"{i + 1},measure,0,{t!r},0,2,{w!r},1.0\n" for i, (w, t) in enumerate(zip(works, times)))
+    throughput = {"value": value if field == "throughput" else rate, "unit": "audio_s/s", "method": "m",
+                  "ci95_half_width": value if field == "ci95_half_width" else 0.01 * rate}
+    summary = {"run_id": name, "status": "ok", "model": "deepspeech2", "framework": "pytorch", "batch_size": 2,
+               "precision": "fp32", "preset": "smoke", "device": "cpu", "metrics": {"throughput": throughput},
+               "window": {"first_iteration": 1, "last_iteration": 6, "iterations": 6, "seconds": sum(times),
+                          "stop_reason": "time_cap"}}
+    (run / "summary.json").write_text(json.dumps(summary))  # NaN and Infinity as Python's json writes them
+    return run
+
+
+def _strict_json(text: str) -> object:
+    def refuse(constant: str) -> object:
+        raise AssertionError(f"--json wrote {constant}, which is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+@settings(max_examples=int(os.environ.get("TBDKIT_FUZZ_EXAMPLES", "40")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(field=st.sampled_from(["seconds", "work", "throughput", "ci95_half_width"]),
+       value=st.sampled_from(GARBAGE) | st.floats(), side=st.sampled_from(["A", "B"]), repeats=st.booleans(),
+       as_json=st.booleans(), level=st.sampled_from(["0.95", "0.9999", "0.999999999999"]))
+def test_compare_gives_no_verdict_on_numbers_that_are_not_finite_positive_rates(tmp_path_factory, field, value, side,
+                                                                                 repeats, as_json, level):
+    """Zero, negative, NaN or infinite seconds, work or throughput in either side (one run a side, or three
+    and three): no verdict, one sentence, exit 2; a verdict only on numbers that are rates, its --json JSON."""
+    root = tmp_path_factory.mktemp("compare")
+    n = 3 if repeats else 1
+    a = [_compared_run(root, f"a{i}", 10.0 + i * 0.1, field if side == "A" and i == 0 else None, value)
+         for i in range(n)]
+    b = [_compared_run(root, f"b{i}", 12.0 - i * 0.1, field if side == "B" and i == 0 else None, value)
+         for i in range(n)]
+    args = ["compare", *map(str, a), *(arg for run in b for arg in ("--against", str(run))), "--level", level]
+    args += ["--json"] if as_json else []
+    result = CliRunner().invoke(app, args)
+    _no_traceback(result, args)
+    garbage = not (math.isfinite(value) and value > 0)
+    if field == "ci95_half_width":  # beside iterations.csv the recorded CI is not used; a non-number is unreadable
+        garbage = not math.isfinite(value)
+    if garbage or level == "0.999999999999":
+        assert result.exit_code == 2, (args, value, result.output)
+        assert any(w in result.output for w in ("unreadable", "no verdict", "not a confidence level")), result.output
+        return
+    if result.exit_code == 0 and as_json:
+        data = _strict_json(result.stdout)
+        assert isinstance(data, dict) and data["verdict"] in ("faster", "slower", "same within noise")
+        assert all(math.isfinite(x) for x in (data["ratio"], *data["interval"], data["throughput_a"]))
+    else:  # a rate at the edge of what a float holds: a verdict, or one sentence saying why there is none
+        assert result.exit_code in (0, 2), (args, value, result.output)

@@ -21,7 +21,7 @@ from typing import Any
 from tbdkit.adapters import Capabilities, capabilities
 from tbdkit.analysis import memory as memory_doc
 from tbdkit.analysis.peak import Device, mfu_metric, peak_metric
-from tbdkit.analysis.timeline import KERNEL_COLUMNS, LAUNCH_COLUMNS, kernel_table, launch_table, utilization
+from tbdkit.analysis.timeline import LAUNCH_COLUMNS, kernel_table, launch_table, utilization
 from tbdkit.analysis.trace import ANCHOR_EVENT
 from tbdkit.core.metric import metric, missing
 from tbdkit.env.nvml import nvml_handle
@@ -240,7 +240,7 @@ def _trace(
             return {"gpu_utilization_trace": missing("%", method, "the trace held no CUDA kernels")}
         source = f"torch.profiler CUDA trace, {TRACE_ITERATIONS} iterations after the window"
         rows = kernel_table(kernels, source)
-        RunDir(run_dir).write_csv(runfiles.KERNELS, [{c: r[c] for c in KERNEL_COLUMNS} for r in rows])
+        RunDir(run_dir).write_csv(runfiles.KERNELS, [{c: r[c] for c in runfiles.KERNEL_COLUMNS} for r in rows])
         # the timeline by launch configuration, which weights Nsight Compute's samples (tbdkit.bench.reference)
         RunDir(run_dir).write_csv(
             runfiles.KERNEL_LAUNCHES, [{c: r[c] for c in LAUNCH_COLUMNS} for r in launch_table(kernels, source)]

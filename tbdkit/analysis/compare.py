@@ -16,7 +16,12 @@ from run to run; Mytkowicz et al., ASPLOS 2009). Hence two methods:
   scale the two runs' relative standard errors add in quadrature, with the conservative degrees of
   freedom min(dof_A, dof_B); from each run's iterations.csv, or, for a run folder without it (an
   older reference), from the standard error its summary records. Run-to-run variation is not in
-  it, and the verdict says so.
+  it, and the verdict says so. A run whose window has one iteration has no noise of its own: it
+  gives no verdict one run a side, and takes part between runs like any other.
+
+A side is read through tbdkit.results.readers: a summary or window iteration that is not a finite
+positive number (zero, negative, NaN, infinite seconds, work or throughput) is unreadable, and no
+verdict is given on it.
 
 The verdict is "faster" or "slower" when the interval (95% unless asked) excludes 1, else "same
 within noise"; beside it, the smallest difference the data could have detected (a two-sided test at
@@ -30,9 +35,8 @@ unlike sides and lists every difference, the environments' included (versions, d
 
 from __future__ import annotations
 
-import csv
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist, fmean
@@ -41,14 +45,16 @@ from typing import Any
 from tbdkit.core.errors import UserError
 from tbdkit.core.statistics import ratio_estimate, t_quantile
 from tbdkit.results import files as runfiles
+from tbdkit.results import readers
 from tbdkit.results import summary as summaries
-from tbdkit.results.sink import read_json
 from tbdkit.results.summary import MEASURED
 
 FASTER, SLOWER, SAME = "faster", "slower", "same within noise"
 POWER = 0.80
 LEVEL = 0.95
 BETWEEN, WITHIN = "between runs", "within one run each"
+LEVEL_RANGE = (0.5, 0.9999)  # beyond 99.99% a t quantile of few dof gives no finite interval worth printing
+MAX_LOG_SPREAD = 700.0  # exp() of more overflows a float: the interval has no finite bounds
 # What must match for two throughputs to be comparable (summary fields, then spec.json's).
 LIKE_FIELDS = (
     "model",
@@ -75,7 +81,7 @@ class Side:
     spec: dict[str, Any]
     env: dict[str, Any]
     throughput: float
-    se: float  # standard error of the throughput, same unit
+    se: float | None  # standard error of the throughput, same unit; None when unknown (one window iteration)
     dof: int  # degrees of freedom of that error (iterations - 1)
     unit: str
     source: str  # where the estimate comes from (iterations.csv or the summary)
@@ -86,13 +92,14 @@ class Side:
         return f"{s.get('model')}/{s.get('framework')} b{s.get('batch_size')} {s.get('precision')} ({self.path.name})"
 
     @property
-    def relative_se(self) -> float:
-        return self.se / self.throughput if self.throughput > 0 else math.inf
+    def relative_se(self) -> float | None:
+        return self.se / self.throughput if self.se is not None and self.throughput > 0 else None
 
     @property
-    def ci95_relative(self) -> float:
-        """The run's own 95% half-width, relative (t quantile of its degrees of freedom)."""
-        return t_quantile(0.975, self.dof) * self.relative_se
+    def ci95_relative(self) -> float | None:
+        """The run's own 95% half-width, relative (t quantile of its degrees of freedom); None when unknown."""
+        rel = self.relative_se
+        return None if rel is None else t_quantile(0.975, self.dof) * rel
 
     def field(self, name: str) -> Any:
         value = self.summary.get(name)
@@ -104,37 +111,13 @@ class Side:
 
     @property
     def gpu_product(self) -> str | None:
-        if self.device_kind != "cuda":
-            return None
-        from tbdkit.report.runs import device_name
-
-        return device_name(self.summary, self.env)
-
-
-def window_rows(run_dir: Path, window: Mapping[str, Any]) -> tuple[list[float], list[float]]:
-    """Work and seconds of the sample window's iterations (iterations.csv's rows first_iteration ..
-    last_iteration, phase 'measure')."""
-    first, last = window.get("first_iteration"), window.get("last_iteration")
-    works, times = [], []
-    with (run_dir / runfiles.ITERATIONS).open(newline="") as fh:
-        for row in csv.DictReader(fh):
-            try:
-                i = int(row["iteration"])
-                if (
-                    row.get("phase") != "measure"
-                    or (first is not None and i < first)
-                    or (last is not None and i > last)
-                ):
-                    continue
-                works.append(float(row["work"]))
-                times.append(float(row["seconds"]))
-            except (KeyError, TypeError, ValueError):
-                continue
-    return works, times
+        return readers.device_name(self.summary, self.env) if self.device_kind == "cuda" else None
 
 
 def load(run_dir: Path) -> Side:
-    """A finished run folder as one side of a comparison; UserError when it cannot be one."""
+    """A finished run folder as one side of a comparison; UserError when it cannot be one. A run whose
+    window has one iteration is a side whose own noise is unknown (`se` None): it takes part in a
+    between-runs comparison, which does not use it, never in one run a side."""
     run_dir = Path(run_dir)
     try:
         summary = summaries.read(run_dir)
@@ -143,70 +126,63 @@ def load(run_dir: Path) -> Side:
             f"{run_dir} holds no {runfiles.SUMMARY}: pass a finished run's folder or id (`tbdkit runs` lists them)."
         ) from None
     except summaries.Unreadable as exc:
-        raise UserError(f"{exc}: compare another run.") from None
+        raise UserError(f"{exc}: no verdict on it; compare another run.") from None
     if summary.get("status") not in MEASURED:
         raise UserError(
             f"{run_dir.name} ended {summary.get('status')!r}, not ok: only finished runs have a throughput to compare."
         )
     thr = (summary.get("metrics") or {}).get("throughput") or {}
-    if not isinstance(thr.get("value"), (int, float)):
+    value = readers.finite(thr.get("value"))
+    if value is None or value <= 0:
         raise UserError(
             f"{run_dir.name} records no throughput ({thr.get('reason') or 'a converge or profiled run'}): "
             "compare runs of the smoke or paper preset."
         )
-    spec = _object(run_dir / runfiles.SPEC)
-    env = _object(run_dir / runfiles.ENV)
+    spec = readers.json_object(run_dir / runfiles.SPEC)
+    env = readers.json_object(run_dir / runfiles.ENV)
     unit = str(thr.get("unit") or "")
     window = summary.get("window") or {}
     try:
-        works, times = window_rows(run_dir, window)
-    except (OSError, csv.Error, ValueError):  # none, or damaged: the summary's own CI is used instead
-        works, times = [], []
-    if len(works) >= 2:
-        est = ratio_estimate(works, times)
-        se = est.half_width / t_quantile(0.975, est.iterations - 1)
+        rows = readers.window(run_dir, window)
+    except summaries.Unreadable as exc:
+        raise UserError(f"{exc}: no verdict on damaged iterations; compare another run.") from None
+    except OSError:  # none (an older reference): the summary's own CI is used instead
+        rows = None
+    if rows:
+        est = ratio_estimate(rows.works, rows.seconds)
+        n = est.iterations
+        if not (math.isfinite(est.throughput) and est.throughput > 0 and (n < 2 or math.isfinite(est.half_width))):
+            raise UserError(
+                f"unreadable: {run_dir.name}: its window's {n} iterations give no finite throughput and interval "
+                "(work or seconds beyond what a float holds): no verdict on it; compare another run."
+            )
         return Side(
             run_dir,
             summary,
             spec,
             env,
             est.throughput,
-            se,
-            est.iterations - 1,
+            est.half_width / t_quantile(0.975, n - 1) if n >= 2 else None,
+            n - 1,
             unit,
-            f"{runfiles.ITERATIONS}: {est.iterations} window iterations",
+            f"{runfiles.ITERATIONS}: {n} window iteration{'s' if n != 1 else ''}",
         )
     n = int(window.get("iterations") or 0)
-    half = thr.get("ci95_half_width")
-    if n < 2 or not isinstance(half, (int, float)):
-        why = (
-            f"its sample window has {max(n, len(works))} iteration(s)"
-            if max(n, len(works)) < 2
-            else f"it has neither the window's {runfiles.ITERATIONS} nor a recorded 95% CI"
-        )
-        raise UserError(
-            f"{run_dir.name}: {why}, so its throughput's noise is unknown and no verdict can be given: "
-            "measure at least 2 iterations (a longer --max-measure-s)."
-        )
+    half = readers.finite(thr.get("ci95_half_width"))
+    known = n >= 2 and half is not None and half >= 0
     return Side(
         run_dir,
         summary,
         spec,
         env,
-        float(thr["value"]),
-        float(half) / t_quantile(0.975, n - 1),
-        n - 1,
+        value,
+        half / t_quantile(0.975, n - 1) if known and half is not None else None,
+        max(n - 1, 0),
         unit,
-        f"{runfiles.SUMMARY}'s 95% CI over {n} window iterations (no {runfiles.ITERATIONS})",
+        f"{runfiles.SUMMARY}"
+        + (f"'s 95% CI over {n} window iterations" if known else f" ({n} window iteration(s), no recorded 95% CI)")
+        + f" (no {runfiles.ITERATIONS})",
     )
-
-
-def _object(path: Path) -> dict[str, Any]:
-    try:
-        data = read_json(path)
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def percent(level: float) -> str:
@@ -322,7 +298,14 @@ def geometric_mean(sides: Sequence[Side]) -> float:
 
 def _interval(ratio: float, se: float, dof: int, level: float) -> tuple[float, float, float, int, float]:
     t = t_quantile(0.5 + level / 2, dof)
-    detectable = math.exp((t + NormalDist().inv_cdf(POWER)) * se) - 1
+    widest = (t + NormalDist().inv_cdf(POWER)) * se  # the largest exponent below
+    if not (math.isfinite(ratio) and ratio > 0 and math.isfinite(widest)) or widest > MAX_LOG_SPREAD:
+        raise UserError(
+            f"At the {percent(level)} level the interval of the ratio has no finite bounds (t = {t:.3g}, standard "
+            f"error {se:.3g} on the log scale, {dof} dof): no verdict. Give a lower --level, or measure more "
+            "iterations or runs."
+        )
+    detectable = math.exp(widest) - 1
     return ratio, ratio * math.exp(-t * se), ratio * math.exp(t * se), dof, detectable
 
 
@@ -444,8 +427,11 @@ def compare(
 ) -> Comparison:
     """Side A's throughput against side B's (a run, or repeats of one spec each); UserError for unlike
     sides unless `force`. Between runs when there are three runs or more in all, else within one run each."""
-    if not 0.5 <= level < 1:
-        raise UserError(f"The level {level:g} is not a confidence level: give one in [0.5, 1), e.g. 0.95 or 0.99.")
+    if not LEVEL_RANGE[0] <= level <= LEVEL_RANGE[1]:
+        raise UserError(
+            f"The level {level:g} is not a confidence level the comparison gives: give one in "
+            f"[{LEVEL_RANGE[0]:g}, {LEVEL_RANGE[1]:g}], e.g. 0.95 or 0.99."
+        )
     sides_a = _repeats("A", [a] if isinstance(a, Side) else a)
     sides_b = _repeats("B", [b] if isinstance(b, Side) else b)
     if {s.path.resolve() for s in sides_a} & {s.path.resolve() for s in sides_b}:
@@ -467,6 +453,14 @@ def compare(
         )
     else:
         noise = WITHIN
+        for name, side in (("A", first_a), ("B", first_b)):
+            if side.relative_se is None:
+                raise UserError(
+                    f"{name} ({side.path.name}): {side.source}, so its own noise is unknown and one run a side "
+                    "gives no verdict: pass three runs or more in all (repeats of each spec: their spread is the "
+                    "noise), or measure at least 2 iterations a run (a longer --max-measure-s)."
+                )
+        assert first_a.relative_se is not None and first_b.relative_se is not None
         ratio, low, high, dof, detectable = ratio_interval(
             first_a.throughput,
             first_a.relative_se,

@@ -18,7 +18,7 @@ from tbdkit.results.summary import MEASURED
 def add_scaling_efficiency(run_dir: Path, index: Index) -> dict[str, Any]:
     """Write `scaling_efficiency` into the run's summary.json (atomically) and return the summary."""
     rd = RunDir(run_dir)
-    summary = rd.read_json(runfiles.SUMMARY)
+    summary = rd.read_summary()  # checked: a damaged summary is not rewritten
     world = int(summary.get("world_size") or 1)
     if world <= 1 or summary.get("status") not in MEASURED:
         return summary

@@ -8,16 +8,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-KERNEL_COLUMNS = (
-    "kernel",
-    "calls",
-    "total_time_us",
-    "time_share",
-    "mean_time_us",
-    "fp32_utilization",
-    "tensor_utilization",
-    "method",
-)
 # kernel_launches.csv: the traced iterations' kernels by name and launch configuration (grid, block)
 LAUNCH_COLUMNS = ("kernel", "launch", "calls", "total_time_us", "method")
 

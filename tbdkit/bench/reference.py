@@ -31,7 +31,7 @@ from typing import Any
 
 from tbdkit.analysis import ncu
 from tbdkit.analysis.peak import Device, peak_flops
-from tbdkit.analysis.timeline import KERNEL_COLUMNS, merge_utilization
+from tbdkit.analysis.timeline import merge_utilization
 from tbdkit.core.errors import UserError
 from tbdkit.core.metric import metric, missing
 from tbdkit.core.paths import KIT_ROOT
@@ -267,7 +267,7 @@ def ncu_pass(
             totals["per_kernel"],
             "FP32/tensor utilization from Nsight Compute samples weighted by the kernel timeline",
         )
-        sink.write_csv(table, [{c: r.get(c, "") for c in KERNEL_COLUMNS} for r in merged])
+        sink.write_csv(table, [{c: r.get(c, "") for c in runfiles.KERNEL_COLUMNS} for r in merged])
     coverage = totals["coverage"]
     extra: dict[str, Any] = {
         "kernels_profiled": totals["kernels_profiled"],

@@ -20,7 +20,6 @@ the lock when its owner dies, kill -9 included, so a killed sweep resumes as bef
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import fcntl
 import math
@@ -33,8 +32,7 @@ from typing import Any, Protocol
 
 from tbdkit import __version__
 from tbdkit.results import files as runfiles
-from tbdkit.results import sink
-from tbdkit.results.rundir import RunDir
+from tbdkit.results import readers, sink
 from tbdkit.results.summary import MEASURED
 from tbdkit.spec.run_spec import RunSpec
 from tbdkit.spec.sweep_spec import MAX, Point, SweepSpec, points
@@ -124,35 +122,10 @@ def search_max(probe: Callable[[int], str], start: int, limit: int) -> MaxSearch
 # ---------------------------------------------------------------- stability
 
 
-def window_cv(run_dir: Path) -> float | None:
-    """Coefficient of variation (sample stdev / mean) of the per-iteration throughput (work /
-    seconds) over a run's sample window, from its iterations.csv; None with fewer than 2."""
-    try:
-        with RunDir(run_dir).iterations.open() as f:
-            rates = [
-                float(r["work"]) / float(r["seconds"])
-                for r in csv.DictReader(f)
-                if r.get("phase") == "measure" and float(r["seconds"]) > 0
-            ]
-    except (OSError, KeyError, ValueError):
-        return None
-    return _cv(rates)
-
-
 def _cv(values: list[float]) -> float | None:
     if len(values) < 2 or fmean(values) == 0:
         return None
     return stdev(values) / fmean(values)
-
-
-def _summary_of(run_dir: Path) -> dict[str, Any] | None:
-    """A run folder's checked summary, or None when it has none or a damaged one."""
-    from tbdkit.results import summary as summaries
-
-    try:
-        return summaries.read(run_dir)
-    except (OSError, summaries.Unreadable):
-        return None
 
 
 def throughput_of(summary: dict[str, Any]) -> float | None:
@@ -321,7 +294,7 @@ class SweepState:
                 if attempt.get("status") != "running":
                     continue
                 run_id = attempt.get("run_id")
-                summary = _summary_of(self.sweep.results / run_id) if run_id else None
+                summary = readers.summary_or_none(self.sweep.results / run_id) if run_id else None
                 if summary is not None:
                     attempt.update(
                         status=summary["status"],
@@ -332,7 +305,7 @@ class SweepState:
                         run_id=run_id,
                         error=summary.get("error"),
                         throughput=throughput_of(summary),
-                        window_cv=window_cv(self.sweep.results / run_id),
+                        window_cv=readers.window_cv(self.sweep.results / run_id, summary.get("window")),
                     )
                 else:
                     attempt.update(
@@ -467,7 +440,7 @@ class SweepRun:
             run_id=result.run_id,
             error=result.summary.get("error"),
             throughput=throughput_of(result.summary),
-            window_cv=window_cv(result.run_dir),
+            window_cv=readers.window_cv(result.run_dir, result.summary.get("window")),
             disturbed_reasons=result.summary.get("disturbed_reasons") or None,
         )
         if result.status == "disturbed":

@@ -86,17 +86,13 @@ def cost_table(summaries: list[dict[str, Any]], results: Path, prices: Any) -> A
     from rich.table import Table
 
     from tbdkit.analysis import cost
-    from tbdkit.report.runs import device_name
     from tbdkit.results import files as runfiles
-    from tbdkit.results.sink import read_json
+    from tbdkit.results import readers
 
     rows = []
     for s in summaries:
-        try:
-            env = read_json(results / str(s.get("run_id")) / runfiles.ENV)
-        except (OSError, ValueError):
-            env = {}
-        device = device_name(s, env if isinstance(env, dict) else {})
+        env = readers.json_object(results / str(s.get("run_id")) / runfiles.ENV)
+        device = readers.device_name(s, env)
         price = cost.price_of(prices, device)
         c = cost.costs(s, price)
         cells = [

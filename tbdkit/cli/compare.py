@@ -74,7 +74,7 @@ def compare(
         b = [comparing.load(_run_dir(run, results)) for run in against]
     result = comparing.compare(a, b, force, level)
     if as_json:
-        print(json.dumps(result.as_json(), indent=2, default=str))
+        print(json.dumps(result.as_json(), indent=2, default=str, allow_nan=False))  # JSON has no NaN
         return
     table = Table(title="Throughput")
     for col in ("", "run", "throughput", "±95%", "from"):
@@ -85,7 +85,7 @@ def compare(
                 tag,
                 side.label,
                 f"{side.throughput:,.4g} {side.unit}",
-                f"{side.ci95_relative:.2%}",
+                "—" if side.ci95_relative is None else f"{side.ci95_relative:.2%}",
                 side.source,
             )
     console.print(table)

@@ -7,18 +7,15 @@ kernels.csv where the run wrote them. Nothing here imports a framework or a laun
 
 from __future__ import annotations
 
-import csv
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from tbdkit.analysis.peak import Device, peak_flops, product_of
-from tbdkit.analysis.timeline import KERNEL_COLUMNS
 from tbdkit.results import files as runfiles
-from tbdkit.results import summary as summaries
+from tbdkit.results import readers
 from tbdkit.results.index import Index
-from tbdkit.results.rundir import RunDir
+from tbdkit.results.readers import device_name
 from tbdkit.results.summary import MEASURED
 from tbdkit.spec import catalog
 
@@ -204,102 +201,34 @@ class Run:
         return peak_flops(device, mode)[0]
 
 
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError):  # missing, unreadable, not JSON, not text
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _objects(data: dict[str, Any], *keys: str) -> dict[str, Any]:
-    """`data` with each of `keys` that is not an object (damaged file) left out: read as not measured."""
-    return {k: v for k, v in data.items() if k not in keys or isinstance(v, dict)}
-
-
-def _number(text: str | None) -> float | None:
-    try:
-        return float(text.strip()) if isinstance(text, str) and text.strip() else None
-    except ValueError:
-        return None
-
-
-def _kernels(path: Path) -> list[dict[str, Any]]:
-    """kernels.csv's rows; a damaged file or cell is read as not measured."""
-    if not path.is_file():
-        return []
-    rows = []
-    try:
-        with path.open(newline="", errors="replace") as fh:
-            for row in csv.DictReader(fh):
-                parsed: dict[str, Any] = {
-                    "kernel": str(row.get("kernel") or ""),
-                    "method": str(row.get("method") or ""),
-                }
-                for key in KERNEL_COLUMNS:
-                    if key not in parsed:  # every column but the two texts is a number
-                        parsed[key] = _number(row.get(key))
-                rows.append(parsed)
-    except (OSError, csv.Error):
-        return []
-    return rows
-
-
-def _nvml_name(env: dict[str, Any]) -> str | None:
-    """The GPU's product name as NVML gives it (the same string whatever the framework): the
-    device whose UUID the framework reported, else the only model the machine holds."""
-    devices = [d for d in ((env.get("gpu") or {}).get("devices") or []) if isinstance(d, dict) and d.get("name")]
-    uuid = str(((env.get("framework") or {}).get("device_properties") or {}).get("uuid") or "")
-    for d in devices:
-        if uuid and str(d.get("uuid", "")).removeprefix("GPU-").removeprefix("MIG-") == uuid.removeprefix("GPU-"):
-            return str(d["name"])
-    names = {str(d["name"]) for d in devices}
-    return names.pop() if len(names) == 1 else None
-
-
-def device_name(summary: dict[str, Any], env: dict[str, Any]) -> str:
-    """What the run ran on, as a person would name it: the GPU's product name (NVML's, so that
-    MXNet's "gpu(0)" and PyTorch's name of one GPU are the same device), or the CPU's model."""
-    framework = env.get("framework") or {}
-    if str(summary.get("device", "")).startswith("cuda"):
-        named = framework.get("device_name")
-        if not named or str(named).startswith("gpu("):
-            named = None
-        return str(_nvml_name(env) or named or (env.get("gpu") or {}).get("name") or summary.get("device"))
-    cpu = env.get("cpu") or {}
-    return f"CPU: {cpu.get('model') or 'unknown'} ({cpu.get('logical_cores', '?')} cores)"
-
-
-def from_dir(path: Path, run_id: str | None = None, flag: dict[str, Any] | None = None) -> Run | None:
-    """One run directory as a Run, or None where it holds no summary.json or a damaged one (the
-    index lists those as unreadable)."""
-    try:
-        summary = summaries.read(path)
-    except (OSError, summaries.Unreadable):
-        return None
-    rd = RunDir(path)
-    env = _objects(_json(rd.env), "framework", "cpu", "gpu")
-    memory = _objects(_json(rd.memory), "categories", "peak", "unattributed")
-    if isinstance(memory.get("categories"), dict):
-        memory["categories"] = {k: v for k, v in memory["categories"].items() if isinstance(v, dict)}
+def from_files(files: readers.RunFiles, run_id: str | None = None, flag: dict[str, Any] | None = None) -> Run:
+    """A run's files (tbdkit.results.readers) as the report's Run; `flag` the sweep's instability flag."""
+    summary = files.summary
     return Run(
-        run_id=run_id or str(summary.get("run_id") or path.name),
-        path=path,
+        run_id=run_id or files.run_id,
+        path=files.path,
         model=str(summary.get("model")),
         framework=str(summary.get("framework")),
         batch_size=int(summary.get("batch_size") or 0),
         precision=str(summary.get("precision")),
         device=str(summary.get("device")),
-        device_name=device_name(summary, env),
+        device_name=device_name(summary, files.env),
         summary=summary,
-        env=env,
-        spec=_json(rd.spec),
-        memory=memory or None,
-        kernels=_kernels(rd.kernels),
+        env=files.env,
+        spec=files.spec,
+        memory=files.memory,
+        kernels=files.kernels,
         unstable=bool(flag) or bool(summary.get("unstable")),
         unstable_reason=(flag or {}).get("unstable_reason") or summary.get("instability_reason"),
         disturbed_reasons=[str(x) for x in summary.get("disturbed_reasons") or []],
     )
+
+
+def from_dir(path: Path, run_id: str | None = None, flag: dict[str, Any] | None = None) -> Run | None:
+    """One run directory as a Run, or None where it holds no summary.json or a damaged one (the
+    index lists those as unreadable)."""
+    files = readers.run(path)
+    return None if files is None else from_files(files, run_id, flag)
 
 
 def _oldest_first(runs: list[Run]) -> list[Run]:
@@ -308,16 +237,8 @@ def _oldest_first(runs: list[Run]) -> list[Run]:
 
 def load(results: Path) -> list[Run]:
     """Every run of the index that finished with its numbers (ok or disturbed), oldest first."""
-    index = Index(results)
-    unstable = {p["run_id"]: p for p in index.sweep_points() if p.get("unstable")}
-    runs = []
-    for row in [r for status in MEASURED for r in index.runs(status=status)]:
-        path = Path(row.get("path") or results / row["run_id"])
-        if not path.is_absolute():
-            path = results / path
-        run = from_dir(path, row["run_id"], unstable.get(row["run_id"]))
-        if run is not None:
-            runs.append(run)
+    unstable = {p["run_id"]: p for p in Index(results).sweep_points() if p.get("unstable")}
+    runs = [from_files(files, row["run_id"], unstable.get(row["run_id"])) for row, files in readers.finished(results)]
     return _oldest_first(runs)
 
 
@@ -417,6 +338,12 @@ def mean_by_batch(runs: list[Run], value: Any) -> list[tuple[int, float, float, 
             spread = (same[0].ci95_half_width or 0.0) if value is throughput else 0.0
         out.append((batch, mean, spread, any(r.unstable for r in same)))
     return out
+
+
+def noise_unknown(runs: list[Run]) -> bool:
+    """Whether a point of a throughput line has no spread to draw: one run, whose window gave no 95% CI
+    (a window of one iteration)."""
+    return len(runs) == 1 and runs[0].ci95_half_width is None
 
 
 def throughput(run: Run) -> float | None:

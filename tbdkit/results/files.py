@@ -56,6 +56,17 @@ RUN_FILES: frozenset[str] = frozenset(
 # A run's timelines, which can be large: a bundle carries one above a size as <name>.gz (tbdkit.artifact).
 TRACES: frozenset[str] = frozenset({TRACE, PROFILER_TRACE})
 COMPRESSED_TRACES: frozenset[str] = frozenset(f"{name}.gz" for name in TRACES)
+# kernels.csv's columns: the kernel table (tbdkit.analysis.timeline, the reference's ncu pass)
+KERNEL_COLUMNS = (
+    "kernel",
+    "calls",
+    "total_time_us",
+    "time_share",
+    "mean_time_us",
+    "fp32_utilization",
+    "tensor_utilization",
+    "method",
+)
 WORKERS = "workers"
 _NODE_LOG = re.compile(r"(node|rank|server)[0-9]+\.log|scheduler\.log")  # netns nodes; TF/MXNet roles
 _RANK_DIR = re.compile(r"rank[0-9]+")

@@ -3,8 +3,9 @@
 The run directories are the truth; the index only makes listing and querying fast. Every read
 reconciles it with the folder (a stat of each run's summary.json), so a run finished by a killed CLI,
 a folder copied in or one removed shows as it is on disk; a lost or corrupt index is rebuilt by
-scanning the directories. A damaged summary is listed as unreadable, never fatal. Rows hold paths
-relative to the results folder, so a copied results folder reads its own runs.
+scanning the directories. A damaged summary is listed as unreadable, never fatal. Rows hold each run's
+folder name only, so a copied results folder reads its own runs; `Index.runs` gives each row's path
+as the results folder joined once with that name (`Index.run_dir`).
 """
 
 from __future__ import annotations
@@ -231,7 +232,7 @@ def _take(conn: sqlite3.Connection, results: Path, key: str, stamp: str) -> None
 
 # ---------------------------------------------------------------- the index
 
-SCHEMA_VERSION = 2  # PRAGMA user_version: an index of another layout is rebuilt
+SCHEMA_VERSION = 3  # PRAGMA user_version: an index of another layout (or of older summary checks) is rebuilt
 BUSY_TIMEOUT_S = 30.0
 RETRIES = 20
 
@@ -381,8 +382,14 @@ class Index:
             query, args = query + " WHERE sweep_id = ?", [sweep_id]
         return self._query(query + " ORDER BY sweep_id, point", args)
 
+    def run_dir(self, run_id: str) -> Path:
+        """A run's folder: the results folder as given (relative ones stay relative to the working
+        folder) joined once with the run's folder name. The one place the index makes a run's path;
+        a reader uses it as it is, never joined with the results folder again."""
+        return self.results / run_id
+
     def runs(self, model: str | None = None, status: str | None = None) -> list[dict[str, Any]]:
-        """Rows of the index, each with `path` the run folder's path (results folder / its name)."""
+        """Rows of the index, each with `path` the run folder's path (`run_dir`), usable as it is."""
         query, args = "SELECT * FROM runs WHERE 1=1", list[str]()
         if model:
             query, args = query + " AND model = ?", [*args, model]
@@ -390,15 +397,16 @@ class Index:
             query, args = query + " AND status = ?", [*args, status]
         rows = self._query(query + " ORDER BY run_id", args)
         for r in rows:
-            r["path"] = str(self.results / r["run_id"])
+            r["path"] = str(self.run_dir(r["run_id"]))
         return rows
 
     def find(self, ref: str) -> Path | None:
-        """A run directory by its id, a unique prefix or suffix of it, or 'last'."""
+        """A run directory by its id, a unique prefix or suffix of it, or 'last': the run that started
+        last (its summary's started_utc; the id breaks ties and orders runs that recorded no start)."""
         runs = self.runs()
         if ref == "last" and runs:
-            return Path(max(runs, key=lambda r: r["run_id"])["path"])
+            return Path(max(runs, key=lambda r: (str(r.get("started_utc") or ""), r["run_id"]))["path"])
         # damaged runs are found too: reading one then says what is wrong with it
         ids = [r["run_id"] for r in runs] + [k for k in self.damaged if not k.startswith(SWEEP_KEY)]
         hits = [i for i in ids if i == ref] or [i for i in ids if i.startswith(ref) or i.endswith(ref)]
-        return self.results / hits[0] if len(hits) == 1 else None
+        return self.run_dir(hits[0]) if len(hits) == 1 else None

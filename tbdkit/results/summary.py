@@ -4,7 +4,9 @@ A run's summary is written by the agent (or by the launcher when the agent died 
 trust it raw: `read(run_dir)` validates it and raises `Unreadable` (naming the folder and the first
 problems) for anything that is not a summary a kit writes, so one damaged run is listed and skipped
 instead of breaking `runs`, `show` or `report` for the whole folder. Fields the kit does not know are
-kept (a newer kit's additions pass through); known fields must have their types.
+kept (a newer kit's additions pass through); known fields must have their types. A known number must be
+finite (JSON's NaN and Infinity are not numbers the kit writes) and a throughput positive: a summary
+holding anything else is unreadable, never shown as ok nor compared.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from tbdkit.results.files import SUMMARY
 
@@ -28,10 +30,14 @@ STATUSES = (*MEASURED, "oom", "interrupted", "failed")
 MAX_BYTES = 64 * 2**20  # far above any real summary; a bigger file is damage, not a summary
 
 
+# Each model's config: unknown fields kept, known ones of their exact type, every float finite.
+CHECKED = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+
 class Metric(BaseModel):
     """One number on disk: value + unit + method, or null + reason (tbdkit.core.metric)."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = CHECKED
     value: float | None = None
     unit: str | None = None
     method: str | None = None
@@ -43,7 +49,7 @@ class Metric(BaseModel):
 class Window(BaseModel):
     """The sample window (tbdkit/agent/loop.py): how many iterations, how long, why it ended."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = CHECKED
     iterations: int
     seconds: float
     stop_reason: str
@@ -54,7 +60,7 @@ class Window(BaseModel):
 class Convergence(BaseModel):
     """The converge preset's outcome (tbdkit/agent/converge.py)."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = CHECKED
     quality_metric: str | None = None
     target: float | None = None
     reached: bool | None = None
@@ -67,7 +73,7 @@ class Convergence(BaseModel):
 class Summary(BaseModel):
     """What the agent (tbdkit/agent/run.py) and the launcher (tbdkit/launch) write as summary.json."""
 
-    model_config = ConfigDict(extra="allow", strict=True)
+    model_config = CHECKED
     status: str
     model: str
     framework: str
@@ -95,6 +101,14 @@ class Summary(BaseModel):
     link_rate: str | None = None
     unstable: bool | None = None
     disturbed_reasons: list[str] | None = None
+
+    @field_validator("metrics")
+    @classmethod
+    def _throughputs_positive(cls, metrics: dict[str, Metric]) -> dict[str, Metric]:
+        for name, m in metrics.items():
+            if name.endswith("throughput") and m.value is not None and m.value <= 0:
+                raise ValueError(f"{name} is {m.value:g}, not a positive rate")
+        return metrics
 
 
 def start(run_id: str, spec: RunSpec, status: str, error: str | None, **more: Any) -> dict[str, Any]:
