@@ -47,7 +47,7 @@ def test_the_bundle_is_an_artifact_package_with_a_generated_guide(tmp_path) -> N
     assert "| `kernel_tables`" in guide and "| 8 |" in guide
     assert "| ±3.0% | ±6.0% |" in guide   # each run's CI, and the tolerance of a re-run as precise (the two added)
     assert "| NVIDIA H100 | 3.0 min |" in guide        # two runs of 90 s on the hardware used
-    assert "make report RESULTS=results" in guide and "make kick-the-tires" in guide
+    assert "`tbdkit report results --out regenerated`" in guide and "`make kick-the-tires`" in guide
     assert "make sweep MODEL=resnet50 FRAMEWORK=pytorch BATCH=8,16" in guide
     assert "`results/calibration.json`: the calibration of the machine" in guide
 
@@ -104,3 +104,41 @@ def test_odd_run_files_still_give_a_guide(tmp_path) -> None:
     manifest = artifact.bundle(results, tmp_path / "a.tar.gz")
     _, files = artifact.read(tmp_path / "a.tar.gz")
     assert manifest["guide"] == "ARTIFACT.md" and run.name in files["ARTIFACT.md"].decode()
+
+
+def _section(guide: str, title: str) -> str:
+    return guide.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_disturbed_runs_are_bundled_re_run_and_flagged_with_what_that_means(tmp_path) -> None:
+    """An evaluator's machine is never quiet: every run of a bundle may be disturbed. They are in its runs
+    table (flagged with their reasons), the guide says what that means for the verdicts, `reproduce`
+    re-runs them, and each verdict on one says so. ARTIFACT.md lists exactly the runs `reproduce` re-runs."""
+    results = tmp_path / "results"
+    runs = gpu_runs(results, (100.0, 180.0))
+    for run in runs:
+        summary = json.loads((run / "summary.json").read_text())
+        summary.update(status="disturbed", disturbed_reasons=["foreign CPU load: 1.5 cores (limit 0.25)"])
+        (run / "summary.json").write_text(json.dumps(summary))
+    failed = make_run(results, "resnet50", "pytorch", 32, 1.0, device="cuda:0", device_name="NVIDIA H100")
+    summary = json.loads((failed / "summary.json").read_text())
+    (failed / "summary.json").write_text(json.dumps({**summary, "status": "failed", "metrics": {}}))
+    artifact.bundle(results, tmp_path / "a.tar.gz")
+    _, files = artifact.read(tmp_path / "a.tar.gz")
+    guide = files["ARTIFACT.md"].decode()
+    assert "from 2 run(s) that finished: 0 ok, 2 disturbed" in guide
+    table = _section(guide, "Runs and tolerances")
+    for run in runs:
+        assert f"| {run.name} | disturbed: foreign CPU load: 1.5 cores (limit 0.25) |" in table
+    assert "may be the load's doing rather than the kit's" in _section(guide, "Disturbed runs")
+    rerun = _section(guide, "What reproduce re-runs")
+    listed = {line.split(" | ")[0].strip("| ") for line in rerun.splitlines() if line.startswith(f"| {runs[0].name[:8]}")}
+    recorded = {str(summary["run_id"]) for _, summary in artifact.recorded_runs(files)}
+    assert listed == recorded == {run.name for run in runs}
+    assert f"- {failed.name}: ended failed" in rerun
+    b8 = next(summary for _, summary in artifact.recorded_runs(files) if summary["batch_size"] == 8)
+    point = artifact.compare(b8, {"run_id": "new", "status": "ok", "metrics": {
+        "throughput": {"value": 101.0, "unit": "samples/s", "ci95_relative": 0.01}}})
+    verdict = artifact.run_verdict(point, "NVIDIA H100", "NVIDIA H100")
+    assert verdict["verdict"] == artifact.REPRODUCED
+    assert verdict["disturbed"].startswith("the recorded run was disturbed (foreign CPU load: 1.5 cores")

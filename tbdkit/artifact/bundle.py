@@ -62,7 +62,7 @@ from tbdkit.core.errors import UserError
 from tbdkit.core.paths import KIT_ROOT, venvs_dir
 from tbdkit.env import locks
 from tbdkit.results import files as runfiles
-from tbdkit.results import summary as summaries
+from tbdkit.results import readers
 from tbdkit.results.summary import MEASURED
 from tbdkit.spec import run_spec as specs
 
@@ -528,11 +528,7 @@ def write_archive(out: Path, members: list[tuple[str, bytes]]) -> None:
 
 
 def _object(data: bytes) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(data)
-    except (ValueError, RecursionError):
-        return None
-    return doc if isinstance(doc, dict) else None
+    return readers.json_of(data)
 
 
 def local_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -546,20 +542,9 @@ def local_spec(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def recorded_runs(files: Mapping[str, bytes]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(spec, summary) of each ok run in a bundle, in run-id order; a run whose files are not
-    JSON objects is not one to reproduce."""
-    out = []
-    for name in sorted(files):
-        parts = name.split("/")
-        if len(parts) == 3 and parts[0] == "results" and parts[2] == runfiles.SUMMARY:
-            try:  # a damaged run is not one to reproduce
-                summary = summaries.parse(files[name], parts[1])
-            except (summaries.Unreadable, ValueError, RecursionError):
-                continue
-            spec = _object(files.get(f"results/{parts[1]}/{runfiles.SPEC}", b""))
-            if summary.get("status") == "ok" and spec is not None:
-                out.append((local_spec(spec), summary))
-    return out
+    """(spec, summary) of each run `reproduce` re-runs (artifact_doc.reproduced: every run that finished,
+    ok or disturbed, with a spec), in run-id order; ARTIFACT.md lists the same runs."""
+    return [(local_spec(r.spec), r.summary) for r in artifact_doc.reproduced(files)]
 
 
 def _number(summary: dict[str, Any], metric: str) -> tuple[float | None, str | None]:
@@ -604,7 +589,10 @@ def compare(recorded: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return {
         "recorded_run": recorded.get("run_id"),
         "new_run": new.get("run_id"),
+        "recorded_status": recorded.get("status"),
+        "recorded_disturbed_reasons": recorded.get("disturbed_reasons") or [],
         "new_status": new.get("status"),
+        "new_disturbed_reasons": new.get("disturbed_reasons") or [],
         "model": recorded.get("model"),
         "framework": recorded.get("framework"),
         "batch_size": recorded.get("batch_size"),
@@ -625,11 +613,33 @@ def _ci_relative(summary: dict[str, Any], metric: str) -> float | None:
 REPRODUCED, NOT_REPRODUCED, NOT_COMPARABLE = "reproduced", "not reproduced", "not comparable"
 
 
+def disturbed_note(point: dict[str, Any]) -> str | None:
+    """What a disturbed recorded run or re-run means for a point's verdict, or None when neither was."""
+    sides = [
+        f"the {side} run was disturbed ({'; '.join(point.get(f'{side}_disturbed_reasons') or []) or 'no reason recorded'})"
+        for side in ("recorded", "new")
+        if point.get(f"{side}_status") == "disturbed"
+    ]
+    if not sides:
+        return None
+    return (
+        " and ".join(sides) + ": its throughput was measured beside other load, so a difference may be that "
+        "load's doing rather than the kit's; re-run on a quiet machine before concluding from it"
+    )
+
+
 def run_verdict(point: dict[str, Any], recorded_device: str, new_device: str) -> dict[str, str]:
     """Whether a re-run reproduced its recorded run: {verdict, reason}. Throughput decides: new /
     recorded within 1 ± the tolerance of ARTIFACT.md (artifact_doc.tolerance: the two 95% intervals
     overlap, at least 2%). Where `tbdkit compare` is present, its ratio and CI replace this rule:
-    `point["metrics"]["throughput"]` holds the recorded and new values and CIs it needs."""
+    `point["metrics"]["throughput"]` holds the recorded and new values and CIs it needs. A disturbed
+    recorded run or re-run keeps its verdict, flagged (`disturbed`: what that means for it)."""
+    verdict = _run_verdict(point, recorded_device, new_device)
+    note = disturbed_note(point)
+    return verdict if note is None else {**verdict, "disturbed": note}
+
+
+def _run_verdict(point: dict[str, Any], recorded_device: str, new_device: str) -> dict[str, str]:
     if point.get("new_status") not in MEASURED:
         return {"verdict": NOT_REPRODUCED, "reason": f"the new run ended {point.get('new_status')}"}
     if recorded_device != new_device:
@@ -664,7 +674,7 @@ def claim_verdicts(files: Mapping[str, bytes], new_run_dirs: list[Path]) -> list
     reproduced (the same verdict), not reproduced (another), or not comparable (either side cannot
     decide it, e.g. it needs GPU runs, or the runs are on another device)."""
     from tbdkit.report import claims
-    from tbdkit.report.runs import load_dirs, without_failed_metrics
+    from tbdkit.report.runs import for_claims, load_dirs, without_failed_metrics
 
     with tempfile.TemporaryDirectory(prefix="tbdkit-recorded-") as tmp:
         for name, data in files.items():
@@ -673,8 +683,8 @@ def claim_verdicts(files: Mapping[str, bytes], new_run_dirs: list[Path]) -> list
                 path = Path(tmp, *parts[1:])
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)
-        recorded = without_failed_metrics(load_dirs(sorted(p for p in Path(tmp).iterdir() if p.is_dir())))
-    new = without_failed_metrics(load_dirs(new_run_dirs))
+        recorded = without_failed_metrics(for_claims(load_dirs(sorted(p for p in Path(tmp).iterdir() if p.is_dir()))))
+    new = without_failed_metrics(for_claims(load_dirs(new_run_dirs)))  # disturbed runs left out, as the report does
     old_devices, new_devices = {r.device_name for r in recorded}, {r.device_name for r in new}
     out = []
     for before, after in zip(claims.check_all(recorded), claims.check_all(new)):

@@ -1,13 +1,13 @@
 """ARTIFACT.md: the guide an artifact evaluation committee reads first, generated from the runs a
-bundle carries: what claim each figure and table supports (and what the bundled runs say about it),
-the `make` target that regenerates it, the expected run time on the hardware used (from the runs'
-own wall times), that hardware and software, and the tolerance a reproduction should meet (from
-the runs' 95% confidence intervals)."""
+bundle carries: each command an evaluator types and the folder to type it in, what claim each figure
+and table supports (and what the bundled runs say about it), the runs with their disturbed ones
+flagged and what that means for the verdicts, exactly what `tbdkit reproduce` re-runs, the expected run
+time on the hardware used (from the runs' own wall times), that hardware and software, and the
+tolerance a reproduction should meet (from the runs' 95% confidence intervals)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import shlex
 from collections import defaultdict
 from collections.abc import Mapping
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit import __version__
-from tbdkit.results import files as runfiles
+from tbdkit.results import readers
+from tbdkit.results.summary import MEASURED
 
 # The report's figures and tables (tbdkit.report.figures keys, tbdkit.report.tables) -> the paper's
 # observations (tbdkit.report.claims) each one shows, and what it is.
@@ -41,29 +42,10 @@ def tolerance(recorded_ci_relative: float | None, new_ci_relative: float | None 
     return max(TOLERANCE_FLOOR, (recorded_ci_relative or 0.0) + (new_ci_relative or 0.0))
 
 
-def _runs(files: Mapping[str, bytes]) -> list[dict[str, Any]]:
-    """Each top-level run's summary, spec and env from the bundle's members, in run-id order."""
-    out = []
-    for name in sorted(files):
-        parts = name.split("/")
-        if len(parts) == 3 and parts[0] == "results" and parts[2] == runfiles.SUMMARY:
-            docs = {}
-            for key, file in (("summary", runfiles.SUMMARY), ("spec", runfiles.SPEC), ("env", runfiles.ENV)):
-                try:
-                    doc = json.loads(files.get(f"results/{parts[1]}/{file}", b"{}"))
-                except ValueError:
-                    doc = {}
-                docs[key] = doc if isinstance(doc, dict) else {}
-            out.append({"run_id": parts[1], **docs})
-    return out
-
-
 def device_of(summary: dict[str, Any], env: dict[str, Any]) -> str:
-    """The device a run ran on, as the report names it (tbdkit.report.runs.device_name)."""
-    from tbdkit.report.runs import device_name
-
+    """The device a run ran on, as the report names it (tbdkit.results.readers.device_name)."""
     try:
-        return device_name(summary, env)
+        return readers.device_name(summary, env)
     except (AttributeError, TypeError):  # an env.json of another shape: the device stays unnamed, the bundle whole
         return f"unknown device ({summary.get('device')})"
 
@@ -122,16 +104,59 @@ def _claims(results: Path, run_ids: list[str]) -> tuple[dict[int, Any], str | No
     return {v.n: v for v in claims.check_all(without_failed_metrics(runs))}, None
 
 
+def reproduced(members: Mapping[str, bytes]) -> list[readers.RunFiles]:
+    """The bundled runs `tbdkit reproduce` re-runs, in run-id order: every run that finished (ok or
+    disturbed) with a spec.json object. The guide lists exactly these."""
+    return [r for _, r, _ in readers.bundled(members) if r is not None and r.status in MEASURED and r.spec]
+
+
+def _status(r: readers.RunFiles) -> str:
+    if r.status != "disturbed":
+        return r.status
+    return "disturbed: " + ("; ".join(str(x) for x in r.summary.get("disturbed_reasons") or []) or "no reason recorded")
+
+
+def _cap(measure: Any, key: str) -> str:
+    value = readers.finite(_obj(measure).get(key))
+    return "-" if value is None else f"{value:g} s"
+
+
+def _where(rows: list[tuple[str, str, str]]) -> list[str]:
+    out = ["| where | command | what it does |", "| --- | --- | --- |"]
+    return out + [f"| {where} | `{command}` | {what} |" for where, command, what in rows]
+
+
+KIT = "the kit's folder"
+UNPACKED = "the unpacked bundle (`tar xzf artifact.tar.gz && cd tbdkit-artifact`)"
+DISTURBED_MEANING = (
+    "A disturbed run finished and kept its numbers, but in its sample window something else competed for the "
+    "machine (another process's CPU load, another process on its GPU, or throttling; the reasons are beside each "
+    "run). What it means for the verdicts: its throughput was measured beside that load, so it is likely lower and "
+    "noisier than the machine's own. `tbdkit reproduce` re-runs it like any other run and flags its verdict: a "
+    "re-run within the tolerance reproduces the number as recorded, while a `not reproduced` against a disturbed "
+    "run, or by a disturbed re-run, may be the load's doing rather than the kit's, so re-run it on a quiet "
+    "machine before drawing a conclusion from it. The claim checks leave disturbed runs out, as the report does "
+    "(`make report INCLUDE_DISTURBED=1` keeps them)."
+)
+
+
 def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], created: str | None = None) -> str:
     """The text of ARTIFACT.md for the bundle whose members are `files`; `contents` names what else
     the bundle holds (member -> what it is, or why it is missing)."""
-    runs = [r for r in _runs(files) if r["summary"].get("status") == "ok"]
+    bundled = readers.bundled(files)
+    runs = reproduced(files)
+    ok = [r for r in runs if r.status == "ok"]
+    disturbed = [r for r in runs if r.status == "disturbed"]
+    rerun_ids = {r.run_id for r in runs}
+    left = [(rid, f"ended {r.status}" if r is not None else f"unreadable ({why})") for rid, r, why in bundled]
+    left = [(rid, why) for rid, why in left if rid not in rerun_ids]
     created = created or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    verdicts, why_no_claims = _claims(results, [r["run_id"] for r in runs])
+    verdicts, why_no_claims = _claims(results, [r.path.name for r in ok])
     out = [
         f"# Artifact: TBD training benchmark results (tbdkit {__version__})",
         "",
-        f"Generated {created} by `tbdkit bundle` from {len(runs)} run(s) that finished ok. Every file of this "
+        f"Generated {created} by `tbdkit bundle` from {len(runs)} run(s) that finished: {len(ok)} ok, "
+        f"{len(disturbed)} disturbed (flagged wherever they appear; see Disturbed runs). Every file of this "
         "bundle is listed with its sha256 in `manifest.json`; this machine's paths and host name are "
         "placeholders (`<results>`, `<kit>`, `~`, `<host>`).",
         "",
@@ -144,16 +169,52 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
         f"the report and a bundle of them | under {KICK_THE_TIRES_MINUTES} min |",
         "| Reusable | `make bench MODEL=<model>` / `make sweep` on any model of `workloads/`; docs/ explains each measurement | - |",
         "| Results Reproduced | `tbdkit reproduce artifact.tar.gz`: prints its plan (the runs, their caps, the expected "
-        "time) and asks before it runs (`--yes` runs without asking); re-runs every run here, then says per run and per "
-        "claim reproduced / not reproduced / not comparable (different GPU) | see expected run time |",
+        "time) and asks before it runs (`--yes` runs without asking); re-runs the "
+        f"{len(runs)} run(s) listed under What reproduce re-runs, then says per run and per claim reproduced / not "
+        "reproduced / not comparable (different GPU) | see expected run time |",
+        "",
+        "## Commands, and where to type them",
+        "",
+        "`tbdkit` is the kit's command: `.venv/bin/tbdkit` in the kit's folder once `make` has installed it "
+        "(or `tbdkit` after `source .venv/bin/activate`).",
+        "",
+        *_where(
+            [
+                (
+                    KIT,
+                    "make kick-the-tires",
+                    "a smoke run per framework on the CPU, its trace, the report and a bundle, each in a folder of "
+                    "its own (`results-kick-the-tires`)",
+                ),
+                (
+                    f"{KIT}, with this bundle copied there as `artifact.tar.gz`",
+                    "tbdkit reproduce artifact.tar.gz",
+                    "prints its plan and asks (answer y, or add `--yes`), then re-runs the "
+                    f"{len(runs)} run(s) under What reproduce re-runs into `results/` and prints new / recorded "
+                    "and the verdicts (also in `results/reproduce-<time>.json`)",
+                ),
+                (
+                    KIT,
+                    "make report",
+                    "after `reproduce`: the figures, tables and claim checks of the re-runs (`results/`) in `report/`",
+                ),
+                (
+                    UNPACKED,
+                    "tbdkit report results --out regenerated",
+                    "every figure, table and claim check again from the bundled runs, into `regenerated/` "
+                    "(the bundle's own is `report/`)",
+                ),
+            ]
+        ),
         "",
     ]
 
     out += [
         "## Claims, figures and tables",
         "",
-        "Regenerate every figure, table and claim check from results: `make report RESULTS=results` "
-        "(the runs themselves: the `make sweep` lines under Runs).",
+        f"The verdicts below are the report's claim checks on the {len(ok)} run(s) that finished ok"
+        + (f" (the {len(disturbed)} disturbed run(s) are left out, as the report leaves them out)" if disturbed else "")
+        + ".",
         "",
         "| figure / table | supports observation(s) | verdict from these runs |",
         "| --- | --- | --- |",
@@ -175,32 +236,72 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
         f"t = the recorded and the new run's relative 95% CI half-widths added (the intervals overlap), "
         f"at least {TOLERANCE_FLOOR:.0%}. Runs on a different GPU are not comparable.",
         "",
-        "| run | model | framework | batch | precision | device | throughput | 95% CI | t (a re-run as precise) | wall time |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| run | status | model | framework | batch | precision | device | throughput | 95% CI | t (a re-run as precise) | wall time |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     by_device: dict[str, float] = defaultdict(float)
     software: dict[str, set[str]] = defaultdict(set)
     grid: dict[tuple[str, ...], tuple[dict[str, Any], list[int]]] = {}
     for r in runs:
-        s = r["summary"]
+        s = r.summary
         spec = {
             **{k: s.get(k) for k in ("model", "framework", "preset", "precision")},
-            **{k: v for k, v in r["spec"].items() if v is not None},
+            **{k: v for k, v in r.spec.items() if v is not None},
         }
-        device = device_of(s, r["env"])
+        device = device_of(s, r.env)
         value, rel, unit = _ci(s)
-        wall = s.get("wall_s") if isinstance(s.get("wall_s"), (int, float)) else None
+        wall = readers.finite(s.get("wall_s"))
         by_device[device] += wall or 0.0
-        software[device].add(_software(r["env"]))
+        software[device].add(_software(r.env))
         series = tuple(str(spec.get(k)) for k in ("model", "framework", "preset", "precision"))
         grid.setdefault(series, (spec, []))[1].append(_int(s.get("batch_size")) or _int(spec.get("batch_size")))
         out.append(
-            f"| {r['run_id']} | {s.get('model')} | {s.get('framework')} | {s.get('batch_size')} | "
+            f"| {r.run_id} | {_status(r)} | {s.get('model')} | {s.get('framework')} | {s.get('batch_size')} | "
             f"{s.get('precision')} | {device} | "
             f"{'-' if value is None else f'{value:,.4g} {unit}'} | {'-' if rel is None else f'±{rel:.1%}'} | "
             f"{'- (no CI: the floor alone)' if rel is None else f'±{tolerance(rel, rel):.1%}'} | {'-' if wall is None else f'{wall:,.0f} s'} |"
         )
-    out += ["", "Regenerate the runs (one `make sweep` per model, framework, preset and precision):", "", "```"]
+    if disturbed:
+        out += [
+            "",
+            "## Disturbed runs",
+            "",
+            f"{len(disturbed)} of the {len(runs)} run(s) ended `disturbed`. {DISTURBED_MEANING}",
+        ]
+
+    out += [
+        "",
+        "## What reproduce re-runs",
+        "",
+        f"`tbdkit reproduce artifact.tar.gz` re-runs exactly these {len(runs)} run(s), one after another, each from "
+        "its own `results/<run>/spec.json` (every field of it: model, framework, batch, precision, preset, device, "
+        "launcher, data, seed and the caps below), into `results/` (`--results DIR` puts them elsewhere); then "
+        "it compares each re-run with its recorded run, and the claim checks of the re-runs with those of the "
+        "recorded runs. It builds no report (`make report` does, above).",
+        "",
+        "| run | recorded status | model | framework | batch | precision | preset | device | launcher | data | warm-up cap | window cap | workers |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in runs:
+        sp, m = r.spec, _obj(r.spec.get("measure"))
+        workers = _int(sp.get("nodes")) * _int(sp.get("gpus_per_node")) or 1
+        out.append(
+            f"| {r.run_id} | {r.status} | {sp.get('model')} | {sp.get('framework')} | {sp.get('batch_size')} | "
+            f"{sp.get('precision')} | {sp.get('preset')} | {sp.get('device')} | {sp.get('launcher')} | {sp.get('data')} | "
+            f"{_cap(m, 'max_warmup_s')} | {_cap(m, 'max_measure_s')} | {workers} |"
+        )
+    if left:
+        out += ["", "It does not re-run these bundled runs, which left no number to reproduce:", ""]
+        out += [f"- {rid}: {why}" for rid, why in left]
+    if any(name.startswith("results/sweeps/") for name in files):
+        out += ["", "Nor does it re-run the sweeps or their max-batch probes (`results/sweeps/`)."]
+    out += [
+        "",
+        "To make the runs anew as a grid instead (one `make sweep` per model, framework, preset and precision, "
+        "in the kit's folder; each sweep uses its preset's own caps, not the recorded ones):",
+        "",
+        "```",
+    ]
     out += [_sweep_command(spec, batches) for spec, batches in grid.values()]
     out += [
         "```",

@@ -17,7 +17,7 @@ from tbdkit.cli.console import console, err_console, styled
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import default_results_dir, existing_results_dir
 from tbdkit.results import files as runfiles
-from tbdkit.results import outputs, sink
+from tbdkit.results import outputs, readers, sink
 from tbdkit.results.summary import MEASURED
 from tbdkit.spec import catalog
 from tbdkit.spec import run_spec as specs
@@ -77,8 +77,9 @@ def reproduce(
         bool, typer.Option("--yes", "-y", help="run the plan without asking (it is printed all the same)")
     ] = False,
 ) -> None:
-    """Re-run every ok run of ARTIFACT with the same spec here; report new / recorded, point by point, and
-    per run and per claim: reproduced / not reproduced / not comparable (different GPU). Prints its plan
+    """Re-run every run of ARTIFACT that finished (ok or disturbed: its ARTIFACT.md lists them) with the same spec
+    here; report new / recorded, point by point, and per run and per claim: reproduced / not reproduced / not
+    comparable (different GPU). A disturbed run's verdict is flagged with what that means for it. Prints its plan
     (runs, caps, expected time) and asks before running, unless --yes."""
     from tbdkit.bench.run_list import run_all
 
@@ -88,7 +89,9 @@ def reproduce(
     manifest, files = artifact.read(bundle_path)
     recorded = artifact.recorded_runs(files)
     if not recorded:
-        raise UserError(f"{bundle_path} holds no run that finished ok: there is nothing to reproduce.")
+        raise UserError(
+            f"{bundle_path} holds no run that finished (ok or disturbed) with its spec: there is nothing to reproduce."
+        )
     run_specs = [specs.parse(spec) for spec, _ in recorded]  # every spec valid here before any runs
     mismatches = artifact.lock_mismatches(files, [str(summary.get("run_id")) for _, summary in recorded])
     if mismatches and not force:
@@ -119,7 +122,7 @@ def reproduce(
             artifact.run_verdict(
                 point,
                 artifact_doc.device_of(old, artifact.recorded_env(files, str(old.get("run_id")))),
-                artifact_doc.device_of(new, _env(new_dir)),
+                artifact_doc.device_of(new, readers.json_object(new_dir / runfiles.ENV)),
             )
         )
         points.append(point)
@@ -222,7 +225,7 @@ def ratio_table(points: list[dict[str, Any]], title: str) -> Table:
         "framework",
         "batch",
         "precision",
-        "status",
+        "status (recorded → new)",
         "throughput recorded",
         "new",
         "ratio",
@@ -243,11 +246,13 @@ def ratio_table(points: list[dict[str, Any]], title: str) -> Table:
             p["framework"],
             str(p["batch_size"]),
             p["precision"],
-            p["new_status"],
+            f"{p.get('recorded_status') or '?'} → {p['new_status']}",
             _num(thr.get("recorded"), thr.get("unit")),
             _num(thr.get("new"), thr.get("unit")),
             "—" if thr.get("ratio") is None else f"{thr['ratio']:.3f}",
-            f"{p['verdict']}: {p['reason']}",
+            styled("{}: {} [yellow](flagged: {})[/]", p["verdict"], p["reason"], p["disturbed"])
+            if p.get("disturbed")
+            else f"{p['verdict']}: {p['reason']}",
             others or "—",
         )
     table.caption = "ratio 1.000: the same figure as recorded; devices and load differ between machines"
@@ -261,14 +266,6 @@ def claims_table(verdicts: list[dict[str, Any]]) -> Table:
     for v in verdicts:
         table.add_row(str(v["n"]), v["claim"], v["recorded"], v["new"], f"{v['verdict']}: {v['reason']}")
     return table
-
-
-def _env(run_dir: Path) -> dict[str, Any]:
-    try:
-        doc = sink.read_json(run_dir / runfiles.ENV)
-    except (OSError, ValueError):
-        return {}
-    return doc if isinstance(doc, dict) else {}
 
 
 def _num(value: float | None, unit: str | None) -> str:
