@@ -181,3 +181,55 @@ def test_fig9_draws_a_panel_per_framework_with_tensorflow_and_mxnet_jobs(tmp_pat
     assert "link 1gbit" in tf_line.get_label()
     (mx_line,) = panels["mxnet"].get_lines()
     assert list(mx_line.get_xdata()) == [1, 2] and list(mx_line.get_ydata()) == [5.0, 8.5]
+
+
+def test_the_reference_sentence_names_each_models_folder(tmp_path, monkeypatch):
+    """No committed reference: the sentence names workloads/<model>/reference/ with the model in it, in the
+    HTML as in the Markdown (a `<model>` placeholder read as an HTML tag printed `workloads//reference/`)."""
+    workloads = tmp_path / "workloads"
+    monkeypatch.setenv("TBDKIT_WORKLOADS", str(workloads))
+    make_run(tmp_path / "results", "resnet50", "pytorch", 8, 100.0)
+    make_run(tmp_path / "results", "deepspeech2", "pytorch", 2, 10.0)
+    html = build_report(tmp_path / "results", tmp_path / "out").read_text()
+    md = (tmp_path / "out" / "report.md").read_text()
+    for text in (html, md):
+        assert f"{workloads}/deepspeech2/reference, {workloads}/resnet50/reference hold none for them yet" in text
+        assert "//reference" not in text and "<model>" not in text
+
+
+def test_a_point_without_an_error_bar_is_marked(tmp_path):
+    """A single run whose window had one iteration records no 95% CI: its point in the throughput figure is
+    marked (×, the caption says why) rather than drawn as if its error bar were zero."""
+    results = tmp_path / "results"
+    make_run(results, "deepspeech2", "pytorch", 2, 10.0)
+    bare = make_run(results, "deepspeech2", "pytorch", 4, 18.0)
+    summary = json.loads((bare / "summary.json").read_text())
+    summary["metrics"]["throughput"].update(ci95_half_width=None, ci95_relative=None)
+    summary["window"] = {"iterations": 1, "seconds": 0.1, "stop_reason": "time_cap"}
+    (bare / "summary.json").write_text(json.dumps(summary))
+    fig = figures.throughput_vs_batch(load(results))
+    assert isinstance(fig, figures.Figure) and "×: a single run without a 95% CI" in fig.caption
+    (ax,) = fig.figure.axes
+    marks = [c for c in ax.collections if c.get_gid() == figures.NO_ERROR_BAR]
+    assert len(marks) == 1 and marks[0].get_offsets().tolist() == [[4.0, 18.0]]
+    build_report(results, tmp_path / "out")
+    assert f'id="{figures.NO_ERROR_BAR}' in (tmp_path / "out" / "figures" / "fig4_throughput.svg").read_text()
+
+
+def test_the_sweep_table_says_when_every_repeat_was_disturbed():
+    from rich.console import Console
+
+    from tbdkit.cli.sweep import grid_table
+
+    points = {f"pytorch/fp32/b2/r{i}": {"framework": "pytorch", "precision": "fp32", "batch": 2, "status": "disturbed"}
+              for i in range(2)}
+    state = {"sweep_id": "s", "points": points,
+             "spec": {"model": "deepspeech2", "preset": "smoke", "repeat": 2, "cv_limit": 0.05,
+                      "batches": [2], "frameworks": ["pytorch"], "precisions": ["fp32"]},
+             "groups": {"pytorch/fp32/b2": {"throughput_mean": 10.0, "throughput_stdev": 0.1, "throughput_cv": 0.01,
+                                            "batch": 2, "batch_size": 2}}}
+    console = Console(width=250, record=True)
+    console.print(grid_table(state, "audio_s/s"))
+    text = " ".join(console.export_text().split())
+    assert "ok repeats" not in text and "all 2 disturbed" in text
+    assert "mean over the repeats that finished, ok or disturbed" in text

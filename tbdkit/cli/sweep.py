@@ -125,8 +125,8 @@ def grid_table(state: dict[str, Any], unit: str) -> Table:
                 cells.append(_cell(g, statuses))
             table.add_row(f"{fw} / {precision}", *cells)
     table.caption = (
-        "mean over ok repeats [± sample stdev, CV]; 'max' shows the batch found; "
-        "unstable: CV above the limit (sweep.json groups.*.unstable)"
+        "mean over the repeats that finished, ok or disturbed (a cell counts its disturbed ones) "
+        "[± sample stdev, CV]; 'max' shows the batch found; unstable: CV above the limit (sweep.json groups.*.unstable)"
     )
     return table
 
@@ -145,7 +145,8 @@ def _cell(group: dict[str, Any], statuses: list[str]) -> Text:
         text.append(f" {len(bad)} not ok", "red")
     disturbed = statuses.count("disturbed")
     if disturbed:
-        text.append(f" {disturbed} disturbed", "yellow")
+        every = disturbed == sum(s in MEASURED for s in statuses)
+        text.append(f" {f'all {disturbed}' if every else disturbed} disturbed", "yellow")
     if group.get("unstable"):
         text.append(" unstable", "yellow")
     return text

@@ -99,7 +99,19 @@ def comparison(runs: list[Run], workloads: Path) -> tuple[list[list[str]], str |
         ref = compare.matching_reference(side, workloads)
         if ref is None:
             continue
-        result = compare.compare(side, ref)
+        try:
+            result = compare.compare(side, ref)
+        except UserError as exc:  # no verdict (a window of one iteration): the row says why
+            rows.append(
+                [
+                    f"{r.model}/{r.framework} b{r.batch_size} ({r.run_id})",
+                    str(ref.path.relative_to(workloads)),
+                    f"no verdict: {exc}",
+                    "—",
+                    "—",
+                ]
+            )
+            continue
         rows.append(
             [
                 f"{r.model}/{r.framework} b{r.batch_size} ({r.run_id})",
@@ -112,9 +124,11 @@ def comparison(runs: list[Run], workloads: Path) -> tuple[list[list[str]], str |
     if rows:
         return rows, None
     devices = sorted({r.device_name for r in runs})
+    models = sorted({r.model for r in runs})
+    folders = ", ".join(str(workloads / model / "reference") for model in models)
     return [], (
         f"No committed reference result matches these runs (model, framework, preset, precision, batch and "
-        f"device: {', '.join(devices)}): {workloads}/<model>/reference/ holds none for them yet."
+        f"device: {', '.join(devices)}): {folders} {'holds' if len(models) == 1 else 'hold'} none for them yet."
     )
 
 

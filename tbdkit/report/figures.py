@@ -20,9 +20,18 @@ matplotlib.use("Agg")  # files only: no display
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from tbdkit.report.runs import MEMORY_CATEGORIES, Run, SeriesKey, by_series, mean_by_batch, throughput  # noqa: E402
+from tbdkit.report.runs import (  # noqa: E402
+    MEMORY_CATEGORIES,
+    Run,
+    SeriesKey,
+    by_series,
+    mean_by_batch,
+    noise_unknown,
+    throughput,
+)
 from tbdkit.results.rundir import RunDir  # noqa: E402
 
+NO_ERROR_BAR = "no-error-bar"  # the gid (an id in the SVG) of the marks on points whose spread is unknown
 MEMORY_COLORS = {
     "weights": "#4c72b0",
     "weight_gradients": "#55a868",
@@ -117,6 +126,12 @@ def _lines_vs_batch(
             disturbed = [(x, y) for x, y in zip(xs, ys) if any(r.disturbed for r in series[s] if r.batch_size == x)]
             if disturbed:  # hollow: something else competed for the machine in at least one run of the point
                 ax.scatter(*zip(*disturbed), s=36, facecolors="white", edgecolors=color, linewidths=1.5, zorder=3)
+            # a single run without a CI: marked, since its missing error bar would read as a bar of zero
+            if (metric or next(iter(metrics))) == "throughput":
+                at = [[r for r in series[s] if r.batch_size == x] for x in xs]
+                bare = [(x, y) for x, y, same in zip(xs, ys, at) if noise_unknown(same)]
+                if bare:
+                    ax.scatter(*zip(*bare), s=70, marker="x", color=color, linewidths=1.2, zorder=4, gid=NO_ERROR_BAR)
             unstable = [(x, y) for x, y, p in zip(xs, ys, points) if p[3]]
             if unstable:
                 ax.scatter(*zip(*unstable), s=140, facecolors="none", edgecolors=color, linewidths=1.5)
@@ -140,7 +155,8 @@ def throughput_vs_batch(runs: list[Run]) -> Result:
         runs,
         "fig4_throughput",
         "Throughput vs mini-batch size (paper Fig. 4)",
-        "Mean over repeats; error bars: standard deviation of repeats, or a single run's 95% CI. "
+        "Mean over repeats; error bars: standard deviation of repeats, or a single run's 95% CI; "
+        "×: a single run without a 95% CI (its window had one iteration), so no error bar can be drawn. "
         "Circled points: flagged unstable by the sweep. Hollow points: disturbed runs (foreign load, another "
         "GPU process or throttling in the window).",
         {"throughput": "-"},
