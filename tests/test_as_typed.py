@@ -1,0 +1,182 @@
+"""README.md's and ARTIFACT.md's commands as a user types them, in a shell, with the default relative
+folders: in a copy of this working tree (its committed and untracked files; the kit's environment and the
+framework stacks linked in, never written), from its root and from an unpacked bundle.
+
+One walk, shared by the tests: `make kick-the-tires` end to end (every stack's smoke run on the CPU, the
+trace, the report and the bundle), then every row of its bundle's ARTIFACT.md "Commands, and where to type
+them" table in the folder that row names (`tbdkit reproduce artifact.tar.gz` re-runs the bundle's runs into
+`results/`, `make report` reports them, `tbdkit report results ...` in the unpacked bundle regenerates its
+report), then README's read commands over the `results/` folder that `reproduce` filled (`make report`,
+`tbdkit report`, `tbdkit report results`, `tbdkit report ./results`, `tbdkit runs`, `tbdkit show last`,
+`make bundle`). The runs are whatever this machine gives: beside other tests they end `disturbed`, which the
+walk must survive. README's `make bench MODEL=deepspeech2` itself is not run (4 to 5 minutes of training on
+two cores at the smoke preset's caps): `reproduce` fills `results/` through the same bench machinery.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tbdkit.core.paths import KIT_ROOT
+
+TIMEOUT_S = 1500
+STAMP = ".tbdkit-installed"  # the Makefile's mark that .venv is installed (KIT_STAMP)
+KEPT_ENV = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TMPDIR", "TERM", "PIP_CACHE_DIR", "UV_CACHE_DIR")
+
+
+def _tree(root: Path) -> list[str]:
+    """The working tree's files as a clone would hold them, with what is not committed yet."""
+    if shutil.which("git") and (root / ".git").exists():
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                             capture_output=True, check=True).stdout.decode()
+        return [p for p in out.split("\0") if p and (root / p).is_file() and not (root / p).is_symlink()]
+    skip = {".git", ".venv", ".venvs", "__pycache__", ".pytest_cache", "results", "report"}
+    return [str(p.relative_to(root)) for p in root.rglob("*")
+            if p.is_file() and not skip & set(p.relative_to(root).parts)]
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory) -> Path:
+    """A copy of the kit as a user's clone after `make`: its files, .venv a folder of links to the installed
+    environment's parts with a stamp of its own (so make installs nothing), .venvs a link to the stacks."""
+    installed = KIT_ROOT / ".venv"
+    if not (installed / STAMP).is_file():
+        pytest.fail(f"{installed} is not installed by `make` (no {STAMP}): run `make` first")
+    kit = tmp_path_factory.mktemp("clone") / "tbdkit"
+    for name in _tree(KIT_ROOT):
+        (kit / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(KIT_ROOT / name, kit / name)
+    venv = kit / ".venv"
+    venv.mkdir()
+    for entry in installed.resolve().iterdir():
+        if entry.name != STAMP:
+            (venv / entry.name).symlink_to(entry)
+    (venv / STAMP).touch()
+    (kit / ".venvs").symlink_to((KIT_ROOT / ".venvs").resolve())
+    return kit
+
+
+def typed(command: str, cwd: Path, kit: Path) -> subprocess.CompletedProcess:
+    """`command` in a shell, as a user types it in `cwd`: the kit's .venv/bin on PATH (as after
+    `source .venv/bin/activate`), no make or tbdkit variable inherited from the test run; a question is
+    answered yes."""
+    env = {k: os.environ[k] for k in KEPT_ENV if k in os.environ}
+    env.update(PATH=f"{kit / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", PYTHONPATH=str(kit),
+               COLUMNS="200")
+    proc = subprocess.run(command, shell=True, cwd=cwd, env=env, input="y\n" * 4, capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    print(f"$ {command}  (in {cwd}, exit {proc.returncode})\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    return proc
+
+
+def _ok(proc: subprocess.CompletedProcess, command: str) -> str:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{command}: exit {proc.returncode}\n{out[-6000:]}"
+    assert "Traceback" not in out, f"{command}\n{out[-6000:]}"
+    return " ".join(out.split())
+
+
+def _readme() -> str:
+    return (KIT_ROOT / "README.md").read_text()
+
+
+def commands_table(guide: str) -> list[tuple[str, str]]:
+    """ARTIFACT.md's "Commands, and where to type them": (where, command) per row."""
+    section = guide.split("## Commands, and where to type them\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[1].startswith("`") and cells[0] not in ("where", "---"):
+            rows.append((cells[0], cells[1].strip("`")))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def kicked(kit) -> str:
+    """`make kick-the-tires`, as README and ARTIFACT.md name it, in the kit's folder."""
+    assert "`kick-the-tires`" in _readme()
+    return _ok(typed("make kick-the-tires", kit, kit), "make kick-the-tires")
+
+
+@pytest.fixture(scope="module")
+def walked(kit, kicked) -> dict[str, str]:
+    """Every row of the kick-the-tires bundle's ARTIFACT.md commands table, in the folder it names, in the
+    table's order; `make kick-the-tires` has run already. {command: its output}."""
+    bundle = kit / "results-kick-the-tires.tar.gz"
+    shutil.copy(bundle, kit / "artifact.tar.gz")  # "this bundle copied there as artifact.tar.gz"
+    unpacked = kit.parent / "evaluator"
+    unpacked.mkdir()
+    shutil.copy(bundle, unpacked / "artifact.tar.gz")
+    _ok(typed("tar xzf artifact.tar.gz", unpacked, kit), "tar xzf artifact.tar.gz")
+    guide = (unpacked / "tbdkit-artifact" / "ARTIFACT.md").read_text()
+    rows = commands_table(guide)
+    assert rows and ("the kit's folder", "make kick-the-tires") in rows, guide
+    outputs = {"make kick-the-tires": kicked}
+    for where, command in rows:
+        if command in outputs:
+            continue
+        if where.startswith("the unpacked bundle"):
+            assert "`tar xzf artifact.tar.gz && cd tbdkit-artifact`" in where, where
+            cwd = unpacked / "tbdkit-artifact"
+        elif where.startswith("the kit's folder"):
+            cwd = kit
+        else:
+            pytest.fail(f"ARTIFACT.md names a folder this test does not know: {where!r} (for `{command}`)")
+        outputs[command] = _ok(typed(command, cwd, kit), command)
+    return outputs
+
+
+def test_make_kick_the_tires_runs_every_stack_then_its_trace_report_and_bundle(kit, kicked):
+    runs = [p for p in (kit / "results-kick-the-tires").iterdir() if (p / "summary.json").is_file()]
+    assert len(runs) == 3, kicked  # PyTorch, TensorFlow, MXNet
+    assert re.search(r"results-kick-the-tires/\S+/trace\.json", kicked), kicked
+    assert (kit / "results-kick-the-tires-report" / "report.html").is_file()
+    assert "report: report/report.html" in kicked  # the bundle carries the report
+    with tarfile.open(kit / "results-kick-the-tires.tar.gz") as tar:
+        names = tar.getnames()
+    assert "tbdkit-artifact/report/report.html" in names and "tbdkit-artifact/ARTIFACT.md" in names
+
+
+def test_artifact_md_commands_run_as_typed_where_it_says(kit, walked):
+    """reproduce re-runs every bundled run, disturbed ones too (a machine running other tests is never
+    quiet), with a verdict per run; the report of the re-runs and the bundle's regenerated report are made."""
+    assert "nothing to reproduce" not in walked["tbdkit reproduce artifact.tar.gz"]
+    (written,) = kit.glob("results/reproduce-*.json")
+    points = json.loads(written.read_text())["points"]
+    assert sorted(p["framework"] for p in points) == ["mxnet", "pytorch", "tensorflow"]
+    for p in points:
+        assert p["new_status"] in ("ok", "disturbed") and p["verdict"] in ("reproduced", "not reproduced", "not comparable")
+        assert ("disturbed" in p) == ("disturbed" in (p["recorded_status"], p["new_status"])), p
+    assert "3 run(s)" in (kit / "report" / "report.md").read_text()  # `make report` over the re-runs
+    regenerated = kit.parent / "evaluator" / "tbdkit-artifact" / "regenerated" / "report.md"
+    assert regenerated.is_file() and "3 run(s)" in regenerated.read_text()
+
+
+# README's spellings (its Commands table and Make targets), each with the commands typed for it.
+README_COMMANDS = {
+    "`report`, `bundle` (writes `artifact.tar.gz`)": ["make report", "make bundle"],
+    "`tbdkit report [RESULTS]`": ["tbdkit report", "tbdkit report results", "tbdkit report ./results"],
+    "`tbdkit runs`": ["tbdkit runs"],
+    "`tbdkit show RUN`": ["tbdkit show last", "tbdkit show last --trace"],
+}
+
+
+def test_readme_commands_from_the_repo_root_read_the_default_results_folder(kit, walked):
+    readme = _readme()
+    for spelling, commands in README_COMMANDS.items():
+        assert spelling in readme, f"README.md no longer says {spelling}: update this test's commands"
+        for command in commands:
+            out = _ok(typed(command, kit, kit), command)
+            if command.startswith(("make report", "tbdkit report")):
+                assert "holds no run" not in out and "3 run(s) in 3 group(s)" in out, (command, out)
+    with tarfile.open(kit / "artifact.tar.gz") as tar:
+        runs = {n.split("/")[2] for n in tar.getnames() if n.startswith("tbdkit-artifact/results/")}
+    assert len({r for r in runs if not r.startswith("reproduce-")} - {"sweeps"}) == 3
