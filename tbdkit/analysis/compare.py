@@ -299,14 +299,15 @@ def geometric_mean(sides: Sequence[Side]) -> float:
 def _interval(ratio: float, se: float, dof: int, level: float) -> tuple[float, float, float, int, float]:
     t = t_quantile(0.5 + level / 2, dof)
     widest = (t + NormalDist().inv_cdf(POWER)) * se  # the largest exponent below
-    if not (math.isfinite(ratio) and ratio > 0 and math.isfinite(widest)) or widest > MAX_LOG_SPREAD:
+    finite = math.isfinite(ratio) and ratio > 0 and math.isfinite(widest) and widest <= MAX_LOG_SPREAD
+    bounds = (ratio * math.exp(-t * se), ratio * math.exp(t * se)) if finite else (math.nan, math.nan)
+    if not all(math.isfinite(b) and b > 0 for b in bounds):
         raise UserError(
-            f"At the {percent(level)} level the interval of the ratio has no finite bounds (t = {t:.3g}, standard "
-            f"error {se:.3g} on the log scale, {dof} dof): no verdict. Give a lower --level, or measure more "
-            "iterations or runs."
+            f"At the {percent(level)} level the interval of the ratio {ratio:.3g} has no finite bounds (t = {t:.3g}, "
+            f"standard error {se:.3g} on the log scale, {dof} dof): no verdict. Give a lower --level, or measure "
+            "more iterations or runs."
         )
-    detectable = math.exp(widest) - 1
-    return ratio, ratio * math.exp(-t * se), ratio * math.exp(t * se), dof, detectable
+    return ratio, bounds[0], bounds[1], dof, math.exp(widest) - 1
 
 
 def ratio_interval(
