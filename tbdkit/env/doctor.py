@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tbdkit.core.frameworks import KNOWN_FRAMEWORKS, TITLES
 from tbdkit.env import images, nsight, stacks
 
 try:  # nvidia-ml-py; tests replace this module attribute with a fake
@@ -38,7 +39,6 @@ NO_DRIVER_FIX = (
     "without a GPU, runs use the CPU and GPU metrics are recorded as null"
 )
 NSIGHT_FIX = "install Nsight {what} from NVIDIA's CUDA packages (or use the kit's docker images, which include them)"
-FRAMEWORK_TITLES = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "mxnet": "MXNet"}
 
 
 @dataclass(frozen=True)
@@ -387,7 +387,7 @@ def nvidia_runtime_check(daemon: Check) -> Check:
 
 def framework_check(name: str) -> Check:
     stack = stacks.STACKS.get(name)
-    title = stack.title if stack else FRAMEWORK_TITLES.get(name, name)
+    title = stack.title if stack else TITLES.get(name, name)
     check_name = f"{title} stack"
     if stack is None:
         return Check("frameworks", check_name, None, "not supported by this version of the kit yet", None)
@@ -626,8 +626,8 @@ def checks() -> list[Check]:
     runtime = _safe("docker", "NVIDIA container runtime", lambda: nvidia_runtime_check(daemon))
     out += [client, daemon, runtime]
 
-    for fw in stacks.KNOWN_FRAMEWORKS:
-        title = FRAMEWORK_TITLES.get(fw, fw)
+    for fw in KNOWN_FRAMEWORKS:
+        title = TITLES.get(fw, fw)
         out.append(_safe("frameworks", f"{title} stack", functools.partial(framework_check, fw)))
 
     out.append(_safe("profiling", "GPU performance counters", counters_check))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tbdkit.core.errors import UserError
+from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.core.paths import KIT_ROOT, venvs_dir
 from tbdkit.env import installer, locks
 
@@ -43,7 +44,6 @@ STACKS: dict[str, Stack] = {
     # Apache MXNet is archived; 1.9.1's wheel is py3-none (ctypes), so it runs on Python 3.11.
     "mxnet": Stack("mxnet", "MXNet", "mxnet", "mxnet", 0.8),
 }
-KNOWN_FRAMEWORKS = ("pytorch", "tensorflow", "mxnet")
 
 
 def get(name: str) -> Stack:

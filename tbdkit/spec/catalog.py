@@ -16,8 +16,8 @@ except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same 
     import tomli as tomllib  # type: ignore[no-redef]
 
 from tbdkit.core.errors import UserError
+from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.core.paths import workloads_dir
-from tbdkit.env.stacks import KNOWN_FRAMEWORKS
 
 PRESETS = ("smoke", "paper", "converge")
 

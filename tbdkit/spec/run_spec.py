@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from tbdkit.core.errors import UserError
-from tbdkit.env.stacks import KNOWN_FRAMEWORKS
+from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.spec import catalog
 
 Precision = Literal["fp32", "tf32", "amp"]
