@@ -20,13 +20,7 @@ from typing import Any
 
 from tbdkit.adapters import Capabilities, capabilities
 from tbdkit.agent import events
-from tbdkit.agent.collectors import Collector, Sampler
-from tbdkit.agent.collectors.cpu import CpuCollector
-from tbdkit.agent.collectors.energy import EnergyCollector
-from tbdkit.agent.collectors.gpm import GpmCollector
-from tbdkit.agent.collectors.gpu_state import GpuStateCollector
-from tbdkit.agent.collectors.neighbours import NeighbourCollector
-from tbdkit.agent.collectors.nvml import NvmlCollector
+from tbdkit.agent.collectors import Collector, Sampler, default_collectors
 from tbdkit.core.metric import metric
 from tbdkit.core.statistics import DRIFT_PROJECTION, MAX_HORIZON, Estimate, RunningRatio, warmup_done
 from tbdkit.spec.run_spec import MeasurePolicy
@@ -308,22 +302,6 @@ class TrainingLoop:
                 ),
             }
         return running.estimate()
-
-
-def default_collectors(adapter: Any) -> list[Collector]:
-    """The GPU collectors find the framework's GPU by the UUID / PCI bus id its adapter reports
-    (device_properties in env.json), never by the CUDA index alone (tbdkit.env.nvml)."""
-    props = (adapter.environment().get("device_properties") or {}) if adapter.cuda_index is not None else {}
-    uuid, pci = props.get("uuid"), props.get("pci_bus_id")
-    # Energy first: its window opens first and closes first, nearest the sample window's own ends.
-    return [
-        EnergyCollector(adapter.cuda_index, uuid, pci),
-        CpuCollector(),
-        NvmlCollector(adapter.cuda_index, uuid, pci),
-        GpmCollector(adapter.cuda_index, uuid, pci),
-        NeighbourCollector(),
-        GpuStateCollector(adapter.cuda_index, uuid, pci),
-    ]
 
 
 def synthetic_pool(batches: Iterator[Any], size: int) -> Iterator[Any]:

@@ -20,15 +20,13 @@ from typing import Any
 
 from tbdkit.adapters import Capabilities, Distributed, capabilities
 from tbdkit.adapters import load as load_adapter
-from tbdkit.agent import after_window as analysis
-from tbdkit.agent import converge, distributed, disturbance, events
-from tbdkit.agent.collectors import Sampler, energy
+from tbdkit.agent import after_window, converge, distributed, disturbance, events
+from tbdkit.agent.collectors import Sampler, default_collectors, energy
 from tbdkit.agent.collectors.gpu_state import GpuStateCollector
 from tbdkit.agent.loop import (
     Prefetcher,
     StopRequested,
     TrainingLoop,
-    default_collectors,
     synthetic_pool,
     throughput_metrics,
 )
@@ -371,7 +369,9 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             if spec.analyses and worker is None and spec.replicas_per_process == 1:
                 events.emit("phase", phase="analysis")
                 summary["metrics"].update(
-                    analysis.run(adapter, loop, env, run_dir, summary["metrics"]["throughput"], spec.precision, caps)
+                    after_window.run(
+                        adapter, loop, env, run_dir, summary["metrics"]["throughput"], spec.precision, caps
+                    )
                 )
         losses = [i.loss for i in loop.result.iterations if i.loss is not None]
         summary["loss"] = {"first": losses[0] if losses else None, "last": losses[-1] if losses else None}

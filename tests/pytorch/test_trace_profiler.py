@@ -39,7 +39,7 @@ def test_profiled_events_fall_where_the_loop_clock_saw_them(tmp_path) -> None:
 def test_the_kernel_trace_keeps_its_chrome_trace_and_leaves_the_anchor_out_of_the_span(monkeypatch) -> None:
     """kernel_trace as a CUDA run calls it (CPU and CUDA activities), with only the GPU's synchronize
     replaced: no kernels here, the profiler's trace and its anchor kept for trace.json."""
-    from tbdkit.adapters import pytorch_profiling as pytorch_analysis
+    from tbdkit.adapters import pytorch_profiling
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
     from tbdkit.analysis import timeline
@@ -53,7 +53,7 @@ def test_the_kernel_trace_keeps_its_chrome_trace_and_leaves_the_anchor_out_of_th
 
     monkeypatch.setattr(timeline, "from_chrome_trace", spy)
     x = torch.randn(64, 64)
-    with pytorch_analysis.kernel_trace(torch.device("cpu")) as got:
+    with pytorch_profiling.kernel_trace(torch.device("cpu")) as got:
         for _ in range(3):
             x = x @ x
     assert got["kernels"] == [] and got["elapsed_us"] > 0

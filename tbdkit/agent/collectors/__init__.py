@@ -3,6 +3,8 @@
 Each has start() at the window's start, sample() called from one background thread every
 `interval` seconds (its columns go to samples.csv), and stop() returning summary metrics.
 A collector that cannot measure here returns metrics with value null and the reason.
+
+A new collector is a module here and one line in `default_collectors` below (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -10,6 +12,13 @@ from __future__ import annotations
 import threading
 import time
 from typing import Any, Protocol
+
+from tbdkit.agent.collectors.cpu import CpuCollector
+from tbdkit.agent.collectors.energy import EnergyCollector
+from tbdkit.agent.collectors.gpm import GpmCollector
+from tbdkit.agent.collectors.gpu_state import GpuStateCollector
+from tbdkit.agent.collectors.neighbours import NeighbourCollector
+from tbdkit.agent.collectors.nvml import NvmlCollector
 
 
 class Collector(Protocol):
@@ -72,3 +81,19 @@ class Sampler:
         for c in self.collectors:
             metrics.update(c.stop())
         return metrics
+
+
+def default_collectors(adapter: Any) -> list[Collector]:
+    """The GPU collectors find the framework's GPU by the UUID / PCI bus id its adapter reports
+    (device_properties in env.json), never by the CUDA index alone (tbdkit.env.nvml)."""
+    props = (adapter.environment().get("device_properties") or {}) if adapter.cuda_index is not None else {}
+    uuid, pci = props.get("uuid"), props.get("pci_bus_id")
+    # Energy first: its window opens first and closes first, nearest the sample window's own ends.
+    return [
+        EnergyCollector(adapter.cuda_index, uuid, pci),
+        CpuCollector(),
+        NvmlCollector(adapter.cuda_index, uuid, pci),
+        GpmCollector(adapter.cuda_index, uuid, pci),
+        NeighbourCollector(),
+        GpuStateCollector(adapter.cuda_index, uuid, pci),
+    ]
