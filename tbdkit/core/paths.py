@@ -8,6 +8,7 @@ from pathlib import Path
 from tbdkit.core.errors import UserError
 
 KIT_ROOT = Path(__file__).resolve().parents[2]
+SWEEPS = "sweeps"  # a results folder's sweeps/<sweep-id>/ (tbdkit.results.files.SWEEPS)
 
 
 def workloads_dir() -> Path:

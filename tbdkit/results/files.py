@@ -14,6 +14,8 @@ from typing import TypeVar
 
 P = TypeVar("P", bound=PurePath)
 
+from tbdkit.core import paths
+
 SPEC = "spec.json"  # the RunSpec (launchers)
 ENV = "env.json"  # machine, framework and kit versions (agent)
 ITERATIONS = "iterations.csv"  # one row per iteration (agent)
@@ -71,7 +73,7 @@ WORKERS = "workers"
 _NODE_LOG = re.compile(r"(node|rank|server)[0-9]+\.log|scheduler\.log")  # netns nodes; TF/MXNet roles
 _RANK_DIR = re.compile(r"rank[0-9]+")
 
-SWEEPS = "sweeps"  # results/sweeps/<sweep-id>/
+SWEEPS = paths.SWEEPS  # results/sweeps/<sweep-id>/ (named in core: a SweepSpec names its own folder)
 SWEEP_STATE = "sweep.json"
 PROBES = "probes"  # results/sweeps/<sweep-id>/probes/<run-id>/: run folders
 

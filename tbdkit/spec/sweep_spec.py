@@ -15,7 +15,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tbdkit.core.errors import UserError
-from tbdkit.results import files as runfiles
+from tbdkit.core.paths import SWEEPS
 from tbdkit.spec import catalog
 from tbdkit.spec import run_spec as specs
 
@@ -135,7 +135,7 @@ class SweepSpec(BaseModel):
         return f"{self.model}-{self.preset}-{digest}"
 
     def state_dir(self) -> Path:
-        return self.results / runfiles.SWEEPS / self.sweep_id()
+        return self.results / SWEEPS / self.sweep_id()
 
 
 @dataclass(frozen=True)
