@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from tbdkit.env import cpus
+from tbdkit.spec import launchers
 from tbdkit.agent import disturbance
 from tbdkit.agent.collectors.neighbours import NeighbourCollector
 from tbdkit.report import runs as runs_mod
@@ -326,8 +327,8 @@ def test_the_netns_launchers_nodes_share_this_machines_cores():
     """Several namespaces are one machine: each worker of a 2-node netns job gets half the cores, as the
     launcher's OMP_NUM_THREADS says (two workers of 2 threads each on 2 cores made the link's cost vanish
     under oversubscription); a node of a real cluster splits only among its own workers."""
-    assert cpus.workers_here(2, 1, "netns") == 2
-    assert cpus.workers_here(8, 4, "native") == 4
-    assert cpus.workers_here(1, 1, "netns") == 1
-    two = cpus.plan(None, False, 0, workers_here=cpus.workers_here(2, 1, "netns"), mask=[0, 1], quota={"cores": None})
+    assert launchers.workers_here(2, 1, "netns") == 2
+    assert launchers.workers_here(8, 4, "native") == 4
+    assert launchers.workers_here(1, 1, "netns") == 1
+    two = cpus.plan(None, False, 0, workers_here=launchers.workers_here(2, 1, "netns"), mask=[0, 1], quota={"cores": None})
     assert (two.cpus, two.intra_op) == (1, 1)

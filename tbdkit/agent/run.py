@@ -185,7 +185,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             spec.cpus,
             spec.pin,
             0 if spec.data == "synthetic" else 1,
-            cpus.workers_here(spec.processes, spec.processes_per_node, spec.launcher) if worker is not None else 1,
+            spec.workers_here if worker is not None else 1,
         )
         os.environ.update(cpus.thread_env(budget))
         pinned = cpus.pin(budget)

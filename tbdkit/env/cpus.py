@@ -128,15 +128,6 @@ def plan(
     )
 
 
-def workers_here(processes: int, processes_per_node: int, launcher: str) -> int:
-    """How many of a job's worker processes share this machine's cores: all of them under the netns
-    launcher (its "machines" are namespaces of this one), a node's workers otherwise, 1 for a single
-    run (also one process training several replicas, --one-process)."""
-    if processes <= 1:
-        return 1
-    return processes if launcher == "netns" else processes_per_node
-
-
 def check_request(requested: int | None) -> str | None:
     """Why `--cpus requested` cannot be given here (one sentence and the fix), or None."""
     if requested is None:

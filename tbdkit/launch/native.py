@@ -117,8 +117,7 @@ class NativeLauncher:
 def thread_env(spec: RunSpec) -> dict[str, str]:
     """OpenMP's and MXNet's threads from the run's CPU budget, in the agent's environment before it
     starts (tbdkit.env.cpus; the agent applies the same budget again before any framework loads)."""
-    workers = cpus.workers_here(spec.processes, spec.processes_per_node, spec.launcher)
-    return cpus.thread_env(cpus.plan(spec.cpus, spec.pin, 0 if spec.data == "synthetic" else 1, workers))
+    return cpus.thread_env(cpus.plan(spec.cpus, spec.pin, 0 if spec.data == "synthetic" else 1, spec.workers_here))
 
 
 def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:

@@ -23,13 +23,13 @@ from pydantic import (
 
 from tbdkit.core.errors import UserError
 from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
-from tbdkit.spec import catalog
+from tbdkit.spec import catalog, launchers
 
 Precision = Literal["fp32", "tf32", "amp"]
 _RATE = re.compile(r"^[1-9][0-9]{0,8}(kbit|mbit|gbit)$")
 _RATE_UNITS = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 Preset = Literal["smoke", "paper", "converge"]  # converge: train to a quality target (tbdkit/agent/converge.py)
-Launcher = Literal["native", "docker", "netns"]  # netns: several "machines" as network namespaces here
+Launcher = launchers.Name  # the table of launchers and what each can run: tbdkit/spec/launchers.py
 _DEVICE = re.compile(r"^(auto|cpu|cuda(:[0-9]{1,6})?)$")
 # Validation context: a spec recorded by a run (a bundle's spec.json) is checked without asking whether
 # its dataset path exists here (the run read it where it ran).
@@ -208,6 +208,11 @@ class RunSpec(BaseModel):
     def processes_per_node(self) -> int:
         return self.gpus_per_node // self.replicas_per_process
 
+    @property
+    def workers_here(self) -> int:
+        """How many of the job's worker processes share this machine's cores (tbdkit.spec.launchers)."""
+        return launchers.workers_here(self.processes, self.processes_per_node, self.launcher)
+
     @field_validator("link_rate")
     @classmethod
     def _rate(cls, value: str | None) -> str | None:
@@ -224,17 +229,18 @@ class RunSpec(BaseModel):
                 f"{', '.join(sorted(only))}, whose shared training step averages the replicas' gradients; "
                 f"run {self.model} with --framework pytorch or mxnet, or with --nodes 1 --gpus-per-node 1"
             )
-        if self.world_size > 1 and self.launcher == "docker":
+        traits = launchers.LAUNCHERS[self.launcher]
+        if self.world_size > 1 and not traits.several_workers:
             raise ValueError(
                 "launcher: several workers run natively (one process each) or over network namespaces "
                 "(--launcher netns); for containers on a cluster use `tbdkit render`"
             )
-        if self.nodes > 1 and self.launcher != "netns":
+        if self.nodes > 1 and not traits.nodes_here:
             raise ValueError(
                 "launcher: several nodes on this machine need --launcher netns (one network namespace per "
                 "node); for real machines use `tbdkit render --target slurm|k8s`"
             )
-        if self.link_rate is not None and self.launcher != "netns":
+        if self.link_rate is not None and not traits.shapes_links:
             raise ValueError("link_rate: shaping the link needs --launcher netns")
         if self.one_process:
             self._check_one_process()
@@ -256,7 +262,7 @@ class RunSpec(BaseModel):
                 "one_process: it is for several GPUs of one machine: use --nodes 1 --gpus-per-node 2 or more "
                 "(across machines every node runs its own workers)"
             )
-        if self.launcher != "native":
+        if not launchers.LAUNCHERS[self.launcher].one_process:
             raise ValueError("one_process: one process on this machine runs with --launcher native")
 
     @field_validator("model")
