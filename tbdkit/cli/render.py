@@ -12,7 +12,7 @@ from tbdkit.core.errors import UserError
 from tbdkit.launch.render import TARGETS, write
 from tbdkit.results import files as runfiles
 from tbdkit.results import outputs
-from tbdkit.spec import catalog
+from tbdkit.spec import catalog, launchers
 from tbdkit.spec import run_spec as specs
 
 # Names that look like a launch file rather than the folder -o takes.
@@ -57,7 +57,7 @@ def render(
         precision=precision,
         preset=preset,
         device="auto",
-        launcher="netns" if nodes > 1 else "native",
+        launcher=launchers.resolve(launchers.AUTO, nodes),
         nodes=nodes,
         gpus_per_node=gpus_per_node,
     )

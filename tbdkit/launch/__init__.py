@@ -1,5 +1,6 @@
 """Launchers: start the agent for a RunSpec where its framework lives, and finish the run
-directory if the agent could not. Each launcher implements tbdkit.launch.base.Launcher."""
+directory if the agent could not. Each launcher implements tbdkit.launch.base.Launcher and is one
+row of LAUNCHERS, under the name a spec gives it (tbdkit.spec.launchers: what each one can run)."""
 
 from __future__ import annotations
 
@@ -7,25 +8,33 @@ from pathlib import Path
 
 from tbdkit.core.errors import UserError
 from tbdkit.launch.base import EventHandler, Launcher
+from tbdkit.launch.docker import DockerLauncher
+from tbdkit.launch.native import NativeLauncher
+from tbdkit.launch.netns import NetnsLauncher
 from tbdkit.launch.outcome import Outcome, finalize, new_run_dir
 from tbdkit.results import files as runfiles
 from tbdkit.results.rundir import RunDir
+from tbdkit.spec import launchers
 from tbdkit.spec.run_spec import RunSpec
 
+LAUNCHERS: dict[str, Launcher] = {
+    "native": NativeLauncher(),
+    "docker": DockerLauncher(),
+    "netns": NetnsLauncher(),
+}
 
-def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
-    """Run one spec to completion (or failure) and return what its summary says."""
-    from tbdkit.results.space import check_results_folder
 
-    check_results_folder(results, spec)  # a read-only, full or mistaken results path fails before training
-    if spec.launcher == "docker":
-        from tbdkit.launch import docker
+def get(name: str, nodes: int = 1) -> Launcher:
+    """The launcher `--launcher name` means (`auto` by tbdkit.spec.launchers.resolve)."""
+    resolved = launchers.resolve(name, nodes)
+    if resolved not in LAUNCHERS:
+        raise UserError(f"Unknown launcher '{name}': choose {launchers.AUTO}, {', '.join(LAUNCHERS)}.")
+    return LAUNCHERS[resolved]
 
-        return docker.launch(spec, results, on_event)
-    from tbdkit.launch import native, netns
 
-    run_dir = new_run_dir(results, spec)
-    on_event({"event": "run_dir", "run_dir": str(run_dir)})  # a sweep records it before the run goes on
+def start(spec: RunSpec, run_dir: Path, on_event: EventHandler, launcher: Launcher | None = None) -> int:
+    """Write the spec into an existing run folder and run the agent there; the agent's exit code.
+    (`launch` below does this for a new run folder and finishes its summary.)"""
     try:
         RunDir(run_dir).write_json(runfiles.SPEC, spec.model_dump())
     except OSError as exc:
@@ -33,9 +42,23 @@ def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
             f"The run folder {run_dir} cannot be written ({exc.strerror or exc}): free some space "
             "or pass another --results."
         ) from None
-    launcher: Launcher = netns if spec.launcher == "netns" else native
-    exit_code = launcher.run(spec, run_dir, on_event)
+    return (launcher or LAUNCHERS[spec.launcher]).run(spec, run_dir, on_event)
+
+
+def launch(spec: RunSpec, results: Path, on_event: EventHandler, launcher: Launcher | None = None) -> Outcome:
+    """Run one spec to completion (or failure) in a new run folder and return what its summary says;
+    `launcher` replaces the spec's own (e.g. a native launcher with another Python)."""
+    from tbdkit.results.space import check_results_folder
+
+    check_results_folder(results, spec)  # a read-only, full or mistaken results path fails before training
+    chosen = launcher or LAUNCHERS[spec.launcher]
+    chosen.preflight(spec.framework, spec.device)  # what can be checked fails before a run folder exists
+    run_dir = new_run_dir(results, spec)
+    on_event({"event": "run_dir", "run_dir": str(run_dir)})  # a sweep records it before the run goes on
+    exit_code = start(spec, run_dir, on_event, chosen)
+    by_agent = RunDir(run_dir).summary.is_file()
     status, summary = finalize(run_dir, spec, exit_code, on_event)
+    summary = chosen.finish(spec, run_dir, exit_code, summary, by_agent)
     if spec.processes > 1:
         from tbdkit.launch.workers import name_failed_workers
 

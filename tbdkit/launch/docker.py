@@ -17,14 +17,12 @@ import json
 import os
 import shlex
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tbdkit.core.errors import UserError
 from tbdkit.env import images, oci, stacks
-from tbdkit.launch.base import EventHandler, stream
-from tbdkit.launch.outcome import Outcome, finalize, new_run_dir
+from tbdkit.launch.base import Busy, EventHandler, quiet, stream
 from tbdkit.results import files as runfiles
 from tbdkit.results.rundir import RunDir
 from tbdkit.spec import catalog
@@ -178,41 +176,48 @@ def preflight(framework: str, device: str) -> tuple[dict[str, Any], images.GpuAc
     return image, access
 
 
-@dataclass(frozen=True)
 class DockerLauncher:
-    """The launcher (tbdkit.launch.base.Launcher) for the image and GPU access `preflight` checked."""
+    """The launcher (tbdkit.launch.base.Launcher) of the stack's pinned image: the image is the
+    environment, so no virtual environment is needed and nothing is set up here."""
 
-    image: dict[str, Any]
-    access: images.GpuAccess
+    name = "docker"
+
+    def frameworks(self, model: catalog.Model, requested: list[str], setup: bool) -> list[str]:
+        return frameworks(model, requested)
+
+    def framework_gpus(self, framework: str) -> tuple[int | None, str | None]:
+        """Not asked before the run: the container preflight finds the GPUs the containers reach."""
+        return None, None
+
+    def preflight(self, framework: str, device: str, setup: bool = False, busy: Busy = quiet) -> None:
+        preflight(framework, device)
 
     def run(self, spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
         """Run the spec's container in the foreground, its events to `on_event` and everything
         else to log.txt; a container that failed leaves its record (container.json, .log)."""
+        image, access = preflight(spec.framework, spec.device)
         RunDir(run_dir).write_json(CONTAINER_SPEC, container_spec(spec))
-        args = render(spec, run_dir, self.image, self.access)
+        args = render(spec, run_dir, image, access)
         uid, gid = container_user()
         RunDir(run_dir).log.touch()
         hand_over(run_dir, uid, gid)
         return run(args, run_dir, on_event)
 
-
-def launch(spec: RunSpec, results: Path, on_event: EventHandler) -> Outcome:
-    launcher = DockerLauncher(*preflight(spec.framework, spec.device))
-    run_dir = new_run_dir(results, spec)
-    rd = RunDir(run_dir)
-    rd.write_json(runfiles.SPEC, spec.model_dump())
-    exit_code = launcher.run(spec, run_dir, on_event)
-    had_summary = rd.summary.is_file()
-    status, summary = finalize(run_dir, spec, exit_code)
-    if exit_code != 0:
-        container = keep_container_record(run_dir, f"tbdkit-{run_dir.name}", exit_code)
-        if not had_summary:
-            summary["container"] = container
-            summary["error"] = container_error(container, exit_code)
-            rd.write_json(runfiles.SUMMARY, summary)
-    remove_container(f"tbdkit-{run_dir.name}")
-    hand_over(run_dir, *container_user())
-    return Outcome(run_dir, status, summary)
+    def finish(
+        self, spec: RunSpec, run_dir: Path, exit_code: int, summary: dict[str, Any], by_agent: bool
+    ) -> dict[str, Any]:
+        """A failed container's log and state are kept (and named in the summary when the agent wrote
+        none); the container is removed and the run folder handed back."""
+        name = f"tbdkit-{run_dir.name}"
+        if exit_code != 0:
+            container = keep_container_record(run_dir, name, exit_code)
+            if not by_agent:
+                summary["container"] = container
+                summary["error"] = container_error(container, exit_code)
+                RunDir(run_dir).write_json(runfiles.SUMMARY, summary)
+        remove_container(name)
+        hand_over(run_dir, *container_user())
+        return summary
 
 
 def run(args: list[str], run_dir: Path, on_event: EventHandler) -> int:

@@ -31,6 +31,27 @@ END_GRACE_S = 20.0  # after a failure: the others' clean stop before they are ki
 INTERRUPTED = 130  # a worker stopped by Ctrl-C (the agent's exit code): not a failure
 
 
+def host_gpus() -> list[str]:
+    """This machine's GPUs as CUDA_VISIBLE_DEVICES may name them: the entries of the caller's own
+    CUDA_VISIBLE_DEVICES if set, else every GPU's UUID from NVML (order-proof), else none."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [v.strip() for v in visible.split(",") if v.strip()]
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return [
+                pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+                for i in range(pynvml.nvmlDeviceGetCount())
+            ]
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return []
+
+
 def new_port() -> int:
     """A base port for the job: the control channel; TensorFlow's workers and MXNet's scheduler above it."""
     return 20000 + secrets.randbelow(20000)

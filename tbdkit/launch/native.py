@@ -1,9 +1,11 @@
 """The native launcher: the agent runs in a local Python, by default the framework stack's own
-virtual environment; `tbdkit.bench.reference` runs it under Nsight Compute with a command prefix."""
+virtual environment; `tbdkit.bench.reference` runs it under Nsight Compute with a command prefix.
+StackLauncher is what it shares with the netns launcher: the frameworks are the stacks installed here."""
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shlex
 import signal
@@ -13,10 +15,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from tbdkit.core.errors import UserError
 from tbdkit.env import cpus, stacks
-from tbdkit.launch.base import EventHandler, stream
+from tbdkit.launch import group
+from tbdkit.launch.base import Busy, EventHandler, quiet, stream
 from tbdkit.results.rundir import RunDir
+from tbdkit.spec import catalog
 from tbdkit.spec.run_spec import RunSpec
 
 TIMED_OUT = 124  # the exit code of a run ended at its time limit (as timeout(1))
@@ -60,12 +66,73 @@ def _stop_with_parent() -> None:
         _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+class StackLauncher:
+    """What the launchers that run the framework stacks' virtual environments (native, netns) share: the
+    frameworks are the stacks installed here, asked themselves whether they see a GPU."""
+
+    def frameworks(self, model: catalog.Model, requested: list[str], setup: bool) -> list[str]:
+        """Those requested, else every one of the model's whose stack is installed here, else (with
+        `setup`) the model's first: a UserError when none is installed and none may be set up."""
+        if requested == ["all"]:
+            requested = list(model.frameworks)
+        for fw in requested:
+            catalog.check_framework(model, fw)
+        if requested:
+            return list(requested)
+        chosen = [fw for fw in model.frameworks if fw in stacks.STACKS and stacks.is_installed(fw)]
+        if chosen:
+            return chosen
+        first = next((fw for fw in model.frameworks if fw in stacks.STACKS), None)
+        if first is None or not setup:
+            raise UserError(
+                f"No framework stack for {model.name} is installed: run `tbdkit setup "
+                f"{first or 'pytorch'}` or pass --setup."
+            )
+        return [first]
+
+    def framework_gpus(self, framework: str) -> tuple[int | None, str | None]:
+        """(GPUs the framework sees, why none), asked of the stack's own interpreter (tbdkit.adapters.probe);
+        None when its stack is not installed here (nothing to ask)."""
+        if framework not in stacks.STACKS or not stacks.is_installed(framework):
+            return None, None
+        try:
+            proc = subprocess.run(
+                [str(stacks.python_of(framework)), "-m", "tbdkit.adapters.probe", framework],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                env=stacks.agent_env(),
+            )
+        except subprocess.TimeoutExpired:
+            return 0, f"the {framework} stack did not answer within 600 s whether it sees a GPU"
+        try:
+            answer = json.loads(proc.stdout.strip().splitlines()[-1])
+            return int(answer["gpus"]), answer.get("reason")
+        except (IndexError, KeyError, ValueError):
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            return 0, f"asking the {framework} stack for its GPUs failed ({tail})"
+
+    def preflight(self, framework: str, device: str, setup: bool = False, busy: Busy = quiet) -> None:
+        """The framework's stack is installed here (with `setup`, installed or brought up to its lock first)."""
+        stack = stacks.get(framework)
+        if setup and not stacks.is_current(framework):
+            with busy(f"setting up the {stack.title} stack in {stacks.venv_path(framework)} ..."):
+                stacks.setup(framework)
+        stacks.require(framework)
+
+    def finish(
+        self, spec: RunSpec, run_dir: Path, exit_code: int, summary: dict[str, Any], by_agent: bool
+    ) -> dict[str, Any]:
+        return summary
+
+
 @dataclass(frozen=True)
-class NativeLauncher:
+class NativeLauncher(StackLauncher):
     """The launcher (tbdkit.launch.base.Launcher) for a local Python. `prefix` runs in front of the
     agent (ncu, which forks it); `python` and `env` replace the stack's; past `timeout_s` the run's
     whole process group is ended and the exit code is TIMED_OUT."""
 
+    name = "native"
     prefix: tuple[str, ...] = ()
     python: str | None = None
     env: dict[str, str] | None = None
@@ -75,7 +142,20 @@ class NativeLauncher:
         own = command(spec, run_dir) if self.python is None else agent_command(self.python, spec, run_dir)
         return [*self.prefix, *own]
 
+    def preflight(self, framework: str, device: str, setup: bool = False, busy: Busy = quiet) -> None:
+        """The stack's environment, unless this launcher runs another Python."""
+        if self.python is None:
+            super().preflight(framework, device, setup, busy)
+
     def run(self, spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
+        """The agent in the framework stack's virtual environment (the launcher `bench` and sweeps use);
+        several TensorFlow or MXNet workers as their own processes (tbdkit.launch.group); one process
+        for a node's replicas under --one-process."""
+        if spec.processes > 1 and spec.framework != "pytorch":
+            return group.run(spec, run_dir, on_event, group.local_roles(spec, group.host_gpus()))
+        return self.run_agent(spec, run_dir, on_event)
+
+    def run_agent(self, spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
         """Start the agent in its own session (so a terminal's Ctrl-C reaches only us) and pass each
         Ctrl-C on to it: the first stops it at the next iteration, a second stops it at once. An
         exception out of `on_event` ends the run's process group and goes on up."""
@@ -121,14 +201,7 @@ def thread_env(spec: RunSpec) -> dict[str, str]:
 
 
 def run(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
-    """The agent in the framework stack's virtual environment (the launcher `bench` and sweeps use);
-    several TensorFlow or MXNet workers as their own processes (tbdkit.launch.group); one process
-    for a node's replicas under --one-process."""
-    if spec.processes > 1 and spec.framework != "pytorch":
-        from tbdkit.launch import group
-        from tbdkit.launch.netns import host_gpus
-
-        return group.run(spec, run_dir, on_event, group.local_roles(spec, host_gpus()))
+    """The agent in the framework stack's virtual environment (NativeLauncher, the launcher of `bench`)."""
     return NativeLauncher().run(spec, run_dir, on_event)
 
 

@@ -23,7 +23,10 @@ from pathlib import Path
 
 from tbdkit.core.errors import UserError
 from tbdkit.env import stacks
-from tbdkit.launch.base import EventHandler, stream
+from tbdkit.launch import group
+from tbdkit.launch.base import Busy, EventHandler, quiet, stream
+from tbdkit.launch.group import host_gpus
+from tbdkit.launch.native import StackLauncher
 from tbdkit.results.rundir import RunDir
 from tbdkit.spec.run_spec import RunSpec
 
@@ -121,27 +124,6 @@ def network(nodes: int, link_rate: str | None) -> Iterator[Network]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def host_gpus() -> list[str]:
-    """This machine's GPUs as CUDA_VISIBLE_DEVICES may name them: the entries of the caller's own
-    CUDA_VISIBLE_DEVICES if set, else every GPU's UUID from NVML (order-proof), else none."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [v.strip() for v in visible.split(",") if v.strip()]
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return [
-                pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
-                for i in range(pynvml.nvmlDeviceGetCount())
-            ]
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        return []
-
-
 def node_env(spec: RunSpec, net: Network, node: int, gpus: list[str]) -> dict[str, str]:
     """What makes node `node` a machine of its own to torchrun and NCCL: its own GPUs (each node's
     LOCAL_RANK counts from 0 within them), its own NCCL host id (NCCL would otherwise see one host and
@@ -201,7 +183,6 @@ def node_command(
 
 def run_roles(spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
     """A TensorFlow or MXNet job (tbdkit.launch.roles): each role's process in its node's namespace."""
-    from tbdkit.launch import group
     from tbdkit.launch.roles import roles
 
     with network(spec.nodes, spec.link_rate) as net:
@@ -291,3 +272,18 @@ def _signal(proc: subprocess.Popen[str], sig: int) -> None:
         os.killpg(proc.pid, sig)
     except ProcessLookupError:
         pass
+
+
+class NetnsLauncher(StackLauncher):
+    """The launcher (tbdkit.launch.base.Launcher) of several nodes as network namespaces of this machine;
+    each node runs the framework stack's virtual environment."""
+
+    name = "netns"
+
+    def preflight(self, framework: str, device: str, setup: bool = False, busy: Busy = quiet) -> None:
+        """Root and iproute2 (namespaces, links, qdiscs), then the framework's stack."""
+        preflight()
+        super().preflight(framework, device, setup, busy)
+
+    def run(self, spec: RunSpec, run_dir: Path, on_event: EventHandler) -> int:
+        return run(spec, run_dir, on_event)
