@@ -1,16 +1,38 @@
-"""What the commands share, below the command line: splitting comma lists, parsing batch lists, counting
-GPUs, asking each framework whether it sees one, the auto preset, and choosing (and setting up) the
-frameworks of a run. No command is defined here; the commands of `tbdkit.cli` import it."""
+"""The one planner of `tbdkit bench` and `tbdkit sweep`, below the command line: from what the user typed
+to the frameworks, preset, launcher and data a grid of runs uses, each checked before anything runs.
+
+    p = plan(model, frameworks, preset, device, launcher, nodes, data)   # launcher, auto preset, data path
+    ... the command builds its grid of specs from p and validates it ...
+    frameworks = prepare(p, device, setup)   # the data, then each framework's launcher preflight (and setup)
+
+What differs between launchers (which frameworks they can run, whether a framework is asked for its GPUs,
+what a preflight checks, what --setup installs) is asked of the launcher (tbdkit.launch); the `auto`
+launcher rule is tbdkit.spec.launchers'. Messages go through tbdkit.bench.progress. Also here: splitting
+comma lists and parsing batch lists, which every command shares."""
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from tbdkit.cli.console import console, err_console
+from tbdkit import launch
+from tbdkit.bench import progress
 from tbdkit.core.errors import UserError
-from tbdkit.env import stacks
 from tbdkit.env.machine import gpu_count
+from tbdkit.launch.base import Launcher
 from tbdkit.spec import catalog
+
+__all__ = [
+    "Plan",
+    "gpu_count",
+    "parse_batches",
+    "plan",
+    "prepare",
+    "require_framework_gpus",
+    "resolve_auto_preset",
+    "split_list",
+]
 
 
 def split_list(values: list[str] | None) -> list[str]:
@@ -27,31 +49,6 @@ def parse_batches(values: list[str] | None) -> list[int]:
     return out
 
 
-def framework_gpus(fw: str) -> tuple[int | None, str | None]:
-    """(GPUs the framework sees, why none), asked of the stack's own interpreter (tbdkit.adapters.probe);
-    None when its stack is not installed here (nothing to ask)."""
-    import subprocess
-
-    if fw not in stacks.STACKS or not stacks.is_installed(fw):
-        return None, None
-    try:
-        proc = subprocess.run(
-            [str(stacks.python_of(fw)), "-m", "tbdkit.adapters.probe", fw],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=stacks.agent_env(),
-        )
-    except subprocess.TimeoutExpired:
-        return 0, f"the {fw} stack did not answer within 600 s whether it sees a GPU"
-    try:
-        answer = json.loads(proc.stdout.strip().splitlines()[-1])
-        return int(answer["gpus"]), answer.get("reason")
-    except (IndexError, KeyError, ValueError):
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return 0, f"asking the {fw} stack for its GPUs failed ({tail})"
-
-
 def require_framework_gpus(device: str, answers: dict[str, tuple[int | None, str | None]]) -> dict[str, str | None]:
     """The frameworks that see no GPU, and why; with --device cuda[:N] the first of them stops the command."""
     blind = {fw: why for fw, (n, why) in answers.items() if n == 0}
@@ -61,48 +58,82 @@ def require_framework_gpus(device: str, answers: dict[str, tuple[int | None, str
     return blind
 
 
-def resolve_auto_preset(device: str, frameworks: list[str], launcher: str) -> str:
+def resolve_auto_preset(device: str, frameworks: list[str], launcher: str | Launcher) -> str:
     """`--preset auto`: paper where every framework to run sees a GPU itself, else smoke (a CPU-only
     build, a driver too old for the build, a container without the GPU: said, never silently paper-sized
-    on the CPU). `--device cuda` with a framework that sees no GPU fails here, naming the cause."""
+    on the CPU). `--device cuda` with a framework that sees no GPU fails here, naming the cause. Where the
+    launcher cannot ask a framework before the run (a stack not installed yet, an image), this host's
+    GPUs decide."""
     if device == "cpu":
         return "smoke"
-    if launcher == "docker":  # the image's framework is asked by the container preflight; the host's GPUs here
-        return "paper" if gpu_count() > 0 else "smoke"
-    answers = {fw: framework_gpus(fw) for fw in frameworks}
+    chosen = launch.get(launcher) if isinstance(launcher, str) else launcher
+    answers = {fw: chosen.framework_gpus(fw) for fw in frameworks}
     blind = require_framework_gpus(device, answers)
     if blind:
-        for fw, why in blind.items():
-            err_console.print(
-                f"{fw} sees no GPU ({why}): --preset auto runs the smoke preset", style="yellow", highlight=False
-            )
+        with progress.live() as notify:
+            for fw, why in blind.items():
+                notify.say(f"{fw} sees no GPU ({why}): --preset auto runs the smoke preset", "warning")
         return "smoke"
-    if any(n is None for n, _ in answers.values()):  # a stack not installed yet: the host's GPUs decide
+    if any(n is None for n, _ in answers.values()):
         return "paper" if gpu_count() > 0 else "smoke"
     return "paper" if answers else "smoke"
 
 
-def choose_frameworks(model: catalog.Model, requested: list[str], setup: bool) -> list[str]:
-    if requested == ["all"]:
-        requested = list(model.frameworks)
-    for fw in requested:
-        catalog.check_framework(model, fw)
-    if requested:
-        chosen = requested
-    else:
-        chosen = [fw for fw in model.frameworks if fw in stacks.STACKS and stacks.is_installed(fw)]
-        if not chosen:
-            first = next((fw for fw in model.frameworks if fw in stacks.STACKS), None)
-            if first is None or not setup:
-                raise UserError(
-                    f"No framework stack for {model.name} is installed: run `tbdkit setup "
-                    f"{first or 'pytorch'}` or pass --setup."
-                )
-            chosen = [first]
-    for fw in chosen:
-        stacks.get(fw)
-        if setup and not stacks.is_current(fw):
-            with console.status(f"setting up the {stacks.STACKS[fw].title} stack in {stacks.venv_path(fw)} ..."):
-                stacks.setup(fw)
-        stacks.require(fw)
-    return chosen
+@dataclass(frozen=True)
+class Plan:
+    """What a bench or a sweep runs, resolved: never `auto`, `all` or a relative data path."""
+
+    model: catalog.Model
+    launcher: str
+    preset: str
+    requested: list[str]  # the frameworks asked for ('all' expanded); [] for the launcher's default ones
+    data: str  # 'synthetic' or the dataset's absolute path
+
+    @property
+    def checked(self) -> list[str]:
+        """The frameworks a command validates its grid's specs for before anything installs or runs."""
+        return self.requested or list(self.model.frameworks[:1])
+
+    def hp(self, variant: str | None = None) -> dict[str, Any]:
+        return self.model.hp(self.preset, variant)
+
+
+def plan(
+    model: str,
+    frameworks: list[str] | None,
+    preset: str,
+    device: str,
+    launcher: str,
+    nodes: int = 1,
+    data: str = "synthetic",
+) -> Plan:
+    """The model, the launcher (`auto` resolved), the preset (`auto`: asked of the frameworks that would run,
+    through the launcher; with --device cuda each of them must see a GPU) and the data path."""
+    m = catalog.get(model)
+    chosen = launch.get(launcher, nodes)
+    wanted = split_list(frameworks)
+    requested = list(m.frameworks) if wanted == ["all"] else wanted
+    # What would run (the spec's validation judges what was asked for, after this): nothing installed yet.
+    candidates = requested or chosen.frameworks(m, [], True)
+    if preset == "auto":
+        preset = resolve_auto_preset(device, candidates, chosen)
+    elif device.startswith("cuda"):  # the framework itself says why it has no GPU
+        require_framework_gpus(device, {fw: chosen.framework_gpus(fw) for fw in candidates})
+    if preset == "converge" and not requested:  # the converge preset is PyTorch's
+        requested = ["pytorch"]
+    if data != "synthetic":
+        data = str(Path(data).expanduser().resolve())
+    return Plan(m, chosen.name, preset, requested, data)
+
+
+def prepare(p: Plan, device: str, setup: bool, variant: str | None = None) -> list[str]:
+    """After the command validated its grid: the real dataset checked, then the frameworks to run chosen
+    by the launcher and each one's preflight (with `setup`, a missing stack is installed first)."""
+    if p.data != "synthetic":
+        catalog.check_source(p.model, p.data, p.hp(variant))
+    chosen = launch.get(p.launcher)
+    frameworks = chosen.frameworks(p.model, p.requested, setup)
+    with progress.live() as notify:
+        for fw in frameworks:
+            chosen.preflight(fw, device, setup, notify.busy)
+    return frameworks

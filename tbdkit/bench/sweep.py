@@ -31,8 +31,13 @@ from statistics import fmean, stdev
 from typing import Any, Protocol
 
 from tbdkit import __version__
+from tbdkit.bench import progress
+from tbdkit.launch import launch
+from tbdkit.launch.base import EventHandler
 from tbdkit.results import files as runfiles
 from tbdkit.results import readers, sink
+from tbdkit.results.index import Index
+from tbdkit.results.space import check_results_folder
 from tbdkit.results.summary import MEASURED
 from tbdkit.spec.run_spec import RunSpec
 from tbdkit.spec.sweep_spec import MAX, Point, SweepSpec, points
@@ -514,3 +519,91 @@ class SweepRun:
         from tbdkit.spec import catalog
 
         return int(catalog.get(self.sweep.model).hp(self.sweep.preset)["default_batch"])
+
+
+# ---------------------------------------------------------------- through the launchers, shown as it goes
+
+
+class Shown:
+    """The sweep's Observer on the user's display (tbdkit.bench.progress): the grid's bar (points done /
+    failed / pending) above one bar per run."""
+
+    def __init__(self, notify: progress.Notifier, run: SweepRun, unit: str) -> None:
+        self.notify = notify
+        self.run = run
+        self.unit = unit
+        keys = run.keys()
+        self.bar = notify.bar(f"sweep of {len(keys)} points", len(keys), run.state.counts(keys)["done"])
+        self.bar.update(phase=self._phase(), note="")
+
+    def _phase(self) -> str:
+        c = self.run.state.counts(self.run.keys())
+        return f"done {c['done']} · failed {c['failed']} · pending {c['pending']}"
+
+    def handler(self, label: str) -> EventHandler:
+        return self.notify.run(label, self.unit)
+
+    def point_started(self, point: Point, batch_size: int) -> None:
+        self.bar.update(phase=self._phase(), note=f"now {point.key} (batch {batch_size})")
+
+    def point_finished(self, point: Point, status: str) -> None:
+        self.bar.update(advance=1, phase=self._phase(), note="")
+        if status not in FINAL:
+            self.notify.say(f"{point.key}: {status} (retried when the sweep is run again)", "error")
+
+    def point_retried(self, point: Point, attempt: int, of: int, reasons: list[str]) -> None:
+        self.notify.say(
+            f"{point.key}: disturbed ({'; '.join(reasons) or 'flagged'}): re-running it (retry {attempt} of "
+            f"{of}, --retry-disturbed); the disturbed run is kept",
+            "warning",
+        )
+
+    def probe_started(self, framework: str, precision: str, batch_size: int) -> None:
+        self.bar.update(note=f"max-batch search {framework}/{precision}: probing batch {batch_size}")
+
+
+def bench_runner(results: Path, shown: Shown, run_dir_created: Callable[[Path], None] | None = None) -> Runner:
+    """Each point through the bench machinery: the spec's launcher, then the results index.
+    `run_dir_created` hears each measured point's run folder as soon as the launcher makes it."""
+
+    def run(spec: RunSpec, where: Path, probe: bool) -> RunResult:
+        label = f"{'probe ' if probe else ''}{spec.framework}/{spec.precision}/b{spec.batch_size}"
+        show = shown.handler(label)
+
+        def handler(event: dict[str, Any]) -> None:
+            if event.get("event") == "run_dir":
+                if run_dir_created is not None and not probe:
+                    run_dir_created(Path(event["run_dir"]))
+                return
+            show(event)
+
+        outcome = launch(spec, where, handler)
+        if not probe:
+            Index(results).add(outcome.run_dir)
+        return RunResult(outcome.status, outcome.run_id, outcome.run_dir, outcome.summary)
+
+    return run
+
+
+def run_sweep(spec: SweepSpec, unit: str, quiet_stdout: bool = False) -> dict[str, Any]:
+    """Run (or resume) the sweep with live progress; returns its state, which the results index holds too.
+    The sweep's state is written before any run: a read-only, full or mistaken results path fails first."""
+    check_results_folder(
+        spec.results, spec.run_spec(spec.frameworks[0], spec.precisions[0], (spec.int_batches or [1])[0])
+    )
+    run = SweepRun(spec)
+    with progress.live(quiet_stdout, eta=True) as notify:
+        shown = Shown(notify, run, unit)
+        run.runner, run.observer = bench_runner(spec.results, shown, run.run_dir_created), shown
+        for note in run.state.recovered:
+            notify.say(f"resuming: {note}", "warning")
+        counts = run.state.counts(run.keys())
+        if counts["done"] or counts["failed"]:
+            notify.say(
+                f"resuming sweep {spec.sweep_id()}: {counts['done']} point(s) done are kept, "
+                f"{counts['failed']} failed and {counts['pending']} pending will run"
+            )
+        try:
+            return run.run()
+        finally:
+            Index(spec.results).add_sweep(run.state.data)

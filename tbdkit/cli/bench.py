@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from tbdkit.analysis import cost
-from tbdkit.bench.plan import (
-    choose_frameworks,
-    framework_gpus,
-    parse_batches,
-    require_framework_gpus,
-    resolve_auto_preset,
-    split_list,
-)
+from tbdkit.bench.plan import parse_batches, plan, prepare
 from tbdkit.bench.run_list import run_all
 from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, ResultsOpt, check_cpus, cost_table
 from tbdkit.cli.console import console, convergence_table, results_table, styled
+from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.core.paths import default_results_dir
 from tbdkit.env import stacks
 from tbdkit.results.summary import MEASURED
@@ -89,30 +82,14 @@ def bench(
 ) -> None:
     """Train MODEL on each framework and batch size, measuring throughput and utilization."""
     prices = cost.resolve(price_per_hour)  # a wrong price is said before anything runs
-    m = catalog.get(model)
-    if launcher == "auto":  # several "machines" here are network namespaces; one is this machine
-        launcher = "netns" if nodes > 1 else "native"
-    wanted = split_list(framework)
-    candidates = (
-        list(m.frameworks)
-        if wanted == ["all"]
-        else wanted
-        or [fw for fw in m.frameworks if fw in stacks.STACKS and stacks.is_installed(fw)]
-        or list(m.frameworks[:1])
-    )
-    if preset == "auto":
-        preset = resolve_auto_preset(device, candidates, launcher)
-    elif device.startswith("cuda") and launcher != "docker":  # the framework itself says why it has no GPU
-        require_framework_gpus(device, {fw: framework_gpus(fw) for fw in candidates})
-    hp = m.hp(preset, variant)
+    p = plan(model, framework, preset, device, launcher, nodes, data)
+    hp = p.hp(variant)
     batches = parse_batches(batch) or [int(hp["default_batch"])]
     measure = {
         k: v
         for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s, "target_ci": target_ci}.items()
         if v is not None
     }
-    if data != "synthetic":
-        data = str(Path(data).expanduser().resolve())
 
     def make(fw: str, b: int) -> specs.RunSpec:
         return specs.build(
@@ -120,11 +97,11 @@ def bench(
             framework=fw,
             batch_size=b,
             precision=precision,
-            preset=preset,
+            preset=p.preset,
             variant=variant,
             device=device,
-            launcher=launcher,
-            data=data,
+            launcher=p.launcher,
+            data=p.data,
             seed=seed,
             measure=measure,
             memory_limit_mb=memory_limit_mb,
@@ -137,28 +114,19 @@ def bench(
         )
 
     # Validate every spec of the grid before anything installs or runs.
-    requested = split_list(framework) or (["pytorch"] if preset == "converge" else [])
-    for fw in list(m.frameworks) if requested == ["all"] else requested or list(m.frameworks[:1]):
+    for fw in p.checked:
         for b in batches:
             make(fw, b)
-    if data != "synthetic":
-        catalog.check_source(m, data, hp)
-    if launcher == "docker":  # the image is the environment: no virtual environment needed
-        from tbdkit.launch import docker as docker_launch
-
-        frameworks = docker_launch.frameworks(m, requested)
-        for fw in frameworks:
-            docker_launch.preflight(fw, device)
-    else:
-        frameworks = choose_frameworks(m, requested, setup)
+    frameworks = prepare(p, device, setup, variant)
     run_specs = [make(fw, b) for fw in frameworks for b in batches]
-    summaries = run_all(run_specs, results, m.throughput_unit, quiet_stdout=as_json)
+    summaries = run_all(run_specs, results, p.model.throughput_unit, quiet_stdout=as_json)
     if as_json:
         print(json.dumps(summaries, indent=2))
     else:
-        table = convergence_table if preset == "converge" else results_table
-        console.print(table(summaries, title=f"{m.info.get('title', model)} ({preset} preset) — results in {results}"))
-        if prices is not None and preset != "converge":
+        table = convergence_table if p.preset == "converge" else results_table
+        title = f"{p.model.info.get('title', model)} ({p.preset} preset) — results in {results}"
+        console.print(table(summaries, title=title))
+        if prices is not None and p.preset != "converge":
             console.print(cost_table(summaries, results, prices))
     statuses = {s["status"] for s in summaries}
     # a disturbed run finished and kept its numbers (flagged, with reasons): not a failure
@@ -171,12 +139,12 @@ def list_models() -> None:
     table.add_column("model")
     table.add_column("application")
     table.add_column("throughput unit")
-    for fw in stacks.KNOWN_FRAMEWORKS:
+    for fw in KNOWN_FRAMEWORKS:
         table.add_column(fw)
     table.add_column("presets (default batch)")
     for m in catalog.models().values():
         cells = []
-        for fw in stacks.KNOWN_FRAMEWORKS:
+        for fw in KNOWN_FRAMEWORKS:
             if fw not in m.frameworks:
                 cells.append(styled("[dim]—[/]"))
             else:

@@ -8,15 +8,29 @@ template of the kit's markup with values escaped.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.status import Status
 from rich.table import Table
 from rich.text import Text
+
+from tbdkit.bench.progress import Bar, Level, Notifier
+from tbdkit.launch.base import EventHandler
 
 
 class PlainConsole(Console):
@@ -96,6 +110,73 @@ def make_progress(quiet_stdout: bool = False, eta: bool = False) -> Progress:
         console=err_console if quiet_stdout else console,
         transient=False,
     )
+
+
+STYLE = {"warning": "yellow", "error": "red"}
+
+
+class _RichBar:
+    def __init__(self, progress: Progress, task: TaskID) -> None:
+        self.progress = progress
+        self.task = task
+
+    def update(self, *, advance: int = 0, phase: str | None = None, note: str | None = None) -> None:
+        fields: dict[str, Any] = {k: v for k, v in {"phase": phase, "rate": note}.items() if v is not None}
+        self.progress.update(self.task, advance=advance, **fields)
+
+
+class RichNotifier:
+    """tbdkit.bench.progress.Notifier on the terminal: the live bars start with the first run or bar;
+    a message before them goes to the console (warnings and errors to stderr), after them above the bars."""
+
+    def __init__(self, quiet_stdout: bool = False, eta: bool = False) -> None:
+        self.quiet_stdout = quiet_stdout
+        self.progress = make_progress(quiet_stdout, eta)
+        self.started = False
+
+    def _live(self) -> Progress:
+        if not self.started:
+            self.progress.start()
+            self.started = True
+        return self.progress
+
+    def say(self, text: str, level: Level = "info") -> None:
+        where = self.progress.console if self.started or level == "info" else err_console
+        where.print(Text(text, style=STYLE.get(level, "")), highlight=False)
+
+    def busy(self, text: str) -> AbstractContextManager[object]:
+        if not self.started:
+            return (err_console if self.quiet_stdout else console).status(text)
+        return self._task(text)
+
+    @contextlib.contextmanager
+    def _task(self, text: str) -> Iterator[None]:
+        task = self.progress.add_task(text, total=None, phase="", rate="")
+        try:
+            yield
+        finally:
+            self.progress.remove_task(task)
+
+    def run(self, label: str, unit: str) -> EventHandler:
+        return RunProgress(self._live(), label, unit)
+
+    def bar(self, description: str, total: int, completed: int) -> Bar:
+        progress = self._live()
+        return _RichBar(progress, progress.add_task(description, total=total, completed=completed, phase="", rate=""))
+
+    def stop(self) -> None:
+        if self.started:
+            self.progress.stop()
+
+
+@contextlib.contextmanager
+def live(quiet_stdout: bool = False, eta: bool = False) -> Iterator[Notifier]:
+    """The command line's display for tbdkit.bench.progress (installed by tbdkit.cli.main)."""
+    notifier = RichNotifier(quiet_stdout, eta)
+    try:
+        yield notifier
+    finally:
+        notifier.stop()
 
 
 def _fmt(value: Any, digits: int = 1, suffix: str = "") -> str:

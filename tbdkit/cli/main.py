@@ -9,11 +9,13 @@ from typing import Any
 
 import typer
 
+from tbdkit.bench import progress
 from tbdkit.cli import (
     artifact,
     bench,
     calibrate,
     compare,
+    console,
     data,
     images,
     kick,
@@ -26,6 +28,8 @@ from tbdkit.cli import (
     sweep,
 )
 from tbdkit.cli.common import friendly
+
+progress.use(console.live)  # bench and sweep report their progress through the terminal's live bars
 
 app = typer.Typer(
     add_completion=False,

@@ -12,9 +12,9 @@ import re
 from pathlib import PurePath, PurePosixPath
 from typing import TypeVar
 
-P = TypeVar("P", bound=PurePath)
-
 from tbdkit.core import paths
+
+P = TypeVar("P", bound=PurePath)
 
 SPEC = "spec.json"  # the RunSpec (launchers)
 ENV = "env.json"  # machine, framework and kit versions (agent)
