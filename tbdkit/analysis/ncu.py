@@ -13,6 +13,11 @@ kernel and launch configuration (`--filter-mode per-launch-config --launch-count
 whole_iteration() weights those samples by the full iteration's kernel timeline (calls and time
 of each kernel and launch configuration, from torch.profiler), so eq. 2 covers every kernel of
 the iteration, and says which share of the kernel time the samples cover.
+
+The kit's command lines for ncu are here too (profile_args: the pass in front of a process, import_args:
+its report as the CSV parse_raw_csv reads; `failure`: why a pass gave no report), so the reference runs
+(tbdkit.bench.reference) and the calibration probes (tbdkit.calibrate.flops) run ncu one way; where ncu
+is installed is tbdkit.env.nsight's.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import io
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tbdkit.analysis.timeline import launch_config, loose_name
@@ -42,6 +48,59 @@ TIME_UNITS = {
     "second": 1.0,
     "s": 1.0,
 }
+
+
+def profile_args(exe: str, report: Path, launch_count: int, metrics: tuple[str, ...] | None = None) -> list[str]:
+    """The kit's ncu command in front of a process: only its cudaProfilerStart/Stop range, the GPU's own
+    clocks (ncu never locks them), every process the command starts (ncu forks the agent), `launch_count`
+    launches of each kernel and launch configuration, the METRICS above, a report at `report`.ncu-rep."""
+    return [
+        exe,
+        "--profile-from-start",
+        "off",
+        "--clock-control",
+        "none",
+        "--target-processes",
+        "all",
+        "--filter-mode",
+        "per-launch-config",
+        "--launch-count",
+        str(launch_count),
+        "--metrics",
+        ",".join(metrics or METRICS),
+        "--export",
+        str(report),
+        "--force-overwrite",
+    ]
+
+
+def import_args(exe: str, rep: Path) -> list[str]:
+    """The raw page of a report as CSV (what parse_raw_csv reads), demangled names with their parameter
+    lists, as torch.profiler names the kernels."""
+    return [
+        exe,
+        "--import",
+        str(rep),
+        "--csv",
+        "--page",
+        "raw",
+        "--print-units",
+        "base",
+        "--print-kernel-base",
+        "demangled",
+    ]
+
+
+def failure(exit_code: int, output: str) -> str:
+    """Why an ncu pass left no report, from its exit code and the end of its output: the counters'
+    permission (ERR_NVGPUCTRPERM) named with its fix, anything else with the output's last lines."""
+    tail = output[-400:].replace("\n", " | ")
+    if "ERR_NVGPUCTRPERM" in tail:
+        return (
+            "ERR_NVGPUCTRPERM: this user may not read the GPU performance counters "
+            "(run as root, or set NVreg_RestrictProfilingToAdminUsers=0; `tbdkit doctor` says how)"
+        )
+    return f"the ncu pass failed (exit {exit_code}): {tail}"
 
 
 @dataclass(frozen=True)
@@ -95,6 +154,13 @@ def parse_raw_csv(text: str) -> list[KernelCounters]:
     return out
 
 
+def tensor_share(kernels: Iterable[KernelCounters]) -> float | None:
+    """The kernels' tensor-pipe utilization %, weighted by each one's duration; None where none has it."""
+    timed = [(k.tensor_percent, k.seconds) for k in kernels if k.tensor_percent is not None and k.seconds > 0]
+    total = sum(s for _, s in timed)
+    return sum(p * s for p, s in timed) / total if total > 0 else None
+
+
 def per_kernel(kernels: list[KernelCounters], peak_fp32: float) -> dict[str, dict[str, float | None]]:
     """By kernel name: FP32 utilization % (eq. 2 over its launches) and duration-weighted tensor %."""
     flops: dict[str, float] = defaultdict(float)
@@ -121,11 +187,9 @@ def overall(kernels: list[KernelCounters], peak_fp32: float) -> dict[str, Any]:
     seconds = sum(k.seconds for k in kernels)
     if seconds <= 0:
         raise ValueError("the profiled kernels have no duration")
-    timed = [(k.tensor_percent, k.seconds) for k in kernels if k.tensor_percent is not None]
-    tsec = sum(s for _, s in timed)
     return {
         "fp32_utilization": 100.0 * sum(k.fp32_flops for k in kernels) / (peak_fp32 * seconds),
-        "tensor_utilization": sum(p * s for p, s in timed) / tsec if tsec > 0 else None,
+        "tensor_utilization": tensor_share(kernels),
         "kernels": len(kernels),
         "active_seconds": seconds,
     }
@@ -187,9 +251,8 @@ def whole_iteration(
         covered += 1
         flops_by[e.name] += e.calls * sum(k.fp32_flops for k in got) / len(got)
         secs_by[e.name] += e.seconds
-        timed = [(k.tensor_percent, k.seconds) for k in got if k.tensor_percent is not None and k.seconds > 0]
-        if timed:  # the samples' duration-weighted tensor share, applied to the timeline's time
-            share = sum(p * s for p, s in timed) / sum(s for _, s in timed)
+        share = tensor_share(got)
+        if share is not None:  # the samples' duration-weighted tensor share, applied to the timeline's time
             tensor_by[e.name] += share * e.seconds
             tsecs_by[e.name] += e.seconds
     total = sum(all_by.values())

@@ -14,7 +14,8 @@ none is below):
   3. summary.json, env.json, spec.json, iterations.csv, memory.json, kernels.csv (and ncu_raw.csv) copied into
      workloads/<model>/reference/b<batch>/ (b<batch>-<precision> for tf32 and amp).
 `--table` prints the committed reference results as the README's Markdown table (`--readme`
-writes it between the README's reference-table markers).
+writes it between the README's reference-table markers): tbdkit.report.reference_table, run as its own
+process (`python -m tbdkit.report.reference_table`), as the reference runs reach the agent.
 It refuses on a machine without an NVIDIA GPU. It needs only the Python it runs under to have
 PyTorch (and the kit's agent dependencies): no network, no stack setup.
 """
@@ -29,6 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tbdkit import launch
 from tbdkit.analysis import ncu
 from tbdkit.analysis.peak import Device, peak_flops
 from tbdkit.analysis.timeline import merge_utilization
@@ -37,6 +39,8 @@ from tbdkit.core.metric import metric, missing
 from tbdkit.core.paths import KIT_ROOT
 from tbdkit.env import nsight
 from tbdkit.env.machine import gpu_count
+from tbdkit.launch.base import EventHandler
+from tbdkit.launch.native import NativeLauncher
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 from tbdkit.results.rundir import RunDir
@@ -44,6 +48,7 @@ from tbdkit.results.summary import MEASURED
 from tbdkit.spec import catalog
 from tbdkit.spec import run_spec as specs
 
+PROG = "tbdkit reference"  # how its errors begin
 MODELS = ("deepspeech2", "resnet50")  # the pair `make reference` runs by default (with an ncu pass)
 # Sized so one model (two batch sizes, two processes each) fits a 10-minute call on an H100.
 NCU_WARMUP_S = 15.0
@@ -146,16 +151,31 @@ def find_ncu() -> str | None:
     return nsight.find("ncu")
 
 
-def run_agent(cmd_prefix: list[str], spec: specs.RunSpec, run_dir: Path, env: dict[str, str], timeout_s: float) -> int:
-    """The agent through the native launcher in this reference's Python, `cmd_prefix` (ncu) in front;
-    past `timeout_s` its whole process group ends (ncu forks the agent) and the exit code is 124. A
-    Ctrl-C ends the group too, and the reference with it."""
-    from tbdkit.launch.native import NativeLauncher
+def launcher(cmd_prefix: list[str], env: dict[str, str], timeout_s: float) -> NativeLauncher:
+    """The native launcher in this reference's Python, `cmd_prefix` (ncu) in front; past `timeout_s` its
+    whole process group ends (ncu forks the agent) and the exit code is 124."""
+    return NativeLauncher(prefix=tuple(cmd_prefix), python=agent_python(), env=env, timeout_s=timeout_s)
 
-    RunDir(run_dir).write_json(runfiles.SPEC, spec.model_dump())
-    launcher = NativeLauncher(prefix=tuple(cmd_prefix), python=agent_python(), env=env, timeout_s=timeout_s)
-    print("$ " + " ".join(launcher.command(spec, run_dir)), flush=True)
-    return launcher.run(spec, run_dir, _stop_on_interrupt)
+
+def shown(chosen: NativeLauncher, spec: specs.RunSpec) -> EventHandler:
+    """The reference's events: the agent's command once its run folder exists; a Ctrl-C ends the whole
+    reference (no clean stop under ncu)."""
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event.get("event") == "run_dir":
+            print("$ " + " ".join(chosen.command(spec, Path(event["run_dir"]))), flush=True)
+        _stop_on_interrupt(event)
+
+    return on_event
+
+
+def run_agent(cmd_prefix: list[str], spec: specs.RunSpec, run_dir: Path, env: dict[str, str], timeout_s: float) -> int:
+    """The agent in an existing run folder through the native launcher (tbdkit.launch.start), `cmd_prefix`
+    (ncu) in front, past `timeout_s` its whole process group ended (exit code 124). A Ctrl-C ends the
+    group too, and the reference with it."""
+    chosen = launcher(cmd_prefix, env, timeout_s)
+    print("$ " + " ".join(chosen.command(spec, run_dir)), flush=True)
+    return launch.start(spec, run_dir, _stop_on_interrupt, chosen)
 
 
 def _stop_on_interrupt(event: dict[str, Any]) -> None:
@@ -228,7 +248,7 @@ def ncu_pass(
     scratch = run_dir / "ncu"
     scratch.mkdir(exist_ok=True)
     report = scratch / "profile"
-    prefix = nsight.ncu_profile_args(exe, report, launch_count)
+    prefix = ncu.profile_args(exe, report, launch_count)
     quick = spec.model_copy(
         update={"analyses": False, "measure": spec.measure.model_copy(update={"max_warmup_s": warmup_s})}
     )
@@ -237,15 +257,9 @@ def ncu_pass(
     )
     rep = report.with_suffix(".ncu-rep")
     if rc != 0 or not rep.is_file():
-        tail = RunDir(scratch).log.read_text()[-400:].replace("\n", " | ")
-        if "ERR_NVGPUCTRPERM" in tail:
-            return gap(
-                "ERR_NVGPUCTRPERM: this user may not read the GPU performance counters "
-                "(run as root, or set NVreg_RestrictProfilingToAdminUsers=0; `tbdkit doctor` says how)"
-            )
-        return gap(f"the ncu pass failed (exit {rc}): {tail}")
+        return gap(ncu.failure(rc, RunDir(scratch).log.read_text()))
     # demangled names with their parameter lists, as torch.profiler names the kernels of kernels.csv
-    raw = subprocess.run(nsight.ncu_import_args(exe, rep), capture_output=True, text=True)
+    raw = subprocess.run(ncu.import_args(exe, rep), capture_output=True, text=True)
     rd.write_text(runfiles.NCU_RAW, raw.stdout)
     try:
         kernels = ncu.parse_raw_csv(raw.stdout)
@@ -370,8 +384,6 @@ def reference(
             f"into it (pip install {' '.join(PIP_NAMES.get(m, m) for m in lacking)}), drop those models, "
             "or point TBDKIT_VENVS at a stack that has them."
         )
-    from tbdkit.launch.outcome import finalize, new_run_dir
-
     copied = []
     for model in models:
         for batch in batches or two_batches(model):
@@ -384,9 +396,9 @@ def reference(
                 device="cuda",
                 measure={"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s},
             )
-            run_dir = new_run_dir(results, spec)
-            rc = run_agent([], spec, run_dir, agent_env(), timeout_s=max_measure_s + max_warmup_s + 600)
-            status, summary = finalize(run_dir, spec, rc)
+            chosen = launcher([], agent_env(), timeout_s=max_measure_s + max_warmup_s + 600)
+            outcome = launch.launch(spec, results, shown(chosen, spec), chosen)
+            run_dir, status, summary = outcome.run_dir, outcome.status, outcome.summary
             print(f"{model} b{batch}: {status} {summary.get('error') or ''}", flush=True)
             if status in MEASURED:
                 extra = (
@@ -410,16 +422,16 @@ def reference(
 
 
 def table(readme: bool) -> None:
-    """Print the committed reference results as Markdown; with readme, also write them into README.md."""
-    from tbdkit.report import reference_table
-
-    text = reference_table.markdown(KIT_ROOT / "workloads")
-    print(text)
-    if readme:
-        try:
-            reference_table.write_readme(KIT_ROOT / "README.md", text)
-        except ValueError as exc:
-            raise UserError(f"{exc}: put the two marker lines back where the table belongs.") from exc
+    """Print the committed reference results as Markdown; with readme, also write them into README.md.
+    The table is the report's (tbdkit.report.reference_table), run as its own process."""
+    cmd = [sys.executable, "-m", "tbdkit.report.reference_table", "--root", str(KIT_ROOT), *(["--readme"] * readme)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=agent_env())
+    print(proc.stdout, end="", flush=True)
+    if proc.returncode != 0:
+        said = proc.stderr.strip().splitlines()
+        raise UserError(
+            said[-1].removeprefix(f"{PROG}: ") if said else f"`{' '.join(cmd)}` failed (exit {proc.returncode})"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -466,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
             args.ncu_timeout_s,
         )
     except UserError as exc:
-        print(f"tbdkit reference: {exc}", file=sys.stderr)
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -1,7 +1,7 @@
 """GPM and Nsight Compute against FLOP counts: GEMMs whose FLOPs are known by construction.
 
 - ncu: one SGEMM (TF32 off) of M x K by K x N runs inside a cudaProfilerStart/Stop range under the
-  kit's own ncu command (tbdkit.env.nsight.ncu_profile_args, the metrics of tbdkit.analysis.ncu); its
+  kit's own ncu command (tbdkit.analysis.ncu.profile_args and its metrics); its
   FP32 FLOPs by the kit's FFMA-derived formula (2 x FFMA + FADD + FMUL, analysis.ncu.parse_raw_csv)
   must equal 2·M·N·K. With M, N, K multiples of every cuBLAS tile there is no tail; what else the
   GEMM may execute (alpha scaling, a split-K reduction: at most a few M·N operations, under
@@ -50,12 +50,6 @@ def _shape(m: int, n: int, k: int) -> str:
     return f"{m}x{k} @ {k}x{n}"
 
 
-def _weighted_tensor(kernels: list[ncu.KernelCounters]) -> float | None:
-    timed = [(k.tensor_percent, k.seconds) for k in kernels if k.tensor_percent is not None and k.seconds > 0]
-    total = sum(s for _, s in timed)
-    return sum(p * s for p, s in timed) / total if total > 0 else None
-
-
 def ncu_result(mode: str, m: int, n: int, k: int, kernels: list[ncu.KernelCounters]) -> ProbeResult:
     """The kernels ncu profiled inside one GEMM's range: for fp32, FLOPs == 2·M·N·K and the tensor pipe
     idle; for tf32/bf16, the tensor pipe high and FP32 FLOPs under FP32_SHARE_LOW of 2·M·N·K."""
@@ -74,7 +68,7 @@ def ncu_result(mode: str, m: int, n: int, k: int, kernels: list[ncu.KernelCounte
             metrics,
         )
     flops = sum(x.fp32_flops for x in kernels)
-    tensor = _weighted_tensor(kernels)
+    tensor = ncu.tensor_share(kernels)
     details: dict[str, Any] = {
         "kernels": [x.name for x in kernels],
         "tensor_pipe_pct": tensor,
@@ -304,7 +298,7 @@ def ncu_probe(
             continue
         with tempfile.TemporaryDirectory(prefix="tbdkit-calibrate-ncu-") as tmp:
             report = Path(tmp) / f"gemm-{mode}"
-            cmd = nsight.ncu_profile_args(exe, report, launch_count=1) + [
+            cmd = ncu.profile_args(exe, report, launch_count=1) + [
                 str(python),
                 "-m",
                 "tbdkit.calibrate.stack",
@@ -323,16 +317,8 @@ def ncu_probe(
                 continue
             rep = report.with_suffix(".ncu-rep")
             if proc.returncode != 0 or not rep.is_file():
-                tail = (proc.stdout + proc.stderr)[-300:].replace("\n", " | ")
-                out.append(
-                    gap(
-                        "ERR_NVGPUCTRPERM: this user may not read the GPU performance counters "
-                        "(`tbdkit doctor` says how to allow it)"
-                        if "ERR_NVGPUCTRPERM" in tail
-                        else f"the ncu pass failed (exit {proc.returncode}): {tail}"
-                    )
-                )
+                out.append(gap(ncu.failure(proc.returncode, proc.stdout + proc.stderr)))
                 continue
-            raw = run(nsight.ncu_import_args(exe, rep), capture_output=True, text=True)
+            raw = run(ncu.import_args(exe, rep), capture_output=True, text=True)
         out.append(ncu_result_from_csv(mode, *shape, raw.stdout))
     return out

@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 
 from tbdkit.bench import reference as ref
+from tbdkit.core.paths import KIT_ROOT
+from tbdkit.report import reference_table
 
 
 def reference(
@@ -50,7 +52,7 @@ def reference(
 ) -> None:
     """Reference results on one NVIDIA GPU: measured runs plus an Nsight Compute pass, copied into workloads/<model>/reference/."""
     if table:
-        ref.table(readme)
+        print(reference_table.table(KIT_ROOT, readme))
         return
     if run is not None:
         extra = ref.profile_run(run, profile_iterations, launch_count, ncu_warmup_s, ncu_timeout_s)

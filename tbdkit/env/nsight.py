@@ -1,4 +1,5 @@
-"""The NVIDIA profilers the kit calls, found where NVIDIA's images and CUDA installs put them.
+"""The NVIDIA profilers the kit calls, found where NVIDIA's images and CUDA installs put them (the
+command lines the kit gives Nsight Compute, and the parsing of what it writes: tbdkit.analysis.ncu).
 
 Only Nsight Compute (`ncu`, the FP32/tensor-pipe pass of `python -m tbdkit.bench.reference`) is called
 by the kit; Nsight Systems (`nsys`) is reported when present, never required. Where they live:
@@ -15,7 +16,6 @@ import os
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 CANDIDATES = {
     "ncu": (
@@ -63,49 +63,6 @@ def version(exe: str, timeout: float = VERSION_TIMEOUT_S) -> str | None:
         if match:
             return match.group(1)
     return None
-
-
-def ncu_profile_args(exe: str, report: Path, launch_count: int, metrics: tuple[str, ...] | None = None) -> list[str]:
-    """The kit's ncu command in front of a process: only its cudaProfilerStart/Stop range, the
-    GPU's own clocks, `launch_count` launches of each kernel and launch configuration, the FP32/tensor
-    metrics of tbdkit.analysis.ncu, a report at `report`.ncu-rep."""
-    from tbdkit.analysis import ncu
-
-    return [
-        exe,
-        "--profile-from-start",
-        "off",
-        "--clock-control",
-        "none",
-        "--target-processes",
-        "all",
-        "--filter-mode",
-        "per-launch-config",
-        "--launch-count",
-        str(launch_count),
-        "--metrics",
-        ",".join(metrics or ncu.METRICS),
-        "--export",
-        str(report),
-        "--force-overwrite",
-    ]
-
-
-def ncu_import_args(exe: str, rep: Path) -> list[str]:
-    """The raw page of a report as CSV (what tbdkit.analysis.ncu.parse_raw_csv reads), demangled names
-    with their parameter lists, as torch.profiler names the kernels."""
-    return [
-        exe,
-        "--import",
-        str(rep),
-        "--csv",
-        "--page",
-        "raw",
-        "--print-units",
-        "base",
-        "--print-kernel-base",
-        "demangled",
-    ]
 
 
 def tools() -> dict[str, dict[str, str | None]]:

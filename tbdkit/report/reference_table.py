@@ -1,14 +1,20 @@
 """The committed reference results (workloads/<model>/reference/<b…>/) as one Markdown table.
 
-`python -m tbdkit.bench.reference --table` prints it; `--readme` writes it into README.md between the
-two markers below, so the README's throughput table is always the committed runs, never typed in.
-It reads only the run files (summary.json, env.json, memory.json), as the rest of the report does.
+`tbdkit reference --table` prints it (and `python -m tbdkit.bench.reference --table` or
+`python -m tbdkit.report.reference_table` with a GPU machine's own Python); `--readme` writes it into
+README.md between the two markers below, so the README's throughput table is always the committed runs,
+never typed in. It reads only the run files (summary.json, env.json, memory.json), as the rest of the
+report does.
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
 from pathlib import Path
 
+from tbdkit.core.errors import UserError
+from tbdkit.core.paths import KIT_ROOT
 from tbdkit.report.runs import Run, load_dirs
 from tbdkit.report.tables import fmt, md_table, summary_row, throughput_text
 
@@ -80,3 +86,33 @@ def write_readme(readme: Path, table: str) -> None:
     tmp = readme.with_name(readme.name + ".tmp")
     tmp.write_text(f"{head}{BEGIN}\n{table}\n{END}{tail}")
     tmp.replace(readme)
+
+
+def table(root: Path, readme: bool) -> str:
+    """The table of root/workloads' reference runs; with readme, also written into root/README.md."""
+    text = markdown(root / "workloads")
+    if readme:
+        try:
+            write_readme(root / "README.md", text)
+        except ValueError as exc:
+            raise UserError(f"{exc}: put the two marker lines back where the table belongs.") from exc
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tbdkit.report.reference_table", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--readme", action="store_true", help="also write it into README.md")
+    parser.add_argument("--root", type=Path, default=KIT_ROOT, help="the kit's folder (workloads/, README.md)")
+    args = parser.parse_args(argv)
+    try:
+        print(table(args.root, args.readme))
+    except UserError as exc:
+        print(f"tbdkit reference: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
