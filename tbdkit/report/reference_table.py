@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from tbdkit.core.errors import UserError
+from tbdkit.core.errors import UserError, exit_code
 from tbdkit.core.paths import KIT_ROOT
 from tbdkit.report.runs import Run, load_dirs
 from tbdkit.report.tables import fmt, md_table, summary_row, throughput_text
@@ -106,12 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readme", action="store_true", help="also write it into README.md")
     parser.add_argument("--root", type=Path, default=KIT_ROOT, help="the kit's folder (workloads/, README.md)")
     args = parser.parse_args(argv)
-    try:
-        print(table(args.root, args.readme))
-    except UserError as exc:
-        print(f"tbdkit reference: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return exit_code("tbdkit reference", lambda: print(table(args.root, args.readme)))
 
 
 if __name__ == "__main__":
