@@ -1,1 +1,2 @@
-"""Host-side runs: the planner for bench and sweep, run lists, sweeps, reference runs."""
+"""Host-side runs: the planner for bench and sweep, what they tell the user (progress), run lists, sweeps,
+reference runs."""
