@@ -130,12 +130,12 @@ def choose_device(device: str) -> tuple[str, str]:
     its interpreter: a CPU-only build or a driver too old for it falls back to the CPU plan, and says so)."""
     if device == "cpu" or device.startswith("cuda"):
         return ("cpu" if device == "cpu" else "cuda"), f"--device {device}"
-    from tbdkit.bench.plan import framework_gpus
+    from tbdkit import launch
     from tbdkit.env.machine import gpu_count
 
     if gpu_count() == 0:
         return "cpu", "NVML sees no GPU here"
-    n, why = framework_gpus("pytorch")
+    n, why = launch.LAUNCHERS["native"].framework_gpus("pytorch")
     if n is None:
         return "cuda", "NVML sees a GPU (the PyTorch stack is not installed yet)"
     if n == 0:

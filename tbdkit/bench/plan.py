@@ -25,6 +25,7 @@ from tbdkit.spec import catalog
 
 __all__ = [
     "Plan",
+    "choose_frameworks",
     "gpu_count",
     "parse_batches",
     "plan",
@@ -126,14 +127,22 @@ def plan(
     return Plan(m, chosen.name, preset, requested, data)
 
 
+def choose_frameworks(
+    model: catalog.Model, requested: list[str], setup: bool, device: str = "auto", launcher: str = "native"
+) -> list[str]:
+    """The frameworks of `model` to run (`requested`, 'all' expanded; else the launcher's default ones), each
+    through its launcher's preflight; with `setup`, a missing stack is installed first (shown as it goes)."""
+    chosen = launch.get(launcher)
+    frameworks = chosen.frameworks(model, requested, setup)
+    with progress.live() as notify:
+        for fw in frameworks:
+            chosen.preflight(fw, device, setup, notify.busy)
+    return frameworks
+
+
 def prepare(p: Plan, device: str, setup: bool, variant: str | None = None) -> list[str]:
     """After the command validated its grid: the real dataset checked, then the frameworks to run chosen
     by the launcher and each one's preflight (with `setup`, a missing stack is installed first)."""
     if p.data != "synthetic":
         catalog.check_source(p.model, p.data, p.hp(variant))
-    chosen = launch.get(p.launcher)
-    frameworks = chosen.frameworks(p.model, p.requested, setup)
-    with progress.live() as notify:
-        for fw in frameworks:
-            chosen.preflight(fw, device, setup, notify.busy)
-    return frameworks
+    return choose_frameworks(p.model, p.requested, setup, device, p.launcher)
