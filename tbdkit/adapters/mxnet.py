@@ -280,7 +280,8 @@ class MXNetAdapter:
         """memory.json's categories over one step (tbdkit.adapters.mxnet_memory)."""
         from tbdkit.adapters.mxnet_memory import breakdown
 
-        return breakdown(self._trainable(), self.optimizer_state_bytes, self.ctx, step)
+        blocks = [v for v in vars(self.training).values() if isinstance(v, mx.gluon.Block)]
+        return breakdown(self._trainable(), self.optimizer_state_bytes, self.ctx, step, blocks)
 
     def memory(self) -> dict[str, Any]:
         reason = (

@@ -6,9 +6,12 @@ sample window:
   parameter and keeps it, so the gradients are measured, not copied from the weights);
 - feature maps: MXNet's storage profiler (`mx.profiler.set_config(profile_memory=True)`) counts
   the bytes of device storage in use ("Memory: <dev>/<id>" counter events). The storage allocated
-  since the step began and still held when an `autograd.record()` scope closes is what the
-  recorded graph keeps for backward (its activations, and the loss); the most of it over the
-  step's record scopes is the figure;
+  since the step began and still held when a backward pass begins (every backward and
+  autograd.grad goes through MXAutogradBackwardEx) is what the recorded graph keeps for backward
+  (its activations, the inputs, the loss); the most of it over the step's backward passes is the
+  figure. A hybridized block with static_alloc keeps its buffers from step to step, so the
+  blocks' cached graphs are cleared before the step: the step plans and allocates them again
+  inside the measurement;
 - dynamic: the Gluon trainers' optimizer state (momentum, moments);
 - workspace: null: the counter MXNet exposes does not tell temporary workspace (kTempSpace)
   storage from the rest.
@@ -29,11 +32,12 @@ import numpy as np
 from tbdkit.analysis.memory import entry
 
 DOMAIN = "tbdkit"
-START, RECORD_END = "tbdkit step start", "tbdkit record end"
+START, BACKWARD = "tbdkit step start", "tbdkit backward start"
 FEATURE_METHOD = (
     "MXNet storage profiler (profile_memory): the most device storage allocated since the step "
-    "began and still held when an autograd.record() scope closes (the recorded graph's "
-    "activations and the loss), over the step's record scopes"
+    "began and still held when a backward pass begins (the recorded graph's activations, the "
+    "inputs and the loss), over the step's backward passes; hybridized blocks' cached graphs are "
+    "cleared before the step so their static buffers are allocated inside it"
 )
 
 
@@ -46,31 +50,40 @@ def array_bytes(arrays: Any) -> int:
 
 
 @contextlib.contextmanager
-def _marked_record_scopes(mark: Callable[[str], None]) -> Iterator[None]:
-    """While on, each autograd.record() scope that closes waits for the engine and marks the trace."""
-    scope = mx.autograd._RecordingStateScope  # the class autograd.record() returns (MXNet 1.9.1 is final)
-    original = scope.__exit__
+def _marked_backwards(mark: Callable[[str], None]) -> Iterator[None]:
+    """While on, each backward pass (NDArray.backward, autograd.backward, autograd.grad: all call
+    MXAutogradBackwardEx) first waits for the engine and marks the trace."""
+    lib = mx.base._LIB  # the one ctypes library every MXNet module calls through
+    original = lib.MXAutogradBackwardEx
 
-    def exit_(self: Any, *exc: Any) -> Any:
-        out = original(self, *exc)
-        if self._enter_is_record:
-            # let the engine run the frees of what the scope dropped (a second wait catches frees
-            # the first one's completions pushed) before reading the counter's time
-            mx.nd.waitall()
-            mx.nd.waitall()
-            mark(RECORD_END)
-        return out
+    def backward(*args: Any) -> Any:
+        # let the engine finish the forward pass and the frees of its temporaries (a second wait
+        # catches frees the first one's completions pushed) before reading the counter's time
+        mx.nd.waitall()
+        mx.nd.waitall()
+        mark(BACKWARD)
+        return original(*args)
 
-    scope.__exit__ = exit_
+    lib.MXAutogradBackwardEx = backward
     try:
         yield
     finally:
-        scope.__exit__ = original
+        lib.MXAutogradBackwardEx = original
 
 
-def held_at_record_ends(events: list[dict[str, Any]], counter: str) -> int | None:
-    """From a profiler trace: the most of (counter at a record-scope end - counter at the step's
-    start) over the record ends; None if the step recorded nothing. The counter's value at an
+def clear_cached_graphs(blocks: list[Any]) -> None:
+    """Drop the cached graphs of every hybridized block under `blocks`: the next call traces and
+    plans its memory again (with its hybridize flags), so a static_alloc block allocates its buffers
+    in that call instead of reusing those of earlier steps."""
+    for block in blocks:
+        if isinstance(block, mx.gluon.HybridBlock):
+            block._clear_cached_op()  # MXNet 1.9.1 (the last release): the cache's one reset
+        clear_cached_graphs(list(block._children.values()))
+
+
+def held_at_backward_starts(events: list[dict[str, Any]], counter: str) -> int | None:
+    """From a profiler trace: the most of (counter at a backward start - counter at the step's
+    start) over the backward starts; None if the step ran no backward. The counter's value at an
     instant is that of its last event at or before it (0 before its first: it starts with the
     profiler)."""
     samples = sorted(
@@ -78,7 +91,7 @@ def held_at_record_ends(events: list[dict[str, Any]], counter: str) -> int | Non
         for e in events
         if e.get("ph") == "C" and e.get("name") == counter
     )
-    marks = sorted((float(e["ts"]), e.get("name")) for e in events if e.get("name") in (START, RECORD_END))
+    marks = sorted((float(e["ts"]), e.get("name")) for e in events if e.get("name") in (START, BACKWARD))
 
     def value_at(ts: float) -> float:
         got = 0.0
@@ -92,11 +105,11 @@ def held_at_record_ends(events: list[dict[str, Any]], counter: str) -> int | Non
     if not starts:
         return None
     start = starts[-1]  # the profile holds every measured step of the process: take the last
-    ends = [t for t, name in marks if name == RECORD_END and t >= start]
-    if not ends:
+    backwards = [t for t, name in marks if name == BACKWARD and t >= start]
+    if not backwards:
         return None
     base = value_at(start)
-    return int(max(0.0, max(value_at(t) - base for t in ends)))
+    return int(max(0.0, max(value_at(t) - base for t in backwards)))
 
 
 _TRACE: list[Path] = []  # MXNet's profiler takes its configuration once per process
@@ -126,36 +139,43 @@ def read_trace(text: str) -> list[dict[str, Any]]:
         return json.loads(text.rstrip(",") + "\n]}").get("traceEvents", [])
 
 
-def feature_maps(ctx: Any, step: Callable[[], Any]) -> tuple[int | None, str | None]:
-    """Run `step` under MXNet's storage profiler; (bytes, None) or (None, why)."""
+def feature_maps(ctx: Any, step: Callable[[], Any], blocks: list[Any]) -> tuple[int | None, str | None]:
+    """Run `step` under MXNet's storage profiler, the cached graphs of `blocks` (the workload's
+    networks) cleared first; (bytes, None) or (None, why)."""
     counter = f"Memory: {ctx.device_type}/{ctx.device_id}"
     domain = mx.profiler.Domain(DOMAIN)
 
     def mark(name: str) -> None:
         mx.profiler.Marker(domain, name).mark()
 
+    clear_cached_graphs(blocks)
     mx.nd.waitall()
     trace = _trace_file()
     mx.profiler.set_state("run")
     try:
         mark(START)
-        with _marked_record_scopes(mark):
+        with _marked_backwards(mark):
             step()
         mx.nd.waitall()
     finally:
         mx.profiler.set_state("stop")
         mx.profiler.dump(finished=False)  # finished=True would end the profiler for the process
-    got = held_at_record_ends(read_trace(trace.read_text()), counter)
+    got = held_at_backward_starts(read_trace(trace.read_text()), counter)
     if got is None:
-        return None, "the step opened no autograd.record() scope for the storage profiler to measure"
+        return None, "the step ran no backward pass for the storage profiler to measure at"
     return got, None
 
 
 def breakdown(
-    params: list[Any], optimizer_state_bytes: Callable[[], int | None], ctx: Any, step: Callable[[], Any]
+    params: list[Any],
+    optimizer_state_bytes: Callable[[], int | None],
+    ctx: Any,
+    step: Callable[[], Any],
+    blocks: list[Any],
 ) -> dict[str, Any]:
-    """The five categories and the peak for memory.json (tbdkit.analysis.memory.breakdown)."""
-    fm, why = feature_maps(ctx, step)
+    """The five categories and the peak for memory.json (tbdkit.analysis.memory.breakdown);
+    `blocks`: the workload's Gluon networks."""
+    fm, why = feature_maps(ctx, step, blocks)
     optimizer_state = optimizer_state_bytes()  # after the step, which creates the state
     weights = array_bytes(a for p in params for a in p.list_data())
     grads = array_bytes(g for p in params if p.grad_req != "null" for g in p.list_grad())
@@ -170,8 +190,8 @@ def breakdown(
             None,
             "MXNet temporary workspace (kTempSpace)",
             "MXNet 1.9's storage profiler counts device storage as one total: it does not tell "
-            "operator workspace from other storage (it is part of the feature-map window's "
-            "transients, not of what the graph holds)",
+            "operator workspace from other storage (a forward operator's workspace is released "
+            "before backward begins, so it is not in the feature maps)",
         ),
         "dynamic": entry(
             optimizer_state,
