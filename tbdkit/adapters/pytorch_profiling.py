@@ -262,14 +262,31 @@ def memory_breakdown(training: Any, device: torch.device, step: Callable[[], Any
     return {"categories": cats, "peak": peak}
 
 
+class _GlobalOnly:
+    """Stands in for FlopCounterMode's ModuleTracker: every count goes to 'Global' (the only total
+    the kit reads), and no hook is put on the modules' inputs."""
+
+    parents = frozenset({"Global"})
+
+    def __enter__(self) -> _GlobalOnly:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 def count_flops(device: torch.device, step: Callable[[], Any], model: torch.nn.Module | None = None) -> int:
-    """FLOPs of one training step (forward, backward) by torch.utils.flop_counter. On CUDA, for a
-    model with recurrent layers, cuDNN is off for this step so they run as counted matmuls instead
-    of one opaque cuDNN RNN call the counter cannot see."""
+    """FLOPs of one training step (forward, backward, and any double backward) by
+    torch.utils.flop_counter. Its module tracker, which attributes FLOPs to modules, is left out:
+    the tracker hooks each module's inputs with register_multi_grad_hook, which fails under
+    torch.autograd.grad of a leaf (pytorch/pytorch#131753: WGAN-GP's gradient penalty), and only the
+    total is read. On CUDA, for a model with recurrent layers, cuDNN is off for this step so they
+    run as counted matmuls instead of one opaque cuDNN RNN call the counter cannot see."""
     from torch.utils.flop_counter import FlopCounterMode
 
     recurrent = model is None or any(isinstance(m, torch.nn.RNNBase) for m in model.modules())
     counter = FlopCounterMode(display=False)
+    counter.mod_tracker = _GlobalOnly()  # type: ignore[assignment]
     flags = (
         torch.backends.cudnn.flags(enabled=False) if device.type == "cuda" and recurrent else contextlib.nullcontext()
     )

@@ -75,3 +75,69 @@ def test_smoke_iterations_train_the_critic_per_slice_and_the_generator_once():
     steps = lambda opt: {int(s["step"]) for s in opt.state.values()}  # noqa: E731
     assert steps(training.c_optimizer) == {2 * hp["critic_iters"]} and steps(training.g_optimizer) == {2}
     assert all(p.requires_grad for p in training.model.parameters())
+
+
+def test_flops_of_a_critic_iteration_with_one_discriminator_layer_by_hand():
+    """The critic's first layer (3 -> dim channels, 3x3, padding 1, on 64x64 images) as the whole
+    critic (score = the sum of its outputs), a one-layer generator (noise_dim -> 3x64x64), N images:
+    critic_step as the workload runs it, gradient penalty included. The layer's forward is
+    F = 2 x 64 x 64 x dim x 3 x 9 FLOPs an image. What autograd runs, in units of N x F:
+    3 forwards (fake, real, the interpolates); the penalty's gradient of the score with respect to the
+    interpolates (an input gradient, 1); the loss's backward: the weight gradients of the fake and real
+    passes (2), and the double backward of the penalty's gradient: its weight gradient (1) and the
+    gradient with respect to the first backward's incoming gradient (1: PyTorch's
+    _convolution_double_backward computes ggO = conv(ggI, w) whenever ggI is defined, needed or not).
+    8 N F, plus the generator's 2 x noise_dim x 3 x 64 x 64 FLOPs an image (no gradient)."""
+    from tbdkit.adapters.pytorch_profiling import count_flops
+
+    hp = MODEL.hp("smoke")
+    d, z, n = hp["dim"], hp["noise_dim"], 3
+    torch.manual_seed(0)
+    layer = WORKLOAD.Critic(hp).input
+    assert (layer.in_channels, layer.out_channels, layer.kernel_size, layer.padding) == (3, d, (3, 3), (1, 1))
+
+    class OneLayerCritic(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            return self.layer(images).flatten(1).sum(1)
+
+    pair = nn.Module()
+    pair.generator = nn.Sequential(nn.Linear(z, 3 * 64 * 64), nn.Unflatten(1, (3, 64, 64)))
+    pair.critic = OneLayerCritic()
+    training = WORKLOAD.Training(pair, torch.optim.Adam(pair.generator.parameters()),
+                                 torch.optim.Adam(pair.critic.parameters()), z, hp["gp_lambda"])
+    precision = Precision("fp32", torch.device("cpu"))
+    real = torch.rand(n, 3, 64, 64) * 2 - 1
+    f = 2 * 64 * 64 * d * 3 * 9
+    generator = 2 * z * 3 * 64 * 64
+    got = count_flops(torch.device("cpu"), lambda: WORKLOAD.critic_step(training, real, precision), pair)
+    assert got == 8 * n * f + n * generator
+
+
+def test_flops_of_a_smoke_iteration_are_counted_through_the_gradient_penalty():
+    """A whole iteration (a critic update with the penalty, then a generator update; one critic
+    update and one image, to stay short) on the adapter's counter: a count, not the failure torch's
+    module tracker raises under autograd.grad. Between 2x and 6x the forwards alone (per image 3
+    critic and 1 generator forwards for the critic update, one of each for the generator's):
+    backward and the penalty's double backward add about 2x to 4x their forward."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from model_checks import adapter
+
+    hp = {**MODEL.hp("smoke"), "critic_iters": 1}
+    a = adapter("wgan_gp", "pytorch", hp=hp)
+    batches = DATA.batches("synthetic", hp, 1, seed=0)
+    step = lambda: a.step(a.prepare(next(batches)))  # noqa: E731
+    step()
+    total = a.count_flops(step)
+    pair = a.training.model
+    with torch.no_grad(), FlopCounterMode(display=False) as critic:
+        pair.critic(torch.zeros(1, 3, 64, 64))
+    with torch.no_grad(), FlopCounterMode(display=False) as generator:
+        pair.generator(torch.zeros(1, hp["noise_dim"]))
+    c, g = critic.get_total_flops(), generator.get_total_flops()
+    forwards = (3 * c + g) + (c + g)
+    assert 2 * forwards < total < 6 * forwards, (total, forwards)
