@@ -193,3 +193,42 @@ def ratio_estimate(works: list[float], times: list[float]) -> Estimate:
     for w, t in zip(works, times):
         running.add(w, t)
     return running.estimate()
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """The ratio of two arms measured in paired rounds: the geometric mean of the rounds' ratios and
+    its confidence interval."""
+
+    ratio: float
+    low: float
+    high: float
+    rounds: int
+    level: float
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width, relative to the ratio (inf below two rounds)."""
+        return (self.high - self.low) / 2 / self.ratio if math.isfinite(self.high - self.low) else math.inf
+
+
+def paired_ratio(ratios: list[float], level: float = 0.95) -> PairedRatio:
+    """Each round measures both arms back to back, so its ratio is one paired comparison: the
+    estimate is the geometric mean of the rounds' ratios, its interval Student's t on their logs
+    with rounds - 1 degrees of freedom (Student's paired test on the log scale)."""
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    centre = fmean(logs)
+    if n < 2:
+        return PairedRatio(math.exp(centre), -math.inf, math.inf, n, level)
+    sd = math.sqrt(sum((x - centre) ** 2 for x in logs) / (n - 1))
+    half = t_quantile(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+    return PairedRatio(math.exp(centre), math.exp(centre - half), math.exp(centre + half), n, level)
+
+
+def rounds_for_half_width(rounds: int, half_width: float, target: float) -> int | None:
+    """Rounds for a relative half-width of `target`, from `rounds` that gave `half_width`: the
+    interval narrows as 1/sqrt(rounds) (the t quantile's own shrinking is left out: an estimate)."""
+    if not math.isfinite(half_width) or target <= 0:
+        return None
+    return max(rounds, math.ceil(round(rounds * (half_width / target) ** 2, 9)))
