@@ -185,6 +185,30 @@ def _fmt(value: Any, digits: int = 1, suffix: str = "") -> str:
     return f"{value:,.{digits}f}{suffix}"
 
 
+WARMUP_CAPS = {"time_cap": "time cap", "iteration_cap": "iteration cap"}
+
+
+def warmup_cell(warmup: dict[str, Any]) -> Text:
+    """The results table's warm-up cell: whether the rule ended it ('stable') or a cap did ('capped',
+    in yellow; `tbdkit show` says which cap, after how many iterations)."""
+    reason = (warmup or {}).get("end_reason")
+    if reason is None:
+        return Text("—")
+    return Text("stable") if reason == "stable" else Text("capped", style="yellow")
+
+
+def warmup_note(warmup: dict[str, Any]) -> str | None:
+    """A sentence for a warm-up that a cap ended (None when the rule judged it stable)."""
+    reason = (warmup or {}).get("end_reason")
+    if reason is None or reason == "stable":
+        return None
+    return (
+        f"warm-up capped: its {WARMUP_CAPS.get(str(reason), str(reason))} ended it after {warmup.get('iterations')} iterations "
+        f"({warmup.get('seconds', 0):.1f} s) before the rule judged the iteration cost stable, so the window "
+        "may include the end of a warm-up drift"
+    )
+
+
 def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Table:
     table = Table(title=title)
     for col in (
@@ -198,11 +222,17 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
         "samples/s",
         "CPU util",
         "GPU util",
+        "warm-up",
         "window",
         "run",
     ):
-        left = col in ("framework", "status", "device", "run", "window")
-        table.add_column(col, justify="left" if left else "right", no_wrap=col in ("run", "throughput", "window"))
+        left = col in ("framework", "status", "device", "run", "warm-up", "window")
+        table.add_column(
+            col,
+            justify="left" if left else "right",
+            no_wrap=col in ("framework", "precision", "device", "status", "samples/s", "run", "throughput", "warm-up"),
+        )
+    capped = False
     for s in summaries:
         m = s.get("metrics") or {}
         thr = m.get("throughput") or {}
@@ -210,6 +240,7 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
         status = s.get("status", "?")
         style = {"ok": "green", "disturbed": "yellow", "oom": "yellow", "interrupted": "yellow"}.get(status, "red")
         rel = thr.get("ci95_relative")
+        capped = capped or warmup_note(s.get("warmup") or {}) is not None
         table.add_row(
             str(s.get("framework", "?")),
             str(s.get("batch_size", "?")),
@@ -221,10 +252,18 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
             _fmt((m.get("sample_throughput") or {}).get("value"), 2),
             _fmt((m.get("cpu_utilization") or {}).get("value"), 1, "%"),
             _fmt((m.get("gpu_utilization") or {}).get("value"), 1, "%"),
+            warmup_cell(s.get("warmup") or {}),
             f"{window['iterations']} it, {window['seconds']:.1f} s, {window['stop_reason']}" if window else "—",
             str(s.get("run_id") or "?").rsplit("-", 1)[-1],
         )
-    table.caption = "run: the id's last part; `tbdkit show <run>` shows one run, `tbdkit runs` lists full ids"
+    caption = Text("run: the id's last part; `tbdkit show <run>` shows one run, `tbdkit runs` lists full ids")
+    if capped:
+        caption.append(
+            "\nwarm-up capped: a cap ended it before the rule judged the iteration cost stable; "
+            "the window may include the end of a warm-up drift",
+            style="yellow",
+        )
+    table.caption = caption
     return table
 
 

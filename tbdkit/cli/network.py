@@ -98,8 +98,8 @@ def overhead(
             result = event
     if proc.wait() != 0 or result is None:
         raise UserError(f"The overhead benchmark failed (exit {proc.returncode}); its messages are above.")
-    for line in overhead_lines(model, framework, preset, result):
-        console.print(line)
+    for shown in overhead_lines(model, framework, preset, result):
+        console.print(shown)
 
 
 def overhead_lines(model: str, framework: str, preset: str, result: dict[str, object]) -> list[Text]:

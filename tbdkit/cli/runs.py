@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from tbdkit.cli.common import ResultsOpt
-from tbdkit.cli.console import console, convergence_table, err_console, results_table, styled
+from tbdkit.cli.console import console, convergence_table, err_console, results_table, styled, warmup_note
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import default_results_dir, existing_results_dir
 from tbdkit.results import files as runfiles
@@ -68,6 +68,9 @@ def show(
     for key in ("warmup", "window"):
         if summary.get(key):
             console.print(styled("[bold]{}[/]: {}", key, summary[key]), highlight=False)
+    note = warmup_note(summary.get("warmup") or {})
+    if note:
+        console.print(styled("[yellow]{}[/]", note), highlight=False)
     if summary.get("status") == "disturbed":
         reasons = "; ".join(summary.get("disturbed_reasons") or []) or "flagged"
         console.print(styled("[yellow]disturbed:[/] {}", reasons), highlight=False)

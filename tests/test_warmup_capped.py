@@ -1,0 +1,87 @@
+"""A warm-up that a cap ended is said so: in the results table (`tbdkit bench`, `tbdkit show`) and
+in `tbdkit show`'s notes; and the smoke preset's warm-up rule can end warm-up within its cap."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from rich.console import Console
+
+from report_fixtures import make_run
+from model_checks import tbdkit as run_tbdkit
+from tbdkit.cli.console import results_table
+
+tbdkit = functools.partial(run_tbdkit, env={"COLUMNS": "250"})
+
+CAPPED = {"iterations": 99, "seconds": 30.2, "end_reason": "time_cap", "rule": "..."}
+STABLE = {"iterations": 40, "seconds": 12.5, "end_reason": "stable", "rule": "..."}
+
+
+def with_warmup(run, warmup):
+    path = run / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["warmup"] = warmup
+    summary["window"] = {"iterations": 30, "seconds": 9.0, "stop_reason": "time_cap"}
+    path.write_text(json.dumps(summary))
+    return summary
+
+
+def rendered(summaries) -> str:
+    console = Console(width=250, record=True)
+    console.print(results_table(summaries))
+    return console.export_text()
+
+
+def test_the_results_table_says_which_warm_ups_were_capped(tmp_path):
+    capped = with_warmup(make_run(tmp_path, "deepspeech2", "pytorch", 4, 10.0), CAPPED)
+    stable = with_warmup(make_run(tmp_path, "deepspeech2", "mxnet", 4, 12.0), STABLE)
+    text = rendered([capped, stable])
+    rows = [line for line in text.splitlines() if "pytorch" in line or "mxnet" in line]
+    assert "capped" in rows[0] and "stable" in rows[1] and "capped" not in rows[1]
+    assert "warm-up capped: a cap ended it before the rule judged the iteration cost stable" in text
+    assert "capped" not in rendered([stable])
+
+
+def test_show_says_the_warm_up_was_capped(tmp_path):
+    results = tmp_path / "results"
+    run = make_run(results, "deepspeech2", "pytorch", 4, 10.0)
+    with_warmup(run, CAPPED)
+    shown = tbdkit("show", run.name, "-r", str(results))
+    assert shown.returncode == 0, shown.stderr
+    out = " ".join(shown.stdout.split())
+    assert "warm-up capped: its time cap ended it after 99 iterations (30.2 s) before the rule judged" in out
+    with_warmup(run, STABLE)
+    out = tbdkit("show", run.name, "-r", str(results)).stdout
+    assert "capped" not in out and "stable" in out
+
+
+def smoke_policy():
+    from tbdkit.spec import run_spec
+
+    return run_spec.build(model="deepspeech2", batch_size=4, preset="smoke").measure
+
+
+def first_stable(costs, policy):
+    from tbdkit.core.statistics import warmup_done
+
+    return next((n for n in range(1, len(costs) + 1)
+                 if warmup_done(costs[:n], policy.warmup_window, policy.warmup_tolerance,
+                                policy.min_warmup_iterations)), None)
+
+
+def test_the_smoke_rule_can_end_warm_up_within_its_cap():
+    """Deep Speech 2's smoke network fills the 30 s cap with 99 iterations on 2 CPU cores: a settled
+    run (1% noise) must be able to end warm-up as stable within them, as it cannot with the default
+    minimum of 100 iterations; a drift (30% above, decaying over 300 iterations) still may not."""
+    import math
+    import random
+
+    policy = smoke_policy()
+    assert policy.max_warmup_s == 30.0 and policy.min_warmup_iterations < 99
+    rng = random.Random(4)
+    settled = [math.exp(rng.gauss(0, 0.01)) for _ in range(99)]
+    n = first_stable(settled, policy)
+    assert n is not None and policy.min_warmup_iterations <= n < 99, n
+    drift = [(1 + 0.3 * math.exp(-i / 300)) * math.exp(rng.gauss(0, 0.01)) for i in range(99)]
+    assert first_stable(drift, policy) is None
