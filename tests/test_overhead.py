@@ -85,3 +85,6 @@ def test_a_time_cap_ends_the_rounds():
     bare, full = arms(sd=0.05, cost=0.0)
     rounds = overhead.run_rounds(bare, full, target=1e-6, min_rounds=2, max_rounds=1000, max_s=0.0)
     assert rounds.stop_reason == "time_cap" and len(rounds.ratios) == 1
+    result = overhead.result_of(rounds, 1e-6, 2, 1000, 0.0)
+    assert result["ratio_ci95"] is None and result["hides_one_percent"] is True
+    assert "one round gives no interval" in result["verdict"]

@@ -108,6 +108,8 @@ def verdict(ci: PairedRatio, cost: float = COST_TO_RESOLVE) -> tuple[bool, str]:
     hidden when the interval holds both a ratio of 1 - cost and one above it, so that it can tell
     neither that the collectors cost less than `cost` nor that they cost more."""
     bound = 1 - cost
+    if ci.rounds < 2:
+        return True, f"one round gives no interval: the noise hides a {cost:.0%} cost"
     span = f"{ci.level:.0%} interval {ci.low:.4f}-{ci.high:.4f}"
     if ci.low >= bound:
         return False, f"the collectors cost less than {cost:.0%} of throughput ({span})"
