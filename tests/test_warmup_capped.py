@@ -85,3 +85,20 @@ def test_the_smoke_rule_can_end_warm_up_within_its_cap():
     assert n is not None and policy.min_warmup_iterations <= n < 99, n
     drift = [(1 + 0.3 * math.exp(-i / 300)) * math.exp(rng.gauss(0, 0.01)) for i in range(99)]
     assert first_stable(drift, policy) is None
+
+
+def test_the_smoke_rule_on_the_recorded_cpu_runs_ends_only_once_settled():
+    """The real smoke runs of tests/fixtures/warmup (this machine, shared, 7-13% noise): the smoke rule
+    never ends warm-up before their hindsight end, as the default rule does not (tests/test_stats.py)."""
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).parent / "fixtures" / "warmup"
+    sys.path.insert(0, str(folder))
+    import recorded
+
+    policy = smoke_policy()
+    for path in sorted(folder.glob("cpu-*.csv")):
+        costs = recorded.read(path)
+        n, end = first_stable(costs, policy), recorded.known_end(costs)
+        assert n is None or (end is not None and n >= end), (path.name, n, end)
