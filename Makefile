@@ -4,6 +4,7 @@ FRAMEWORK ?=
 BATCH ?=
 PRESET ?= auto
 PRECISION ?= fp32
+GRAPH ?= standard
 LAUNCHER ?= auto
 NODES ?= 1
 GPUS_PER_NODE ?= 1
@@ -53,7 +54,8 @@ setup: $(KIT_STAMP)
 bench: $(KIT_STAMP)
 	$(TBDKIT) bench --model $(call quote,$(value MODEL)) $(if $(value FRAMEWORK),--framework $(call quote,$(value FRAMEWORK))) \
 		$(if $(value BATCH),--batch $(call quote,$(value BATCH))) --preset $(call quote,$(value PRESET)) \
-		--precision $(call quote,$(value PRECISION)) --launcher $(call quote,$(value LAUNCHER)) --data $(call quote,$(value DATA)) \
+		--precision $(call quote,$(value PRECISION)) --graph $(call quote,$(value GRAPH)) --launcher $(call quote,$(value LAUNCHER)) \
+		--data $(call quote,$(value DATA)) \
 		--results $(call quote,$(value RESULTS)) --setup --nodes $(call quote,$(value NODES)) \
 		--gpus-per-node $(call quote,$(value GPUS_PER_NODE)) $(if $(value LINK_RATE),--link-rate $(call quote,$(value LINK_RATE))) \
 		$(if $(value CPUS),--cpus $(call quote,$(value CPUS))) $(if $(value PIN),--pin) $(if $(value ONE_PROCESS),--one-process)
@@ -62,7 +64,7 @@ bench: $(KIT_STAMP)
 sweep: $(KIT_STAMP)
 	$(TBDKIT) sweep $(call quote,$(value MODEL)) $(if $(value FRAMEWORK),--frameworks $(call quote,$(value FRAMEWORK))) \
 		$(if $(value BATCH),--batch $(call quote,$(value BATCH))) --preset $(call quote,$(value PRESET)) \
-		--precision $(call quote,$(value PRECISION)) --repeat $(call quote,$(value REPEAT)) --launcher $(call quote,$(value LAUNCHER)) \
+		--precision $(call quote,$(value PRECISION)) --graph $(call quote,$(value GRAPH)) --repeat $(call quote,$(value REPEAT)) --launcher $(call quote,$(value LAUNCHER)) \
 		--data $(call quote,$(value DATA)) --results $(call quote,$(value RESULTS)) --setup \
 		$(if $(value CPUS),--cpus $(call quote,$(value CPUS))) $(if $(value PIN),--pin) \
 		$(if $(value RETRY_DISTURBED),--retry-disturbed $(call quote,$(value RETRY_DISTURBED)))

@@ -108,13 +108,18 @@ def models_on(framework: str) -> list[str]:
 # Adapters on the CPU
 
 
-def adapter(name: str, framework: str, hp: dict[str, Any] | None = None, precision: str = "fp32") -> Any:
-    """The `framework` adapter of workload `name` on the CPU, seed 0 (the smoke preset unless `hp` is given)."""
+def adapter(name: str, framework: str, hp: dict[str, Any] | None = None, precision: str = "fp32",
+            graph: str = "standard") -> Any:
+    """The `framework` adapter of workload `name` on the CPU, seed 0 (the smoke preset unless `hp` is given);
+    `graph="compiled"` compiles its step (PyTorch: with TORCH_COMPILE_BACKEND_IN_TESTS)."""
     from tbdkit.adapters import load
 
     model = catalog.get(name)
+    compiled = {} if graph == "standard" else {"graph": graph}
+    if compiled and framework == "pytorch":
+        compiled["compile_backend"] = TORCH_COMPILE_BACKEND_IN_TESTS
     return load(framework, workload=catalog.load_module(model, framework), hp=hp or model.hp("smoke"),
-                device="cpu", precision=precision, seed=0)
+                device="cpu", precision=precision, seed=0, **compiled)
 
 
 def assert_capabilities(framework: str, expected: set[str]) -> None:
@@ -263,6 +268,129 @@ MATH_MODES: dict[str, dict[str, MathModes | Elsewhere]] = {
 }
 
 
+# PyTorch's compiled checks compile the step with TorchDynamo and AOTAutograd (the graphs, breaks, dynamic
+# shapes and recompilations of a real run) but run the graphs AOTAutograd makes eagerly: inductor's C++
+# code generation costs 1-4 CPU minutes per model on CI's 2 cores (docs/measurements.md, "Compiled
+# runs"), which twelve models cannot afford; test_compiled_bench_pytorch.py compiles with inductor itself.
+TORCH_COMPILE_BACKEND_IN_TESTS = "aot_eager"
+
+
+@dataclass(frozen=True)
+class Parity:
+    """`steps` steps from seed 0 over the first `steps` synthetic smoke batches (seed 1) of `batch_size`,
+    through the stack's adapter three times: standard fp32; compiled fp32 (--graph compiled), each loss
+    within `compiled_tol` (relative) of standard's; standard bf16 (--precision bf16), each loss within
+    `bf16_tol` of fp32's. `hp` overrides the smoke preset. `not_compiled`: the reason (a part of it) the
+    adapter's record gives for a cell whose step does not compile, which then trains as standard."""
+    batch_size: int
+    steps: int = 3
+    compiled_tol: float = 1e-4
+    bf16_tol: float = 0.05
+    hp: dict[str, Any] = field(default_factory=dict)
+    not_compiled: str | None = None
+
+
+_TF_EAGER = "no tf.function"  # tensorflow_compile.NO_FUNCTION: the detectors' eager steps
+_MX_VARIABLE = "static_shape would re-plan"  # mxnet_compile.VARIABLE: inputs padded to each batch's longest
+PARITY: dict[str, dict[str, Parity | Elsewhere]] = {
+    "pytorch": {
+        "a3c": Parity(2), "bert": Parity(4), "deepspeech2": Parity(2), "efficientdet": Parity(1),
+        "faster_rcnn": Parity(1), "inception_v3": Parity(2), "mask_rcnn": Parity(1), "minigo": Parity(8),
+        "resnet50": Parity(2), "seq2seq": Parity(4), "transformer": Parity(4), "wgan_gp": Parity(1, hp={"critic_iters": 1}),
+    },
+    "tensorflow": {
+        "a3c": Parity(2), "bert": Parity(4), "deepspeech2": Parity(2), "efficientdet": Parity(1),
+        "faster_rcnn": Parity(1, not_compiled=_TF_EAGER), "inception_v3": Parity(2),
+        "mask_rcnn": Parity(1, not_compiled=_TF_EAGER), "minigo": Parity(8), "resnet50": Parity(2),
+        "seq2seq": Parity(4), "transformer": Parity(4), "wgan_gp": Parity(1),
+    },
+    "mxnet": {
+        "a3c": Parity(2), "bert": Parity(4), "deepspeech2": Parity(2, not_compiled=_MX_VARIABLE),
+        "efficientdet": Parity(1), "faster_rcnn": Parity(1, not_compiled=_MX_VARIABLE), "inception_v3": Parity(2),
+        "mask_rcnn": Parity(1, not_compiled=_MX_VARIABLE), "minigo": Parity(8), "resnet50": Parity(2),
+        "seq2seq": Parity(4, not_compiled=_MX_VARIABLE), "transformer": Parity(4, not_compiled=_MX_VARIABLE),
+    },
+}
+
+
+@dataclass
+class ParityRun:
+    """What a parity check leaves: each setting's losses, and the compiled adapter's compile record."""
+    standard: list[float]
+    compiled: list[float]
+    bf16: list[float]
+    record: dict[str, Any]
+    seconds: dict[str, float]
+
+
+_PARITY: dict[tuple[str, str], ParityRun] = {}
+
+
+def _steps(name: str, framework: str, hp: dict[str, Any], batches: list[Any], **settings: Any) -> tuple[Any, list[float]]:
+    a = adapter(name, framework, hp=hp, **settings)
+    return a, [a.loss_value(a.step(a.prepare(b))) for b in batches]
+
+
+def mxnet_bf16_losses(name: str, hp: dict[str, Any], batch_size: int, steps: int) -> list[float]:
+    """MXNet's bf16 steps in a process of their own: its AMP rewrites MXNet's operators for good
+    (amp.init), which would put every later test of this process in bfloat16."""
+    import json
+
+    script = (
+        "import itertools, json, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from model_checks import adapter, modules\n"
+        "name, hp, batch, steps = sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])\n"
+        "data = modules(name, 'mxnet')[2]\n"
+        "batches = list(itertools.islice(data.batches('synthetic', hp, batch, seed=1), steps))\n"
+        "a = adapter(name, 'mxnet', hp=hp, precision='bf16')\n"
+        "print(json.dumps([a.loss_value(a.step(a.prepare(b))) for b in batches]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(TESTS), name, json.dumps(hp), str(batch_size), str(steps)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              [str(TESTS.parent), os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def parity(name: str, framework: str) -> ParityRun:
+    """The model's parity check (PARITY's row), run once per process: standard fp32, compiled fp32 and
+    standard bf16 over the same first batches. Leaves the process in fp32."""
+    import itertools
+    import time
+
+    key = (name, framework)
+    if key not in _PARITY:
+        spec = row(PARITY, "PARITY", framework, name)
+        assert isinstance(spec, Parity), spec
+        model, _, data = modules(name, framework)
+        hp = {**model.hp("smoke"), **spec.hp}
+        batches = list(itertools.islice(data.batches("synthetic", hp, spec.batch_size, seed=1), spec.steps))
+        seconds = {}
+        t0 = time.perf_counter()
+        _, standard = _steps(name, framework, hp, batches)
+        t1 = time.perf_counter()
+        compiled_adapter, compiled = _steps(name, framework, hp, batches, graph="compiled")
+        t2 = time.perf_counter()
+        try:
+            if framework == "mxnet":
+                bf16 = mxnet_bf16_losses(name, hp, spec.batch_size, spec.steps)
+            else:
+                bf16 = _steps(name, framework, hp, batches, precision="bf16")[1]
+        finally:
+            fp32_again(framework)
+        seconds = {"standard": t1 - t0, "compiled": t2 - t1, "bf16": time.perf_counter() - t2}
+        _PARITY[key] = ParityRun(standard, compiled, bf16, compiled_adapter.compile_record(), seconds)
+    return _PARITY[key]
+
+
+def assert_close_losses(got: list[float], expected: list[float], tolerance: float, what: str) -> None:
+    """Every loss finite and within `tolerance` (relative to the expected loss) of its counterpart."""
+    assert len(got) == len(expected) and all(math.isfinite(x) for x in got), (what, got)
+    worst = max(abs(g - e) / max(abs(e), 1e-12) for g, e in zip(got, expected))
+    assert worst <= tolerance, f"{what}: {got} against {expected}: off by {worst:.2e} > {tolerance:.0e}"
+
+
 def row(table: dict[str, dict[str, Any]], table_name: str, framework: str, name: str) -> Any:
     """The model's row of a table above, or a failure that says what to add."""
     rows = table.get(framework, {})
@@ -403,6 +531,7 @@ def release(name: str, framework: str) -> None:
         for key in [k for k in _LEARNED if k[:2] == (name, framework)]:
             del _LEARNED[key]
         _STEPPED.pop((name, framework), None)
+    _PARITY.pop((name, framework), None)
 
 
 def parameters(module: Any, skip_prefix: str | None = None) -> int:
@@ -464,10 +593,35 @@ def generated_tests(framework: str) -> dict[str, Any]:
     def test_workload_file_holds_only_model_code(name: str) -> None:
         assert_workload_file_is_clean(name, framework)
 
+    def test_compiled_step_matches_standard(name: str) -> None:
+        spec = row(PARITY, "PARITY", framework, name)
+        if isinstance(spec, Elsewhere):
+            assert_elsewhere(name, framework, spec)
+            return
+        run = parity(name, framework)
+        assert run.record["graph"] == "compiled", run.record
+        if spec.not_compiled is not None:  # trains as standard, and says why
+            assert spec.not_compiled in str(run.record.get("reason")), run.record
+        elif framework == "pytorch":
+            assert run.record["compilations"] >= 1 and isinstance(run.record["graph_breaks"], int), run.record
+        else:
+            assert run.record.get("xla", run.record.get("static_shape")) is True, run.record
+        assert_close_losses(run.compiled, run.standard, spec.compiled_tol, f"{name} compiled vs standard")
+
+    def test_bf16_stays_near_fp32(name: str) -> None:
+        spec = row(PARITY, "PARITY", framework, name)
+        if isinstance(spec, Elsewhere):
+            assert_elsewhere(name, framework, spec)
+            return
+        run = parity(name, framework)
+        assert_close_losses(run.bf16, run.standard, spec.bf16_tol, f"{name} bf16 vs fp32")
+
     return {"name": name, "test_learns_on_a_fixed_batch": test_learns_on_a_fixed_batch,
             "test_every_math_mode_steps": test_every_math_mode_steps,
             "test_smoke_parameter_count": test_smoke_parameter_count,
-            "test_workload_file_holds_only_model_code": test_workload_file_holds_only_model_code}
+            "test_workload_file_holds_only_model_code": test_workload_file_holds_only_model_code,
+            "test_compiled_step_matches_standard": test_compiled_step_matches_standard,
+            "test_bf16_stays_near_fp32": test_bf16_stays_near_fp32}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -70,6 +70,16 @@ class Inference(Protocol):
 
 
 @runtime_checkable
+class GraphCompile(Protocol):
+    """How the adapter runs its train step (--graph standard | compiled) and what its compiler did."""
+
+    graph: str  # "standard" or "compiled"
+
+    def compilations(self) -> int | None: ...  # compilations of the step so far; None where uncounted
+    def compile_record(self) -> dict[str, Any]: ...  # env.json's and summary.json's `compile`
+
+
+@runtime_checkable
 class Distributed(Protocol):
     """A worker of a data-parallel job: joins the process group, agrees on decisions, gathers results."""
 
@@ -107,6 +117,7 @@ class Capabilities:
     kernel_trace: KernelTrace | None
     profiler_range: ProfilerRange | None
     inference: Inference | None
+    graph_compile: GraphCompile | None
     distributed: Distributed | None
     parameter_sync: ParameterSync | None
 
@@ -125,6 +136,7 @@ def capabilities(adapter: Any) -> Capabilities:
         kernel_trace=of(KernelTrace),
         profiler_range=of(ProfilerRange),
         inference=of(Inference),
+        graph_compile=of(GraphCompile),
         distributed=of(Distributed),
         parameter_sync=of(ParameterSync),
     )

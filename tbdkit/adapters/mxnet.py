@@ -3,7 +3,8 @@
 Apache MXNet is archived; 1.9.1 is its last release. It has no TF32 switch of its own: `fp32`
 sets NVIDIA_TF32_OVERRIDE=0 before the first GPU operation (cuBLAS and cuDNN then never use TF32),
 `tf32` leaves the libraries' defaults. `amp` uses MXNet's float16 AMP with loss scaling and needs
-a GPU; MXNet 1.9 has no CPU autocast this kit could use.
+a GPU. `bf16` is MXNet's bfloat16 AMP, which 1.9 has only on CPUs (oneDNN's bfloat16 operators, no
+loss scaling): on a GPU it refuses, in one sentence.
 """
 
 from __future__ import annotations
@@ -19,8 +20,14 @@ import mxnet as mx
 import numpy as np
 
 from tbdkit.adapters.cuda_driver import identity, why_no_gpu
+from tbdkit.adapters.mxnet_compile import StaticShapes
 from tbdkit.adapters.replicas import split
 from tbdkit.core.metric import metric
+
+BF16_ON_GPU = (
+    "precision 'bf16' on MXNet runs only on the CPU (MXNet 1.9's bfloat16 AMP has oneDNN's CPU operators "
+    "and no GPU ones): run --precision amp (float16 with loss scaling) or fp32 on the GPU"
+)
 
 
 class Precision:
@@ -30,16 +37,19 @@ class Precision:
                 "precision 'amp' on MXNet needs a GPU (MXNet 1.9's AMP is float16 with loss "
                 "scaling): run with --precision fp32 on the CPU"
             )
+        if mode == "bf16" and on_gpu:
+            raise RuntimeError(BF16_ON_GPU)
         self.mode = mode
         if mode == "fp32":
             os.environ["NVIDIA_TF32_OVERRIDE"] = "0"
         else:
             os.environ.pop("NVIDIA_TF32_OVERRIDE", None)
         self.amp = mode == "amp"
-        if self.amp:
+        if self.amp or mode == "bf16":
             from mxnet.contrib import amp
 
-            amp.init(target_dtype="float16")
+            # process-wide and for good: AMP rewrites MXNet's operator namespaces with casts
+            amp.init(target_dtype="float16" if self.amp else "bfloat16")
 
     def prepare_trainer(self, trainer: Any) -> None:
         if self.amp:
@@ -74,7 +84,7 @@ class Precision:
             "mode": self.mode,
             "tf32": None if self.mode == "fp32" else "library default",
             "nvidia_tf32_override": os.environ.get("NVIDIA_TF32_OVERRIDE"),
-            "amp_dtype": "float16" if self.amp else None,
+            "amp_dtype": "float16" if self.amp else "bfloat16" if self.mode == "bf16" else None,
             "loss_scaling": self.amp,
         }
 
@@ -186,6 +196,7 @@ class MXNetAdapter:
         seed: int,
         threads: tuple[int, int] | None = None,
         replicas: int = 1,
+        graph: str = "standard",
     ) -> None:
         self.threads = threads_of(threads)
         seed_everything(seed)
@@ -196,6 +207,9 @@ class MXNetAdapter:
         # one process, several replicas (--one-process): a context each, the `device` kvstore between them
         self.contexts = replica_contexts(replicas, self.cuda_index is not None) if replicas > 1 else [self.ctx]
         self.training = workload.build(hp, self.contexts if replicas > 1 else self.ctx)
+        # --graph compiled: the hybridized blocks with static shapes too, where the inputs' shapes are fixed
+        self.graph = graph
+        self.static = StaticShapes(self.training, hp) if graph == "compiled" else None
         self.kvstore: Any = None  # a data-parallel job's dist_sync kvstore, once joined
         if replicas > 1:
             use_device_kvstore(self._trainers())
@@ -245,6 +259,14 @@ class MXNetAdapter:
 
     def loss_value(self, loss: Any) -> float:
         return float(loss.asscalar())
+
+    def compilations(self) -> int | None:
+        return None  # MXNet 1.9 does not count its graph builds
+
+    def compile_record(self) -> dict[str, Any]:
+        if self.static is None:
+            return {"graph": "standard", "compiler": "none: the workload's hybridize(static_alloc=True) (the paper's)"}
+        return self.static.record()
 
     def _trainable(self) -> list[Any]:
         return [p for p in self.training.model.collect_params().values() if p.grad_req != "null"]
@@ -320,6 +342,8 @@ class MXNetAdapter:
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "threads": self.threads,
             "math_mode": self.precision.describe(),
+            "graph": self.graph,
+            "compile": self.compile_record(),
             "kvstore": self.kvstore.type
             if self.kvstore is not None
             else ("device" if len(self.contexts) > 1 else None),

@@ -15,13 +15,22 @@ import numpy as np
 import torch
 
 from tbdkit.adapters.cuda_driver import why_no_gpu
+from tbdkit.adapters.pytorch_compile import BACKEND, CompiledStep
+from tbdkit.analysis.peak import bf16_refusal
 from tbdkit.core.metric import metric
 
 
 class Precision:
-    """The math mode of a run: fp32 (TF32 off), tf32 (TF32 matmul and convolutions), amp."""
+    """The math mode of a run: fp32 (TF32 off), tf32 (TF32 matmul and convolutions), amp (float16
+    autocast and loss scaling on a GPU, bfloat16 autocast on a CPU), bf16 (bfloat16 autocast without
+    loss scaling, on a GPU of compute capability 8.0 or newer, or on a CPU)."""
 
     def __init__(self, mode: str, device: torch.device) -> None:
+        if mode == "bf16" and device.type == "cuda":
+            props = torch.cuda.get_device_properties(device)
+            refusal = bf16_refusal(props.name, (props.major, props.minor))
+            if refusal:
+                raise RuntimeError(refusal)
         self.mode = mode
         self.device = device
         allow_tf32 = mode == "tf32"
@@ -29,7 +38,7 @@ class Precision:
         torch.backends.cudnn.allow_tf32 = allow_tf32
         torch.set_float32_matmul_precision("high" if allow_tf32 else "highest")
         amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
-        self.amp_dtype = amp_dtype if mode == "amp" else None
+        self.amp_dtype = amp_dtype if mode == "amp" else torch.bfloat16 if mode == "bf16" else None
         self.scaler = torch.amp.GradScaler(device.type, enabled=(mode == "amp" and device.type == "cuda"))
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
@@ -229,6 +238,8 @@ class PyTorchAdapter:
         precision: str,
         seed: int,
         threads: tuple[int, int] | None = None,
+        graph: str = "standard",
+        compile_backend: str | None = None,
     ) -> None:
         self.threads = set_threads(threads)
         seed_everything(seed)
@@ -242,6 +253,12 @@ class PyTorchAdapter:
         self.precision = Precision(precision, self.device)
         self.workload = workload
         self.training = workload.build(hp, self.device)
+        # --graph compiled: the whole train step under torch.compile (inductor unless a test names a cheaper backend)
+        self.graph = graph
+        self.compiled = (
+            CompiledStep(workload.train_step, hp, compile_backend or BACKEND) if graph == "compiled" else None
+        )
+        self._train_step = self.compiled.step if self.compiled is not None else workload.train_step
         self.comm: CommTimer | None = None
         self.backend: str | None = None
         self._sync: Callable[[], None] = (
@@ -252,9 +269,27 @@ class PyTorchAdapter:
         return self.workload.to_device(batch, self.device)
 
     def step(self, inputs: Any) -> Any:
-        loss = self.workload.train_step(self.training, inputs, self.precision)
+        loss = self._train_step(self.training, inputs, self.precision)
         self._sync()
         return loss
+
+    def compilations(self) -> int | None:
+        return self.compiled.compilations() if self.compiled is not None else None
+
+    def compile_record(self) -> dict[str, Any]:
+        if self.compiled is None:
+            return {"graph": "standard", "compiler": "none: PyTorch eager (the paper's setting)"}
+        return self.compiled.record()
+
+    @contextlib.contextmanager
+    def standard_graph(self) -> Any:
+        """The eager step for a while: the analyses that attribute work and memory through autograd's and
+        the dispatcher's hooks (FLOP counting, the memory breakdown), which a compiled graph bypasses."""
+        kept, self._train_step = self._train_step, self.workload.train_step
+        try:
+            yield
+        finally:
+            self._train_step = kept
 
     def loss_value(self, loss: Any) -> float:
         return float(loss.item())
@@ -341,12 +376,14 @@ class PyTorchAdapter:
     def memory_breakdown(self, step: Callable[[], Any]) -> dict[str, Any]:
         from tbdkit.adapters.pytorch_profiling import memory_breakdown
 
-        return memory_breakdown(self.training, self.device, step)
+        with self.standard_graph():
+            return memory_breakdown(self.training, self.device, step)
 
     def count_flops(self, step: Callable[[], Any]) -> int:
         from tbdkit.adapters.pytorch_profiling import count_flops
 
-        return count_flops(self.device, step, self.training.model)
+        with self.standard_graph():  # the model's FLOPs, whatever a compiler fuses or recomputes
+            return count_flops(self.device, step, self.training.model)
 
     def kernel_trace(self) -> contextlib.AbstractContextManager[dict[str, Any]]:
         from tbdkit.adapters.pytorch_profiling import kernel_trace
@@ -393,6 +430,8 @@ class PyTorchAdapter:
                 "inter_op": torch.get_num_interop_threads(),
             },
             "math_mode": self.precision.describe(),
+            "graph": self.graph,
+            "compile": self.compiled.config() if self.compiled is not None else self.compile_record(),
         }
         if self.cuda_index is not None:
             props = torch.cuda.get_device_properties(self.device)

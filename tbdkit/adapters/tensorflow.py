@@ -13,19 +13,29 @@ import tensorflow as tf
 
 from tbdkit.adapters.cuda_driver import identity, why_no_gpu
 from tbdkit.adapters.replicas import split
+from tbdkit.adapters.tensorflow_compile import XlaStep
+from tbdkit.analysis.peak import bf16_refusal
 from tbdkit.core.metric import metric
 
 
 class Precision:
     """fp32 (TF32 off), tf32 (TF32 matmuls and convolutions), amp (mixed_float16 on a GPU with loss
-    scaling, mixed_bfloat16 on a CPU). Set before the model is built: Keras reads the dtype policy then."""
+    scaling, mixed_bfloat16 on a CPU), bf16 (mixed_bfloat16 without loss scaling, on a GPU of compute
+    capability 8.0 or newer, or on a CPU). Set before the model is built: Keras reads the dtype policy
+    then. `gpu`: the run's GPU as tf.config.experimental.get_device_details gives it, None on the CPU."""
 
-    def __init__(self, mode: str, on_gpu: bool) -> None:
+    def __init__(self, mode: str, on_gpu: bool, gpu: dict[str, Any] | None = None) -> None:
+        if mode == "bf16" and gpu and gpu.get("compute_capability"):
+            refusal = bf16_refusal(str(gpu.get("device_name") or "this GPU"), tuple(gpu["compute_capability"]))
+            if refusal:
+                raise RuntimeError(refusal)
         self.mode = mode
         tf.config.experimental.enable_tensor_float_32_execution(mode == "tf32")
         policy = "float32"
         if mode == "amp":
             policy = "mixed_float16" if on_gpu else "mixed_bfloat16"
+        elif mode == "bf16":
+            policy = "mixed_bfloat16"
         keras.mixed_precision.set_global_policy(policy)
         self.loss_scaling = mode == "amp" and on_gpu
 
@@ -145,6 +155,7 @@ class TensorFlowAdapter:
         seed: int,
         threads: tuple[int, int] | None = None,
         replicas: int = 1,
+        graph: str = "standard",
     ) -> None:
         self.threads = set_threads(threads)
         self.strategy: tf.distribute.Strategy | None = None
@@ -164,10 +175,18 @@ class TensorFlowAdapter:
         if self.cuda_index is not None:
             for gpu in tf.config.list_physical_devices("GPU"):
                 tf.config.experimental.set_memory_growth(gpu, True)  # peak memory means what was used
-        self.precision = Precision(precision, self.cuda_index is not None)
+        gpu = (
+            tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[self.cuda_index])
+            if self.cuda_index is not None
+            else None
+        )
+        self.precision = Precision(precision, self.cuda_index is not None, gpu)
         self.workload = workload
         with self.strategy.scope() if self.strategy is not None else tf.device(self.tf_device):
             self.training = workload.build(hp, self.precision)
+        # --graph compiled: the workload's tf.functions again with jit_compile=True (XLA), where it has them
+        self.graph = graph
+        self.xla = XlaStep(self.training, self.strategy is not None) if graph == "compiled" else None
         self._replicated = self._replicated_step() if self.strategy is not None else None
 
     def _replicated_step(self) -> Any:
@@ -223,13 +242,25 @@ class TensorFlowAdapter:
             loss = self._replicated(inputs)
         else:
             with tf.device(self.tf_device):
-                loss = self.workload.train_step(self.training, inputs, self.precision)
+                loss = (
+                    self.xla.run(lambda: self.workload.train_step(self.training, inputs, self.precision))
+                    if self.xla is not None
+                    else self.workload.train_step(self.training, inputs, self.precision)
+                )
         if self.cuda_index is not None:
             tf.test.experimental.sync_devices()
         return loss
 
     def loss_value(self, loss: Any) -> float:
         return float(loss.numpy())
+
+    def compilations(self) -> int | None:
+        return self.xla.compilations() if self.xla is not None else None
+
+    def compile_record(self) -> dict[str, Any]:
+        if self.xla is None:
+            return {"graph": "standard", "compiler": "none: the workload's tf.function graphs (the paper's setting)"}
+        return self.xla.record()
 
     def reset_peaks(self) -> None:
         if self.cuda_index is not None:
@@ -316,6 +347,8 @@ class TensorFlowAdapter:
                 "inter_op": tf.config.threading.get_inter_op_parallelism_threads(),
             },
             "math_mode": self.precision.describe(),
+            "graph": self.graph,
+            "compile": self.xla.config() if self.xla is not None else self.compile_record(),
             "distribute_strategy": type(self.strategy).__name__ if self.strategy is not None else None,
             "replica_devices": self.replica_devices or None,
         }

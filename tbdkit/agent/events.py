@@ -17,7 +17,7 @@ ENABLED = True  # off in the workers of a data-parallel job other than rank 0: o
 
 
 def emit(event: str, **fields: Any) -> None:
-    if event in ("phase", "warmup_done", "done"):
+    if event in ("phase", "compile_done", "warmup_done", "done"):
         logging.getLogger("tbdkit.agent").info("%s %s", event, json.dumps(fields, default=str))
     if not ENABLED:
         return

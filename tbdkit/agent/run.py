@@ -20,7 +20,7 @@ from typing import Any
 
 from tbdkit.adapters import Capabilities, Distributed, capabilities
 from tbdkit.adapters import load as load_adapter
-from tbdkit.agent import after_window, converge, distributed, disturbance, events
+from tbdkit.agent import after_window, compile_phase, converge, distributed, disturbance, events
 from tbdkit.agent.collectors import Sampler, default_collectors, energy
 from tbdkit.agent.collectors.gpu_state import GpuStateCollector
 from tbdkit.agent.loop import (
@@ -175,6 +175,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         run_dir.name, spec, "failed", None, started_utc=started.isoformat(timespec="milliseconds")
     )
     adapter = None
+    caps: Capabilities | None = None
     dist: Distributed | None = None  # the adapter's data-parallel half, on a worker of a job
     loop: TrainingLoop | None = None
     env: dict[str, Any] | None = None
@@ -207,10 +208,14 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             precision=spec.precision,
             seed=spec.seed,
             threads=(budget.intra_op, budget.inter_op),
+            # --graph compiled: the adapter compiles its train step (standard is each framework's default)
+            **({"graph": spec.graph} if spec.graph != "standard" else {}),
             # several replicas in this one process (--one-process): MirroredStrategy, MXNet's device kvstore
             **({"replicas": spec.replicas_per_process} if spec.replicas_per_process > 1 else {}),
         )
         caps = capabilities(adapter)
+        if spec.graph != "standard" and caps.graph_compile is None:
+            raise RuntimeError(f"{spec.framework}: this adapter has no compiled graphs (--graph {spec.graph})")
         if worker is not None:
             if caps.distributed is not None:
                 dist = caps.distributed
@@ -287,6 +292,11 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
         )
         # Each iteration's row reaches iterations.csv as it is measured: a SIGKILL keeps them.
         loop.result.iterations = sink.StreamedRows(RunDir(run_dir).iterations, lambda i: i.row())
+        if spec.graph == "compiled":  # compilation apart, before warm-up (tbdkit.agent.compile_phase)
+            phase = compile_phase.run(
+                loop, caps.graph_compile, spec.measure.synthetic_pool if prefetcher is None else None
+            )
+            summary["compile_phase"] = phase
         loop.warm_up()
         if worker is not None and os.environ.get("TBDKIT_TEST_KILL_RANK") == str(worker.rank):
             os._exit(3)  # fault injection for the kit's own tests: this worker dies after warm-up
@@ -303,6 +313,9 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             summary["metrics"] = {
                 **throughput_metrics(
                     window, estimate, model.throughput_unit, model.sample_unit, model.info.get("extra_units", {})
+                ),
+                "compile_s": compile_phase.compile_seconds(
+                    summary.get("compile_phase"), estimate.throughput, model.throughput_unit
                 ),
                 **loop.result.metrics,
                 **adapter.memory(),
@@ -413,11 +426,28 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             _write_trace(run_dir, summary)
         if env is not None:
             summary["math_mode"] = env["framework"].get("math_mode")
+        if caps is not None and caps.graph_compile is not None:
+            summary["compile"] = _compile_record(caps.graph_compile, summary)
         summary["finished_utc"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
         summary["wall_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 3)
         _write_summary(run_dir, summary)
         events.emit("done", status=summary["status"], error=summary["error"])
     return _exit_code(summary["status"])
+
+
+def _compile_record(graph: Any, summary: dict[str, Any]) -> dict[str, Any]:
+    """summary.json's `compile`: how the step ran (standard or compiled) and what the compiler did,
+    with the compilations after the compile phase (in warm-up and the window: each a sign that the
+    phase did not see every shape)."""
+    try:
+        record = graph.compile_record()
+    except Exception as exc:  # the record is a report, never a reason to lose the run
+        return {"graph": getattr(graph, "graph", None), "error": f"{type(exc).__name__}: {exc}"}
+    phase = summary.get("compile_phase") or {}
+    total = graph.compilations()
+    if phase and total is not None and phase.get("compilations") is not None:
+        record["compilations_after_compile_phase"] = total - phase["compilations"]
+    return record
 
 
 def interconnect(adapter: Any, network: dict[str, Any], link_rate: str | None, backend: str | None) -> dict[str, Any]:

@@ -28,8 +28,9 @@ within noise"; beside it, the smallest difference the data could have detected (
 the same level with 80% power).
 
 Only like runs are compared: the same model, framework, preset, variant, data, precision, device
-kind, GPU product, network (nodes, workers, link) and lock where recorded; the batch size may differ
-between the sides (that is a question the comparison answers), never within one. `force` compares
+kind, GPU product, network (nodes, workers, link) and lock where recorded; the batch size and the
+graph (standard or compiled) may differ between the sides (those are questions the comparison
+answers), never within one. `force` compares
 unlike sides and lists every difference, the environments' included (versions, driver, clocks).
 """
 
@@ -69,7 +70,8 @@ LIKE_FIELDS = (
     "one_process",
     "lock_digest",
 )
-ALLOWED_FIELDS = ("batch_size",)  # may differ: the comparison is about them
+# may differ: the comparison is about them (compiled against standard graphs: what compilation buys)
+ALLOWED_FIELDS = ("batch_size", "graph")
 
 
 @dataclass
@@ -89,7 +91,8 @@ class Side:
     @property
     def label(self) -> str:
         s = self.summary
-        return f"{s.get('model')}/{s.get('framework')} b{s.get('batch_size')} {s.get('precision')} ({self.path.name})"
+        graph = " compiled" if self.field("graph") == "compiled" else ""
+        return f"{s.get('model')}/{s.get('framework')} b{s.get('batch_size')} {s.get('precision')}{graph} ({self.path.name})"
 
     @property
     def relative_se(self) -> float | None:
@@ -103,7 +106,8 @@ class Side:
 
     def field(self, name: str) -> Any:
         value = self.summary.get(name)
-        return self.spec.get(name) if value is None else value
+        value = self.spec.get(name) if value is None else value
+        return "standard" if name == "graph" and value is None else value  # before compiled runs: standard
 
     @property
     def device_kind(self) -> str:

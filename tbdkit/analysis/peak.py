@@ -7,7 +7,8 @@ accumulation at half the rate of A10, A40, L4 and L40S). Only a GPU missing from
 back to the per-SM rates of its compute capability (dense, per clock, 1 FMA = 2 FLOPs, from NVIDIA's
 architecture whitepapers) x SM count x max SM clock, saying so. fp32 runs (TF32 off) are held
 against the FP32 CUDA-core peak, tf32 runs against the TF32 tensor peak, amp runs against the FP16
-tensor peak (FP32 accumulation).
+tensor peak (FP32 accumulation), bf16 runs against the BF16 tensor peak (the datasheets' "BF16 Tensor
+Core" row; none on V100 and T4).
 """
 
 from __future__ import annotations
@@ -32,16 +33,18 @@ FP32_LANES_PER_SM: dict[str, int] = {
     "9.0": 128,
 }
 # compute capability -> dense tensor-core FLOPs per clock per SM, by input type (8.6/8.9: GeForce rates;
-# the data-center parts of those capabilities are in PRODUCTS)
+# the data-center parts of those capabilities are in PRODUCTS). bf16 runs at the fp16 rate (FP32
+# accumulation) on every architecture that has it (NVIDIA Ampere GA100 and GA102, Ada, Hopper whitepapers);
+# Volta and Turing have no bf16 tensor math
 TENSOR_FLOPS_PER_CLOCK_PER_SM: dict[str, dict[str, int]] = {
     "7.0": {"fp16": 1024},
     "7.2": {"fp16": 1024},
     "7.5": {"fp16": 1024},
-    "8.0": {"fp16": 2048, "tf32": 1024},
-    "8.6": {"fp16": 512, "tf32": 256},
-    "8.7": {"fp16": 1024, "tf32": 512},
-    "8.9": {"fp16": 512, "tf32": 256},
-    "9.0": {"fp16": 4096, "tf32": 2048},
+    "8.0": {"fp16": 2048, "bf16": 2048, "tf32": 1024},
+    "8.6": {"fp16": 512, "bf16": 512, "tf32": 256},
+    "8.7": {"fp16": 1024, "bf16": 1024, "tf32": 512},
+    "8.9": {"fp16": 512, "bf16": 512, "tf32": 256},
+    "9.0": {"fp16": 4096, "bf16": 4096, "tf32": 2048},
 }
 # Dense peaks in TFLOP/s from NVIDIA's datasheets ("* with sparsity" figures halved), matched against
 # the device name NVML / the framework reports, most specific pattern first.
@@ -68,25 +71,26 @@ class Product:
     fp32: float  # TFLOP/s, FP32 CUDA cores
     tf32: float | None  # TFLOP/s, dense TF32 tensor (None: the GPU has no TF32 tensor math)
     fp16: float | None  # TFLOP/s, dense FP16 tensor with FP32 accumulation
+    bf16: float | None  # TFLOP/s, dense BF16 tensor (None: the GPU has no bfloat16 tensor math)
     source: str
 
 
 PRODUCTS: tuple[Product, ...] = (
-    Product("V100S PCIe", r"V100S", 16.4, None, 130.0, V100_DS),
-    Product("V100 PCIe", r"V100.*PCIE", 14.0, None, 112.0, V100_DS),
-    Product("V100 SXM2", r"V100", 15.7, None, 125.0, V100_DS),
-    Product("T4", r"\bT4\b", 8.1, None, 65.0, T4_DS),
-    Product("A100", r"\bA100\b", 19.5, 156.0, 312.0, A100_DS),
-    Product("A10", r"\bA10\b(?![0-9G])", 31.2, 62.5, 125.0, A10_DS),
-    Product("A40", r"\bA40\b", 37.4, 74.8, 149.7, A40_DS),
-    Product("L40S", r"\bL40S\b", 91.6, 183.0, 362.05, L40S_DS),
-    Product("L40", r"\bL40\b(?!S)", 90.5, 90.5, 181.05, L40_DS),
-    Product("L4", r"\bL4\b", 30.3, 60.0, 121.0, L4_DS),
-    Product("H100 NVL", r"H100 NVL", 60.0, 417.5, 835.5, H100_DS),
-    Product("H100 PCIe", r"H100.*PCIE", 51.0, 378.0, 756.5, H100_DS),
-    Product("H100 SXM", r"H100 80GB HBM3|H100 SXM", 67.0, 494.5, 989.5, H100_DS),
-    Product("H200 NVL", r"H200 NVL", 60.0, 417.5, 835.5, H200_DS),
-    Product("H200 SXM", r"\bH200\b", 67.0, 494.5, 989.5, H200_DS),
+    Product("V100S PCIe", r"V100S", 16.4, None, 130.0, None, V100_DS),
+    Product("V100 PCIe", r"V100.*PCIE", 14.0, None, 112.0, None, V100_DS),
+    Product("V100 SXM2", r"V100", 15.7, None, 125.0, None, V100_DS),
+    Product("T4", r"\bT4\b", 8.1, None, 65.0, None, T4_DS),
+    Product("A100", r"\bA100\b", 19.5, 156.0, 312.0, 312.0, A100_DS),
+    Product("A10", r"\bA10\b(?![0-9G])", 31.2, 62.5, 125.0, 125.0, A10_DS),
+    Product("A40", r"\bA40\b", 37.4, 74.8, 149.7, 149.7, A40_DS),
+    Product("L40S", r"\bL40S\b", 91.6, 183.0, 362.05, 362.05, L40S_DS),
+    Product("L40", r"\bL40\b(?!S)", 90.5, 90.5, 181.05, 181.05, L40_DS),
+    Product("L4", r"\bL4\b", 30.3, 60.0, 121.0, 121.0, L4_DS),
+    Product("H100 NVL", r"H100 NVL", 60.0, 417.5, 835.5, 835.5, H100_DS),
+    Product("H100 PCIe", r"H100.*PCIE", 51.0, 378.0, 756.5, 756.5, H100_DS),
+    Product("H100 SXM", r"H100 80GB HBM3|H100 SXM", 67.0, 494.5, 989.5, 989.5, H100_DS),
+    Product("H200 NVL", r"H200 NVL", 60.0, 417.5, 835.5, 835.5, H200_DS),
+    Product("H200 SXM", r"\bH200\b", 67.0, 494.5, 989.5, 989.5, H200_DS),
 )
 
 
@@ -95,7 +99,25 @@ def product_of(name: str) -> Product | None:
     return next((p for p in PRODUCTS if re.search(p.pattern, name, re.IGNORECASE)), None)
 
 
-MODE_UNIT = {"fp32": "fp32 CUDA cores", "tf32": "tf32 tensor cores", "amp": "fp16 tensor cores"}
+MODE_UNIT = {
+    "fp32": "fp32 CUDA cores",
+    "tf32": "tf32 tensor cores",
+    "amp": "fp16 tensor cores",
+    "bf16": "bf16 tensor cores",
+}
+# bfloat16 tensor math came with Ampere (compute capability 8.0); Volta (V100) and Turing (T4) have none
+BF16_CAPABILITY = (8, 0)
+
+
+def bf16_refusal(name: str, capability: tuple[int, int]) -> str | None:
+    """None where the GPU trains in bfloat16; else the sentence a bf16 run refuses with."""
+    if tuple(capability) >= BF16_CAPABILITY:
+        return None
+    return (
+        f"--precision bf16 needs a GPU with bfloat16 tensor cores (compute capability 8.0 or newer: A100, A10, "
+        f"L4, H100, ...) and {name} is {capability[0]}.{capability[1]}: run --precision amp (float16 with loss "
+        "scaling) or fp32 on it"
+    )
 
 
 @dataclass(frozen=True)
@@ -111,7 +133,7 @@ def peak_flops(device: Device, mode: str) -> tuple[float | None, str, str | None
     """(peak FLOP/s or None, method, reason if None) of the math mode `mode` (fp32, tf32, amp)."""
     product = product_of(device.name)
     if product is not None:
-        tflops = {"fp32": product.fp32, "tf32": product.tf32, "amp": product.fp16}.get(mode)
+        tflops = {"fp32": product.fp32, "tf32": product.tf32, "amp": product.fp16, "bf16": product.bf16}.get(mode)
         method = f"{product.name} dense {MODE_UNIT.get(mode, mode)} peak from the {product.source}"
         if mode not in MODE_UNIT:
             return None, method, f"unknown math mode {mode!r}"
@@ -125,7 +147,7 @@ def peak_flops(device: Device, mode: str) -> tuple[float | None, str, str | None
         if lanes is None:
             return None, base, f"FP32 lanes per SM of compute capability {cc} are not in tbdkit's table"
         return device.sm_count * clock_hz * lanes * 2, f"{base} x {lanes} FP32 FMA lanes x 2 FLOPs", None
-    kind = {"tf32": "tf32", "amp": "fp16"}.get(mode)
+    kind = {"tf32": "tf32", "amp": "fp16", "bf16": "bf16"}.get(mode)
     if kind is None:
         return None, base, f"unknown math mode {mode!r}"
     rate = TENSOR_FLOPS_PER_CLOCK_PER_SM.get(cc, {}).get(kind)

@@ -30,7 +30,16 @@ def bench(
         ),
     ] = None,
     batch: Annotated[list[str] | None, typer.Option("--batch", "-b", help="batch size(s), e.g. 8,16,32")] = None,
-    precision: Annotated[str, typer.Option(help="fp32 (TF32 off) | tf32 | amp")] = "fp32",
+    precision: Annotated[
+        str, typer.Option(help="fp32 (TF32 off) | tf32 | amp | bf16 (bfloat16 autocast, no loss scaling)")
+    ] = "fp32",
+    graph: Annotated[
+        str,
+        typer.Option(
+            help="standard (the paper's: PyTorch eager, TensorFlow tf.function, MXNet hybridized) | compiled "
+            "(torch.compile with inductor, XLA, MXNet static shapes; compilation measured apart)"
+        ),
+    ] = "standard",
     preset: Annotated[
         str,
         typer.Option(
@@ -97,6 +106,7 @@ def bench(
             framework=fw,
             batch_size=b,
             precision=precision,
+            graph=graph,
             preset=p.preset,
             variant=variant,
             device=device,

@@ -53,7 +53,7 @@ def styled(template: str, *values: object) -> Text:
 console = PlainConsole(width=None if sys.stdout.isatty() else 160)
 err_console = PlainConsole(stderr=True, width=None if sys.stderr.isatty() else 160)
 
-PHASE_LABEL = {"setup": "setup", "warmup": "warm-up", "measuring": "measuring"}
+PHASE_LABEL = {"setup": "setup", "compile": "compiling", "warmup": "warm-up", "measuring": "measuring"}
 
 
 class RunProgress:
@@ -81,6 +81,11 @@ class RunProgress:
             if event.get("quality") is not None:  # the converge preset's evaluations
                 text += f"  quality {event['quality']:.4f}"
             self.progress.update(self.task, completed=event.get("elapsed_s", 0), rate=text)
+        elif kind == "compile_done":
+            self.progress.console.print(
+                f"  {self.label}: compile phase ended after {event['iterations']} iterations "
+                f"({event['seconds']:.1f} s, {event['end_reason']})"
+            )
         elif kind == "warmup_done":
             self.progress.console.print(
                 f"  {self.label}: warm-up ended after {event['iterations']} iterations "
@@ -209,6 +214,12 @@ def warmup_note(warmup: dict[str, Any]) -> str | None:
     )
 
 
+def _compiled_in(metrics: dict[str, Any]) -> str:
+    """'; compile 63.1 s' after a compiled run's window, else ''."""
+    value = (metrics.get("compile_s") or {}).get("value")
+    return f"; compile {value:,.1f} s" if value is not None else ""
+
+
 def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Table:
     table = Table(title=title)
     for col in (
@@ -244,7 +255,7 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
         table.add_row(
             str(s.get("framework", "?")),
             str(s.get("batch_size", "?")),
-            str(s.get("precision") or "?"),
+            str(s.get("precision") or "?") + (" compiled" if s.get("graph") == "compiled" else ""),
             str(s.get("device") or "—"),
             Text(str(status), style=style),
             f"{_fmt(thr.get('value'), 2)} {thr.get('unit') or ''}".strip(),
@@ -253,7 +264,8 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
             _fmt((m.get("cpu_utilization") or {}).get("value"), 1, "%"),
             _fmt((m.get("gpu_utilization") or {}).get("value"), 1, "%"),
             warmup_cell(s.get("warmup") or {}),
-            f"{window['iterations']} it, {window['seconds']:.1f} s, {window['stop_reason']}" if window else "—",
+            (f"{window['iterations']} it, {window['seconds']:.1f} s, {window['stop_reason']}" if window else "—")
+            + _compiled_in(m),
             str(s.get("run_id") or "?").rsplit("-", 1)[-1],
         )
     caption = Text("run: the id's last part; `tbdkit show <run>` shows one run, `tbdkit runs` lists full ids")

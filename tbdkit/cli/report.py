@@ -29,20 +29,29 @@ def report(
         ),
     ] = False,
     price_per_hour: PriceOpt = None,
+    with_compiled: Annotated[
+        bool,
+        typer.Option(
+            "--with-compiled",
+            help="draw compiled-graph runs in the paper's figures and claim checks too (as series of their "
+            "own); by default they keep the paper's settings, standard graphs",
+        ),
+    ] = False,
 ) -> None:
     """The paper's figures, tables and claim checks for the runs in RESULTS."""
     from tbdkit.report import build_report, claims, runs
     from tbdkit.report.build import disturbed_text
+    from tbdkit.report.compiled import paper_runs
 
     results = existing_results_dir(results or default_results_dir())  # before anything is written
     outputs.check_folder(out, "-o")
-    html = build_report(results, out, include_disturbed, cost.resolve(price_per_hour))
+    html = build_report(results, out, include_disturbed, cost.resolve(price_per_hour), with_compiled)
     index = Index(results)
     index.runs()
     for line in index.unreadable:  # damaged runs are left out of the report, and named
         err_console.print(line, style="yellow", highlight=False)
     loaded = runs.load(results)
-    verdicts = claims.check_all(runs.for_claims(loaded, include_disturbed))
+    verdicts = claims.check_all(runs.for_claims(paper_runs(loaded, with_compiled), include_disturbed))
     console.print(runs.grouping(loaded).text, highlight=False)
     disturbed = sum(r.disturbed for r in loaded)
     console.print(disturbed_text(disturbed, include_disturbed), style="yellow" if disturbed else None, highlight=False)

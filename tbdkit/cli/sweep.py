@@ -88,7 +88,12 @@ def sweep(
             help="batch sizes, e.g. 8,16,32,max (max: the largest that fits); default: the preset's list",
         ),
     ] = None,
-    precision: Annotated[list[str] | None, typer.Option("--precision", help="comma list of fp32 | tf32 | amp")] = None,
+    precision: Annotated[
+        list[str] | None, typer.Option("--precision", help="comma list of fp32 | tf32 | amp | bf16")
+    ] = None,
+    graph: Annotated[
+        str, typer.Option(help="standard (the paper's) | compiled (torch.compile, XLA, MXNet static shapes)")
+    ] = "standard",
     repeat: Annotated[int, typer.Option(help="runs per grid point (their spread is reported)")] = 1,
     preset: Annotated[str, typer.Option(help="smoke | paper | auto (paper with a GPU, else smoke)")] = "auto",
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
@@ -125,6 +130,7 @@ def sweep(
         "batches": parse_batch_list(split_list(batch))
         or list(p.hp().get("batch_sizes") or [p.model.default_batch(p.preset)]),
         "precisions": split_list(precision) or ["fp32"],
+        "graph": graph,
         "preset": p.preset,
         "repeat": repeat,
         "launcher": p.launcher,

@@ -41,7 +41,8 @@ def new_run_dir(results: Path, spec: RunSpec) -> Path:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     for _ in range(RUN_DIR_ATTEMPTS):
         suffix = secrets.token_hex(RUN_ID_RANDOM_BYTES)
-        path = results / f"{stamp}-{spec.model}-{spec.framework}-b{spec.batch_size}-{spec.precision}-{suffix}"
+        graph = "" if spec.graph == "standard" else f"-{spec.graph}"  # standard runs keep the ids they had
+        path = results / f"{stamp}-{spec.model}-{spec.framework}-b{spec.batch_size}-{spec.precision}{graph}-{suffix}"
         try:
             path.mkdir(parents=True, exist_ok=False)
         except FileExistsError:

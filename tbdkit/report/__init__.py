@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 
-def build_report(results_dir: Path, out_dir: Path, include_disturbed: bool = False, prices: Any = None) -> Path:
+def build_report(
+    results_dir: Path, out_dir: Path, include_disturbed: bool = False, prices: Any = None, with_compiled: bool = False
+) -> Path:
     """Write out_dir/report.html, report.md, summary.csv and figures/; return report.html's path.
-    `prices` (tbdkit.analysis.cost.Prices) adds the cost table.
+    `prices` (tbdkit.analysis.cost.Prices) adds the cost table; `with_compiled` draws compiled-graph runs
+    in the paper's figures and claims too.
 
     The report is built in a folder beside out_dir and moved into it whole: a disk that fills (or
     refuses) halfway leaves out_dir as it was, no `.tmp` files and no half figures/ folder, and the
@@ -34,7 +37,7 @@ def build_report(results_dir: Path, out_dir: Path, include_disturbed: bool = Fal
             f"The report cannot be written to {out_dir} ({exc.strerror or exc}): pass -o a writable folder."
         ) from None
     try:
-        html = build(results_dir, stage, include_disturbed, prices)
+        html = build(results_dir, stage, include_disturbed, prices, with_compiled)
         _move_into(stage, out_dir)
     except OSError as exc:
         raise UserError(

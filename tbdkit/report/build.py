@@ -19,7 +19,7 @@ from tbdkit import __version__
 from tbdkit.analysis.cost import Prices
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import workloads_dir
-from tbdkit.report import claims, energy_cost, figures, tables
+from tbdkit.report import claims, compiled, energy_cost, figures, tables
 from tbdkit.report import runs as runs_mod
 
 TEMPLATES = Path(__file__).with_name("templates")
@@ -32,7 +32,11 @@ def _write(path: Path, text: str) -> None:
 
 
 def build_report(
-    results_dir: Path, out_dir: Path, include_disturbed: bool = False, prices: Prices | None = None
+    results_dir: Path,
+    out_dir: Path,
+    include_disturbed: bool = False,
+    prices: Prices | None = None,
+    with_compiled: bool = False,
 ) -> Path:
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     if not results_dir.is_dir():
@@ -42,8 +46,10 @@ def build_report(
         raise UserError(f"{results_dir} holds no run that finished ok: run `tbdkit bench` or `tbdkit sweep` first.")
     disturbed = sum(r.disturbed for r in runs)
     out_dir.mkdir(parents=True, exist_ok=True)
-    drawn = figures.draw(runs, out_dir)
-    verdicts = claims.check_all(runs_mod.for_claims(runs, include_disturbed))
+    # the paper's figures and claims keep its settings: standard graphs, unless compiled runs are asked for
+    paper = compiled.paper_runs(runs, with_compiled)
+    drawn = figures.draw(paper, out_dir)
+    verdicts = claims.check_all(runs_mod.for_claims(paper, include_disturbed))
     generated = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     context = {
         "results": str(results_dir),
@@ -69,6 +75,8 @@ def build_report(
         "env_header": tables.ENV_HEADER,
         "env_rows": tables.environment_rows(runs),
         **energy_cost.context(runs, prices, workloads_dir()),
+        **compiled.context(runs),
+        "compiled_left_out": len(runs) - len(paper),
     }
     # Every template here writes HTML, and every value it is handed is text (a run's files, a folder's name,
     # prices.toml): autoescaped always, whatever the template's file name ends with.
@@ -148,6 +156,13 @@ def _markdown(ctx: dict, drawn: list[figures.Result]) -> str:
         tables.md_table(ctx["comparison_header"], ctx["comparison_rows"])
         if ctx["comparison_rows"]
         else ctx["comparison_missing"],
+        "",
+    ]
+    parts.append("## Compiled graphs against standard ones\n")
+    parts += [
+        tables.md_table(ctx["compiled_header"], ctx["compiled_rows"])
+        if ctx["compiled_rows"]
+        else ctx["compiled_missing"],
         "",
     ]
     parts.append("## Kernels: the longest below average FP32 utilization (paper Tables V/VI)\n")

@@ -59,6 +59,7 @@ class SeriesKey(NamedTuple):
     gpus_per_node: int
     link_rate: str
     one_process: bool = False  # the node's replicas in one process (MirroredStrategy, MXNet's device kvstore)
+    graph: str = "standard"  # standard, or compiled (torch.compile, XLA, MXNet's static shapes)
 
     def but(self, *fields: str) -> tuple:
         """The key without `fields`: what must match for runs compared across those fields."""
@@ -68,7 +69,8 @@ class SeriesKey(NamedTuple):
     def label(self) -> str:
         text = f"{self.model}/{self.framework}/{self.precision} [{self.preset}"
         text += "" if self.variant == "default" else f", variant {self.variant}"
-        text += f", {self.data} data] on {self.device}"
+        text += f", {self.data} data" + (f", {self.graph} graph" if self.graph != "standard" else "") + "]"
+        text += f" on {self.device}"
         if self.nodes * self.gpus_per_node > 1:
             text += (
                 f" x{self.nodes} node(s) x{self.gpus_per_node} "
@@ -179,6 +181,7 @@ class Run:
             self.gpus_per_node,
             str(self.link_rate or ""),
             bool(self._field("one_process")),
+            str(self._field("graph") or "standard"),
         )
 
     def peak_flops(self) -> float | None:
@@ -188,7 +191,7 @@ class Run:
         for value in (self.metric_entry("peak_flops").get("value"), self.metric_entry("mfu").get("peak_flops")):
             if isinstance(value, (int, float)) and value > 0:
                 return float(value)
-        mode = {"fp32": "fp32", "tf32": "tf32"}.get(self.precision, "amp")
+        mode = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16"}.get(self.precision, "amp")
         if self.is_gpu and product_of(self.device_name) is not None:  # a datasheet row needs no properties
             return peak_flops(Device(self.device_name, "", 0, 0.0, "datasheet"), mode)[0]
         props = (self.env.get("framework") or {}).get("device_properties") or {}
@@ -301,6 +304,8 @@ _KEY_WORDS = (
     "nodes",
     "workers per node",
     "link",
+    "one process",
+    "graph",
 )
 
 

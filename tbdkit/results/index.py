@@ -30,6 +30,7 @@ COLUMNS = {
     "framework": "TEXT",
     "batch_size": "INTEGER",
     "precision": "TEXT",
+    "graph": "TEXT",
     "preset": "TEXT",
     "device": "TEXT",
     "throughput": "REAL",
@@ -110,6 +111,7 @@ def row_of(run_dir: Path) -> dict[str, Any] | None:
         "framework": summary.get("framework"),
         "batch_size": summary.get("batch_size"),
         "precision": summary.get("precision"),
+        "graph": summary.get("graph") or "standard",
         "preset": summary.get("preset"),
         "device": summary.get("device"),
         "throughput": _value(summary, "throughput"),
@@ -232,7 +234,7 @@ def _take(conn: sqlite3.Connection, results: Path, key: str, stamp: str) -> None
 
 # ---------------------------------------------------------------- the index
 
-SCHEMA_VERSION = 3  # PRAGMA user_version: an index of another layout (or of older summary checks) is rebuilt
+SCHEMA_VERSION = 4  # PRAGMA user_version: an index of another layout (or of older summary checks) is rebuilt
 BUSY_TIMEOUT_S = 30.0
 RETRIES = 20
 

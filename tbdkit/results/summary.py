@@ -81,6 +81,7 @@ class Summary(BaseModel):
     error: str | None = None
     batch_size: int | None = None
     precision: str | None = None
+    graph: str | None = None  # standard | compiled (unrecorded before compiled runs existed: standard)
     preset: str | None = None
     variant: str | None = None
     device: str | None = None
@@ -123,6 +124,7 @@ def start(run_id: str, spec: RunSpec, status: str, error: str | None, **more: An
         "framework": spec.framework,
         "batch_size": spec.batch_size,
         "precision": spec.precision,
+        "graph": spec.graph,
         "preset": spec.preset,
         "variant": spec.variant,
         "data": spec.data,

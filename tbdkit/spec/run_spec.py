@@ -25,7 +25,11 @@ from tbdkit.core.errors import UserError
 from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.spec import catalog, launchers
 
-Precision = Literal["fp32", "tf32", "amp"]
+Precision = Literal["fp32", "tf32", "amp", "bf16"]  # bf16: bfloat16 autocast, no loss scaling
+# standard: the paper's settings, each framework as it trains by default (PyTorch eager, TensorFlow's
+# tf.function graphs, MXNet hybridized with static_alloc); compiled: each at its compiler's best
+# (torch.compile with inductor, XLA, MXNet's static shapes: tbdkit/adapters/*_compile.py)
+Graph = Literal["standard", "compiled"]
 _RATE = re.compile(r"^[1-9][0-9]{0,8}(kbit|mbit|gbit)$")
 _RATE_UNITS = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 Preset = Literal["smoke", "paper", "converge"]  # converge: train to a quality target (tbdkit/agent/converge.py)
@@ -151,6 +155,7 @@ class RunSpec(BaseModel):
     framework: str = "pytorch"
     batch_size: int = Field(gt=0, le=MAX_BATCH)
     precision: Precision = "fp32"
+    graph: Graph = "standard"
     preset: Preset = "smoke"
     variant: str | None = Field(None, description="one of the model's [setting.<name>] tables, under the preset")
     device: str = "auto"

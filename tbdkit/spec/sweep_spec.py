@@ -40,6 +40,7 @@ class SweepSpec(BaseModel):
     precisions: list[specs.Precision] = Field(
         default_factory=lambda: list[specs.Precision](["fp32"]), min_length=1, max_length=16
     )
+    graph: specs.Graph = "standard"
     preset: specs.Preset = "smoke"
     repeat: int = Field(1, ge=1, le=100, description="runs per grid point")
     launcher: specs.Launcher = "native"
@@ -113,6 +114,7 @@ class SweepSpec(BaseModel):
             framework=framework,
             batch_size=batch,
             precision=precision,
+            graph=self.graph,
             preset=self.preset,
             device=self.device,
             launcher=self.launcher,
@@ -128,7 +130,11 @@ class SweepSpec(BaseModel):
         """Names the grid (not the repeat count or the stability limit, so a rerun with more
         repeats or another limit continues the same sweep)."""
         key = self.model_dump(mode="json", exclude={"results", "repeat", "cv_limit", "retry_disturbed"})
-        for name, default in (("cpus", None), ("pin", False)):  # sweeps made before these fields keep their id
+        for name, default in (
+            ("cpus", None),
+            ("pin", False),
+            ("graph", "standard"),
+        ):  # sweeps made before these fields keep their id
             if key.get(name) == default:
                 key.pop(name)
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]

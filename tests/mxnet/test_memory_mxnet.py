@@ -131,4 +131,4 @@ def test_deep_speech_2_feature_maps_grow_with_the_batch():
 def test_the_mxnet_adapter_has_the_core_and_its_capabilities() -> None:
     from model_checks import assert_capabilities
 
-    assert_capabilities("mxnet", {"memory_breakdown", "optimizer_state", "parameter_sync"})
+    assert_capabilities("mxnet", {"graph_compile", "memory_breakdown", "optimizer_state", "parameter_sync"})

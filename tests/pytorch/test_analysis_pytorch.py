@@ -266,4 +266,4 @@ def test_the_symbolizer_runs_in_fast_mode_unless_the_user_chose_one(chosen) -> N
 def test_the_pytorch_adapter_has_the_core_and_its_capabilities() -> None:
     from model_checks import assert_capabilities
 
-    assert_capabilities("pytorch", {"distributed", "flop_count", "inference", "kernel_trace", "memory_breakdown", "peak_reset", "profiler_range"})
+    assert_capabilities("pytorch", {"distributed", "flop_count", "graph_compile", "inference", "kernel_trace", "memory_breakdown", "peak_reset", "profiler_range"})
