@@ -30,7 +30,7 @@ TBDKIT := $(VENV)/bin/tbdkit
 # The kit's own environment (host side: CLI, index, reports); frameworks live in .venvs/<stack>.
 KIT_STAMP := $(VENV)/.tbdkit-installed
 
-.PHONY: lock setup bench sweep report bundle kick-the-tires images test test-host test-pytorch test-tensorflow test-mxnet bench-overhead calibrate reference reference-suite reference-table clean
+.PHONY: lock setup bench sweep report bundle kick-the-tires images test test-host test-pytorch test-tensorflow test-mxnet test-compiled bench-overhead calibrate reference reference-suite reference-table clean
 
 # The kit's environment is installed from its lock exactly (locks/kit-test-py311.txt, every file's hash
 # checked), then the kit itself, editable and without dependencies.
@@ -132,6 +132,14 @@ test-host: $(KIT_STAMP)
 test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(TBDKIT) setup $*
 	$(call two_passes,.venvs/$*/bin/python -m pytest,tests/$*,5,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS)))
+
+# Every cell's compiled step against its standard one, the cells `make test` leaves out for their cost too
+# (tests/model_checks.py PARITY, in_ci=False: PyTorch's larger networks, whose TorchDynamo trace takes minutes).
+test-compiled: $(KIT_STAMP)
+	@rc=0; for s in $(FRAMEWORK_TESTS); do \
+		TBDKIT_TEST_COMPILED=all .venvs/$$s/bin/python -m pytest tests/$$s/test_every_model_$$s.py \
+			-k "compiled_step or bf16" --durations=0 || rc=$$?; \
+	done; exit $$rc
 
 # Every instrument against a workload whose true value is known, on this machine (DEVICE=cuda:0 adds the GPU probes).
 calibrate: $(KIT_STAMP)

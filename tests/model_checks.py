@@ -270,125 +270,177 @@ MATH_MODES: dict[str, dict[str, MathModes | Elsewhere]] = {
 
 # PyTorch's compiled checks compile the step with TorchDynamo and AOTAutograd (the graphs, breaks, dynamic
 # shapes and recompilations of a real run) but run the graphs AOTAutograd makes eagerly: inductor's C++
-# code generation costs 1-4 CPU minutes per model on CI's 2 cores (docs/measurements.md, "Compiled
-# runs"), which twelve models cannot afford; test_compiled_bench_pytorch.py compiles with inductor itself.
+# code generation costs one to several CPU minutes per model on 2 cores (docs/measurements.md, "Compiled
+# graphs and bfloat16"); tests/pytorch/test_compiled_bench_pytorch.py compiles with inductor itself.
 TORCH_COMPILE_BACKEND_IN_TESTS = "aot_eager"
+# `make test` compiles the cells whose PARITY row is in_ci; `make test-compiled` sets this to "all".
+COMPILED_ALL = os.environ.get("TBDKIT_TEST_COMPILED") == "all"
 
 
 @dataclass(frozen=True)
 class Parity:
-    """`steps` steps from seed 0 over the first `steps` synthetic smoke batches (seed 1) of `batch_size`,
-    through the stack's adapter three times: standard fp32; compiled fp32 (--graph compiled), each loss
-    within `compiled_tol` (relative) of standard's; standard bf16 (--precision bf16), each loss within
-    `bf16_tol` of fp32's. `hp` overrides the smoke preset. `not_compiled`: the reason (a part of it) the
-    adapter's record gives for a cell whose step does not compile, which then trains as standard."""
-    batch_size: int
+    """The first `steps` steps of the model's learning check (LEARNING's row: its batch, its seed, its fixed
+    batch) again through the stack's adapter, compiled (--graph compiled) and in bf16 (--precision bf16),
+    against the learning check's own losses. Compiled: the first loss (no update yet) within FORWARD_TOL,
+    every loss within `compiled_tol`; bf16: every loss within `bf16_tol`; each relative to the first fp32
+    loss (a loss the fixed batch drives towards 0 makes a difference relative to itself meaningless). A
+    tolerance of None: the losses depend on random numbers the setting draws otherwise (finite, then). Three
+    steps: the third loss is the first to show the update of a step compiled again once the optimizer has
+    its state.
+
+    `hp`: overrides for both legs (and then a standard run of their own instead of the learning check's);
+    `batch_size`: for a model whose learning check is Elsewhere. `not_compiled`: the reason (a part of it)
+    the compile record gives for a cell that trains as standard; `bf16_refused`: the refusal (a part of it)
+    of a cell that cannot train in bf16. `in_ci`: the compiled leg runs in `make test`; the others only in
+    `make test-compiled` (their cost, measured, in the comment beside)."""
     steps: int = 3
-    compiled_tol: float = 1e-4
-    bf16_tol: float = 0.05
+    compiled_tol: float | None = 1e-3
+    bf16_tol: float | None = 0.1
     hp: dict[str, Any] = field(default_factory=dict)
+    batch_size: int | None = None
     not_compiled: str | None = None
+    bf16_refused: str | None = None
+    in_ci: bool = True
 
 
+FORWARD_TOL = 1e-4  # compiled against standard, the first loss (no update yet): the same forward pass
 _TF_EAGER = "no tf.function"  # tensorflow_compile.NO_FUNCTION: the detectors' eager steps
+_XLA_REFUSED = "XLA could not compile the step"  # tensorflow_compile.XlaStep.run's fallback
 _MX_VARIABLE = "static_shape would re-plan"  # mxnet_compile.VARIABLE: inputs padded to each batch's longest
-PARITY: dict[str, dict[str, Parity | Elsewhere]] = {
+_MX_BF16 = "MXNet 1.9's bfloat16 AMP could not run"  # adapters.mxnet.BF16_FAILED
+# CPU seconds of a cell's compiled leg on CI's 2 cores (AOTAutograd's eager backend), where it is left out
+# of `make test`: (measured under other helpers' load; `make test-compiled` runs them all)
+PARITY: dict[str, dict[str, Parity]] = {
     "pytorch": {
-        "a3c": Parity(2), "bert": Parity(4), "deepspeech2": Parity(2), "efficientdet": Parity(1),
-        "faster_rcnn": Parity(1), "inception_v3": Parity(2), "mask_rcnn": Parity(1), "minigo": Parity(8),
-        "resnet50": Parity(2), "seq2seq": Parity(4), "transformer": Parity(4), "wgan_gp": Parity(1, hp={"critic_iters": 1}),
+        "a3c": Parity(batch_size=2), "bert": Parity(), "deepspeech2": Parity(), "minigo": Parity(),
+        # the proposals it samples follow the RPN's scores: a last-digit difference picks other RoIs by step 3
+        "transformer": Parity(), "faster_rcnn": Parity(compiled_tol=0.05),
+        # batch norm over 2 images: bf16's rounding moves the next losses by up to 11% of the first
+        "resnet50": Parity(bf16_tol=0.2, in_ci=False),  # ~40 s
+        "inception_v3": Parity(compiled_tol=0.1, bf16_tol=0.2, in_ci=False),  # ~50 s
+        # its focal loss over a batch of 2 swings by 20% from step to step (7.5 after 6.3): bf16 moves the swing
+        "efficientdet": Parity(compiled_tol=1e-2, bf16_tol=0.25, in_ci=False),  # ~120 s
+        "mask_rcnn": Parity(compiled_tol=1e-2, in_ci=False),
+        "seq2seq": Parity(in_ci=False),  # ~145 s: the decoder's Python loop unrolls once per target length
+        "wgan_gp": Parity(not_compiled="no double backward"),
     },
     "tensorflow": {
-        "a3c": Parity(2), "bert": Parity(4), "deepspeech2": Parity(2), "efficientdet": Parity(1),
-        "faster_rcnn": Parity(1, not_compiled=_TF_EAGER), "inception_v3": Parity(2),
-        "mask_rcnn": Parity(1, not_compiled=_TF_EAGER), "minigo": Parity(8), "resnet50": Parity(2),
-        "seq2seq": Parity(4), "transformer": Parity(4), "wgan_gp": Parity(1),
+        "a3c": Parity(batch_size=2), "bert": Parity(hp={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}),
+        "deepspeech2": Parity(), "faster_rcnn": Parity(not_compiled=_TF_EAGER),
+        "mask_rcnn": Parity(not_compiled=_TF_EAGER), "minigo": Parity(),
+        # XLA draws the drop-path masks inside the step with another generator
+        "efficientdet": Parity(compiled_tol=None, in_ci=False),  # ~200 s
+        # dropout 0.5 before the classifier: XLA draws its mask otherwise, and in bf16 it is drawn in bfloat16
+        "inception_v3": Parity(compiled_tol=None, bf16_tol=None, in_ci=False),  # ~220 s
+        # batch norm over 4 images through 50 layers: XLA's reassociation grows to ~2% of the stem's update,
+        # and bf16's rounding moves the next losses by 11%
+        "resnet50": Parity(compiled_tol=0.15, bf16_tol=0.2), "seq2seq": Parity(not_compiled=_XLA_REFUSED),
+        "transformer": Parity(hp={"dropout": 0.0}),  # XLA draws dropout masks with another generator
+        "wgan_gp": Parity(compiled_tol=None, hp={"critic_iters": 1}),  # XLA draws the step's noise otherwise
     },
     "mxnet": {
-        "a3c": Parity(2), "bert": Parity(4), "deepspeech2": Parity(2, not_compiled=_MX_VARIABLE),
-        "efficientdet": Parity(1), "faster_rcnn": Parity(1, not_compiled=_MX_VARIABLE), "inception_v3": Parity(2),
-        "mask_rcnn": Parity(1, not_compiled=_MX_VARIABLE), "minigo": Parity(8), "resnet50": Parity(2),
-        "seq2seq": Parity(4, not_compiled=_MX_VARIABLE), "transformer": Parity(4, not_compiled=_MX_VARIABLE),
+        "a3c": Parity(batch_size=2, bf16_tol=None),  # bf16 logits sample other actions
+        "bert": Parity(bf16_refused=_MX_BF16), "deepspeech2": Parity(not_compiled=_MX_VARIABLE, bf16_refused=_MX_BF16),
+        # proposals sampled by the RPN's scores: bf16's rounding picks other RoIs by the second step
+        "efficientdet": Parity(), "faster_rcnn": Parity(not_compiled=_MX_VARIABLE, bf16_tol=0.2), "inception_v3": Parity(),
+        "mask_rcnn": Parity(not_compiled=_MX_VARIABLE), "minigo": Parity(), "resnet50": Parity(),
+        "seq2seq": Parity(not_compiled=_MX_VARIABLE, bf16_refused=_MX_BF16),
+        "transformer": Parity(not_compiled=_MX_VARIABLE),
     },
 }
 
 
 @dataclass
 class ParityRun:
-    """What a parity check leaves: each setting's losses, and the compiled adapter's compile record."""
+    """What a parity check leaves: each setting's losses (None where not run; bf16's, or the refusal it met),
+    the compiled adapter's compile record, and each leg's seconds."""
     standard: list[float]
-    compiled: list[float]
-    bf16: list[float]
-    record: dict[str, Any]
+    compiled: list[float] | None
+    bf16: list[float] | str
+    record: dict[str, Any] | None
     seconds: dict[str, float]
 
 
 _PARITY: dict[tuple[str, str], ParityRun] = {}
 
 
-def _steps(name: str, framework: str, hp: dict[str, Any], batches: list[Any], **settings: Any) -> tuple[Any, list[float]]:
+def parity_setting(name: str, framework: str) -> tuple[Parity, dict[str, Any], int, int]:
+    """The cell's PARITY row, its hyperparameters, batch size and steps (its learning check's, where it has one)."""
+    spec = row(PARITY, "PARITY", framework, name)
+    learning = row(LEARNING, "LEARNING", framework, name)
+    hp = {**catalog.get(name).hp("smoke"), **(learning.hp if isinstance(learning, Learning) else {}), **spec.hp}
+    batch = spec.batch_size or (learning.batch_size if isinstance(learning, Learning) else 1)
+    steps = min(spec.steps, learning.steps) if isinstance(learning, Learning) else spec.steps
+    return spec, hp, batch, steps
+
+
+def parity_losses(name: str, framework: str, **settings: Any) -> tuple[Any, list[float]]:
+    """The cell's parity steps through a new adapter in `settings` (graph, precision), on the learning
+    check's fixed batch (seed 1), made afresh (A3C's batches are live actors, which a run moves on)."""
+    _, hp, batch_size, steps = parity_setting(name, framework)
     a = adapter(name, framework, hp=hp, **settings)
-    return a, [a.loss_value(a.step(a.prepare(b))) for b in batches]
+    batch = next(modules(name, framework)[2].batches("synthetic", hp, batch_size, seed=1))
+    inputs = a.prepare(batch)  # A3C's: a handle to its actors, whose rollout each step plays on
+    return a, [a.loss_value(a.step(inputs)) for _ in range(steps)]
 
 
-def mxnet_bf16_losses(name: str, hp: dict[str, Any], batch_size: int, steps: int) -> list[float]:
-    """MXNet's bf16 steps in a process of their own: its AMP rewrites MXNet's operators for good
-    (amp.init), which would put every later test of this process in bfloat16."""
+def bf16_losses(name: str, framework: str) -> list[float] | str:
+    """The bf16 losses, or the adapter's refusal (its RuntimeError's sentence)."""
+    try:
+        return parity_losses(name, framework, precision="bf16")[1]
+    except RuntimeError as exc:
+        return str(exc)
+
+
+def mxnet_bf16_losses(name: str) -> list[float] | str:
+    """MXNet's bf16 steps (or its refusal) in a process of their own: its AMP rewrites MXNet's operators for
+    good (amp.init), which would put every later test of this process in bfloat16."""
     import json
 
-    script = (
-        "import itertools, json, sys\n"
-        "sys.path.insert(0, sys.argv[1])\n"
-        "from model_checks import adapter, modules\n"
-        "name, hp, batch, steps = sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])\n"
-        "data = modules(name, 'mxnet')[2]\n"
-        "batches = list(itertools.islice(data.batches('synthetic', hp, batch, seed=1), steps))\n"
-        "a = adapter(name, 'mxnet', hp=hp, precision='bf16')\n"
-        "print(json.dumps([a.loss_value(a.step(a.prepare(b))) for b in batches]))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", script, str(TESTS), name, json.dumps(hp), str(batch_size), str(steps)],
-                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                              [str(TESTS.parent), os.environ.get("PYTHONPATH", "")])})
+    script = "import json, sys\nfrom model_checks import bf16_losses\nprint(json.dumps(bf16_losses(sys.argv[1], 'mxnet')))\n"
+    proc = subprocess.run([sys.executable, "-c", script, name], capture_output=True, text=True, timeout=600, cwd=TESTS,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent),
+                                                                          os.environ.get("PYTHONPATH", "")])})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def parity(name: str, framework: str) -> ParityRun:
-    """The model's parity check (PARITY's row), run once per process: standard fp32, compiled fp32 and
-    standard bf16 over the same first batches. Leaves the process in fp32."""
-    import itertools
+    """The model's parity check (PARITY's row), run once per process: its learning check's losses (or a
+    standard run of its own), compiled (where in_ci, or every cell under `make test-compiled`) and bf16.
+    Leaves the process in fp32."""
     import time
 
     key = (name, framework)
     if key not in _PARITY:
-        spec = row(PARITY, "PARITY", framework, name)
-        assert isinstance(spec, Parity), spec
-        model, _, data = modules(name, framework)
-        hp = {**model.hp("smoke"), **spec.hp}
-        batches = list(itertools.islice(data.batches("synthetic", hp, spec.batch_size, seed=1), spec.steps))
-        seconds = {}
+        spec, _, _, steps = parity_setting(name, framework)
         t0 = time.perf_counter()
-        _, standard = _steps(name, framework, hp, batches)
+        learning = row(LEARNING, "LEARNING", framework, name)
+        if isinstance(learning, Learning) and not spec.hp:
+            standard = learned(name, framework).losses[:steps]
+        else:
+            standard = parity_losses(name, framework)[1]
         t1 = time.perf_counter()
-        compiled_adapter, compiled = _steps(name, framework, hp, batches, graph="compiled")
+        compiled, record = None, None
+        if spec.in_ci or COMPILED_ALL:
+            compiled_adapter, compiled = parity_losses(name, framework, graph="compiled")
+            record = compiled_adapter.compile_record()
         t2 = time.perf_counter()
         try:
-            if framework == "mxnet":
-                bf16 = mxnet_bf16_losses(name, hp, spec.batch_size, spec.steps)
-            else:
-                bf16 = _steps(name, framework, hp, batches, precision="bf16")[1]
+            bf16 = mxnet_bf16_losses(name) if framework == "mxnet" else bf16_losses(name, framework)
         finally:
             fp32_again(framework)
         seconds = {"standard": t1 - t0, "compiled": t2 - t1, "bf16": time.perf_counter() - t2}
-        _PARITY[key] = ParityRun(standard, compiled, bf16, compiled_adapter.compile_record(), seconds)
+        _PARITY[key] = ParityRun(standard, compiled, bf16, record, seconds)
     return _PARITY[key]
 
 
-def assert_close_losses(got: list[float], expected: list[float], tolerance: float, what: str) -> None:
-    """Every loss finite and within `tolerance` (relative to the expected loss) of its counterpart."""
+def assert_close_losses(got: list[float], expected: list[float], tolerance: float | None, what: str) -> None:
+    """Every loss finite and (a tolerance given) within it of its counterpart, relative to the first expected loss."""
     assert len(got) == len(expected) and all(math.isfinite(x) for x in got), (what, got)
-    worst = max(abs(g - e) / max(abs(e), 1e-12) for g, e in zip(got, expected))
-    assert worst <= tolerance, f"{what}: {got} against {expected}: off by {worst:.2e} > {tolerance:.0e}"
+    if tolerance is not None:
+        worst = max(abs(g - e) for g, e in zip(got, expected)) / max(abs(expected[0]), 1e-12)
+        assert worst <= tolerance, f"{what}: {got} against {expected}: off by {worst:.2e} > {tolerance:.0e}"
 
 
 def row(table: dict[str, dict[str, Any]], table_name: str, framework: str, name: str) -> Any:
@@ -595,10 +647,10 @@ def generated_tests(framework: str) -> dict[str, Any]:
 
     def test_compiled_step_matches_standard(name: str) -> None:
         spec = row(PARITY, "PARITY", framework, name)
-        if isinstance(spec, Elsewhere):
-            assert_elsewhere(name, framework, spec)
-            return
+        if not (spec.in_ci or COMPILED_ALL):
+            pytest.skip(f"{name}'s compiled leg is left out of make test for its cost: make test-compiled runs it")
         run = parity(name, framework)
+        assert run.record is not None and run.compiled is not None
         assert run.record["graph"] == "compiled", run.record
         if spec.not_compiled is not None:  # trains as standard, and says why
             assert spec.not_compiled in str(run.record.get("reason")), run.record
@@ -606,14 +658,17 @@ def generated_tests(framework: str) -> dict[str, Any]:
             assert run.record["compilations"] >= 1 and isinstance(run.record["graph_breaks"], int), run.record
         else:
             assert run.record.get("xla", run.record.get("static_shape")) is True, run.record
+        if spec.compiled_tol is not None:  # the forward pass before any update agrees tightly
+            assert_close_losses(run.compiled[:1], run.standard[:1], FORWARD_TOL, f"{name} compiled, first loss")
         assert_close_losses(run.compiled, run.standard, spec.compiled_tol, f"{name} compiled vs standard")
 
     def test_bf16_stays_near_fp32(name: str) -> None:
         spec = row(PARITY, "PARITY", framework, name)
-        if isinstance(spec, Elsewhere):
-            assert_elsewhere(name, framework, spec)
-            return
         run = parity(name, framework)
+        if spec.bf16_refused is not None:  # refused in one sentence, before or at its first step
+            assert isinstance(run.bf16, str) and spec.bf16_refused in run.bf16, run.bf16
+            return
+        assert not isinstance(run.bf16, str), run.bf16
         assert_close_losses(run.bf16, run.standard, spec.bf16_tol, f"{name} bf16 vs fp32")
 
     return {"name": name, "test_learns_on_a_fixed_batch": test_learns_on_a_fixed_batch,

@@ -23,30 +23,31 @@ def test_h100_fp32_peak_is_the_datasheet_67_tflops() -> None:
     assert value == pytest.approx(66.9e12, rel=0.002) and "132 SMs" in method and "128 FP32" in method
 
 
-# Published dense peaks, TFLOP/s (fp32 CUDA cores, tf32 tensor, fp16 tensor), of each GPU as NVML names it,
-# with the SM count and max clock it reports: the product, not the compute capability, decides.
+# Published dense peaks, TFLOP/s (fp32 CUDA cores, tf32 tensor, fp16 tensor, bf16 tensor: each datasheet's
+# "with sparsity" figure halved), of each GPU as NVML names it, with the SM count and max clock it reports:
+# the product, not the compute capability, decides. Volta and Turing have no bf16 tensor math.
 PUBLISHED = [
-    ("Tesla V100-SXM2-16GB", "7.0", 80, 1530, 15.7, None, 125),
-    ("Tesla V100-PCIE-32GB", "7.0", 80, 1380, 14.0, None, 112),
-    ("Tesla T4", "7.5", 40, 1590, 8.1, None, 65),
-    ("NVIDIA A10", "8.6", 72, 1695, 31.2, 62.5, 125),
-    ("NVIDIA A100-SXM4-80GB", "8.0", 108, 1410, 19.5, 156, 312),
-    ("NVIDIA A100 80GB PCIe", "8.0", 108, 1410, 19.5, 156, 312),
-    ("NVIDIA L4", "8.9", 58, 2040, 30.3, 60, 121),
-    ("NVIDIA L40S", "8.9", 142, 2520, 91.6, 183, 362),
-    ("NVIDIA H100 80GB HBM3", "9.0", 132, 1980, 67, 494.7, 989.4),
-    ("NVIDIA H100 PCIe", "9.0", 114, 1755, 51, 378, 756),
-    ("NVIDIA H200", "9.0", 132, 1980, 67, 494.7, 989.4),
+    ("Tesla V100-SXM2-16GB", "7.0", 80, 1530, 15.7, None, 125, None),
+    ("Tesla V100-PCIE-32GB", "7.0", 80, 1380, 14.0, None, 112, None),
+    ("Tesla T4", "7.5", 40, 1590, 8.1, None, 65, None),
+    ("NVIDIA A10", "8.6", 72, 1695, 31.2, 62.5, 125, 125),
+    ("NVIDIA A100-SXM4-80GB", "8.0", 108, 1410, 19.5, 156, 312, 312),
+    ("NVIDIA A100 80GB PCIe", "8.0", 108, 1410, 19.5, 156, 312, 312),
+    ("NVIDIA L4", "8.9", 58, 2040, 30.3, 60, 121, 121),
+    ("NVIDIA L40S", "8.9", 142, 2520, 91.6, 183, 362, 362),
+    ("NVIDIA H100 80GB HBM3", "9.0", 132, 1980, 67, 494.7, 989.4, 989.4),
+    ("NVIDIA H100 PCIe", "9.0", 114, 1755, 51, 378, 756, 756),
+    ("NVIDIA H200", "9.0", 132, 1980, 67, 494.7, 989.4, 989.4),
 ]
 
 
-@pytest.mark.parametrize("name, cc, sms, clock, fp32, tf32, fp16", PUBLISHED)
-def test_peak_table_matches_the_published_dense_peaks(name, cc, sms, clock, fp32, tf32, fp16) -> None:
+@pytest.mark.parametrize("name, cc, sms, clock, fp32, tf32, fp16, bf16", PUBLISHED)
+def test_peak_table_matches_the_published_dense_peaks(name, cc, sms, clock, fp32, tf32, fp16, bf16) -> None:
     device = Device(name, cc, sms, float(clock), "fixture")
-    for mode, tflops in (("fp32", fp32), ("tf32", tf32), ("amp", fp16)):
+    for mode, tflops in (("fp32", fp32), ("tf32", tf32), ("amp", fp16), ("bf16", bf16)):
         value, method, reason = peak_flops(device, mode)
         if tflops is None:
-            assert value is None and "no tf32" in reason
+            assert value is None and f"no {mode} tensor math" in reason
         else:
             assert value == pytest.approx(tflops * 1e12, rel=0.003), (name, mode)
             assert "datasheet" in method and "nvidia" in method.lower()
@@ -69,10 +70,23 @@ def test_a100_peaks_match_the_datasheet() -> None:
 
 
 def test_h100_tensor_peaks_scale_with_the_clock() -> None:
-    # NVIDIA quotes 989.4 TFLOP/s dense FP16 at the 1830 MHz tensor boost clock
+    # NVIDIA quotes 989.4 TFLOP/s dense FP16 and BF16 at the 1830 MHz tensor boost clock
     at_1830 = Device("H100", "9.0", 132, 1830.0, "fixture")
     assert peak_flops(at_1830, "amp")[0] == pytest.approx(989.4e12, rel=0.002)
+    assert peak_flops(at_1830, "bf16")[0] == pytest.approx(989.4e12, rel=0.002)
     assert peak_flops(at_1830, "tf32")[0] == pytest.approx(494.7e12, rel=0.002)
+    turing = peak_flops(Device("Some Turing", "7.5", 40, 1590.0, "fixture"), "bf16")
+    assert turing[0] is None and "no dense bf16 tensor rate" in turing[2]
+
+
+def test_bf16_is_refused_below_compute_capability_8_in_one_sentence() -> None:
+    from tbdkit.analysis.peak import bf16_refusal
+
+    assert bf16_refusal("NVIDIA A100-SXM4-80GB", (8, 0)) is None and bf16_refusal("NVIDIA H100", (9, 0)) is None
+    for name, cc in (("Tesla V100-SXM2-16GB", (7, 0)), ("Tesla T4", (7, 5))):
+        sentence = bf16_refusal(name, cc)
+        assert sentence is not None and f"{name} is {cc[0]}.{cc[1]}" in sentence and "--precision amp" in sentence
+        assert sentence.count(". ") == 0
 
 
 def test_unknown_architecture_is_null_with_reason() -> None:

@@ -30,6 +30,13 @@ BF16_ON_GPU = (
 )
 
 
+BF16_FAILED = (
+    "MXNet 1.9's bfloat16 AMP could not run this model's step ({error}): its AMP casts operators' inputs "
+    "one by one, and this network mixes float32 and bfloat16 where an operator needs one type, or builds a "
+    "fused RNN's initial state (which has no input to cast); run --precision fp32 on MXNet"
+)
+
+
 class Precision:
     def __init__(self, mode: str, on_gpu: bool) -> None:
         if mode == "amp" and not on_gpu:
@@ -207,6 +214,7 @@ class MXNetAdapter:
         # one process, several replicas (--one-process): a context each, the `device` kvstore between them
         self.contexts = replica_contexts(replicas, self.cuda_index is not None) if replicas > 1 else [self.ctx]
         self.training = workload.build(hp, self.contexts if replicas > 1 else self.ctx)
+        self._stepped = False
         # --graph compiled: the hybridized blocks with static shapes too, where the inputs' shapes are fixed
         self.graph = graph
         self.static = StaticShapes(self.training, hp) if graph == "compiled" else None
@@ -253,8 +261,15 @@ class MXNetAdapter:
         return [self.workload.to_device(part, c) for part, c in zip(split(batch, len(self.contexts)), self.contexts)]
 
     def step(self, inputs: Any) -> Any:
-        loss = self.workload.train_step(self.training, inputs, self.precision)
-        mx.nd.waitall()  # MXNet's engine is asynchronous: wait for the step to finish
+        try:
+            loss = self.workload.train_step(self.training, inputs, self.precision)
+            mx.nd.waitall()  # MXNet's engine is asynchronous: wait for the step to finish
+        except (mx.base.MXNetError, TypeError) as exc:
+            if self._stepped or self.precision.mode != "bf16" or self.is_oom(exc):
+                raise
+            last = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:200]
+            raise RuntimeError(BF16_FAILED.format(error=f"{type(exc).__name__}: {last}")) from exc
+        self._stepped = True
         return loss
 
     def loss_value(self, loss: Any) -> float:

@@ -253,10 +253,14 @@ class PyTorchAdapter:
         self.precision = Precision(precision, self.device)
         self.workload = workload
         self.training = workload.build(hp, self.device)
-        # --graph compiled: the whole train step under torch.compile (inductor unless a test names a cheaper backend)
+        # --graph compiled: the whole train step under torch.compile (inductor unless a test names a cheaper
+        # backend), except where workload.toml declares that torch.compile cannot train it (`not_compiled`)
         self.graph = graph
+        self.not_compiled = (hp.get("not_compiled") or {}).get("pytorch") if graph == "compiled" else None
         self.compiled = (
-            CompiledStep(workload.train_step, hp, compile_backend or BACKEND) if graph == "compiled" else None
+            CompiledStep(workload.train_step, hp, compile_backend or BACKEND)
+            if graph == "compiled" and not self.not_compiled
+            else None
         )
         self._train_step = self.compiled.step if self.compiled is not None else workload.train_step
         self.comm: CommTimer | None = None
@@ -277,6 +281,8 @@ class PyTorchAdapter:
         return self.compiled.compilations() if self.compiled is not None else None
 
     def compile_record(self) -> dict[str, Any]:
+        if self.not_compiled:
+            return {"graph": "compiled", "compiler": None, "reason": f"{self.not_compiled}: the run trains eager"}
         if self.compiled is None:
             return {"graph": "standard", "compiler": "none: PyTorch eager (the paper's setting)"}
         return self.compiled.record()

@@ -7,8 +7,9 @@ captures it, inductor compiles it, default mode), and what the compiler did, cou
   bucketed shapes are compiled static (`dynamic=False`: one specialized graph per shape, a bucketed
   model's buckets each compiled once in the compile phase).
 - Counting: every compilation TorchDynamo starts and ends is seen through its compile callbacks
-  (torch._dynamo.callback.on_compile_start / on_compile_end, whose compile id "frame/attempt" has
-  attempt > 0 for a recompilation of a frame already compiled); graph breaks through
+  (torch._dynamo.callback.on_compile_start / on_compile_end, registered after torch._dynamo.reset(),
+  which drops them; a compile id "frame/attempt" with attempt > 0 is a recompilation of a frame
+  already compiled); graph breaks through
   torch._dynamo.utils.counters["graph_break"] (the reason of each, counted).
 - Caches: inductor and Triton write their compiled artifacts under a folder of this process's own
   (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR), removed when it exits: a run never reuses another
@@ -78,20 +79,18 @@ class Events:
             return self.started, self.recompilations, self.seconds
 
 
-_EVENTS: Events | None = None
+def listen() -> Events:
+    """Compile events from now on: callbacks registered with TorchDynamo (torch._dynamo.reset() drops
+    every registered callback, so each compiled step registers its own after resetting)."""
+    from torch._dynamo.callback import on_compile_end, on_compile_start
+
+    events = Events()
+    on_compile_start(events.start)
+    on_compile_end(events.end)
+    return events
+
+
 _CACHE: str | None = None
-
-
-def events() -> Events:
-    """The process's compile events, the callbacks registered on first use."""
-    global _EVENTS
-    if _EVENTS is None:
-        from torch._dynamo.callback import on_compile_end, on_compile_start
-
-        _EVENTS = Events()
-        on_compile_start(_EVENTS.start)
-        on_compile_end(_EVENTS.end)
-    return _EVENTS
 
 
 def private_cache() -> str:
@@ -123,14 +122,13 @@ class CompiledStep:
         self.cache = private_cache()
         torch._dynamo.reset()  # no graph of an earlier step of this process is reused or counted against its limits
         self.dynamic, self.shapes_reason = dynamic_shapes(hp)
-        self.events = events()
-        self._base = self.events.snapshot()
+        self.events = listen()
         self._breaks = graph_breaks()
         self.step = torch.compile(train_step, backend=backend, dynamic=self.dynamic)
 
     def compilations(self) -> int:
         """Compilations TorchDynamo has started for this step (first compilations and recompilations)."""
-        return self.events.snapshot()[0] - self._base[0]
+        return self.events.snapshot()[0]
 
     def config(self) -> dict[str, Any]:
         """How the step is compiled (env.json)."""
@@ -150,11 +148,11 @@ class CompiledStep:
         breaks = graph_breaks() - self._breaks
         return {
             **self.config(),
-            "compilations": started - self._base[0],
-            "recompilations": recompiled - self._base[1],
+            "compilations": started,
+            "recompilations": recompiled,
             "graph_breaks": sum(breaks.values()),
             "graph_break_reasons": dict(breaks.most_common()),
-            "dynamo_compile_s": round(seconds - self._base[2], 3),
+            "dynamo_compile_s": round(seconds, 3),
             "method": "torch._dynamo.callback on_compile_start/on_compile_end (a compile id 'frame/attempt' with "
             "attempt > 0 is a recompilation; dynamo_compile_s sums start-to-end times); "
             "torch._dynamo.utils.counters['graph_break']",

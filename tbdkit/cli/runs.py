@@ -123,6 +123,7 @@ def runs(
         "framework",
         "batch_size",
         "precision",
+        "graph",
         "device",
         "throughput",
         "throughput_unit",

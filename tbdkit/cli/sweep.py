@@ -43,7 +43,7 @@ def grid_table(state: dict[str, Any], unit: str) -> Table:
                     if (p["framework"], p["precision"], p["batch"]) == (fw, precision, b)
                 ]
                 cells.append(_cell(g, statuses))
-            table.add_row(f"{fw} / {precision}", *cells)
+            table.add_row(f"{fw} / {precision}" + (" compiled" if spec.get("graph") == "compiled" else ""), *cells)
     table.caption = (
         "mean over the repeats that finished, ok or disturbed (a cell counts its disturbed ones) "
         "[± sample stdev, CV]; 'max' shows the batch found; unstable: CV above the limit (sweep.json groups.*.unstable)"

@@ -120,6 +120,12 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
     os.replace(tmp, path)
 
 
+def _table_or_missing(ctx: dict, key: str) -> list[str]:
+    """A section's Markdown table (ctx's `<key>_header` and `<key>_rows`), or the sentence saying why there is none."""
+    rows = ctx[f"{key}_rows"]
+    return [tables.md_table(ctx[f"{key}_header"], rows) if rows else ctx[f"{key}_missing"], ""]
+
+
 def _markdown(ctx: dict, drawn: list[figures.Result]) -> str:
     parts = [
         f"# tbdkit report\n\n{len(ctx['runs'])} run(s) from `{ctx['results']}`, {ctx['generated']}, "
@@ -149,22 +155,9 @@ def _markdown(ctx: dict, drawn: list[figures.Result]) -> str:
         *[f"{n}  " for n in ctx["energy_notes"]],
         "",
     ]
-    parts.append("## Cost\n")
-    parts += [tables.md_table(ctx["cost_header"], ctx["cost_rows"]) if ctx["cost_rows"] else ctx["cost_missing"], ""]
-    parts.append("## Comparison with the committed reference results\n")
-    parts += [
-        tables.md_table(ctx["comparison_header"], ctx["comparison_rows"])
-        if ctx["comparison_rows"]
-        else ctx["comparison_missing"],
-        "",
-    ]
-    parts.append("## Compiled graphs against standard ones\n")
-    parts += [
-        tables.md_table(ctx["compiled_header"], ctx["compiled_rows"])
-        if ctx["compiled_rows"]
-        else ctx["compiled_missing"],
-        "",
-    ]
+    parts += ["## Cost\n", *_table_or_missing(ctx, "cost")]
+    parts += ["## Comparison with the committed reference results\n", *_table_or_missing(ctx, "comparison")]
+    parts += ["## Compiled graphs against standard ones\n", *_table_or_missing(ctx, "compiled")]
     parts.append("## Kernels: the longest below average FP32 utilization (paper Tables V/VI)\n")
     if ctx["kernel_missing"]:
         parts.append(f"Not measured here: {ctx['kernel_missing']}.\n")

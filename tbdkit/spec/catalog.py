@@ -147,6 +147,10 @@ def load_module(model: Model, part: str) -> ModuleType:
     if spec is None or spec.loader is None:
         raise UserError(f"Cannot load {path}: the workload file is missing.")
     module = importlib.util.module_from_spec(spec)
+    # its parents too, empty: a name that imports is one pickle can refer to (torch.compile's caches
+    # pickle their keys, which may name objects through the workload's module)
+    for parent in ("tbdkit_workloads", f"tbdkit_workloads.{model.name}"):
+        sys.modules.setdefault(parent, ModuleType(parent))
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
