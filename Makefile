@@ -20,7 +20,7 @@ REPORT ?= report
 # Every user variable is taken with $(value ...) and none is exported (exporting expands it): a
 # `$(...)` in a value (a model name, a precision, a folder's name) stays text, never a make function.
 quote = '$(subst ','\'',$(1))'
-USER_VARIABLES := MODEL FRAMEWORK BATCH PRESET PRECISION LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA \
+USER_VARIABLES := MODEL FRAMEWORK BATCH PRESET PRECISION GRAPH LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA \
 	PYTHON REPEAT REPORT CPUS PIN ONE_PROCESS RETRY_DISTURBED INCLUDE_DISTURBED KICK_RESULTS DEVICE QUICK \
 	ADOPT WHEELS BUDGET TEST_WORKERS TEST_WORKERS_host TEST_WORKERS_pytorch TEST_WORKERS_tensorflow TEST_WORKERS_mxnet
 unexport $(USER_VARIABLES)
