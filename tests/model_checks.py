@@ -314,7 +314,7 @@ PARITY: dict[str, dict[str, Parity]] = {
     "pytorch": {
         "a3c": Parity(batch_size=2), "bert": Parity(), "deepspeech2": Parity(), "minigo": Parity(),
         # the proposals it samples follow the RPN's scores: a last-digit difference picks other RoIs by step 3
-        "transformer": Parity(), "faster_rcnn": Parity(compiled_tol=0.05),
+        "transformer": Parity(), "faster_rcnn": Parity(compiled_tol=0.05, in_ci=False),  # ~100 s
         # batch norm over 2 images: bf16's rounding moves the next losses by up to 11% of the first
         "resnet50": Parity(bf16_tol=0.2, in_ci=False),  # ~40 s
         "inception_v3": Parity(compiled_tol=0.1, bf16_tol=0.2, in_ci=False),  # ~50 s
@@ -374,10 +374,11 @@ def parity_setting(name: str, framework: str) -> tuple[Parity, dict[str, Any], i
     return spec, hp, batch, steps
 
 
-def parity_losses(name: str, framework: str, **settings: Any) -> tuple[Any, list[float]]:
-    """The cell's parity steps through a new adapter in `settings` (graph, precision), on the learning
-    check's fixed batch (seed 1), made afresh (A3C's batches are live actors, which a run moves on)."""
-    _, hp, batch_size, steps = parity_setting(name, framework)
+def parity_losses(name: str, framework: str, steps: int | None = None, **settings: Any) -> tuple[Any, list[float]]:
+    """The cell's parity steps (or `steps` of them) through a new adapter in `settings` (graph, precision), on
+    the learning check's fixed batch (seed 1), made afresh (A3C's batches are live actors, which a run moves on)."""
+    _, hp, batch_size, all_steps = parity_setting(name, framework)
+    steps = steps or all_steps
     a = adapter(name, framework, hp=hp, **settings)
     batch = next(modules(name, framework)[2].batches("synthetic", hp, batch_size, seed=1))
     inputs = a.prepare(batch)  # A3C's: a handle to its actors, whose rollout each step plays on
@@ -423,7 +424,8 @@ def parity(name: str, framework: str) -> ParityRun:
         t1 = time.perf_counter()
         compiled, record = None, None
         if spec.in_ci or COMPILED_ALL:
-            compiled_adapter, compiled = parity_losses(name, framework, graph="compiled")
+            # a cell that trains as standard takes one step: its record, and the same first loss
+            compiled_adapter, compiled = parity_losses(name, framework, 1 if spec.not_compiled else steps, graph="compiled")
             record = compiled_adapter.compile_record()
         t2 = time.perf_counter()
         try:
@@ -660,7 +662,8 @@ def generated_tests(framework: str) -> dict[str, Any]:
             assert run.record.get("xla", run.record.get("static_shape")) is True, run.record
         if spec.compiled_tol is not None:  # the forward pass before any update agrees tightly
             assert_close_losses(run.compiled[:1], run.standard[:1], FORWARD_TOL, f"{name} compiled, first loss")
-        assert_close_losses(run.compiled, run.standard, spec.compiled_tol, f"{name} compiled vs standard")
+        expected = run.standard[: len(run.compiled)]
+        assert_close_losses(run.compiled, expected, spec.compiled_tol, f"{name} compiled vs standard")
 
     def test_bf16_stays_near_fp32(name: str) -> None:
         spec = row(PARITY, "PARITY", framework, name)
