@@ -336,7 +336,8 @@ PARITY: dict[str, dict[str, Parity]] = {
         # and bf16's rounding moves the next losses by 11%
         "resnet50": Parity(compiled_tol=0.15, bf16_tol=0.2), "seq2seq": Parity(not_compiled=_XLA_REFUSED),
         "transformer": Parity(hp={"dropout": 0.0}),  # XLA draws dropout masks with another generator
-        "wgan_gp": Parity(compiled_tol=None, hp={"critic_iters": 1}),  # XLA draws the step's noise otherwise
+        # XLA draws the step's noise otherwise: finite losses only, for 57 s of compilation and a run of its own
+        "wgan_gp": Parity(compiled_tol=None, hp={"critic_iters": 1}, in_ci=False),
     },
     "mxnet": {
         "a3c": Parity(batch_size=2, bf16_tol=None),  # bf16 logits sample other actions

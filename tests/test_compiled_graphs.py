@@ -157,11 +157,27 @@ def test_the_report_tables_compiled_against_standard_and_keeps_the_paper_figures
     assert {r.series.graph for r in loaded} == {"standard", "compiled"}
 
 
+def test_report_md_holds_the_table_and_says_the_figures_left_the_compiled_runs_out(tmp_path):
+    from tbdkit.report import build_report
+
+    results = tmp_path / "results"
+    compiled_runs(results)
+    build_report(results, tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    table = text.split("## Compiled graphs against standard ones", 1)[1]
+    assert "| deepspeech2 / pytorch |" in table and "faster (between runs, 3+3 runs)" in table
+    assert "3 compiled run(s) are left out of the paper's figures" in table
+    build_report(results, tmp_path / "all", with_compiled=True)
+    assert "left out of the paper's figures" not in (tmp_path / "all" / "report.md").read_text()
+
+
 def test_the_report_without_compiled_runs_says_how_to_get_the_table(tmp_path):
     from tbdkit.report import compiled, runs
 
     results = tmp_path / "results"
     make_run(results, "s0", 10.0)
     Index(results).add(results / "s0")
-    context = compiled.context(runs.load(results))
+    loaded = runs.load(results)
+    context = compiled.context(loaded, loaded)
     assert context["compiled_rows"] == [] and "--graph compiled" in context["compiled_missing"]
+    assert context["compiled_left_out"] == ""

@@ -75,8 +75,7 @@ def build_report(
         "env_header": tables.ENV_HEADER,
         "env_rows": tables.environment_rows(runs),
         **energy_cost.context(runs, prices, workloads_dir()),
-        **compiled.context(runs),
-        "compiled_left_out": len(runs) - len(paper),
+        **compiled.context(runs, paper),
     }
     # Every template here writes HTML, and every value it is handed is text (a run's files, a folder's name,
     # prices.toml): autoescaped always, whatever the template's file name ends with.
@@ -158,6 +157,8 @@ def _markdown(ctx: dict, drawn: list[figures.Result]) -> str:
     parts += ["## Cost\n", *_table_or_missing(ctx, "cost")]
     parts += ["## Comparison with the committed reference results\n", *_table_or_missing(ctx, "comparison")]
     parts += ["## Compiled graphs against standard ones\n", *_table_or_missing(ctx, "compiled")]
+    if ctx["compiled_left_out"]:
+        parts += [ctx["compiled_left_out"], ""]
     parts.append("## Kernels: the longest below average FP32 utilization (paper Tables V/VI)\n")
     if ctx["kernel_missing"]:
         parts.append(f"Not measured here: {ctx['kernel_missing']}.\n")

@@ -116,6 +116,21 @@ def rows(runs: list[Run]) -> list[list[str]]:
     return out
 
 
-def context(runs: list[Run]) -> dict[str, Any]:
+def left_out(count: int) -> str:
+    """What the paper's figures did with the compiled runs, in one sentence ('' when there were none)."""
+    if not count:
+        return ""
+    return (
+        f"{count} compiled run(s) are left out of the paper's figures and claim checks, which keep its settings "
+        "(standard graphs; `tbdkit report --with-compiled` draws them)."
+    )
+
+
+def context(runs: list[Run], paper: list[Run]) -> dict[str, Any]:
     found = rows(runs)
-    return {"compiled_header": HEADER, "compiled_rows": found, "compiled_missing": None if found else MISSING}
+    return {
+        "compiled_header": HEADER,
+        "compiled_rows": found,
+        "compiled_missing": None if found else MISSING,
+        "compiled_left_out": left_out(len(runs) - len(paper)),
+    }
