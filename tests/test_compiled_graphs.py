@@ -181,3 +181,20 @@ def test_the_report_without_compiled_runs_says_how_to_get_the_table(tmp_path):
     context = compiled.context(loaded, loaded)
     assert context["compiled_rows"] == [] and "--graph compiled" in context["compiled_missing"]
     assert context["compiled_left_out"] == ""
+
+
+def test_a_sweep_runs_its_points_compiled_and_a_standard_sweep_keeps_its_id(tmp_path):
+    from tbdkit.spec.sweep_spec import parse
+
+    fields = {"model": "minigo", "frameworks": ["pytorch"], "batches": [2], "results": str(tmp_path)}
+    standard, compiled = parse(fields), parse({**fields, "graph": "compiled"})
+    assert compiled.run_spec("pytorch", "fp32", 2).graph == "compiled"
+    assert standard.run_spec("pytorch", "fp32", 2).graph == "standard"
+    assert standard.sweep_id() != compiled.sweep_id()
+    # a standard sweep's id is the one it had before graphs existed (the grid's fields then), so its state resumes
+    import hashlib
+
+    before = standard.model_dump(mode="json", exclude={"results", "repeat", "cv_limit", "retry_disturbed", "graph",
+                                                       "cpus", "pin"})
+    digest = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:10]
+    assert standard.sweep_id() == f"minigo-smoke-{digest}"
