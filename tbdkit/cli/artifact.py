@@ -108,7 +108,9 @@ def reproduce(
         )
     planned = reproduce_plan.plan(recorded, run_specs)  # every run fits this machine before anything is asked
     out_console = err_console if as_json else console
-    out_console.print(plan_table(planned, str(bundle_path)))
+    # the bundle's path on a line of its own: a table's title is cut to the table's width
+    out_console.print(f"reproducing {bundle_path}: the plan", highlight=False)
+    out_console.print(plan_table(planned))
     if not yes:
         confirm(f"Run these {len(planned.runs)} run(s) here, into {results}?")
     points: list[dict[str, Any]] = []
@@ -150,30 +152,19 @@ def reproduce(
     raise typer.Exit(0 if all(p["new_status"] in MEASURED for p in points) and len(points) == len(recorded) else 1)
 
 
-def plan_table(planned: reproduce_plan.Plan, title: str) -> Table:
-    table = Table(title=f"reproducing {title}: the plan")
-    for col in (
-        "recorded run",
-        "model",
-        "framework",
-        "batch",
-        "precision",
-        "workers",
-        "launcher",
-        "device",
-        "data",
-        "caps",
-        "recorded wall time",
-    ):
-        table.add_column(col, justify="right" if col in ("batch", "workers", "recorded wall time") else "left")
+def plan_table(planned: reproduce_plan.Plan) -> Table:
+    """One row a run: its recorded id (which names the model, framework, batch and precision) read whole,
+    then where and how it runs again and its caps."""
+    table = Table()
+    table.add_column("recorded run", no_wrap=True)
+    for col in ("workers", "launcher", "device", "data"):
+        table.add_column(col, justify="right" if col == "workers" else "left")
+    table.add_column("caps", no_wrap=True)
+    table.add_column("recorded wall time", justify="right")
     for r in planned.runs:
         s = r.spec
         table.add_row(
             r.recorded_run,
-            s.model,
-            s.framework,
-            str(s.batch_size),
-            s.precision,
             str(s.world_size),
             s.launcher,
             s.device,
