@@ -65,7 +65,6 @@ LONGEST_FIRST: dict[str, float] = {
     "test_adopt.py": 200,  # an estimate (not yet timed in CI): three adoptions and a bench through them
     "test_frameworks.py": 152,
     "test_distributed.py": 145,
-    "test_kick_the_tires.py": 125,  # an estimate: make kick-the-tires with its 120 s budget
     "test_detection_frameworks.py": 124,
     "test_seq2seq_frameworks.py": 86,
     "test_transformer_frameworks.py": 79,

@@ -2,8 +2,8 @@
 folders: in a copy of this working tree (its committed and untracked files; the kit's environment and the
 framework stacks linked in, never written), from its root and from an unpacked bundle.
 
-One walk, shared by the tests: `make kick-the-tires` end to end (every stack's smoke run on the CPU, the
-trace, the report and the bundle), then every row of its bundle's ARTIFACT.md "Commands, and where to type
+One walk, shared by the tests: `make kick-the-tires BUDGET=120` end to end (every stack's smoke run on the
+CPU as far as the budget goes, the trace, the report and the bundle), then every row of its bundle's ARTIFACT.md "Commands, and where to type
 them" table in the folder that row names (`tbdkit reproduce artifact.tar.gz` re-runs the bundle's runs into
 `results/`, `make report` reports them, `tbdkit report results ...` in the unpacked bundle regenerates its
 report), then README's read commands over the `results/` folder that `reproduce` filled (`make report`,
@@ -20,10 +20,12 @@ import os
 import shutil
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
 
+from tbdkit.bench import kick
 from tbdkit.core.paths import KIT_ROOT
 
 TIMEOUT_S = 1500
@@ -98,14 +100,23 @@ def commands_table(guide: str) -> list[tuple[str, str]]:
     return rows
 
 
-KICK = "make kick-the-tires"
+KICK = "make kick-the-tires"  # as ARTIFACT.md's commands table names it
+# on CI's 2 cores PyTorch's smoke run fits, TensorFlow's is cut by the deadline or skipped: partial results
+BUDGET = 120
+KICKED: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
 def kicked(kit) -> str:
-    """`make kick-the-tires`, as README and ARTIFACT.md name it, in the kit's folder."""
-    assert "`kick-the-tires`" in _readme()
-    return _ok(typed(KICK, kit, kit), KICK)
+    """`make kick-the-tires BUDGET=120`, as README names it (`kick-the-tires` ... inside `BUDGET` seconds), in
+    the kit's folder: the one end-to-end run of kick-the-tires in the suite."""
+    readme = _readme()
+    assert "`kick-the-tires`" in readme and "`BUDGET`" in readme
+    command = f"{KICK} BUDGET={BUDGET}"
+    start = time.monotonic()
+    proc = typed(command, kit, kit)
+    KICKED["wall_s"] = time.monotonic() - start
+    return _ok(proc, command)
 
 
 def finished_runs(results: Path) -> list[str]:
@@ -142,20 +153,30 @@ def walked(kit, kicked) -> dict[str, str]:
     return outputs
 
 
-def test_make_kick_the_tires_runs_every_stack_then_its_trace_report_and_bundle(kit, kicked):
-    """Each step ran, or the budget stopped or skipped it (said in its table); at least one smoke run finished
-    (beside other tests a step may meet its cap), and the report and the bundle over them were made."""
-    steps = {s["step"]: s for s in json.loads((kit / "results-kick-the-tires" / "kick-the-tires" / "steps.json")
-                                              .read_text())["steps"]}
-    smoke = [s for name, s in steps.items() if name.startswith("smoke-")]
-    assert sorted(steps) == sorted(["smoke-pytorch", "smoke-tensorflow", "smoke-mxnet", "trace", "report", "bundle"])
+def test_make_kick_the_tires_stops_inside_its_budget_with_partial_results_and_a_table(kit, kicked):
+    """Each step ran, or the budget stopped or skipped it (said in its table); the budget held; at least one
+    smoke run finished, and the report and the bundle over the partial results were made in the reserve kept
+    for them; the final table, printed and kept, names every step."""
+    folder = kit / "results-kick-the-tires"
+    doc = json.loads((folder / kick.FOLDER / "steps.json").read_text())
+    steps = {s["step"]: s for s in doc["steps"]}
+    assert list(steps) == ["smoke-pytorch", "smoke-tensorflow", "smoke-mxnet", "trace", "report", "bundle"]
     assert all(s["status"] in ("ok", "timeout", "skipped") for s in steps.values()), steps
-    assert finished_runs(kit / "results-kick-the-tires"), smoke
+    # the budget held: the steps' clock, and the whole command with make, its start and the stacks' check around it
+    assert doc["elapsed_s"] <= BUDGET and KICKED["wall_s"] <= BUDGET + 60, (doc["elapsed_s"], KICKED)
+    assert all(s["seconds"] <= s["cap_s"] + 1 for s in steps.values()), steps
+    assert finished_runs(folder) and steps["smoke-pytorch"]["runs"], steps["smoke-pytorch"]
     assert steps["report"]["status"] == steps["bundle"]["status"] == "ok", steps
     assert (kit / "results-kick-the-tires-report" / "report.html").is_file()
     with tarfile.open(kit / "results-kick-the-tires.tar.gz") as tar:
         names = tar.getnames()
     assert "tbdkit-artifact/report/report.html" in names and "tbdkit-artifact/ARTIFACT.md" in names  # the report is in it
+    table = (folder / kick.FOLDER / "table.txt").read_text()
+    assert "kick-the-tires — results-kick-the-tires" in kicked
+    for name, s in steps.items():
+        assert name in kicked and name in table
+        if s["status"] == "skipped":
+            assert s["note"].startswith("deadline:") or "no run finished" in s["note"], s
 
 
 def test_artifact_md_commands_run_as_typed_where_it_says(kit, walked):
