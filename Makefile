@@ -14,11 +14,16 @@ DATA ?= synthetic
 PYTHON ?= python3
 REPEAT ?= 1
 REPORT ?= report
+# workers of `make test`'s parallel pass per suite (see test-host below)
+TEST_WORKERS ?= 2
+TEST_WORKERS_pytorch ?= 1
+TEST_WORKERS_host ?= 3
 
 # Every value a user can set reaches the shell as one word: $(call quote,V) single-quotes it
 # (each ' inside written '\''), so a path with spaces or ; stays one argument and runs nothing.
 # Every user variable is taken with $(value ...) and none is exported (exporting expands it): a
 # `$(...)` in a value (a model name, a precision, a folder's name) stays text, never a make function.
+# Every default is set above: `unexport` defines a variable (empty), so a `?=` below it would never apply.
 quote = '$(subst ','\'',$(1))'
 USER_VARIABLES := MODEL FRAMEWORK BATCH PRESET PRECISION GRAPH LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA \
 	PYTHON REPEAT REPORT CPUS PIN ONE_PROCESS RETRY_DISTURBED INCLUDE_DISTURBED KICK_RESULTS DEVICE QUICK \
@@ -113,9 +118,6 @@ test:
 # parallel pass took 1,125 s on three workers (the cores 99% busy) against 1,264 s on two.
 # $(call two_passes,PYTEST COMMAND,FOLDER,DURATIONS,WORKERS): both passes run even when the first fails; a
 # folder with no serial test skips the second.
-TEST_WORKERS ?= 2
-TEST_WORKERS_pytorch ?= 1
-TEST_WORKERS_host ?= 3
 define two_passes
 	@rc=0; \
 	$(1) $(2) -m "not serial" $(if $(filter-out 1,$(4)),-n $(call quote,$(4)) --dist loadfile --no-loadscope-reorder) \

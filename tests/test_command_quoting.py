@@ -96,6 +96,33 @@ def test_every_variable_the_makefile_reads_is_its_own_or_a_user_one():
     assert not re.search(r"\$\((?:" + "|".join(USER_VARIABLES) + r")\)", text)
 
 
+def test_every_default_reaches_its_command_and_the_command_line_overrides_it(tmp_path):
+    """`unexport` defines a variable, so a `?=` default written below it never applied (the host suite ran
+    on one worker); each default must reach the command it is for."""
+    make = shutil.which("make")
+    if make is None:
+        pytest.skip("no make here")
+    shutil.copy(KIT_ROOT / "Makefile", tmp_path / "Makefile")
+    defaults = dict(re.findall(r"^([A-Z][A-Za-z_]*) \?= ?(.*)$", (KIT_ROOT / "Makefile").read_text(), flags=re.M))
+    assert {"TEST_WORKERS", "TEST_WORKERS_host", "TEST_WORKERS_pytorch", "MODEL", "PRECISION"} <= set(defaults)
+    probe = tmp_path / "probe.mk"
+    probe.write_text("include Makefile\nprobe:\n\t@echo " + " ".join(f"{v}=[$(value {v})]" for v in defaults) + "\n")
+    out = subprocess.run([make, "-s", "-f", probe.name, "probe"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60).stdout
+    assert out.split() == [f"{v}=[{d}]" for v, d in defaults.items()]
+
+    def parallel_pass(target: str, *overrides: str) -> str:
+        proc = subprocess.run([make, "-n", "-o", ".venv/.tbdkit-installed", target, *overrides], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+        (line,) = [ln for ln in proc.stdout.splitlines() if '-m "not serial"' in ln]
+        return line
+
+    assert "-n '3' --dist loadfile" in parallel_pass("test-host")
+    assert "-n '2' --dist loadfile" in parallel_pass("test-tensorflow")
+    assert "--dist" not in parallel_pass("test-pytorch")
+    assert "-n '2' --dist loadfile" in parallel_pass("test-host", "TEST_WORKERS_host=2")
+
+
 def test_no_user_variable_makes_make_run_code_in_any_target(tmp_path):
     """`make -n sweep 'MODEL=$(shell touch x)'` (what a forged spec.json in ARTIFACT.md's regenerate
     line would type) creates nothing, whatever the variable and the target."""
