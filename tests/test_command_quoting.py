@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tbdkit.spec import run_spec as specs
-from tbdkit.launch import native
 from tbdkit.core.paths import KIT_ROOT
+from tbdkit.launch import native
+from tbdkit.spec import run_spec as specs
 
 ODD = ["a b;touch PWNED", "it's $(touch PWNED) `id` \"q\"", "x&&y|z>w", "$(shell touch PWNED)"]
 
