@@ -292,7 +292,8 @@ class Parity:
     `batch_size`: for a model whose learning check is Elsewhere. `not_compiled`: the reason (a part of it)
     the compile record gives for a cell that trains as standard; `bf16_refused`: the refusal (a part of it)
     of a cell that cannot train in bf16. `in_ci`: the compiled leg runs in `make test`; the others only in
-    `make test-compiled` (their cost, measured, in the comment beside)."""
+    `make test-compiled` (their cost, measured, in the comment beside); `bf16_in_ci` the same for the bf16
+    leg (a refusal is always checked)."""
     steps: int = 3
     compiled_tol: float | None = 1e-3
     bf16_tol: float | None = 0.1
@@ -301,6 +302,7 @@ class Parity:
     not_compiled: str | None = None
     bf16_refused: str | None = None
     in_ci: bool = True
+    bf16_in_ci: bool = True
 
 
 FORWARD_TOL = 1e-4  # compiled against standard, the first loss (no update yet): the same forward pass
@@ -326,18 +328,21 @@ PARITY: dict[str, dict[str, Parity]] = {
     },
     "tensorflow": {
         "a3c": Parity(batch_size=2), "bert": Parity(hp={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}),
-        "deepspeech2": Parity(), "faster_rcnn": Parity(not_compiled=_TF_EAGER),
+        # proposals sampled by the RPN's scores: bf16's rounding picks other RoIs (14% by the third step, once)
+        "deepspeech2": Parity(), "faster_rcnn": Parity(not_compiled=_TF_EAGER, bf16_tol=0.25),
         "mask_rcnn": Parity(not_compiled=_TF_EAGER), "minigo": Parity(),
         # XLA draws the drop-path masks inside the step with another generator
-        "efficientdet": Parity(compiled_tol=None, in_ci=False),  # ~200 s
+        "efficientdet": Parity(compiled_tol=None, in_ci=False, bf16_in_ci=False),  # ~200 s; bf16 56 s
         # dropout 0.5 before the classifier: XLA draws its mask otherwise, and in bf16 it is drawn in bfloat16
-        "inception_v3": Parity(compiled_tol=None, bf16_tol=None, in_ci=False),  # ~220 s
+        "inception_v3": Parity(compiled_tol=None, bf16_tol=None, in_ci=False, bf16_in_ci=False),  # ~220 s; bf16 30 s
         # batch norm over 4 images through 50 layers: XLA's reassociation grows to ~2% of the stem's update,
         # and bf16's rounding moves the next losses by 11%
-        "resnet50": Parity(compiled_tol=0.15, bf16_tol=0.2), "seq2seq": Parity(not_compiled=_XLA_REFUSED),
-        "transformer": Parity(hp={"dropout": 0.0}),  # XLA draws dropout masks with another generator
+        "resnet50": Parity(compiled_tol=0.15, bf16_tol=0.2, in_ci=False),  # 46 s
+        "seq2seq": Parity(not_compiled=_XLA_REFUSED),
+        # XLA draws dropout masks with another generator
+        "transformer": Parity(hp={"dropout": 0.0}, in_ci=False),  # 35 s
         # XLA draws the step's noise otherwise: finite losses only, for 57 s of compilation and a run of its own
-        "wgan_gp": Parity(compiled_tol=None, hp={"critic_iters": 1}, in_ci=False),
+        "wgan_gp": Parity(compiled_tol=None, hp={"critic_iters": 1}, in_ci=False, bf16_in_ci=False),  # bf16 36 s
     },
     "mxnet": {
         "a3c": Parity(batch_size=2, bf16_tol=None),  # bf16 logits sample other actions
@@ -357,7 +362,7 @@ class ParityRun:
     the compiled adapter's compile record, and each leg's seconds."""
     standard: list[float]
     compiled: list[float] | None
-    bf16: list[float] | str
+    bf16: list[float] | str | None
     record: dict[str, Any] | None
     seconds: dict[str, float]
 
@@ -429,10 +434,12 @@ def parity(name: str, framework: str) -> ParityRun:
             compiled_adapter, compiled = parity_losses(name, framework, 1 if spec.not_compiled else steps, graph="compiled")
             record = compiled_adapter.compile_record()
         t2 = time.perf_counter()
-        try:
-            bf16 = mxnet_bf16_losses(name) if framework == "mxnet" else bf16_losses(name, framework)
-        finally:
-            fp32_again(framework)
+        bf16: list[float] | str | None = None
+        if spec.bf16_in_ci or spec.bf16_refused is not None or COMPILED_ALL:
+            try:
+                bf16 = mxnet_bf16_losses(name) if framework == "mxnet" else bf16_losses(name, framework)
+            finally:
+                fp32_again(framework)
         seconds = {"standard": t1 - t0, "compiled": t2 - t1, "bf16": time.perf_counter() - t2}
         _PARITY[key] = ParityRun(standard, compiled, bf16, record, seconds)
     return _PARITY[key]
@@ -668,6 +675,8 @@ def generated_tests(framework: str) -> dict[str, Any]:
 
     def test_bf16_stays_near_fp32(name: str) -> None:
         spec = row(PARITY, "PARITY", framework, name)
+        if not (spec.bf16_in_ci or spec.bf16_refused is not None or COMPILED_ALL):
+            pytest.skip(f"{name}'s bf16 leg is left out of make test for its cost: make test-compiled runs it")
         run = parity(name, framework)
         if spec.bf16_refused is not None:  # refused in one sentence, before or at its first step
             assert isinstance(run.bf16, str) and spec.bf16_refused in run.bf16, run.bf16
