@@ -41,9 +41,6 @@ SERIAL: dict[str, str] = {
     "test_sweep_cli.py::test_small_sweep_runs_the_grid": "its sweep's points are indexed ok",
     "test_sweep_cli.py::test_bundle_and_reproduce_round_trip": "shares the small sweep (a session fixture) "
     "with the test above and the report's",
-    "test_sweep_cli.py::test_max_batch_under_a_memory_limit": "its probes grow towards a memory limit inside "
-    "time caps: beside two other workers it took 258 s (measured runs outgrew their probes and the search went "
-    "on), alone 57 s",
     "test_bench_cli.py::test_bench_writes_a_complete_run": "a complete run has a throughput CI",
     "test_bench_cli.py::test_bench_writes_a_trace_and_an_mllog": "shares that run (a module fixture)",
     "test_bench_cli.py::test_runs_and_show": "shares that run",
@@ -61,7 +58,7 @@ LONGEST_FIRST: dict[str, float] = {
     # clone's `make test` on a quiet 2-core machine (parallel pass 1,148 s, its files' durations 3,365 s in all)
     "test_docker_real.py": 534,
     "test_parity_rl.py": 441,
-    "test_sweep_cli.py": 90,  # 348 with the max-batch search, which now runs alone
+    "test_sweep_cli.py": 348,
     "test_vision_frameworks.py": 344,
     "test_frameworks.py": 225,
     "test_every_cell_benches.py": 188,
