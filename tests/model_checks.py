@@ -305,6 +305,16 @@ class Parity:
     in_ci: bool = True
     bf16_in_ci: bool = True
 
+    @property
+    def compiled_here(self) -> bool:
+        """The compiled leg runs in this process: in `make test` where in_ci, every one in `make test-compiled`."""
+        return self.in_ci or COMPILED_ALL
+
+    @property
+    def bf16_here(self) -> bool:
+        """The bf16 leg runs in this process: as compiled_here, and a refusal always."""
+        return self.bf16_in_ci or self.bf16_refused is not None or COMPILED_ALL
+
 
 FORWARD_TOL = 1e-4  # compiled against standard, the first loss (no update yet): the same forward pass
 _TF_EAGER = "no tf.function"  # tensorflow_compile.NO_FUNCTION: the detectors' eager steps
@@ -433,13 +443,13 @@ def parity(name: str, framework: str) -> ParityRun:
             standard = parity_losses(name, framework)[1]
         t1 = time.perf_counter()
         compiled, record = None, None
-        if spec.in_ci or COMPILED_ALL:
+        if spec.compiled_here:
             # a cell that trains as standard takes one step: its record, and the same first loss
             compiled_adapter, compiled = parity_losses(name, framework, 1 if spec.not_compiled else steps, graph="compiled")
             record = compiled_adapter.compile_record()
         t2 = time.perf_counter()
         bf16: list[float] | str | None = None
-        if spec.bf16_in_ci or spec.bf16_refused is not None or COMPILED_ALL:
+        if spec.bf16_here:
             try:
                 bf16 = mxnet_bf16_losses(name) if framework == "mxnet" else bf16_losses(name, framework)
             finally:
@@ -661,7 +671,7 @@ def generated_tests(framework: str) -> dict[str, Any]:
 
     def test_compiled_step_matches_standard(name: str) -> None:
         spec = row(PARITY, "PARITY", framework, name)
-        if not (spec.in_ci or COMPILED_ALL):
+        if not spec.compiled_here:
             pytest.skip(f"{name}'s compiled leg is left out of make test for its cost: make test-compiled runs it")
         run = parity(name, framework)
         assert run.record is not None and run.compiled is not None
@@ -679,7 +689,7 @@ def generated_tests(framework: str) -> dict[str, Any]:
 
     def test_bf16_stays_near_fp32(name: str) -> None:
         spec = row(PARITY, "PARITY", framework, name)
-        if not (spec.bf16_in_ci or spec.bf16_refused is not None or COMPILED_ALL):
+        if not spec.bf16_here:
             pytest.skip(f"{name}'s bf16 leg is left out of make test for its cost: make test-compiled runs it")
         run = parity(name, framework)
         if spec.bf16_refused is not None:  # refused in one sentence, before or at its first step
