@@ -41,6 +41,14 @@ class Iteration:
     work: float
     loss: float | None
     extra: dict[str, float] = field(default_factory=dict)  # secondary counts, e.g. {"tokens": n}
+    padded: float | None = None  # Batch.padded_work: the work the step computes, padding included
+
+    @property
+    def cost(self) -> float:
+        """Seconds per unit of the work the step computed (padding included where the batch says it): the
+        quantity warm-up judges. A step's time follows its padded shape, so per unit of real work a batch of
+        uneven utterances looks dearer than an even one, noise that would keep warm-up from ever agreeing."""
+        return self.seconds / max(self.padded if self.padded is not None else self.work, 1e-12)
 
     def row(self) -> dict[str, Any]:
         start = round(self.start_s, 6)
@@ -54,8 +62,15 @@ class Iteration:
             "samples": self.samples,
             "work": round(self.work, 6),
             **{f"work_{name}": round(value, 6) for name, value in self.extra.items()},
+            **({"work_padded": round(self.padded, 6)} if self.padded is not None else {}),
             "loss": None if self.loss is None or math.isnan(self.loss) else round(self.loss, 6),
         }
+
+
+def padded_work(batch: Any) -> float | None:
+    """A batch's optional `padded_work` (its work as if every sample were as long as the longest), or None."""
+    value = getattr(batch, "padded_work", None)
+    return float(value) if value is not None else None
 
 
 def extra_work(batch: Any) -> dict[str, float]:
@@ -186,6 +201,7 @@ class TrainingLoop:
             work=float(batch.work),
             loss=self.adapter.loss_value(loss) if loss is not None else None,
             extra=extra_work(batch),
+            padded=padded_work(batch),
         )
         self._last_end = end
         self.result.iterations.append(it)
@@ -219,7 +235,7 @@ class TrainingLoop:
         reason = "iteration_cap"
         for _ in range(p.max_warmup_iterations):
             it = self._one("warmup")
-            costs.append(it.seconds / max(it.work, 1e-12))
+            costs.append(it.cost)
             elapsed = time.perf_counter() - start
             self._progress("warmup", it, elapsed=elapsed)
             stable, capped = self._decide(
@@ -237,7 +253,7 @@ class TrainingLoop:
             "seconds": round(time.perf_counter() - start, 4),
             "end_reason": reason,
             "rule": (
-                f"stable when the seconds per unit of work stop drifting over the later half of the iterations "
+                f"stable when the seconds per unit of work (padding included) stop drifting over the later half of the iterations "
                 f"so far (at least {2 * p.warmup_window}, at most {MAX_HORIZON}): the halves' means agree "
                 f"within {p.warmup_tolerance:.0%} (95% interval), Mann-Kendall finds no trend (5%) and "
                 f"Sen's slope interval moves the cost by less than {p.warmup_tolerance:.0%} over "

@@ -60,6 +60,13 @@ class Batch:
         """Tokens trained on: source tokens plus target tokens (each target counts its </s>)."""
         return {"tokens": float(self.source_lengths.sum() + self.target_lengths.sum())}
 
+    @property
+    def padded_work(self) -> float:
+        """Sentence pairs as the step computes them: in tokens, every pair padded to the longest source and
+        target, per sentence pair of the batch's mean real length (warm-up's cost unit)."""
+        real = float(self.source_lengths.sum() + self.target_lengths.sum())
+        return self.work * (self.source.size + self.target_in.size) / max(real, 1.0)
+
 
 def collate(sources: list[np.ndarray], targets: list[np.ndarray]) -> Batch:
     """Pad id sequences into a Batch; a target y becomes inputs <s> y and labels y </s>."""

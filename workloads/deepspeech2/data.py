@@ -127,6 +127,11 @@ class Batch:
         """Total audio seconds in the batch (the throughput unit)."""
         return float(self.durations_s.sum())
 
+    @property
+    def padded_work(self) -> float:
+        """Audio seconds the step computes: every utterance padded to the longest (warm-up's cost unit)."""
+        return self.work * self.features.shape[0] * self.features.shape[3] / max(int(self.feature_lengths.sum()), 1)
+
 
 def collate(features: Sequence[np.ndarray], labels: Sequence[np.ndarray], durations_s: Sequence[float]) -> Batch:
     """Zero-pad (F, T_i) spectrograms to the longest and concatenate the targets."""
