@@ -83,10 +83,33 @@ def load_pytorch_weights(model: str, framework: str, reference: Path, out: Path)
     reference)`) and saves to `out` the weights it reads back, which must be PyTorch's unchanged, and its
     outputs on the probe batch. Returns the loaded `out` (a NumPy .npz)."""
     describe_in_stack(model, framework, "--weights-from", str(reference), "--save", str(out))
+    return assert_read_back(reference, out)
+
+
+def assert_read_back(reference: Path, out: Path) -> Any:
+    """The weights a framework saved to `out` after loading PyTorch's `reference` are PyTorch's, unchanged.
+    Returns the loaded `out`."""
     theirs, ours = np.load(reference), np.load(out)
     for key in (k for k in theirs.files if "/" in k):  # read back from the framework after loading
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
     return ours
+
+
+def described_with_pytorch_weights(model: str, frameworks: tuple[str, ...] | list[str], folder: Path) -> dict[str, Any]:
+    """`python -m tbdkit.describe` of `model` (the JSON `tbdkit describe --json` prints) in each of `frameworks`,
+    PyTorch first, one run each: PyTorch's also saves its canonical weights and its outputs on the probe batch,
+    every other framework loads those weights (they must read back unchanged) and saves its own outputs.
+    Each JSON gains "npz", the path of its saved file. One run per framework describes the network and
+    checks its outputs, where two runs (the CLI's, and one with the weights) did the same work twice."""
+    assert frameworks[0] == "pytorch", frameworks
+    reference, out = folder / "pytorch.npz", {}
+    for fw in frameworks:
+        path = folder / f"{fw}.npz"
+        args = ["--save", str(path)] + (["--weights-from", str(reference)] if fw != "pytorch" else [])
+        out[fw] = describe_in_stack(model, fw, "--preset", "smoke", *args) | {"npz": path}
+        if fw != "pytorch":
+            assert_read_back(reference, path)
+    return out
 
 
 def pytorch_weights_fixture(model: str) -> Callable[..., Path]:
@@ -105,7 +128,14 @@ def assert_same_sequence_outputs(model: str, framework: str, pytorch_weights: Pa
     """PyTorch's weights (from pytorch_weights_fixture), moved through the canonical layout into
     `framework`, read back unchanged and give the same log-probabilities (to 1e-4) on the same
     sequences, each compared over its own length."""
-    theirs, ours = np.load(pytorch_weights), load_pytorch_weights(model, framework, pytorch_weights, out)
+    load_pytorch_weights(model, framework, pytorch_weights, out)
+    assert_same_sequence_files(pytorch_weights, out)
+
+
+def assert_same_sequence_files(pytorch_npz: Path, framework_npz: Path) -> None:
+    """The saved log-probabilities of two frameworks (PyTorch's and one that loaded its weights) agree to 1e-4
+    on the same sequences, each compared over its own length."""
+    theirs, ours = np.load(pytorch_npz), np.load(framework_npz)
     assert ours["lengths"].tolist() == theirs["lengths"].tolist()
     for i, n in enumerate(theirs["lengths"]):
         np.testing.assert_allclose(ours["log_probs"][i, :n], theirs["log_probs"][i, :n], atol=1e-4)

@@ -8,8 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from framework_parity import (assert_same_network, describe_in_stack, describe_smoke, listed_smoke_state,
-                              load_pytorch_weights, run_in_stack)
+from framework_parity import assert_same_network, described_with_pytorch_weights, listed_smoke_state, run_in_stack
 from tbdkit.spec import catalog
 
 MODEL = "efficientdet"
@@ -18,8 +17,9 @@ PAIRS = list(itertools.combinations(catalog.get(MODEL).frameworks, 2))
 
 
 @pytest.fixture(scope="module")
-def described() -> dict[str, dict]:
-    return {fw: describe_smoke(MODEL, fw) for fw in catalog.get(MODEL).frameworks}
+def described(tmp_path_factory) -> dict[str, dict]:
+    """EfficientDet described in each framework, PyTorch's weights saved and loaded into the others."""
+    return described_with_pytorch_weights(MODEL, catalog.get(MODEL).frameworks, tmp_path_factory.mktemp(MODEL))
 
 
 def test_every_framework_is_there():
@@ -53,14 +53,13 @@ def test_state_differences_are_the_listed_ones(described):
 
 
 @pytest.mark.slow
-def test_same_weights_same_outputs(tmp_path):
-    """PyTorch's weights, moved through the canonical layout into TensorFlow and MXNet, give the same inference-mode
-    class logits and box outputs on two synthetic images (scaled, padded and normalized by each framework)."""
-    reference = tmp_path / "pytorch.npz"
-    describe_in_stack(MODEL, "pytorch", "--save", str(reference))
-    theirs = np.load(reference)
+def test_same_weights_same_outputs(described):
+    """PyTorch's weights, moved through the canonical layout into TensorFlow and MXNet (read back unchanged), give
+    the same inference-mode class logits and box outputs on two synthetic images (scaled, padded and normalized
+    by each framework)."""
+    theirs = np.load(described["pytorch"]["npz"])
     for framework in FRAMEWORKS[1:]:
-        ours = load_pytorch_weights(MODEL, framework, reference, tmp_path / f"{framework}.npz")
+        ours = np.load(described[framework]["npz"])
         for key in ("class_logits", "box_outputs"):
             scale = float(np.abs(theirs[key]).max())
             np.testing.assert_allclose(ours[key], theirs[key], atol=1e-5 * scale, err_msg=f"{framework} {key}")

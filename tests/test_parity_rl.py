@@ -1,21 +1,18 @@
 """A3C, MiniGo and BERT on every framework, side by side: the same network
 (parity of `tbdkit describe`: parameter count, per-layer shapes in canonical order, FLOPs per
-sample), the same outputs for the same weights, the listed state differences, and one
-`tbdkit bench --framework all` run. Needs every stack installed (`make test` sets them up)."""
+sample), the same outputs for the same weights and the listed state differences (each is benched through the
+whole kit by tests/test_every_cell_benches.py). Needs every stack installed (`make test` sets them up)."""
 
 from __future__ import annotations
 
 import itertools
-import json
 
 import numpy as np
 import pytest
 
-from framework_parity import (assert_same_network, assert_smoke_flops, describe_in_stack, describe_smoke,
-                              framework_differences, load_pytorch_weights)
-from model_checks import tbdkit
+from framework_parity import (assert_same_network, assert_smoke_flops, described_with_pytorch_weights,
+                              framework_differences)
 from tbdkit.spec import catalog
-from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 MODELS = ["a3c", "minigo", "bert"]
 FRAMEWORKS = ["pytorch", "tensorflow", "mxnet"]
@@ -23,8 +20,10 @@ PAIRS = [(m, a, b) for m in MODELS for a, b in itertools.combinations(FRAMEWORKS
 
 
 @pytest.fixture(scope="module")
-def described() -> dict[tuple[str, str], dict]:
-    return {(model, fw): describe_smoke(model, fw) for model in MODELS for fw in FRAMEWORKS}
+def described(tmp_path_factory) -> dict[tuple[str, str], dict]:
+    """Each model described in each framework, PyTorch's weights saved and loaded into the others."""
+    return {(model, fw): d for model in MODELS
+            for fw, d in described_with_pytorch_weights(model, FRAMEWORKS, tmp_path_factory.mktemp(model)).items()}
 
 
 def expected_forward_flops(model: str, hp: dict) -> int:
@@ -106,28 +105,10 @@ def test_state_differences_are_the_listed_ones(described, model):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model, framework", [(m, f) for m in MODELS for f in FRAMEWORKS[1:]])
-def test_same_weights_same_outputs(tmp_path, model, framework):
-    """PyTorch's weights, moved through the canonical layout into the other framework, give the same
-    outputs on the same probe batch: the same network, numerically."""
-    reference = tmp_path / "pytorch.npz"
-    describe_in_stack(model, "pytorch", "--save", str(reference))
-    theirs, ours = np.load(reference), load_pytorch_weights(model, framework, reference, tmp_path / f"{framework}.npz")
+def test_same_weights_same_outputs(described, model, framework):
+    """PyTorch's weights, moved through the canonical layout into the other framework (read back unchanged),
+    give the same outputs on the same probe batch: the same network, numerically."""
+    theirs, ours = np.load(described[model, "pytorch"]["npz"]), np.load(described[model, framework]["npz"])
     assert ours.files == theirs.files
     for key in (k for k in theirs.files if "/" not in k):  # the network's outputs on the probe batch
         np.testing.assert_allclose(ours[key], theirs[key], atol=1e-4, rtol=1e-4, err_msg=key)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("model", MODELS)
-def test_bench_all_frameworks(tmp_path, model):
-    results = tmp_path / "r"
-    proc = tbdkit("bench", "--model", model, "--framework", "all", "--preset", "smoke", "--device", "cpu",
-                  "--max-warmup-s", "1", "--max-measure-s", "2", "--results", str(results))
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    summaries = [json.loads((d / "summary.json").read_text()) for d in sorted(results.iterdir()) if d.is_dir()]
-    assert sorted(s["framework"] for s in summaries) == sorted(FRAMEWORKS)
-    unit = catalog.get(model).throughput_unit
-    for s in summaries:
-        assert s["status"] in MEASURED and s["metrics"]["throughput"]["unit"] == unit, s
-        assert s["metrics"]["throughput"]["value"] > 0 and s["loss"]["last"] is not None, s
-        assert s["model_info"]["parameters"] == summaries[0]["model_info"]["parameters"]

@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
-from framework_parity import (assert_same_network, assert_same_sequence_outputs, assert_smoke_flops, describe_smoke,
-                              framework_differences, pytorch_weights_fixture, run_in_stack)
+from framework_parity import (assert_same_network, assert_same_sequence_files, assert_smoke_flops,
+                              described_with_pytorch_weights, framework_differences, run_in_stack)
 from tbdkit.spec import catalog
 
 MODEL = catalog.get("seq2seq")
@@ -17,8 +17,9 @@ FRAMEWORKS = list(MODEL.frameworks)
 
 
 @pytest.fixture(scope="module")
-def described() -> dict[str, dict]:
-    return {fw: describe_smoke("seq2seq", fw) for fw in FRAMEWORKS}
+def described(tmp_path_factory) -> dict[str, dict]:
+    """Seq2Seq described in each framework, PyTorch's weights saved and loaded into the others."""
+    return described_with_pytorch_weights("seq2seq", FRAMEWORKS, tmp_path_factory.mktemp("seq2seq"))
 
 
 def test_seq2seq_has_all_three_frameworks():
@@ -61,15 +62,12 @@ def test_framework_differences_are_listed():
     assert any("LSTM" in d["what"] for d in listed)
 
 
-pytorch_weights = pytorch_weights_fixture("seq2seq")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
-def test_same_weights_same_outputs(pytorch_weights, tmp_path, framework):
-    """PyTorch's weights, moved through the canonical layout into the other framework, give the same
-    log-probabilities on the same two sentence pairs: the same network, numerically."""
-    assert_same_sequence_outputs("seq2seq", framework, pytorch_weights, tmp_path / f"{framework}.npz")
+def test_same_weights_same_outputs(described, framework):
+    """PyTorch's weights, moved through the canonical layout into the other framework (read back unchanged),
+    give the same log-probabilities on the same two sentence pairs: the same network, numerically."""
+    assert_same_sequence_files(described["pytorch"]["npz"], described[framework]["npz"])
 
 
 DIGEST = """

@@ -9,8 +9,8 @@ import itertools
 
 import pytest
 
-from framework_parity import (assert_same_network, assert_same_sequence_outputs, assert_smoke_flops, describe_smoke,
-                              framework_differences, pytorch_weights_fixture)
+from framework_parity import (assert_same_network, assert_same_sequence_files, assert_smoke_flops,
+                              described_with_pytorch_weights, framework_differences)
 from tbdkit.spec import catalog
 
 MODEL = catalog.get("transformer")
@@ -18,8 +18,9 @@ FRAMEWORKS = list(MODEL.frameworks)
 
 
 @pytest.fixture(scope="module")
-def described() -> dict[str, dict]:
-    return {fw: describe_smoke("transformer", fw) for fw in FRAMEWORKS}
+def described(tmp_path_factory) -> dict[str, dict]:
+    """The Transformer described in each framework, PyTorch's weights saved and loaded into the others."""
+    return described_with_pytorch_weights("transformer", FRAMEWORKS, tmp_path_factory.mktemp("transformer"))
 
 
 def test_transformer_has_all_three_frameworks():
@@ -68,12 +69,9 @@ def test_framework_differences_are_listed():
     assert any("attention" in d["what"] for d in listed)
 
 
-pytorch_weights = pytorch_weights_fixture("transformer")
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f != "pytorch"])
-def test_same_weights_same_outputs(pytorch_weights, tmp_path, framework):
-    """PyTorch's weights, moved through the canonical layout (q, k and v cut from its packed in_proj),
-    give the same log-probabilities on the same two sentence pairs: the same network, numerically."""
-    assert_same_sequence_outputs("transformer", framework, pytorch_weights, tmp_path / f"{framework}.npz")
+def test_same_weights_same_outputs(described, framework):
+    """PyTorch's weights, moved through the canonical layout (q, k and v cut from its packed in_proj; read
+    back unchanged), give the same log-probabilities on the same two sentence pairs: the same network, numerically."""
+    assert_same_sequence_files(described["pytorch"]["npz"], described[framework]["npz"])

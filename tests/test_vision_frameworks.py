@@ -1,6 +1,7 @@
 """The vision models on every framework they have: the same network (parity of `tbdkit describe`),
-the same weights giving the same outputs, the listed state differences, and one
-`tbdkit bench --framework all` table for ResNet-50. Needs every stack installed (`make test` sets them up)."""
+the same weights giving the same outputs, the listed state differences, and one `tbdkit bench` of
+ResNet-50's smoke preset with its summary read closely (test_every_cell_benches.py benches the others).
+Needs every stack installed (`make test` sets them up)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import json
 import numpy as np
 import pytest
 
-from framework_parity import (assert_same_network, assert_smoke_flops, describe_in_stack, describe_smoke,
-                              listed_smoke_state, load_pytorch_weights)
+from framework_parity import (assert_same_network, assert_smoke_flops, described_with_pytorch_weights,
+                              listed_smoke_state)
 from model_checks import tbdkit
 from tbdkit.spec import catalog
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
@@ -30,8 +31,10 @@ SMOKE_FORWARD_FLOPS = {"resnet50": 671_383_552, "inception_v3": 2_558_945_984, "
 
 
 @pytest.fixture(scope="module")
-def described() -> dict[tuple[str, str], dict]:
-    return {(model, fw): describe_smoke(model, fw) for model in MODELS for fw in catalog.get(model).frameworks}
+def described(tmp_path_factory) -> dict[tuple[str, str], dict]:
+    """Each model described in each of its frameworks, PyTorch's weights saved and loaded into the others."""
+    return {(model, fw): d for model in MODELS for fw, d in described_with_pytorch_weights(
+        model, catalog.get(model).frameworks, tmp_path_factory.mktemp(model)).items()}
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -70,39 +73,33 @@ def test_state_differences_are_the_listed_ones(described, model):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
-def test_same_weights_same_outputs(model, tmp_path):
-    """PyTorch's weights, moved through the canonical layout into TensorFlow and MXNet, give the same
-    inference-mode outputs (logits of two synthetic images; WGAN-GP: the critic's scores of two
-    images generated from fixed noise): the same network, numerically."""
-    reference = tmp_path / "pytorch.npz"
-    describe_in_stack(model, "pytorch", "--save", str(reference))
-    theirs = np.load(reference)
+def test_same_weights_same_outputs(described, model):
+    """PyTorch's weights, moved through the canonical layout into TensorFlow and MXNet (read back unchanged),
+    give the same inference-mode outputs (logits of two synthetic images; WGAN-GP: the critic's scores of
+    two images generated from fixed noise): the same network, numerically."""
+    theirs = np.load(described[model, "pytorch"]["npz"])
     for framework in EXPECTED[model][1:]:
-        ours = load_pytorch_weights(model, framework, reference, tmp_path / f"{framework}.npz")
+        ours = np.load(described[model, framework]["npz"])
         scale = float(np.abs(theirs["output"]).max())
         np.testing.assert_allclose(ours["output"], theirs["output"], atol=1e-5 * max(scale, 1.0),
                                    err_msg=framework)
 
 
 @pytest.mark.slow
-def test_resnet50_bench_all_prints_one_table_of_three_frameworks(tmp_path):
-    """`tbdkit bench` end to end for a vision model on this CPU, on every framework: one table, and each
-    run's summary (its model, batch, units and the synthetic data it read)."""
+def test_resnet50_bench_reads_synthetic_crops_and_counts_images(tmp_path):
+    """`tbdkit bench` end to end for a vision model on this CPU (MXNet's agent: it benches the fewest other
+    models in test_every_cell_benches.py): its table, and its summary (model, batch, units, the synthetic
+    data it read, torchvision's parameter count)."""
     results = tmp_path / "r"
-    proc = tbdkit("bench", "--model", "resnet50", "--framework", "all", "--preset", "smoke", "--device", "cpu",
+    proc = tbdkit("bench", "--model", "resnet50", "--framework", "mxnet", "--preset", "smoke", "--device", "cpu",
                   "--batch", "2", "--max-warmup-s", "1", "--max-measure-s", "2", "--results", str(results))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    table = proc.stdout[proc.stdout.index("ResNet-50 v1.5 (smoke preset)"):]
-    assert proc.stdout.count("ResNet-50 v1.5 (smoke preset)") == 1
-    for fw in ("pytorch", "tensorflow", "mxnet"):
-        assert fw in table
-    summaries = [json.loads(p.read_text()) for p in sorted(results.glob("*/summary.json"))]
-    assert sorted(s["framework"] for s in summaries) == ["mxnet", "pytorch", "tensorflow"]
-    for s in summaries:
-        assert s["status"] in MEASURED and s["metrics"]["throughput"]["value"] > 0, s
-        assert s["model_info"]["parameters"] == 25_557_032 and s["loss"]["last"] is not None
-        assert s["model"] == "resnet50" and s["batch_size"] == 2
-        thr = s["metrics"]["throughput"]
-        assert thr["unit"] == "images/s"
-        assert s["metrics"]["sample_throughput"]["value"] == pytest.approx(thr["value"], rel=1e-6)
-        assert "synthetic ImageNet-like 64x64 crops" in s["data_source"]
+    assert proc.stdout.count("ResNet-50 v1.5 (smoke preset)") == 1 and "mxnet" in proc.stdout
+    (s,) = [json.loads(p.read_text()) for p in sorted(results.glob("*/summary.json"))]
+    assert s["status"] in MEASURED and s["metrics"]["throughput"]["value"] > 0, s
+    assert s["model_info"]["parameters"] == 25_557_032 and s["loss"]["last"] is not None
+    assert s["model"] == "resnet50" and s["batch_size"] == 2 and s["framework"] == "mxnet"
+    thr = s["metrics"]["throughput"]
+    assert thr["unit"] == "images/s"
+    assert s["metrics"]["sample_throughput"]["value"] == pytest.approx(thr["value"], rel=1e-6)
+    assert "synthetic ImageNet-like 64x64 crops" in s["data_source"]
