@@ -55,30 +55,29 @@ SERIAL: dict[str, str] = {
 # Seconds on one worker in a `make test` run on CI's 2-core machine (a worker's time for the whole unit).
 LONGEST_FIRST: dict[str, float] = {
     # the host suite (three workers, the serial tests left out): each file's durations summed, from a clean
-    # clone's `make test` on a quiet 2-core machine (parallel pass 1,148 s, its files' durations 3,365 s in all);
-    # the cross-framework parity files since describe each network once per framework (weights saved and
-    # loaded in the same run) and bench on one framework: theirs measured beside one other job, x 1.5
-    "test_docker_real.py": 534,
-    "test_sweep_cli.py": 348,
-    "test_every_cell_benches.py": 250,
-    "test_frameworks.py": 225,
-    "test_detection_frameworks.py": 144,
-    "test_adopt.py": 111,
-    "test_distributed.py": 108,
-    "test_vision_frameworks.py": 100,
-    "test_as_typed.py": 96,
-    "test_bench_cli.py": 90,
-    "test_distributed_tf_mxnet.py": 80,
-    "test_parity_rl.py": 70,
-    "test_efficientdet_frameworks.py": 65,
-    # TensorFlow's suite
-    "tensorflow/efficientdet": 150,
-    "tensorflow/inception_v3": 140,
-    "tensorflow/wgan_gp": 128,
-    "tensorflow/one_process": 76,
-    "tensorflow/resnet50": 53,
-    "tensorflow/deepspeech2": 49,
-    "tensorflow/bert": 34,
+    # clone's `make test` on a quiet 2-core machine (parallel pass 1,009 s, its files' durations 2,960 s in all)
+    "test_docker_real.py": 574,
+    "test_sweep_cli.py": 346,
+    "test_every_cell_benches.py": 270,  # 307 s with Inception-v3 benched on TensorFlow (71 s)
+    "test_frameworks.py": 254,
+    "test_as_typed.py": 159,
+    "test_distributed.py": 152,
+    "test_vision_frameworks.py": 140,
+    "test_detection_frameworks.py": 139,
+    "test_adopt.py": 138,
+    "test_bench_cli.py": 104,
+    "test_efficientdet_frameworks.py": 84,
+    "test_distributed_tf_mxnet.py": 78,
+    "test_parity_rl.py": 76,
+    # TensorFlow's suite (two workers; 653 s of durations)
+    "tensorflow/efficientdet": 115,
+    "tensorflow/wgan_gp": 75,  # 106 s with five critic steps in its learning check
+    "tensorflow/one_process": 69,
+    "tensorflow/inception_v3": 68,
+    "tensorflow/mask_rcnn": 38,
+    "tensorflow/resnet50": 37,
+    "tensorflow/transformer": 35,
+    "tensorflow/deepspeech2": 33,
     # MXNet's
     "mxnet/mask_rcnn": 16,
     "mxnet/context_placement": 11,
