@@ -253,9 +253,9 @@ class TrainingLoop:
             "seconds": round(time.perf_counter() - start, 4),
             "end_reason": reason,
             "rule": (
-                f"stable when the seconds per unit of work (padding included) stop drifting over the later half of the iterations "
-                f"so far (at least {2 * p.warmup_window}, at most {MAX_HORIZON}): the halves' means agree "
-                f"within {p.warmup_tolerance:.0%} (95% interval), Mann-Kendall finds no trend (5%) and "
+                f"stable when the seconds per unit of work (padding included) stop drifting over the later half "
+                f"of the iterations so far (at least {2 * p.warmup_window}, at most {MAX_HORIZON}): the halves' "
+                f"means agree within {p.warmup_tolerance:.0%} (95% interval), Mann-Kendall finds no trend (5%) and "
                 f"Sen's slope interval moves the cost by less than {p.warmup_tolerance:.0%} over "
                 f"{DRIFT_PROJECTION:g}x the iterations so far, at most {MAX_HORIZON} "
                 f"(min {p.min_warmup_iterations} iterations; caps {p.max_warmup_s} s, "
