@@ -10,7 +10,8 @@ import itertools
 import numpy as np
 import pytest
 
-from framework_parity import assert_same_network, assert_smoke_flops, describe_in_stack, listed_smoke_state
+from framework_parity import (assert_same_network, assert_smoke_flops, described_with_pytorch_weights,
+                              listed_smoke_state)
 from tbdkit.spec import catalog
 
 # EfficientDet's TensorFlow and MXNet pairs are tests/test_efficientdet_frameworks.py.
@@ -35,17 +36,9 @@ SMOKE_FORWARD_FLOPS = {"faster_rcnn": 18_616_025_088, "mask_rcnn": 25_737_742_33
 
 @pytest.fixture(scope="module")
 def described(tmp_path_factory) -> dict[tuple[str, str], dict]:
-    """`python -m tbdkit.describe` (the JSON `tbdkit describe --json` prints) of each framework; PyTorch's
-    canonical weights are saved and loaded into the others (one run per framework, to keep CI short)."""
-    out = {}
-    for model in MODELS:
-        folder = tmp_path_factory.mktemp(model)
-        for fw in FRAMEWORKS[model]:
-            args = ["--save", str(folder / f"{fw}.npz")]
-            if fw != "pytorch":
-                args += ["--weights-from", str(folder / "pytorch.npz")]
-            out[model, fw] = describe_in_stack(model, fw, "--preset", "smoke", *args) | {"npz": folder / f"{fw}.npz"}
-    return out
+    """Each detector described in each framework, PyTorch's weights saved and loaded into the others."""
+    return {(model, fw): d for model in MODELS for fw, d in described_with_pytorch_weights(
+        model, FRAMEWORKS[model], tmp_path_factory.mktemp(model)).items()}
 
 
 @pytest.mark.parametrize("model", MODELS)
