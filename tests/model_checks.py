@@ -526,10 +526,12 @@ def assert_loss_falls(losses: list[float], factor: float = 0.99) -> None:
 @dataclass
 class Learned:
     """What a learning check leaves: the trained state (a PyTorch workload's training, another
-    stack's adapter), the losses and the hyperparameters."""
+    stack's adapter), the losses, the hyperparameters and the groups of initial weights one draw gave
+    (same_draws, read before the first step)."""
     trained: Any
     losses: list[float]
     hp: dict[str, Any]
+    same_draws: list[list[str]] = field(default_factory=list)
 
 
 _LEARNED: dict[tuple[str, str, str | None], Learned] = {}
@@ -544,18 +546,23 @@ def learned(name: str, framework: str, variant: str | None = None) -> Learned:
         assert isinstance(spec, Learning), spec
         model, workload, data = modules(name, framework)
         hp = {**model.hp("smoke", variant), **spec.hp}  # the batch's too (WGAN-GP's holds a slice per critic step)
+        draws: list[list[str]] = []
         if framework == "pytorch":
-            trained, losses = _torch_fixed_batch(workload, data, hp, spec.batch_size, spec.steps)
+            trained, losses = _torch_fixed_batch(workload, data, hp, spec.batch_size, spec.steps,
+                                                 lambda t: draws.extend(same_draws(initial_weights(t.model, framework))))
             assert_loss_falls(losses, spec.factor)
         else:
             trained = adapter(name, framework, hp=hp)
+            draws = same_draws(initial_weights(trained.training.model, framework))
             losses = assert_learns(trained, data, hp, spec.batch_size, spec.steps, spec.factor)
-        _LEARNED[key] = Learned(trained, losses, hp)
+        _LEARNED[key] = Learned(trained, losses, hp, draws)
     return _LEARNED[key]
 
 
-def _torch_fixed_batch(workload: Any, data: Any, hp: dict[str, Any], batch_size: int, steps: int) -> tuple[Any, list[float]]:
-    """`steps` fp32 train steps straight through the workload (seed 0) on one synthetic batch (seed 1)."""
+def _torch_fixed_batch(workload: Any, data: Any, hp: dict[str, Any], batch_size: int, steps: int,
+                       before: Callable[[Any], Any] | None = None) -> tuple[Any, list[float]]:
+    """`steps` fp32 train steps straight through the workload (seed 0) on one synthetic batch (seed 1);
+    `before` sees the training state before the first."""
     import torch
 
     from tbdkit.adapters.pytorch import Precision as TorchPrecision
@@ -565,6 +572,8 @@ def _torch_fixed_batch(workload: Any, data: Any, hp: dict[str, Any], batch_size:
     training = workload.build(hp, cpu)
     inputs = workload.to_device(next(data.batches("synthetic", hp, batch_size, seed=1)), cpu)
     precision = TorchPrecision("fp32", cpu)
+    if before is not None:
+        before(training)
     return training, [float(workload.train_step(training, inputs, precision)) for _ in range(steps)]
 
 
@@ -572,6 +581,48 @@ def losses_on_a_fixed_batch(name: str, batch_size: int, steps: int, hp: dict[str
     """PyTorch: the losses of `steps` fp32 steps on one fixed synthetic smoke batch (or `hp`'s)."""
     model, workload, data = modules(name)
     return _torch_fixed_batch(workload, data, hp or model.hp("smoke"), batch_size, steps)[1]
+
+
+# Initial weights a framework gives the same draw on purpose (the model's workload.toml says why)
+SAME_DRAW: dict[tuple[str, str], str] = {
+    ("pytorch", "transformer"): "TransformerEncoder/Decoder deep-copy one layer into every layer of the stack",
+}
+
+
+def initial_weights(model: Any, framework: str) -> list[tuple[str, np.ndarray]]:
+    """The network's weights, each once (a tied one under its first name), as NumPy arrays."""
+    if framework == "pytorch":
+        return [(n, p.detach().float().cpu().numpy()) for n, p in model.named_parameters()]
+    if framework == "tensorflow":
+        return list({id(w): (w.path, np.asarray(w)) for w in model.weights}.values())
+    return [(n, p.data().asnumpy()) for n, p in model.collect_params().items()]
+
+
+def same_draws(weights: list[tuple[str, np.ndarray]]) -> list[list[str]]:
+    """Groups of random weights (at least 4 values, not all equal) whose first values coincide: one draw given
+    to several weights (a Keras 3 initializer repeats its draw in every weight it initialises, and the same
+    draw of a smaller shape is the start of a larger one's)."""
+    groups: dict[bytes, list[str]] = {}
+    for n, v in weights:
+        flat = np.asarray(v, np.float64).ravel()
+        if flat.size >= 4 and np.any(flat != flat[0]):
+            groups.setdefault(flat[:4].tobytes(), []).append(n)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def import_time_initializers(name: str) -> list[str]:
+    """Keras initializers a TensorFlow workload's module (or a _shared module it loaded) made at import time:
+    an initializer draws its seed when made, so one made before the run seeds Python's generator draws
+    another seed in every process."""
+    import keras
+
+    modules(name, "tensorflow")
+    found = []
+    for module_name, module in list(sys.modules.items()):
+        if module_name.startswith("_shared.") or module_name == f"tbdkit_workloads.{name}.tensorflow":
+            found += [f"{module_name}.{k}" for k, v in vars(module).items()
+                      if isinstance(v, keras.initializers.Initializer)]
+    return found
 
 
 _STEPPED: dict[tuple[str, str], dict[str, tuple[Any, float]]] = {}
@@ -701,6 +752,21 @@ def generated_tests(framework: str) -> dict[str, Any]:
     def test_workload_file_holds_only_model_code(name: str) -> None:
         assert_workload_file_is_clean(name, framework)
 
+    def test_initial_weights_are_drawn_apart(name: str) -> None:
+        """Each random weight its own draw, made after the run's seed (the learning check's network, before its
+        first step): no initializer shared by several weights, none made at import time."""
+        if framework == "tensorflow":
+            assert not import_time_initializers(name), import_time_initializers(name)
+        spec = row(LEARNING, "LEARNING", framework, name)
+        if isinstance(spec, Elsewhere):
+            draws = same_draws(initial_weights(adapter(name, framework).training.model, framework))
+        else:
+            draws = learned(name, framework).same_draws
+        if (framework, name) in SAME_DRAW:
+            assert draws, f"{name} on {framework} is in SAME_DRAW but draws each weight apart: remove its row"
+        else:
+            assert not draws, f"{name} on {framework}: one draw gave these weights their initial values: {draws}"
+
     def test_compiled_step_matches_standard(name: str) -> None:
         spec = row(PARITY, "PARITY", framework, name)
         if not spec.compiled_here:
@@ -732,6 +798,7 @@ def generated_tests(framework: str) -> dict[str, Any]:
             "test_every_math_mode_steps": test_every_math_mode_steps,
             "test_smoke_parameter_count": test_smoke_parameter_count,
             "test_workload_file_holds_only_model_code": test_workload_file_holds_only_model_code,
+            "test_initial_weights_are_drawn_apart": test_initial_weights_are_drawn_apart,
             "test_compiled_step_matches_standard": test_compiled_step_matches_standard,
             "test_bf16_stays_near_fp32": test_bf16_stays_near_fp32}
 

@@ -14,8 +14,13 @@ import tensorflow as tf
 DEPTHS = {"resnet18": ("basic", (2, 2, 2, 2)), "resnet34": ("basic", (3, 4, 6, 3)),
           "resnet50": ("bottleneck", (3, 4, 6, 3)), "resnet101": ("bottleneck", (3, 4, 23, 3))}
 WIDTHS, STRIDES = (64, 128, 256, 512), (1, 2, 2, 2)
-# torchvision initialises convolutions with Kaiming-normal (fan out, ReLU gain)
-CONV_INIT = keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")
+
+
+def conv_init() -> keras.initializers.Initializer:
+    """torchvision's Kaiming-normal (fan out, ReLU gain), one per layer: a Keras 3 initializer draws its seed
+    when made (from the seeded Python generator, so made after the run's seed) and gives every layer it
+    initialises the same values; one shared instance would make same-shaped layers equal."""
+    return keras.initializers.VarianceScaling(2.0, "fan_out", "untruncated_normal")
 
 
 def conv(filters: int, kernel: int, stride: int = 1, name: str | None = None) -> list[keras.layers.Layer]:
@@ -24,7 +29,7 @@ def conv(filters: int, kernel: int, stride: int = 1, name: str | None = None) ->
     layers: list[keras.layers.Layer] = [keras.layers.ZeroPadding2D(pad)] if pad and stride > 1 else []
     padding = "same" if pad and stride == 1 else "valid"
     return layers + [keras.layers.Conv2D(filters, kernel, stride, padding=padding, use_bias=False,
-                                         kernel_initializer=CONV_INIT, name=name)]
+                                         kernel_initializer=conv_init(), name=name)]
 
 
 def batch_norm(name: str | None = None) -> keras.layers.BatchNormalization:

@@ -92,12 +92,16 @@ class Bert(keras.Model):
         super().__init__(name="bert")
         if hp["seq_len"] > hp["max_position_embeddings"]:
             raise ValueError(f"seq_len {hp['seq_len']} exceeds max_position_embeddings {hp['max_position_embeddings']}")
-        h, init = hp["hidden_size"], keras.initializers.RandomNormal(stddev=hp["initializer_range"])
+        h = hp["hidden_size"]
+
+        def init() -> keras.initializers.Initializer:  # one per weight: one instance repeats its draw
+            return keras.initializers.RandomNormal(stddev=hp["initializer_range"])
+
         self.task, self.seq_len = hp["task"], hp["seq_len"]
-        self.word = keras.layers.Embedding(hp["vocab_size"], h, embeddings_initializer=init, name="word_embeddings")
-        self.token_type = keras.layers.Embedding(hp["type_vocab_size"], h, embeddings_initializer=init,
+        self.word = keras.layers.Embedding(hp["vocab_size"], h, embeddings_initializer=init(), name="word_embeddings")
+        self.token_type = keras.layers.Embedding(hp["type_vocab_size"], h, embeddings_initializer=init(),
                                                  name="token_type_embeddings")
-        self.position = keras.layers.Embedding(hp["max_position_embeddings"], h, embeddings_initializer=init,
+        self.position = keras.layers.Embedding(hp["max_position_embeddings"], h, embeddings_initializer=init(),
                                                name="position_embeddings")
         self.embed_norm = keras.layers.LayerNormalization(epsilon=hp["layer_norm_eps"], name="embeddings_norm")
         self.dropout = keras.layers.Dropout(hp["hidden_dropout_prob"])

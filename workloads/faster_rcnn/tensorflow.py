@@ -179,16 +179,22 @@ class FasterRCNN(keras.Model):
         self.trunk = [*stem(), *conv2_5[0], *conv2_5[1], *conv2_5[2]]
         self.head = conv2_5[3]
         channels, anchors = width(depth, 2), len(hp["anchor_sizes"]) * len(hp["anchor_ratios"])
-        rpn_init = dict(kernel_initializer=keras.initializers.RandomNormal(stddev=0.01), bias_initializer="zeros")
-        self.rpn_conv = keras.layers.Conv2D(channels, 3, padding="same", activation="relu", **rpn_init)
-        self.rpn_cls = keras.layers.Conv2D(anchors, 1, **rpn_init)
-        self.rpn_box = keras.layers.Conv2D(anchors * 4, 1, **rpn_init)
+        # an initializer per weight: a Keras 3 initializer gives every weight it initialises the same draw
+        def rpn_init() -> dict[str, Any]:
+            return dict(kernel_initializer=keras.initializers.RandomNormal(stddev=0.01), bias_initializer="zeros")
+
+        self.rpn_conv = keras.layers.Conv2D(channels, 3, padding="same", activation="relu", **rpn_init())
+        self.rpn_cls = keras.layers.Conv2D(anchors, 1, **rpn_init())
+        self.rpn_box = keras.layers.Conv2D(anchors * 4, 1, **rpn_init())
         head_width = width(depth, 3)
         bound = 1 / math.sqrt(head_width)  # nn.Linear's default init
-        init = dict(kernel_initializer=keras.initializers.RandomUniform(-bound, bound),
-                    bias_initializer=keras.initializers.RandomUniform(-bound, bound))
-        self.cls_score = keras.layers.Dense(hp["num_classes"], **init)
-        self.bbox_pred = keras.layers.Dense(hp["num_classes"] * 4, **init)
+
+        def init() -> dict[str, Any]:
+            return dict(kernel_initializer=keras.initializers.RandomUniform(-bound, bound),
+                        bias_initializer=keras.initializers.RandomUniform(-bound, bound))
+
+        self.cls_score = keras.layers.Dense(hp["num_classes"], **init())
+        self.bbox_pred = keras.layers.Dense(hp["num_classes"] * 4, **init())
         self.mean = tf.constant(hp["pixel_mean"], tf.float32)
         self.std = tf.constant(hp["pixel_std"], tf.float32)
         self.rpn(self.features(tf.zeros((1, 64, 64, 3)), False))  # creates the weights

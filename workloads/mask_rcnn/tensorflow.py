@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from _shared.keras_classifier import l2_penalty
-from _shared.keras_resnet import CONV_INIT, run, stages, stem
+from _shared.keras_resnet import conv_init, run, stages, stem
 from _shared.sibling import load
 from _shared.tf_amp import scaled_update
 
@@ -92,8 +92,8 @@ def nearest(x: tf.Tensor, size: tuple[int, int], axes: tuple[int, int] = (1, 2))
 def _dense(units: int, fan_in: int, **kwargs: Any) -> keras.layers.Dense:
     """nn.Linear with its default initialization (weight and bias uniform in +-1/sqrt(fan_in))."""
     bound = 1 / math.sqrt(fan_in)
-    init = keras.initializers.RandomUniform(-bound, bound)
-    return keras.layers.Dense(units, kernel_initializer=init, bias_initializer=init, **kwargs)
+    return keras.layers.Dense(units, kernel_initializer=keras.initializers.RandomUniform(-bound, bound),
+                              bias_initializer=keras.initializers.RandomUniform(-bound, bound), **kwargs)
 
 
 class MaskRCNN(keras.Model):
@@ -104,25 +104,30 @@ class MaskRCNN(keras.Model):
         self.hp = hp
         self.stem = stem()
         self.stages = stages("resnet50")
-        fpn_init = dict(kernel_initializer=keras.initializers.VarianceScaling(1.0, "fan_in", "uniform"),
-                        bias_initializer="zeros")  # kaiming_uniform_(a=1)
-        self.fpn_inner = [keras.layers.Conv2D(FPN_CHANNELS, 1, **fpn_init) for _ in range(4)]
-        self.fpn_layer = [keras.layers.Conv2D(FPN_CHANNELS, 3, padding="same", **fpn_init) for _ in range(4)]
+        # an initializer per weight: a Keras 3 initializer gives every weight it initialises the same draw
+        def fpn_init() -> dict[str, Any]:  # kaiming_uniform_(a=1)
+            return dict(kernel_initializer=keras.initializers.VarianceScaling(1.0, "fan_in", "uniform"),
+                        bias_initializer="zeros")
+
+        def rpn_init() -> dict[str, Any]:
+            return dict(kernel_initializer=keras.initializers.RandomNormal(stddev=0.01), bias_initializer="zeros")
+
+        self.fpn_inner = [keras.layers.Conv2D(FPN_CHANNELS, 1, **fpn_init()) for _ in range(4)]
+        self.fpn_layer = [keras.layers.Conv2D(FPN_CHANNELS, 3, padding="same", **fpn_init()) for _ in range(4)]
         anchors = len(hp["anchor_ratios"])  # one size per level
-        rpn_init = dict(kernel_initializer=keras.initializers.RandomNormal(stddev=0.01), bias_initializer="zeros")
-        self.rpn_conv = keras.layers.Conv2D(FPN_CHANNELS, 3, padding="same", activation="relu", **rpn_init)
-        self.rpn_cls = keras.layers.Conv2D(anchors, 1, **rpn_init)
-        self.rpn_box = keras.layers.Conv2D(anchors * 4, 1, **rpn_init)
+        self.rpn_conv = keras.layers.Conv2D(FPN_CHANNELS, 3, padding="same", activation="relu", **rpn_init())
+        self.rpn_cls = keras.layers.Conv2D(anchors, 1, **rpn_init())
+        self.rpn_box = keras.layers.Conv2D(anchors * 4, 1, **rpn_init())
         flat = FPN_CHANNELS * BOX_POOL * BOX_POOL
         self.fc6 = _dense(BOX_HEAD_WIDTH, flat, activation="relu")
         self.fc7 = _dense(BOX_HEAD_WIDTH, BOX_HEAD_WIDTH, activation="relu")
         self.cls_score = _dense(hp["num_classes"], BOX_HEAD_WIDTH)
         self.bbox_pred = _dense(hp["num_classes"] * 4, BOX_HEAD_WIDTH)
-        self.mask_convs = [keras.layers.Conv2D(c, 3, padding="same", activation="relu", kernel_initializer=CONV_INIT,
+        self.mask_convs = [keras.layers.Conv2D(c, 3, padding="same", activation="relu", kernel_initializer=conv_init(),
                                                bias_initializer="zeros") for c in MASK_HEAD_LAYERS]
         self.mask_upsample = keras.layers.Conv2DTranspose(MASK_HEAD_LAYERS[-1], 2, 2, activation="relu",
-                                                          kernel_initializer=CONV_INIT, bias_initializer="zeros")
-        self.mask_logits = keras.layers.Conv2D(hp["num_classes"], 1, kernel_initializer=CONV_INIT,
+                                                          kernel_initializer=conv_init(), bias_initializer="zeros")
+        self.mask_logits = keras.layers.Conv2D(hp["num_classes"], 1, kernel_initializer=conv_init(),
                                                bias_initializer="zeros")
         self.mean = tf.constant(hp["pixel_mean"], tf.float32)
         self.std = tf.constant(hp["pixel_std"], tf.float32)

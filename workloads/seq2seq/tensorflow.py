@@ -43,16 +43,20 @@ class LSTMCell(keras.layers.Layer):
 
     def build(self, input_shape: Any) -> None:
         u, w = self.units, self.init_weight
-        uniform = keras.initializers.RandomUniform(-w, w)
+
+        def uniform() -> keras.initializers.Initializer:  # one per weight: one instance repeats its draw
+            return keras.initializers.RandomUniform(-w, w)
+
+        bias_draw = uniform()
 
         def with_forget_bias(shape: Any, dtype: Any = None) -> Any:
-            return uniform(shape, dtype) + np.concatenate([np.zeros(u), np.full(u, self.forget_bias),
+            return bias_draw(shape, dtype) + np.concatenate([np.zeros(u), np.full(u, self.forget_bias),
                                                            np.zeros(2 * u)]).astype(np.float32)
 
-        self.kernel = self.add_weight(shape=(input_shape[-1], 4 * u), initializer=uniform, name="kernel")
-        self.recurrent_kernel = self.add_weight(shape=(u, 4 * u), initializer=uniform, name="recurrent_kernel")
+        self.kernel = self.add_weight(shape=(input_shape[-1], 4 * u), initializer=uniform(), name="kernel")
+        self.recurrent_kernel = self.add_weight(shape=(u, 4 * u), initializer=uniform(), name="recurrent_kernel")
         self.bias_input = self.add_weight(shape=(4 * u,), initializer=with_forget_bias, name="bias_input")
-        self.bias_hidden = self.add_weight(shape=(4 * u,), initializer=uniform, name="bias_hidden")
+        self.bias_hidden = self.add_weight(shape=(4 * u,), initializer=uniform(), name="bias_hidden")
         self.built = True
 
     def call(self, inputs: tf.Tensor, states: Any, training: bool = False) -> tuple[tf.Tensor, list[tf.Tensor]]:
@@ -74,22 +78,24 @@ class Seq2Seq(keras.Model):
         super().__init__(name="seq2seq")
         _check(hp)
         u, w = hp["num_units"], hp["init_weight"]
-        uniform = keras.initializers.RandomUniform(-w, w)
         self.units = u
+
+        def uniform() -> keras.initializers.Initializer:  # one per weight: one instance repeats its draw
+            return keras.initializers.RandomUniform(-w, w)
 
         def cell(direction: str | None = None) -> LSTMCell:
             return LSTMCell(u, w, hp["forget_bias"], direction)
 
-        self.source_embed = keras.layers.Embedding(hp["source_vocab_size"], u, embeddings_initializer=uniform)
-        self.target_embed = keras.layers.Embedding(hp["target_vocab_size"], u, embeddings_initializer=uniform)
+        self.source_embed = keras.layers.Embedding(hp["source_vocab_size"], u, embeddings_initializer=uniform())
+        self.target_embed = keras.layers.Embedding(hp["target_vocab_size"], u, embeddings_initializer=uniform())
         self.dropout = keras.layers.Dropout(hp["dropout"])
         self.encoder_fwd = keras.layers.RNN(cell("forward"), return_sequences=True, return_state=True)
         self.encoder_bwd = keras.layers.RNN(cell("backward"), return_sequences=True, return_state=True,
                                             go_backwards=True)
-        self.memory_layer = keras.layers.Dense(u, use_bias=False, kernel_initializer=uniform)
+        self.memory_layer = keras.layers.Dense(u, use_bias=False, kernel_initializer=uniform())
         self.cells = [cell(), cell()]  # input feeding: layer 1 reads [y; attention] (2u)
-        self.attention_layer = keras.layers.Dense(u, use_bias=False, kernel_initializer=uniform)
-        self.project = keras.layers.Dense(hp["target_vocab_size"], use_bias=False, kernel_initializer=uniform)
+        self.attention_layer = keras.layers.Dense(u, use_bias=False, kernel_initializer=uniform())
+        self.project = keras.layers.Dense(hp["target_vocab_size"], use_bias=False, kernel_initializer=uniform())
         self.scale = self.add_weight(shape=(), initializer="ones", name="scale")  # g of "scaled_luong"
         for layer, width in ((self.source_embed, None), (self.target_embed, None), (self.encoder_fwd, u),
                              (self.encoder_bwd, u), (self.memory_layer, 2 * u), (self.cells[0], 2 * u),

@@ -35,9 +35,9 @@ def sinusoids(length: int, d_model: int) -> np.ndarray:
 
 def _torch_linear(fan_in: int, bias: bool = True) -> dict[str, Any]:
     """PyTorch's nn.Linear initialisation: weight and bias uniform in +-1/sqrt(fan_in)."""
-    bound = 1.0 / math.sqrt(fan_in)
-    init = keras.initializers.RandomUniform(-bound, bound)
-    return {"kernel_initializer": init, "bias_initializer": init if bias else "zeros"}
+    bound = 1.0 / math.sqrt(fan_in)  # an initializer per weight: one instance repeats its draw
+    return {"kernel_initializer": keras.initializers.RandomUniform(-bound, bound),
+            "bias_initializer": keras.initializers.RandomUniform(-bound, bound) if bias else "zeros"}
 
 
 class Attention(keras.layers.Layer):
@@ -50,9 +50,11 @@ class Attention(keras.layers.Layer):
         self.heads, self.head_size = heads, d_model // heads
         # MultiheadAttention: Xavier-uniform over the packed (3d, d) in_proj, zero biases; its output
         # projection keeps nn.Linear's weight initialisation with a zero bias.
-        packed = keras.initializers.RandomUniform(-math.sqrt(6.0 / (4 * d_model)), math.sqrt(6.0 / (4 * d_model)))
-        self.query, self.key, self.value = (keras.layers.Dense(d_model, kernel_initializer=packed, name=n)
-                                            for n in ("query", "key", "value"))
+        # (a Keras 3 initializer repeats its draw for every weight it initialises: one per projection)
+        bound = math.sqrt(6.0 / (4 * d_model))
+        self.query, self.key, self.value = (
+            keras.layers.Dense(d_model, kernel_initializer=keras.initializers.RandomUniform(-bound, bound), name=n)
+            for n in ("query", "key", "value"))
         self.out = keras.layers.Dense(d_model, kernel_initializer=_torch_linear(d_model)["kernel_initializer"],
                                       name="out")
         self.dropout = keras.layers.Dropout(dropout)
