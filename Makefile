@@ -16,7 +16,6 @@ REPEAT ?= 1
 REPORT ?= report
 # workers of `make test`'s parallel pass per suite (see test-host below)
 TEST_WORKERS ?= 2
-TEST_WORKERS_pytorch ?= 1
 TEST_WORKERS_host ?= 3
 
 # Every value a user can set reaches the shell as one word: $(call quote,V) single-quotes it
@@ -112,15 +111,17 @@ test:
 # a stack's suite one model's tests: much of a test is a fixed wall-clock window, a process start or a graph
 # trace on one thread, which leaves a core idle), the longest first (tests/scheduling.py); then the serial
 # ones (they time things, need the machine to themselves or expect undisturbed runs) alone, collecting only
-# the files that hold them. PyTorch's suite runs in one process: its tests use both cores (intra-op
-# threads), and on two workers it took 126 s against 90 s alone. The host suite runs on three: much of its
-# work waits on processes starting, images building and fixed windows, and on CI's 2-core machine its
-# parallel pass took 1,125 s on three workers (the cores 99% busy) against 1,264 s on two.
-# $(call two_passes,PYTEST COMMAND,FOLDER,DURATIONS,WORKERS): both passes run even when the first fails; a
-# folder with no serial test skips the second.
+# the files that hold them. A stack's workers run one framework thread each (ONE_THREAD): much of a stack
+# test is single-threaded (TorchDynamo's and XLA's compilation, graph traces), and two workers of two
+# threads each crowded two cores (PyTorch's suite with every compiled leg: 462 s on one worker, 418 s on
+# two of two threads, 291 s on two of one; TensorFlow's 528 s against 480 s). The host suite runs on
+# three: much of its work waits on processes starting, images building and fixed windows, and on CI's
+# 2-core machine its parallel pass took 1,125 s on three workers (the cores 99% busy) against 1,264 s on two.
+# $(call two_passes,PYTEST COMMAND,FOLDER,DURATIONS,WORKERS[,PARALLEL ENV]): both passes run even when the
+# first fails; a folder with no serial test skips the second; PARALLEL ENV prefixes the first pass alone.
 define two_passes
 	@rc=0; \
-	$(1) $(2) -m "not serial" $(if $(filter-out 1,$(4)),-n $(call quote,$(4)) --dist loadfile --no-loadscope-reorder) \
+	$(5) $(1) $(2) -m "not serial" $(if $(filter-out 1,$(4)),-n $(call quote,$(4)) --dist loadfile --no-loadscope-reorder) \
 		--durations=$(3) || rc=$$?; \
 	alone=$$($(call quote,$(value PYTHON)) tests/scheduling.py $(2)); \
 	if [ -n "$$alone" ]; then $(1) $$alone -m serial --durations=$(3) || rc=$$?; \
@@ -131,12 +132,14 @@ test-host: $(KIT_STAMP)
 	$(TBDKIT) setup $(FRAMEWORK_TESTS)
 	$(call two_passes,$(VENV)/bin/python -m pytest $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS)),tests,15,$(or $(value TEST_WORKERS_host),$(value TEST_WORKERS)))
 
+# one thread per worker of a stack's parallel pass: OpenMP's (PyTorch, MXNet) and TensorFlow's two pools
+ONE_THREAD := OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
 test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(TBDKIT) setup $*
-	$(call two_passes,.venvs/$*/bin/python -m pytest,tests/$*,5,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS)))
+	$(call two_passes,.venvs/$*/bin/python -m pytest,tests/$*,5,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS)),$(if $(filter-out 1,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS))),$(ONE_THREAD)))
 
 # Every cell's compiled step against its standard one, the cells `make test` leaves out for their cost too
-# (tests/model_checks.py PARITY, in_ci=False: PyTorch's larger networks, whose TorchDynamo trace takes minutes).
+# (tests/model_checks.py PARITY, in_ci=False: TensorFlow's EfficientDet, Inception-v3 and WGAN-GP under XLA).
 test-compiled: $(KIT_STAMP)
 	@rc=0; for s in $(FRAMEWORK_TESTS); do \
 		TBDKIT_TEST_COMPILED=all .venvs/$$s/bin/python -m pytest tests/$$s/test_every_model_$$s.py \

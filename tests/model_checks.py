@@ -323,46 +323,45 @@ _TF_EAGER = "no tf.function"  # tensorflow_compile.NO_FUNCTION: the detectors' e
 _XLA_REFUSED = "XLA could not compile the step"  # tensorflow_compile.XlaStep.run's fallback
 _MX_VARIABLE = "static_shape would re-plan"  # mxnet_compile.VARIABLE: inputs padded to each batch's longest
 _MX_BF16 = "MXNet 1.9's bfloat16 AMP could not run"  # adapters.mxnet.BF16_FAILED
-# Seconds of a cell's compiled leg on CI's 2 cores where it is left out of `make test` (PyTorch's: TorchDynamo and
-# AOTAutograd's eager backend, measured alone on a quiet machine; TensorFlow's under other jobs' load);
-# `make test-compiled` runs them all
+# Seconds of a cell's compiled leg where it is left out of `make test`: the adapter's build and three steps,
+# XLA's compilation in the first, measured alone on a quiet 2-core machine (twice that beside another
+# worker); `make test-compiled` runs them all
 PARITY: dict[str, dict[str, Parity]] = {
     "pytorch": {
         "a3c": Parity(batch_size=2), "bert": Parity(), "deepspeech2": Parity(), "minigo": Parity(),
         "transformer": Parity(),
         # the proposals it samples follow the RPN's scores: a last-digit difference picks other RoIs by step 3
-        "faster_rcnn": Parity(compiled_tol=0.05, in_ci=False),  # 45 s
+        "faster_rcnn": Parity(compiled_tol=0.05),
         # batch norm over 2 images: bf16's rounding moves the next losses by up to 11% of the first
         "resnet50": Parity(bf16_tol=0.2),
         "inception_v3": Parity(compiled_tol=0.1, bf16_tol=0.2),
         # its focal loss over a batch of 2 swings by 20% from step to step (7.5 after 6.3): bf16 moves the swing
-        "efficientdet": Parity(compiled_tol=1e-2, bf16_tol=0.25, in_ci=False),  # 64 s
+        "efficientdet": Parity(compiled_tol=1e-2, bf16_tol=0.25),
         # as Faster R-CNN's, and from the first step: its compiled first loss 7.6476 against 7.6400 (1e-3), the
-        # second 1.4% off (torch 2.14.1, `make test-compiled`); that the RoIs differ is a guess, not checked
-        "mask_rcnn": Parity(compiled_tol=0.05, forward_tol=2e-3, in_ci=False),  # 102 s
-        "seq2seq": Parity(in_ci=False),  # 40 s (145 s under load): the decoder's loop unrolls per target length
+        # second 1.4% off (torch 2.14.1); that the RoIs differ is a guess, not checked
+        "mask_rcnn": Parity(compiled_tol=0.05, forward_tol=2e-3),
+        "seq2seq": Parity(),
         "wgan_gp": Parity(not_compiled="no double backward"),
     },
     "tensorflow": {
         "a3c": Parity(batch_size=2),
-        "bert": Parity(hp={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}, in_ci=False),  # 28 s
-        "deepspeech2": Parity(in_ci=False),  # 24 s
+        "bert": Parity(hp={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}),
+        "deepspeech2": Parity(),
         # proposals sampled by the RPN's scores: bf16's rounding picks other RoIs (14% by the third step, once)
         "faster_rcnn": Parity(not_compiled=_TF_EAGER, bf16_tol=0.25),
         "mask_rcnn": Parity(not_compiled=_TF_EAGER), "minigo": Parity(),
         # XLA draws the drop-path masks inside the step with another generator
-        "efficientdet": Parity(compiled_tol=None, in_ci=False),  # ~200 s
+        "efficientdet": Parity(compiled_tol=None, in_ci=False),  # 68 s
         # dropout 0.5 before the classifier: XLA draws its mask otherwise, and in bf16 it is drawn in bfloat16
-        "inception_v3": Parity(compiled_tol=None, bf16_tol=None, in_ci=False),  # ~220 s
+        "inception_v3": Parity(compiled_tol=None, bf16_tol=None, in_ci=False),  # 43 s
         # batch norm over 4 images through 50 layers: XLA's reassociation grows to ~2% of the stem's update,
         # and bf16's rounding moves the next losses by 11%
-        "resnet50": Parity(compiled_tol=0.15, bf16_tol=0.2, in_ci=False),  # 46 s
+        "resnet50": Parity(compiled_tol=0.15, bf16_tol=0.2),
         "seq2seq": Parity(not_compiled=_XLA_REFUSED),
         # XLA draws dropout masks with another generator
-        "transformer": Parity(hp={"dropout": 0.0}, in_ci=False),  # 35 s
-        # XLA draws the step's noise otherwise: finite losses only, for 57 s of compilation; the learning check's
-        # two critic steps
-        "wgan_gp": Parity(compiled_tol=None, hp={"critic_iters": 2}, in_ci=False),
+        "transformer": Parity(hp={"dropout": 0.0}),
+        # XLA draws the step's noise otherwise: finite losses only; the learning check's two critic steps
+        "wgan_gp": Parity(compiled_tol=None, hp={"critic_iters": 2}, in_ci=False),  # 41 s
     },
     "mxnet": {
         "a3c": Parity(batch_size=2, bf16_tol=None),  # bf16 logits sample other actions

@@ -84,7 +84,7 @@ def test_log_txt_records_the_command_as_a_shell_reads_it(tmp_path, monkeypatch):
 USER_VARIABLES = ("MODEL FRAMEWORK BATCH PRESET PRECISION GRAPH LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA PYTHON "
                   "REPEAT REPORT CPUS PIN ONE_PROCESS RETRY_DISTURBED INCLUDE_DISTURBED KICK_RESULTS DEVICE QUICK ADOPT WHEELS BUDGET "
                   "TEST_WORKERS TEST_WORKERS_host TEST_WORKERS_pytorch TEST_WORKERS_tensorflow TEST_WORKERS_mxnet").split()
-MAKEFILE_OWN = {"VENV", "TBDKIT", "KIT_STAMP", "KIT_LOCK", "FRAMEWORK_TESTS", "MAKE", "USER_VARIABLES"}
+MAKEFILE_OWN = {"VENV", "TBDKIT", "KIT_STAMP", "KIT_LOCK", "FRAMEWORK_TESTS", "MAKE", "USER_VARIABLES", "ONE_THREAD"}
 
 
 def test_every_variable_the_makefile_reads_is_its_own_or_a_user_one():
@@ -104,7 +104,7 @@ def test_every_default_reaches_its_command_and_the_command_line_overrides_it(tmp
         pytest.skip("no make here")
     shutil.copy(KIT_ROOT / "Makefile", tmp_path / "Makefile")
     defaults = dict(re.findall(r"^([A-Z][A-Za-z_]*) \?= ?(.*)$", (KIT_ROOT / "Makefile").read_text(), flags=re.M))
-    assert {"TEST_WORKERS", "TEST_WORKERS_host", "TEST_WORKERS_pytorch", "MODEL", "PRECISION"} <= set(defaults)
+    assert {"TEST_WORKERS", "TEST_WORKERS_host", "MODEL", "PRECISION"} <= set(defaults)
     probe = tmp_path / "probe.mk"
     probe.write_text("include Makefile\nprobe:\n\t@echo " + " ".join(f"{v}=[$(value {v})]" for v in defaults) + "\n")
     out = subprocess.run([make, "-s", "-f", probe.name, "probe"], cwd=tmp_path, capture_output=True, text=True,
@@ -118,8 +118,12 @@ def test_every_default_reaches_its_command_and_the_command_line_overrides_it(tmp
         return line
 
     assert "-n '3' --dist loadfile" in parallel_pass("test-host")
-    assert "-n '2' --dist loadfile" in parallel_pass("test-tensorflow")
-    assert "--dist" not in parallel_pass("test-pytorch")
+    # a stack's workers take one framework thread each; one worker keeps the framework's own threads
+    for stack in ("pytorch", "tensorflow", "mxnet"):
+        assert parallel_pass(f"test-{stack}").startswith("rc=0; OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 ")
+        assert "-n '2' --dist loadfile" in parallel_pass(f"test-{stack}")
+    one = parallel_pass("test-pytorch", "TEST_WORKERS_pytorch=1")
+    assert "--dist" not in one and "OMP_NUM_THREADS" not in one
     assert "-n '2' --dist loadfile" in parallel_pass("test-host", "TEST_WORKERS_host=2")
 
 
