@@ -114,9 +114,10 @@ test:
 # the files that hold them. A stack's workers run one framework thread each (ONE_THREAD): much of a stack
 # test is single-threaded (TorchDynamo's and XLA's compilation, graph traces), and two workers of two
 # threads each crowded two cores (PyTorch's suite with every compiled leg: 462 s on one worker, 418 s on
-# two of two threads, 291 s on two of one; TensorFlow's 528 s against 480 s). The host suite runs on
-# three: much of its work waits on processes starting, images building and fixed windows, and on CI's
-# 2-core machine its parallel pass took 1,125 s on three workers (the cores 99% busy) against 1,264 s on two.
+# two of two threads, 291 s on two of one; TensorFlow's with three XLA legs 431 s on two threads each,
+# with four 353 s on one). The host suite runs on three: much of its work waits on processes starting,
+# images building and fixed windows, and on CI's 2-core machine its parallel pass took 1,125 s on three
+# workers (the cores 99% busy) against 1,264 s on two.
 # $(call two_passes,PYTEST COMMAND,FOLDER,DURATIONS,WORKERS[,PARALLEL ENV]): both passes run even when the
 # first fails; a folder with no serial test skips the second; PARALLEL ENV prefixes the first pass alone.
 define two_passes
@@ -139,7 +140,7 @@ test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(call two_passes,.venvs/$*/bin/python -m pytest,tests/$*,5,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS)),$(if $(filter-out 1,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS))),$(ONE_THREAD)))
 
 # Every cell's compiled step against its standard one, the cells `make test` leaves out for their cost too
-# (tests/model_checks.py PARITY, in_ci=False: TensorFlow's EfficientDet, Inception-v3 and WGAN-GP under XLA).
+# (tests/model_checks.py PARITY, in_ci=False: TensorFlow's EfficientDet, Inception-v3, WGAN-GP and ResNet-50).
 test-compiled: $(KIT_STAMP)
 	@rc=0; for s in $(FRAMEWORK_TESTS); do \
 		TBDKIT_TEST_COMPILED=all .venvs/$$s/bin/python -m pytest tests/$$s/test_every_model_$$s.py \

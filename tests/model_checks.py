@@ -356,7 +356,7 @@ PARITY: dict[str, dict[str, Parity]] = {
         "inception_v3": Parity(compiled_tol=None, bf16_tol=None, in_ci=False),  # 43 s
         # batch norm over 4 images through 50 layers: XLA's reassociation grows to ~2% of the stem's update,
         # and bf16's rounding moves the next losses by 11%
-        "resnet50": Parity(compiled_tol=0.15, bf16_tol=0.2),
+        "resnet50": Parity(compiled_tol=0.15, bf16_tol=0.2, in_ci=False),  # 16 s
         "seq2seq": Parity(not_compiled=_XLA_REFUSED),
         # XLA draws dropout masks with another generator
         "transformer": Parity(hp={"dropout": 0.0}),

@@ -78,7 +78,7 @@ LONGEST_FIRST: dict[str, float] = {
     "pytorch/transformer": 40,
     "pytorch/resnet50": 38,
     "pytorch/inception_v3": 37,
-    # TensorFlow's suite (two workers of one thread each; 670 s of durations, four more compiled legs)
+    # TensorFlow's suite (two workers, measured with one thread each and four more compiled legs: 670 s of durations)
     "tensorflow/efficientdet": 121,
     "tensorflow/inception_v3": 87,
     "tensorflow/resnet50": 85,
