@@ -119,10 +119,11 @@ test:
 # images building and fixed windows, and on CI's 2-core machine its parallel pass took 1,125 s on three
 # workers (the cores 99% busy) against 1,264 s on two.
 # $(call two_passes,PYTEST COMMAND,FOLDER,DURATIONS,WORKERS[,PARALLEL ENV]): both passes run even when the
-# first fails; a folder with no serial test skips the second; PARALLEL ENV prefixes the first pass alone.
+# first fails; a folder with no serial test skips the second; PARALLEL ENV prefixes the first pass alone, and
+# only when it runs on several workers.
 define two_passes
 	@rc=0; \
-	$(5) $(1) $(2) -m "not serial" $(if $(filter-out 1,$(4)),-n $(call quote,$(4)) --dist loadfile --no-loadscope-reorder) \
+	$(if $(filter-out 1,$(4)),$(5)) $(1) $(2) -m "not serial" $(if $(filter-out 1,$(4)),-n $(call quote,$(4)) --dist loadfile --no-loadscope-reorder) \
 		--durations=$(3) || rc=$$?; \
 	alone=$$($(call quote,$(value PYTHON)) tests/scheduling.py $(2)); \
 	if [ -n "$$alone" ]; then $(1) $$alone -m serial --durations=$(3) || rc=$$?; \
@@ -137,7 +138,7 @@ test-host: $(KIT_STAMP)
 ONE_THREAD := OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
 test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(TBDKIT) setup $*
-	$(call two_passes,.venvs/$*/bin/python -m pytest,tests/$*,5,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS)),$(if $(filter-out 1,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS))),$(ONE_THREAD)))
+	$(call two_passes,.venvs/$*/bin/python -m pytest,tests/$*,5,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS)),$(ONE_THREAD))
 
 # Every cell's compiled step against its standard one, the cells `make test` leaves out for their cost too
 # (tests/model_checks.py PARITY, in_ci=False: TensorFlow's EfficientDet, Inception-v3, WGAN-GP and ResNet-50).

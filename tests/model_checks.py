@@ -755,7 +755,8 @@ def generated_tests(framework: str) -> dict[str, Any]:
         """Each random weight its own draw, made after the run's seed (the learning check's network, before its
         first step): no initializer shared by several weights, none made at import time."""
         if framework == "tensorflow":
-            assert not import_time_initializers(name), import_time_initializers(name)
+            made_at_import = import_time_initializers(name)
+            assert not made_at_import, made_at_import
         spec = row(LEARNING, "LEARNING", framework, name)
         if isinstance(spec, Elsewhere):
             draws = same_draws(initial_weights(adapter(name, framework).training.model, framework))
