@@ -351,17 +351,17 @@ PARITY: dict[str, dict[str, Parity]] = {
         "faster_rcnn": Parity(not_compiled=_TF_EAGER, bf16_tol=0.25),
         "mask_rcnn": Parity(not_compiled=_TF_EAGER), "minigo": Parity(),
         # XLA draws the drop-path masks inside the step with another generator
-        "efficientdet": Parity(compiled_tol=None, in_ci=False),  # 68 s
+        "efficientdet": Parity(compiled_tol=None),
         # dropout 0.5 before the classifier: XLA draws its mask otherwise, and in bf16 it is drawn in bfloat16
-        "inception_v3": Parity(compiled_tol=None, bf16_tol=None, in_ci=False),  # 43 s
+        "inception_v3": Parity(compiled_tol=None, bf16_tol=None),
         # batch norm over 4 images through 50 layers: XLA's reassociation grows to ~2% of the stem's update,
         # and bf16's rounding moves the next losses by 11%
-        "resnet50": Parity(compiled_tol=0.15, bf16_tol=0.2, in_ci=False),  # 16 s
+        "resnet50": Parity(compiled_tol=0.15, bf16_tol=0.2),
         "seq2seq": Parity(not_compiled=_XLA_REFUSED),
         # XLA draws dropout masks with another generator
         "transformer": Parity(hp={"dropout": 0.0}),
         # XLA draws the step's noise otherwise: finite losses only; the learning check's two critic steps
-        "wgan_gp": Parity(compiled_tol=None, hp={"critic_iters": 2}, in_ci=False),  # 41 s
+        "wgan_gp": Parity(compiled_tol=None, hp={"critic_iters": 2}),
     },
     "mxnet": {
         "a3c": Parity(batch_size=2, bf16_tol=None),  # bf16 logits sample other actions

@@ -86,6 +86,7 @@ def test_uv_is_given_the_indexes_pip_is_configured_with() -> None:
     assert installer.pip_index_options("") == []
     uv_cmds = installer.commands("uv", "/bin/uv", Path("/v/bin/python"), Path("/k/locks/x.txt"), Path("/k"))
     assert uv_cmds[0][:3] == ["/bin/uv", "pip", "sync"] and "--require-hashes" in uv_cmds[0]
+    assert "--compile-bytecode" in uv_cmds[0]  # as pip does by default: imports need not compile the sources
     pip_cmds = installer.commands("pip", None, Path("/v/bin/python"), Path("/k/locks/x.txt"), Path("/k"))
     assert pip_cmds[0][-5:] == ["install", "--require-hashes", "--no-deps", "-r", "/k/locks/x.txt"]
     assert pip_cmds[1][-3:] == ["--no-deps", "-e", "/k"]

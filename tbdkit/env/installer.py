@@ -8,6 +8,11 @@ dependencies (the lock already holds them).
 uv does not read pip's configuration, so it is handed pip's index options (`pip config list`, which
 includes PIP_* variables): the wheel folders and file indexes a machine keeps (say a local copy of
 torch's 3 GB of wheels) are then found by uv first, as pip finds them.
+
+Both write every module's bytecode at install (pip does by default, uv with --compile-bytecode): a
+framework's import otherwise compiles its sources in every process wherever the cache cannot be written
+(PYTHONDONTWRITEBYTECODE, a read-only image): TensorFlow's import took 19 s without it and 5.6 s with it,
+MXNet's 9.0 and 2.2 s, PyTorch's 5.1 and 3.0 s (2 cores), and every agent run and test imports one.
 """
 
 from __future__ import annotations
@@ -96,7 +101,7 @@ def commands(installer: str, uv: str | None, python: Path, lock: Path, kit_root:
         assert uv is not None
         index = pip_index_options(pip_config())
         return [
-            [uv, "pip", "sync", "--python", str(python), "--require-hashes", *index, str(lock)],
+            [uv, "pip", "sync", "--python", str(python), "--require-hashes", "--compile-bytecode", *index, str(lock)],
             [uv, "pip", "install", "--python", str(python), "--no-deps", *index, "-e", str(kit_root)],
         ]
     pip = [str(python), "-m", "pip", "--disable-pip-version-check"]
