@@ -323,9 +323,9 @@ _TF_EAGER = "no tf.function"  # tensorflow_compile.NO_FUNCTION: the detectors' e
 _XLA_REFUSED = "XLA could not compile the step"  # tensorflow_compile.XlaStep.run's fallback
 _MX_VARIABLE = "static_shape would re-plan"  # mxnet_compile.VARIABLE: inputs padded to each batch's longest
 _MX_BF16 = "MXNet 1.9's bfloat16 AMP could not run"  # adapters.mxnet.BF16_FAILED
-# Seconds of a cell's compiled leg where it is left out of `make test`: the adapter's build and three steps,
-# XLA's compilation in the first, measured alone on a quiet 2-core machine (twice that beside another
-# worker); `make test-compiled` runs them all
+# Seconds of a cell's compiled leg where it is left out of `make test`: its first step (the trace and XLA's
+# compilation), measured alone with one TensorFlow thread, as a `make test` worker runs, on a 2-core Xeon where
+# TensorFlow's suite took 731 s with the four (CI's budget has no room for them); `make test-compiled` runs them all
 PARITY: dict[str, dict[str, Parity]] = {
     "pytorch": {
         "a3c": Parity(batch_size=2), "bert": Parity(), "deepspeech2": Parity(), "minigo": Parity(),
@@ -334,7 +334,9 @@ PARITY: dict[str, dict[str, Parity]] = {
         "faster_rcnn": Parity(compiled_tol=0.05),
         # batch norm over 2 images: bf16's rounding moves the next losses by up to 11% of the first
         "resnet50": Parity(bf16_tol=0.2),
-        "inception_v3": Parity(compiled_tol=0.1, bf16_tol=0.2),
+        # as ResNet-50's, and the CPU's bf16 kernels move it: 29% of the first loss by the third step on a Xeon with
+        # AMX-BF16 (9.93, 6.05, 4.51 against 9.50, 4.71, 1.75, the same in every run there), under 20% elsewhere
+        "inception_v3": Parity(compiled_tol=0.1, bf16_tol=0.35),
         # its focal loss over a batch of 2 swings by 20% from step to step (7.5 after 6.3): bf16 moves the swing
         "efficientdet": Parity(compiled_tol=1e-2, bf16_tol=0.25),
         # as Faster R-CNN's, and from the first step: its compiled first loss 7.6476 against 7.6400 (1e-3), the
@@ -351,17 +353,17 @@ PARITY: dict[str, dict[str, Parity]] = {
         "faster_rcnn": Parity(not_compiled=_TF_EAGER, bf16_tol=0.25),
         "mask_rcnn": Parity(not_compiled=_TF_EAGER), "minigo": Parity(),
         # XLA draws the drop-path masks inside the step with another generator
-        "efficientdet": Parity(compiled_tol=None),
+        "efficientdet": Parity(compiled_tol=None, in_ci=False),  # 102 s
         # dropout 0.5 before the classifier: XLA draws its mask otherwise, and in bf16 it is drawn in bfloat16
-        "inception_v3": Parity(compiled_tol=None, bf16_tol=None),
+        "inception_v3": Parity(compiled_tol=None, bf16_tol=None, in_ci=False),  # 67 s
         # batch norm over 4 images through 50 layers: XLA's reassociation grows to ~2% of the stem's update,
         # and bf16's rounding moves the next losses by 11%
-        "resnet50": Parity(compiled_tol=0.15, bf16_tol=0.2),
+        "resnet50": Parity(compiled_tol=0.15, bf16_tol=0.2, in_ci=False),  # 33 s
         "seq2seq": Parity(not_compiled=_XLA_REFUSED),
         # XLA draws dropout masks with another generator
         "transformer": Parity(hp={"dropout": 0.0}),
         # XLA draws the step's noise otherwise: finite losses only; the learning check's two critic steps
-        "wgan_gp": Parity(compiled_tol=None, hp={"critic_iters": 2}),
+        "wgan_gp": Parity(compiled_tol=None, hp={"critic_iters": 2}, in_ci=False),  # 69 s
     },
     "mxnet": {
         "a3c": Parity(batch_size=2, bf16_tol=None),  # bf16 logits sample other actions
