@@ -141,7 +141,7 @@ test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(call two_passes,.venvs/$*/bin/python -m pytest,tests/$*,5,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS)),$(ONE_THREAD))
 
 # Every cell's compiled step against its standard one, the cells `make test` leaves out for their cost too
-# (tests/model_checks.py PARITY, in_ci=False: TensorFlow's EfficientDet, Inception-v3, WGAN-GP and ResNet-50).
+# (tests/model_checks.py PARITY, in_ci=False: TensorFlow's EfficientDet, Inception-v3 and WGAN-GP).
 test-compiled: $(KIT_STAMP)
 	@rc=0; for s in $(FRAMEWORK_TESTS); do \
 		TBDKIT_TEST_COMPILED=all .venvs/$$s/bin/python -m pytest tests/$$s/test_every_model_$$s.py \

@@ -64,5 +64,15 @@ if [ ! -s "$tarball" ]; then
 else
   echo "make-base: using the cached $tarball"
 fi
-docker import --change 'CMD ["/bin/bash"]' "$tarball" "$tag" >/dev/null
-echo "make-base: imported $tag"
+# Imported once per tarball: an image already tagged from this tarball keeps its id, so the stand-ins
+# built on it (framework-base.Dockerfile) and the stacks' layers before the kit's own come from Docker's
+# build cache on a second run on the same machine; the kit's layers are built afresh every time.
+stamp="$(basename "$tarball"):$(stat -c %s:%Y "$tarball")"  # its name, size and time: a new bootstrap is imported again
+imported=$(docker image inspect --format '{{ index .Config.Labels "tbdkit.base-tarball" }}' "$tag" 2>/dev/null || true)
+if [ "$imported" = "$stamp" ]; then
+  echo "make-base: $tag already holds $(basename "$tarball")"
+else
+  docker import --change 'CMD ["/bin/bash"]' --change "LABEL tbdkit.base-tarball=$stamp" \
+    "$tarball" "$tag" >/dev/null
+  echo "make-base: imported $tag"
+fi
