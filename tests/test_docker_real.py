@@ -202,6 +202,23 @@ def test_a_crashing_container_leaves_its_log_and_a_failed_summary(ci_image, user
     assert_removed(f"tbdkit-{run.name}")
 
 
+def test_a_base_is_imported_once_per_tarball(ci_image):
+    """make-base.sh imports its cached tarball under a tag once: run again, the image keeps its id (so
+    Docker's build cache serves the stand-in built on it and the stack's layers below the kit's own)."""
+    tag = "tbdkit-ci/import-probe"
+    try:
+        runs, ids = [], []
+        for _ in range(2):
+            runs.append(subprocess.run(["bash", str(ROOT / "docker/ci/make-base.sh"), tag], capture_output=True,
+                                       text=True, timeout=600))
+            assert runs[-1].returncode == 0, runs[-1].stderr[-2000:]
+            ids.append((images.inspect_image(tag) or {}).get("id"))
+        assert "imported " + tag in runs[0].stdout and "already holds" in runs[1].stdout, [r.stdout for r in runs]
+        assert ids[0] and ids[0].startswith("sha256:") and ids[1] == ids[0], ids
+    finally:
+        images.docker("rmi", tag, check=False)
+
+
 # The other stacks' own Dockerfiles, built on a CPU stand-in for their NGC bases
 # (docker/ci/framework-base.Dockerfile: the framework wheel from pyproject's extra in the system
 # Python, as NGC holds it), then the same Deep Speech 2 bench in a container. MXNet's stand-in is
