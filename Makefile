@@ -16,7 +16,7 @@ REPEAT ?= 1
 REPORT ?= report
 # workers of `make test`'s parallel pass per suite (see test-host below)
 TEST_WORKERS ?= 2
-TEST_WORKERS_host ?= 3
+TEST_WORKERS_host ?= 4
 
 # Every value a user can set reaches the shell as one word: $(call quote,V) single-quotes it
 # (each ' inside written '\''), so a path with spaces or ; stays one argument and runs nothing.
@@ -115,9 +115,10 @@ test:
 # test is single-threaded (TorchDynamo's and XLA's compilation, graph traces), and two workers of two
 # threads each crowded two cores (PyTorch's suite with every compiled leg: 462 s on one worker, 418 s on
 # two of two threads, 291 s on two of one; TensorFlow's with three XLA legs 431 s on two threads each,
-# with four 353 s on one). The host suite runs on three: much of its work waits on processes starting,
-# images building and fixed windows, and on CI's 2-core machine its parallel pass took 1,125 s on three
-# workers (the cores 99% busy) against 1,264 s on two.
+# with four 353 s on one). The host suite's workers each run on one core (ONE_CORE; tests/conftest.py), so the
+# runs they start size their thread pools to one core, and it runs four: much of its work waits on processes
+# starting, images building and fixed windows. On CI's 2-core machine its parallel pass took 973 s on three
+# workers of both cores (the cores 99% busy, 27.7 CPU minutes) and 843 s on four of one core (22.2).
 # $(call two_passes,PYTEST COMMAND,FOLDER,DURATIONS,WORKERS[,PARALLEL ENV]): both passes run even when the
 # first fails; a folder with no serial test skips the second; PARALLEL ENV prefixes the first pass alone, and
 # only when it runs on several workers.
@@ -132,10 +133,12 @@ define two_passes
 endef
 test-host: $(KIT_STAMP)
 	$(TBDKIT) setup $(FRAMEWORK_TESTS)
-	$(call two_passes,$(VENV)/bin/python -m pytest $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS)),tests,15,$(or $(value TEST_WORKERS_host),$(value TEST_WORKERS)))
+	$(call two_passes,$(VENV)/bin/python -m pytest $(addprefix --ignore=tests/,$(FRAMEWORK_TESTS)),tests,15,$(or $(value TEST_WORKERS_host),$(value TEST_WORKERS)),$(ONE_CORE))
 
 # one thread per worker of a stack's parallel pass: OpenMP's (PyTorch, MXNet) and TensorFlow's two pools
 ONE_THREAD := OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 TF_NUM_INTEROP_THREADS=1
+# one core per worker of the host suite's parallel pass (and of every process it starts)
+ONE_CORE := TBDKIT_TEST_ONE_CORE_PER_WORKER=1
 test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(TBDKIT) setup $*
 	$(call two_passes,.venvs/$*/bin/python -m pytest,tests/$*,5,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS)),$(ONE_THREAD))

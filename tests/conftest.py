@@ -1,9 +1,11 @@
 """Fixtures shared by the tests (NumPy only at import: this runs in every environment)."""
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
-
-from scheduling import is_serial, longest_first, unit_of
+from scheduling import is_serial, longest_first, needs_all_cores, unit_of
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -15,6 +17,50 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.serial)
     order = {nodeid: i for i, nodeid in enumerate(longest_first([item.nodeid for item in items]))}
     items.sort(key=lambda item: order[item.nodeid])
+
+
+ONE_CORE = "TBDKIT_TEST_ONE_CORE_PER_WORKER"
+MACHINE_CORES = sorted(os.sched_getaffinity(0))
+
+
+def _run_on(cores: set[int]) -> None:
+    """This process and every process it starts from now on run on `cores` (each thread keeps its own mask)."""
+    for task in Path("/proc/self/task").iterdir():
+        os.sched_setaffinity(int(task.name), cores)
+
+
+def _worker_core() -> set[int] | None:
+    """This pytest-xdist worker's one core where `make test` asks for it (ONE_CORE=1), else None."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if os.environ.get(ONE_CORE) != "1" or not worker.startswith("gw"):
+        return None
+    return {MACHINE_CORES[int(worker[2:]) % len(MACHINE_CORES)]}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Where `make test` asks for it (ONE_CORE=1, the host suite's parallel pass), each pytest-xdist worker
+    and every process it starts runs on one core, the workers taking the cores in turn: a run the kit
+    starts then sizes its thread pools to that core (tbdkit.env.cpus, as under `taskset`), where on two
+    cores shared by several workers each run's two-thread pools burnt CPU waiting on each other (a Deep
+    Speech 2 bench alone: 23 s of CPU with two threads, 13 s with one, at the same throughput).
+    tests/scheduling.py's ALL_CORES tests get the machine back while they run."""
+    core = _worker_core()
+    if core is not None:
+        _run_on(core)
+
+
+@pytest.fixture(autouse=True)
+def _all_cores_where_needed(request: pytest.FixtureRequest):
+    core = _worker_core()
+    function = getattr(request.node, "originalname", request.node.name)
+    if core is None or not needs_all_cores(request.node.path.name, function):
+        yield
+        return
+    _run_on(set(MACHINE_CORES))
+    try:
+        yield
+    finally:
+        _run_on(core)
 
 
 @pytest.hookimpl(optionalhook=True)  # xdist's hook: without xdist, nothing calls it

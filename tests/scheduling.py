@@ -52,6 +52,14 @@ SERIAL: dict[str, str] = {
     "test_memory_tensorflow.py": "exact bytes from TensorFlow's allocator statistics",
 }
 
+# Tests of the host suite's parallel pass that need every core: there each worker runs on one core
+# (tests/conftest.py, TBDKIT_TEST_ONE_CORE_PER_WORKER), and these get the whole machine back while they run.
+ALL_CORES: dict[str, str] = {
+    "test_distributed.py::test_workers_on_one_machine": "four workers on one machine: the kit allows two per core",
+    "test_scheduling.py::test_each_parallel_worker_runs_on_one_core_and_all_cores_tests_get_them_back": "its own "
+    "workers take the cores in turn",
+}
+
 # Seconds on one worker in a `make test` run on CI's 2-core machine (a worker's time for the whole unit).
 LONGEST_FIRST: dict[str, float] = {
     # the host suite (three workers, the serial tests left out): each file's durations summed, from a clean
@@ -97,6 +105,11 @@ LONGEST_FIRST: dict[str, float] = {
 def is_serial(file_name: str, function: str) -> bool:
     """Whether the test `function` (its name without parameters) of the file `file_name` runs alone."""
     return file_name in SERIAL or f"{file_name}::{function}" in SERIAL
+
+
+def needs_all_cores(file_name: str, function: str) -> bool:
+    """Whether the test `function` of the file `file_name` gets every core back in a one-core worker."""
+    return f"{file_name}::{function}" in ALL_CORES
 
 
 def serial_files(folder: Path) -> list[Path]:

@@ -84,7 +84,8 @@ def test_log_txt_records_the_command_as_a_shell_reads_it(tmp_path, monkeypatch):
 USER_VARIABLES = ("MODEL FRAMEWORK BATCH PRESET PRECISION GRAPH LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA PYTHON "
                   "REPEAT REPORT CPUS PIN ONE_PROCESS RETRY_DISTURBED INCLUDE_DISTURBED KICK_RESULTS DEVICE QUICK ADOPT WHEELS BUDGET "
                   "TEST_WORKERS TEST_WORKERS_host TEST_WORKERS_pytorch TEST_WORKERS_tensorflow TEST_WORKERS_mxnet").split()
-MAKEFILE_OWN = {"VENV", "TBDKIT", "KIT_STAMP", "KIT_LOCK", "FRAMEWORK_TESTS", "MAKE", "USER_VARIABLES", "ONE_THREAD"}
+MAKEFILE_OWN = {"VENV", "TBDKIT", "KIT_STAMP", "KIT_LOCK", "FRAMEWORK_TESTS", "MAKE", "USER_VARIABLES", "ONE_THREAD",
+                "ONE_CORE"}
 
 
 def test_every_variable_the_makefile_reads_is_its_own_or_a_user_one():
@@ -117,7 +118,9 @@ def test_every_default_reaches_its_command_and_the_command_line_overrides_it(tmp
         (line,) = [ln for ln in proc.stdout.splitlines() if '-m "not serial"' in ln]
         return line
 
-    assert "-n '3' --dist loadfile" in parallel_pass("test-host")
+    # the host suite's workers each run on one core (tests/conftest.py)
+    assert parallel_pass("test-host").startswith("rc=0; TBDKIT_TEST_ONE_CORE_PER_WORKER=1 ")
+    assert "-n '4' --dist loadfile" in parallel_pass("test-host")
     # a stack's workers take one framework thread each; one worker keeps the framework's own threads
     for stack in ("pytorch", "tensorflow", "mxnet"):
         assert parallel_pass(f"test-{stack}").startswith("rc=0; OMP_NUM_THREADS=1 TF_NUM_INTRAOP_THREADS=1 ")
@@ -125,6 +128,7 @@ def test_every_default_reaches_its_command_and_the_command_line_overrides_it(tmp
     one = parallel_pass("test-pytorch", "TEST_WORKERS_pytorch=1")
     assert "--dist" not in one and "OMP_NUM_THREADS" not in one
     assert "-n '2' --dist loadfile" in parallel_pass("test-host", "TEST_WORKERS_host=2")
+    assert "TBDKIT_TEST_ONE_CORE_PER_WORKER" not in parallel_pass("test-host", "TEST_WORKERS_host=1")
 
 
 def test_no_user_variable_makes_make_run_code_in_any_target(tmp_path):

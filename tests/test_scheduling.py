@@ -2,17 +2,24 @@
 tests that exist (a renamed file or function would otherwise run beside a neighbour, or start last,
 without anyone noticing), and the units group what shares a process's kept runs."""
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 from model_checks import functions_defined
-from scheduling import LONGEST_FIRST, SERIAL, is_serial, longest_first, serial_files, unit_of
+from scheduling import ALL_CORES, LONGEST_FIRST, SERIAL, is_serial, longest_first, serial_files, unit_of
 
 TESTS = Path(__file__).parent
 
 
 def test_every_key_names_an_existing_file_and_function():
     files = {p.name: p for p in TESTS.rglob("test_*.py")}
-    for key, reason in SERIAL.items():
+    for key, reason in {**SERIAL, **ALL_CORES}.items():
         name, _, function = key.partition("::")
         assert name in files, f"{key}: no such test file"
         assert reason.strip(), f"{key}: say why it runs alone"
@@ -53,3 +60,44 @@ def test_every_long_unit_exists():
     for unit in LONGEST_FIRST:
         stack, _, model = unit.partition("/")
         assert unit in units or (model in models and stack in ("pytorch", "tensorflow", "mxnet")), unit
+
+
+AFFINITY_PROBE = """import json, os, subprocess, sys
+def _probe(name):
+    child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                           capture_output=True, text=True, check=True).stdout
+    out = {"worker": os.environ.get("PYTEST_XDIST_WORKER"), "own": sorted(os.sched_getaffinity(0)), "child": child}
+    with open(os.path.join(os.environ["PROBE_OUT"], name + ".json"), "w") as f:
+        json.dump(out, f)
+"""
+
+
+def test_each_parallel_worker_runs_on_one_core_and_all_cores_tests_get_them_back(tmp_path):
+    """With TBDKIT_TEST_ONE_CORE_PER_WORKER=1 (the host suite's parallel pass) each xdist worker, and the
+    processes it starts, run on one core of their own; an ALL_CORES test runs on every core, and the next
+    test of its worker on that one core again."""
+    cores = sorted(os.sched_getaffinity(0))  # every core, in a one-core worker too (it is in ALL_CORES)
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+    for name in ("conftest.py", "scheduling.py"):
+        shutil.copy(TESTS / name, tmp_path / name)
+    (tmp_path / "probe.py").write_text(AFFINITY_PROBE)
+    (tmp_path / "test_a.py").write_text("from probe import _probe\ndef test_a():\n    _probe('a')\n")
+    # one file, so one worker runs the ALL_CORES test and then another test
+    (tmp_path / "test_distributed.py").write_text(
+        "from probe import _probe\ndef test_workers_on_one_machine():\n    _probe('wide')\n"
+        "def test_z():\n    _probe('after')\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # this run's own worker's
+    env.update(TBDKIT_TEST_ONE_CORE_PER_WORKER="1", PROBE_OUT=str(out), PYTHONPATH=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist",
+                           "loadfile", str(tmp_path)], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    seen = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    for name in ("a", "after"):
+        core = [cores[int(seen[name]["worker"][2:]) % len(cores)]]
+        assert seen[name]["own"] == core and json.loads(seen[name]["child"]) == core, seen
+    assert seen["wide"]["own"] == cores and json.loads(seen["wide"]["child"]) == cores, seen
+    assert seen["wide"]["worker"] == seen["after"]["worker"], seen
