@@ -20,7 +20,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 ONE_CORE = "TBDKIT_TEST_ONE_CORE_PER_WORKER"
-MACHINE_CORES = sorted(os.sched_getaffinity(0))
+MACHINE_CORES = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []  # Linux's call
 
 
 def _run_on(cores: set[int]) -> None:
@@ -32,7 +32,7 @@ def _run_on(cores: set[int]) -> None:
 def _worker_core() -> set[int] | None:
     """This pytest-xdist worker's one core where `make test` asks for it (ONE_CORE=1), else None."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if os.environ.get(ONE_CORE) != "1" or not worker.startswith("gw"):
+    if os.environ.get(ONE_CORE) != "1" or not worker.startswith("gw") or not MACHINE_CORES:
         return None
     return {MACHINE_CORES[int(worker[2:]) % len(MACHINE_CORES)]}
 
@@ -51,6 +51,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _all_cores_where_needed(request: pytest.FixtureRequest):
+    """An ALL_CORES test (tests/scheduling.py) in a one-core worker runs on every core, then the worker on its own."""
     core = _worker_core()
     function = getattr(request.node, "originalname", request.node.name)
     if core is None or not needs_all_cores(request.node.path.name, function):
