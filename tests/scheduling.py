@@ -102,14 +102,19 @@ LONGEST_FIRST: dict[str, float] = {
 }
 
 
+def _listed(table: dict[str, str], file_name: str, function: str) -> bool:
+    """Whether `table` names the test `function` (its name without parameters) of `file_name`, or the whole file."""
+    return file_name in table or f"{file_name}::{function}" in table
+
+
 def is_serial(file_name: str, function: str) -> bool:
-    """Whether the test `function` (its name without parameters) of the file `file_name` runs alone."""
-    return file_name in SERIAL or f"{file_name}::{function}" in SERIAL
+    """Whether the test `function` of the file `file_name` runs alone."""
+    return _listed(SERIAL, file_name, function)
 
 
 def needs_all_cores(file_name: str, function: str) -> bool:
     """Whether the test `function` of the file `file_name` gets every core back in a one-core worker."""
-    return f"{file_name}::{function}" in ALL_CORES
+    return _listed(ALL_CORES, file_name, function)
 
 
 def serial_files(folder: Path) -> list[Path]:
