@@ -143,11 +143,11 @@ test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(TBDKIT) setup $*
 	$(call two_passes,.venvs/$*/bin/python -m pytest,tests/$*,5,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS)),$(ONE_THREAD))
 
-# Every cell's compiled step against its standard one, the cells `make test` leaves out for their cost too
-# (tests/model_checks.py PARITY, in_ci=False: TensorFlow's EfficientDet, Inception-v3 and WGAN-GP).
+# Only the parity checks of every cell (tests/model_checks.py PARITY), each stack's in turn: its compiled step
+# and its bf16 steps against standard fp32 (`make test` runs them too, among the rest).
 test-compiled: $(KIT_STAMP)
 	@rc=0; for s in $(FRAMEWORK_TESTS); do \
-		TBDKIT_TEST_COMPILED=all .venvs/$$s/bin/python -m pytest tests/$$s/test_every_model_$$s.py \
+		.venvs/$$s/bin/python -m pytest tests/$$s/test_every_model_$$s.py \
 			-k "compiled_step or bf16" --durations=0 || rc=$$?; \
 	done; exit $$rc
 

@@ -283,8 +283,6 @@ MATH_MODES: dict[str, dict[str, MathModes | AmpAsBf16 | Elsewhere]] = {
 # code generation costs one to several CPU minutes per model on 2 cores (docs/measurements.md, "Compiled
 # graphs and bfloat16"); tests/pytorch/test_compiled_bench_pytorch.py compiles with inductor itself.
 TORCH_COMPILE_BACKEND_IN_TESTS = "aot_eager"
-# `make test` compiles the cells whose PARITY row is in_ci; `make test-compiled` sets this to "all".
-COMPILED_ALL = os.environ.get("TBDKIT_TEST_COMPILED") == "all"
 
 
 @dataclass(frozen=True)
@@ -301,8 +299,8 @@ class Parity:
     `hp`: overrides for both legs (and then a standard run of their own, unless the learning check has them too);
     `batch_size`: for a model whose learning check is Elsewhere. `not_compiled`: the reason (a part of it)
     the compile record gives for a cell that trains as standard; `bf16_refused`: the refusal (a part of it)
-    of a cell that cannot train in bf16. `in_ci`: the compiled leg runs in `make test`; the others only in
-    `make test-compiled` (their cost, measured, in the comment beside). Every bf16 leg runs in `make test`."""
+    of a cell that cannot train in bf16. Every leg of every cell runs in `make test` (their cost, measured,
+    beside the costliest)."""
     steps: int = 3
     compiled_tol: float | None = 1e-3
     bf16_tol: float | None = 0.1
@@ -310,23 +308,16 @@ class Parity:
     batch_size: int | None = None
     not_compiled: str | None = None
     bf16_refused: str | None = None
-    in_ci: bool = True
     forward_tol: float = 1e-4
-
-    @property
-    def compiled_here(self) -> bool:
-        """The compiled leg runs in this process: in `make test` where in_ci, every one in `make test-compiled`."""
-        return self.in_ci or COMPILED_ALL
 
 
 _TF_EAGER = "no tf.function"  # tensorflow_compile.NO_FUNCTION: the detectors' eager steps
 _XLA_REFUSED = "XLA could not compile the step"  # tensorflow_compile.XlaStep.run's fallback
 _MX_VARIABLE = "static_shape would re-plan"  # mxnet_compile.VARIABLE: inputs padded to each batch's longest
 _MX_BF16 = "MXNet 1.9's bfloat16 AMP could not run"  # adapters.mxnet.BF16_FAILED
-# Seconds of a cell's compiled leg where it is left out of `make test`: its first step (the trace and XLA's
-# compilation), measured alone with one TensorFlow thread, as a `make test` worker runs, on a 2-core Xeon where
-# TensorFlow's suite took 731 s with these three and ResNet-50's (33 s, the one of the four `make test` runs), and
-# CI's budget has no room for the three; `make test-compiled` runs them all
+# Beside TensorFlow's three costliest compiled legs: the seconds of their first step (the trace and XLA's
+# compilation), measured alone with one TensorFlow thread, as a `make test` worker runs, on a 2-core Xeon with
+# AMX-BF16; TensorFlow's suite took 605 s there with them, 445 s without
 PARITY: dict[str, dict[str, Parity]] = {
     "pytorch": {
         "a3c": Parity(batch_size=2), "bert": Parity(), "deepspeech2": Parity(), "minigo": Parity(),
@@ -354,9 +345,9 @@ PARITY: dict[str, dict[str, Parity]] = {
         "faster_rcnn": Parity(not_compiled=_TF_EAGER, bf16_tol=0.25),
         "mask_rcnn": Parity(not_compiled=_TF_EAGER), "minigo": Parity(),
         # XLA draws the drop-path masks inside the step with another generator
-        "efficientdet": Parity(compiled_tol=None, in_ci=False),  # 102 s
+        "efficientdet": Parity(compiled_tol=None),  # 102 s
         # dropout 0.5 before the classifier: XLA draws its mask otherwise, and in bf16 it is drawn in bfloat16
-        "inception_v3": Parity(compiled_tol=None, bf16_tol=None, in_ci=False),  # 67 s
+        "inception_v3": Parity(compiled_tol=None, bf16_tol=None),  # 67 s
         # batch norm over 4 images through 50 layers: XLA's reassociation grows to ~2% of the stem's update,
         # and bf16's rounding moves the next losses by 11%
         "resnet50": Parity(compiled_tol=0.15, bf16_tol=0.2),
@@ -364,7 +355,7 @@ PARITY: dict[str, dict[str, Parity]] = {
         # XLA draws dropout masks with another generator
         "transformer": Parity(hp={"dropout": 0.0}),
         # XLA draws the step's noise otherwise: finite losses only; the learning check's two critic steps
-        "wgan_gp": Parity(compiled_tol=None, hp={"critic_iters": 2}, in_ci=False),  # 69 s
+        "wgan_gp": Parity(compiled_tol=None, hp={"critic_iters": 2}),  # 69 s
     },
     "mxnet": {
         "a3c": Parity(batch_size=2, bf16_tol=None),  # bf16 logits sample other actions
@@ -380,12 +371,12 @@ PARITY: dict[str, dict[str, Parity]] = {
 
 @dataclass
 class ParityRun:
-    """What a parity check leaves: each setting's losses (None where not run; bf16's, or the refusal it met),
-    the compiled adapter's compile record, each leg's seconds, and the bf16 leg's adapter (in-process stacks)."""
+    """What a parity check leaves: each setting's losses (bf16's, or the refusal it met), the compiled adapter's
+    compile record, each leg's seconds, and the bf16 leg's adapter (in-process stacks)."""
     standard: list[float]
-    compiled: list[float] | None
-    bf16: list[float] | str | None
-    record: dict[str, Any] | None
+    compiled: list[float]
+    bf16: list[float] | str
+    record: dict[str, Any]
     seconds: dict[str, float]
     bf16_adapter: Any = None
 
@@ -442,7 +433,7 @@ def mxnet_bf16_losses(name: str) -> list[float] | str:
 
 def parity(name: str, framework: str) -> ParityRun:
     """The model's parity check (PARITY's row), run once per process: its learning check's losses (or a
-    standard run of its own), compiled (where in_ci, or every cell under `make test-compiled`) and bf16.
+    standard run of its own), compiled and bf16.
     Leaves the process in fp32."""
     import time
 
@@ -456,11 +447,9 @@ def parity(name: str, framework: str) -> ParityRun:
         else:
             standard = parity_losses(name, framework)[1]
         t1 = time.perf_counter()
-        compiled, record = None, None
-        if spec.compiled_here:
-            # a cell that trains as standard takes one step: its record, and the same first loss
-            compiled_adapter, compiled = parity_losses(name, framework, 1 if spec.not_compiled else steps, graph="compiled")
-            record = compiled_adapter.compile_record()
+        # a cell that trains as standard takes one compiled step: its record, and the same first loss
+        compiled_adapter, compiled = parity_losses(name, framework, 1 if spec.not_compiled else steps, graph="compiled")
+        record = compiled_adapter.compile_record()
         t2 = time.perf_counter()
         bf16_adapter: Any = None
         try:
@@ -772,10 +761,7 @@ def generated_tests(framework: str) -> dict[str, Any]:
 
     def test_compiled_step_matches_standard(name: str) -> None:
         spec = row(PARITY, "PARITY", framework, name)
-        if not spec.compiled_here:
-            pytest.skip(f"{name}'s compiled leg is left out of make test for its cost: make test-compiled runs it")
         run = parity(name, framework)
-        assert run.record is not None and run.compiled is not None
         assert run.record["graph"] == "compiled", run.record
         if spec.not_compiled is not None:  # trains as standard, and says why
             assert spec.not_compiled in str(run.record.get("reason")), run.record

@@ -86,16 +86,16 @@ LONGEST_FIRST: dict[str, float] = {
     "pytorch/transformer": 40,
     "pytorch/resnet50": 38,
     "pytorch/inception_v3": 37,
-    # TensorFlow's suite (two workers, measured with one thread each and four more compiled legs: 670 s of durations)
-    "tensorflow/efficientdet": 121,
-    "tensorflow/inception_v3": 87,
-    "tensorflow/resnet50": 85,
-    "tensorflow/one_process": 40,  # MiniGo's network (ResNet-50's took 73 s)
-    "tensorflow/wgan_gp": 64,
-    "tensorflow/transformer": 53,
-    "tensorflow/deepspeech2": 49,
-    "tensorflow/bert": 42,
-    "tensorflow/mask_rcnn": 30,
+    # TensorFlow's suite (two workers of one thread each, every compiled leg: 1,330 s of durations, 686 s of wall)
+    "tensorflow/efficientdet": 386,
+    "tensorflow/inception_v3": 260,
+    "tensorflow/wgan_gp": 177,
+    "tensorflow/resnet50": 129,
+    "tensorflow/transformer": 74,
+    "tensorflow/deepspeech2": 67,
+    "tensorflow/bert": 46,
+    "tensorflow/mask_rcnn": 44,
+    "tensorflow/one_process": 34,  # MiniGo's network (ResNet-50's took 73 s)
     # MXNet's
     "mxnet/mask_rcnn": 16,
     "mxnet/context_placement": 11,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit.env import images
+from tbdkit.env import cpus, images
 from tbdkit.spec import run_spec as spec
 from tbdkit.core.errors import UserError
 from tbdkit.launch import docker as dl
@@ -70,6 +70,49 @@ def test_render_gpu_and_data(tmp_path):
     # auto: GPUs when the runtime is there, the CPU when not
     assert flag(dl.render(make_spec(), tmp_path / "a", IMAGE, HOOK), "--gpus") == ["all"]
     assert "--gpus" not in dl.render(make_spec(), tmp_path / "b", IMAGE, NO_GPU)
+
+
+def test_cpu_lists_read_and_write_the_kernels_form(tmp_path):
+    assert cpus.parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert cpus.cpu_list([11, 0, 1, 2, 3, 8, 10]) == "0-3,8,10-11" and cpus.cpu_list([5]) == "5"
+    online = tmp_path / "online"
+    online.write_text("0-1,4\n")
+    assert cpus.online(online) == [0, 1, 4]
+    assert cpus.online(tmp_path / "none") == list(range(os.cpu_count() or 1))
+    assert set(cpus.affinity()) <= set(cpus.online())  # this machine's
+
+
+@pytest.mark.parametrize("mask, local, expected", [
+    ([2, 3], True, ["--cpuset-cpus", "2-3"]),  # taskset -c 2,3: the container too
+    ([0, 1, 2, 3], True, []),  # every core: nothing to confine
+    ([2, 3], False, []),  # a daemon on another machine: these numbers name none of its cores
+])
+def test_the_container_runs_on_the_launchers_cores(tmp_path, mask, local, expected):
+    args = dl.cpuset_args(mask, [0, 1, 2, 3], local)
+    assert args == expected
+    argv = dl.render(make_spec(device="cpu"), tmp_path / "r", IMAGE, NO_GPU, cpuset=args)
+    assert flag(argv, "--cpuset-cpus") == expected[1:]
+    assert argv.index(IMAGE["id"]) > (argv.index("--cpuset-cpus") if expected else 0)  # an option, not the command's
+
+
+@pytest.mark.skipif(shutil.which("docker") is None and not os.environ.get("CI"), reason="no docker CLI here")
+def test_a_daemon_is_local_through_a_unix_socket_only(tmp_path, monkeypatch):
+    """Through the real docker CLI (no daemon needed): DOCKER_HOST, else the current context's endpoint."""
+    monkeypatch.delenv("TBDKIT_DOCKER", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "config"))
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    assert images.daemon_endpoint() == "unix:///var/run/docker.sock" and images.daemon_is_local()
+    monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.7:2376")
+    assert not images.daemon_is_local()
+    monkeypatch.setenv("DOCKER_HOST", "unix:///run/user/1000/docker.sock")  # rootless Docker: this machine
+    assert images.daemon_is_local()
+    monkeypatch.delenv("DOCKER_HOST")
+    made = subprocess.run(["docker", "context", "create", "far", "--docker", "host=ssh://bench@far.example"],
+                          capture_output=True, text=True, env={**os.environ})
+    assert made.returncode == 0, made.stderr
+    monkeypatch.setenv("DOCKER_CONTEXT", "far")
+    assert images.daemon_endpoint() == "ssh://bench@far.example" and not images.daemon_is_local()
 
 
 def test_cuda_without_nvidia_runtime_is_a_user_error(tmp_path):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tbdkit.env import images
+from tbdkit.env import cpus, images
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,8 +105,10 @@ def user_python() -> str:
     pytest.fail(f"no {version} that uid {UID} can run (apt-get install {version})")
 
 
-def bench_as_user(kit: Path, results: Path, image: str, stack: str = "pytorch") -> subprocess.CompletedProcess:
-    """`tbdkit bench --launcher docker` run by uid 4242 (in the docker group), as a user would."""
+def bench_as_user(kit: Path, results: Path, image: str, stack: str = "pytorch",
+                  cores: list[int] | None = None) -> subprocess.CompletedProcess:
+    """`tbdkit bench --launcher docker` run by uid 4242 (in the docker group), as a user would; on `cores`
+    (taskset) where given."""
     results.mkdir(parents=True, exist_ok=True)
     os.chown(results, UID, GID)
     docker_gid = os.stat("/var/run/docker.sock").st_gid
@@ -117,6 +119,8 @@ def bench_as_user(kit: Path, results: Path, image: str, stack: str = "pytorch") 
            "--results", str(results)]
     if os.getuid() == 0:
         cmd = ["setpriv", f"--reuid={UID}", f"--regid={GID}", f"--groups={docker_gid}", *cmd]
+    if cores is not None:
+        cmd = ["taskset", "--cpu-list", cpus.cpu_list(cores), *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=results, timeout=600)
 
 
@@ -148,8 +152,11 @@ def only_run(results: Path) -> Path:
 
 
 def test_bench_in_a_container(ci_image, user_kit, results):
+    # launched on one core of a machine with more, the container runs on that core alone (--cpuset-cpus)
+    mask, machine = cpus.affinity(), cpus.online()
+    launched_on = mask[:1] if len(machine) > 1 else None
     t0 = time.monotonic()
-    proc = bench_as_user(user_kit, results, TAG)
+    proc = bench_as_user(user_kit, results, TAG, cores=launched_on)
     print(f"docker bench: {time.monotonic() - t0:.1f} s")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
@@ -164,6 +171,8 @@ def test_bench_in_a_container(ci_image, user_kit, results):
     assert container["image_digest"] is None and "content digest" in container["image_digest_note"]
     assert container["base_image"] == "tbdkit-ci/pytorch-base"
     assert env["host"]["in_container"] is True
+    budget = env["cpu_budget"]
+    assert budget["affinity"] == (launched_on or machine) and budget["intra_op"] == 1, budget
     assert env["framework"]["framework_version"].startswith("2.13.0")
     # the base's own framework build, not one the image installed over it (NGC's torch stays)
     build = env["framework_build"]
@@ -177,6 +186,7 @@ def test_bench_in_a_container(ci_image, user_kit, results):
     log = (run / "log.txt").read_text()
     assert "$ " in log and "--network none" in log
     assert "--cap-drop ALL" in log and "--security-opt no-new-privileges" in log and "SYS_ADMIN" not in log
+    assert (f"--cpuset-cpus {cpus.cpu_list(launched_on)}" in log) if launched_on else ("--cpuset-cpus" not in log)
     assert not (run / "container.log").exists()
     assert_removed(f"tbdkit-{run.name}")
 

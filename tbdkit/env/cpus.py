@@ -33,6 +33,38 @@ def affinity() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+ONLINE = Path("/sys/devices/system/cpu/online")
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """The CPUs of a kernel CPU list ("0-3,8,10-11", as /sys/devices/system/cpu/online and cpuset.cpus write it)."""
+    cores: set[int] = set()
+    for part in text.strip().split(","):
+        if part:
+            first, _, last = part.partition("-")
+            cores.update(range(int(first), int(last or first) + 1))
+    return sorted(cores)
+
+
+def cpu_list(cores: list[int]) -> str:
+    """`cores` as a kernel CPU list, runs written as ranges ("0-3,8"): what `docker --cpuset-cpus` takes."""
+    runs: list[list[int]] = []
+    for core in sorted(set(cores)):
+        if runs and core == runs[-1][1] + 1:
+            runs[-1][1] = core
+        else:
+            runs.append([core, core])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def online(path: Path = ONLINE) -> list[int]:
+    """The machine's online logical CPUs (every process's mask is a subset of them)."""
+    try:
+        return parse_cpu_list(path.read_text())
+    except (OSError, ValueError):  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
 def _cgroup_dir(root: Path) -> Path:
     """This process's own cgroup (v2: the line `0::/path` of /proc/self/cgroup), else the root."""
     try:

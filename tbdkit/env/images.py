@@ -139,6 +139,24 @@ def daemon_version() -> str:
     return docker("version", "--format", "{{.Server.Version}}").stdout.strip()
 
 
+def daemon_endpoint() -> str | None:
+    """Where the docker CLI reaches its daemon: DOCKER_HOST, else the current context's endpoint (None
+    where the CLI cannot say: a CLI older than contexts talks to the local socket)."""
+    if os.environ.get("DOCKER_HOST"):
+        return os.environ["DOCKER_HOST"]
+    proc = docker("context", "inspect", "--format", "{{.Endpoints.docker.Host}}", check=False)
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip() or None
+
+
+def daemon_is_local() -> bool:
+    """The daemon runs on this machine's kernel (a unix socket), so a container's CPU numbers are this
+    process's; over tcp:// or ssh:// they are another machine's."""
+    endpoint = daemon_endpoint()
+    return endpoint is None or endpoint.startswith("unix://")
+
+
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 CDI_GPUS = "nvidia.com/gpu=all"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit.core.errors import UserError
-from tbdkit.env import images, oci, stacks
+from tbdkit.env import cpus, images, oci, stacks
 from tbdkit.launch.base import Busy, EventHandler, quiet, stream
 from tbdkit.results import files as runfiles
 from tbdkit.results.rundir import RunDir
@@ -48,6 +48,15 @@ def gpu_args(device: str, access: images.GpuAccess) -> list[str]:
             f"{images.GPU_FIX}, pass --device cpu, {images.NATIVE_HINT}."
         )
     return access.run_args()
+
+
+def cpuset_args(mask: list[int], machine: list[int], local: bool) -> list[str]:
+    """`--cpuset-cpus` with the launcher's own cores where they are fewer than the machine's (taskset, Slurm's
+    binding, numactl): the container started by the daemon would otherwise run on every core. None for a
+    daemon on another machine (DOCKER_HOST tcp:// or ssh://), whose cores these numbers do not name."""
+    if not local or not set(machine) - set(mask):
+        return []
+    return ["--cpuset-cpus", cpus.cpu_list(mask)]
 
 
 def container_user(uid: int | None = None, gid: int | None = None) -> tuple[int, int]:
@@ -96,8 +105,9 @@ def render(
     *,
     uid: int | None = None,
     gid: int | None = None,
+    cpuset: list[str] | None = None,
 ) -> list[str]:
-    """The docker CLI arguments (after `docker`) that run this spec's agent in `image`."""
+    """The docker CLI arguments (after `docker`) that run this spec's agent in `image`; `cpuset`: cpuset_args's."""
     labels = images.checked_labels(image)
     image_id = oci.validate_digest(str(image["id"]), "image ID")
     oci.validate_image_reference(str(image["ref"]))
@@ -133,6 +143,7 @@ def render(
         "--shm-size",
         SHM_SIZE,
         *gpu_args(spec.device, access),
+        *(cpuset or []),
         "--volume",
         f"{run_path}:{CONTAINER_RUN_DIR}",
     ]
@@ -197,7 +208,8 @@ class DockerLauncher:
         else to log.txt; a container that failed leaves its record (container.json, .log)."""
         image, access = preflight(spec.framework, spec.device)
         RunDir(run_dir).write_json(CONTAINER_SPEC, container_spec(spec))
-        args = render(spec, run_dir, image, access)
+        cpuset = cpuset_args(cpus.affinity(), cpus.online(), images.daemon_is_local())
+        args = render(spec, run_dir, image, access, cpuset=cpuset)
         uid, gid = container_user()
         RunDir(run_dir).log.touch()
         hand_over(run_dir, uid, gid)
