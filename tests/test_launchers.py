@@ -101,17 +101,23 @@ esac
 """
 
 
-def test_a_crashed_container_keeps_its_record_through_the_launch_table(tmp_path, monkeypatch):
+def launch_through(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docker_cli: str,
+                   events: list[dict[str, Any]]) -> launch.Outcome:
+    """A Deep Speech 2 smoke run through the launch table with `docker_cli` as the docker CLI."""
     docker = tmp_path / "bin" / "docker"
     docker.parent.mkdir()
-    docker.write_text(DOCKER)
+    docker.write_text(docker_cli)
     docker.chmod(0o755)
     monkeypatch.setenv("TBDKIT_DOCKER", str(docker))
     monkeypatch.delenv("TBDKIT_IMAGE_PYTORCH", raising=False)
     spec = specs.build(model="deepspeech2", framework="pytorch", batch_size=2, preset="smoke", device="cpu",
                        launcher="docker")
+    return launch.launch(spec, tmp_path / "results", events.append)
+
+
+def test_a_crashed_container_keeps_its_record_through_the_launch_table(tmp_path, monkeypatch):
     events: list[dict[str, Any]] = []
-    outcome = launch.launch(spec, tmp_path / "results", events.append)
+    outcome = launch_through(tmp_path, monkeypatch, DOCKER, events)
     assert [e["event"] for e in events][:2] == ["run_dir", "phase"]
     assert outcome.status == "failed" and outcome.summary["container"]["exit_code"] == 3
     assert "the container exited with code 3" in outcome.summary["error"]
@@ -120,3 +126,17 @@ def test_a_crashed_container_keeps_its_record_through_the_launch_table(tmp_path,
     assert (outcome.run_dir / "container.log").read_text().strip() == "agent: boom"
     assert "container: boom" in (outcome.run_dir / "log.txt").read_text()
     assert os.access(outcome.run_dir / "spec.json", os.R_OK)
+
+
+def test_a_daemon_that_may_not_use_the_launchers_cores_is_one_sentence_with_the_fix(tmp_path, monkeypatch):
+    """The daemon's answer (Docker 20.10 here, to `docker create --cpuset-cpus 7` on a 2-core machine) when the
+    launcher's cores lie outside the daemon's own cpuset: `docker run` exits 125 before any container exists."""
+    refused = "docker: Error response from daemon: Requested CPUs are not available - requested 7, available: 0-1."
+    answers = {'  "run "*)': f'  "run "*) echo "{refused}" >&2; exit 125 ;;',
+               '  "inspect "*)': '  "inspect "*) echo "Error: No such object: tbdkit-run" >&2; exit 1 ;;'}
+    cli = "\n".join(next((a for k, a in answers.items() if line.startswith(k)), line) for line in DOCKER.splitlines())
+    assert cli.count(refused) == 1 and "No such object" in cli
+    outcome = launch_through(tmp_path, monkeypatch, cli, [])
+    error = outcome.summary["error"]
+    assert outcome.status == "failed" and "Requested CPUs are not available - requested 7" in error, error
+    assert "taskset -c" in error and "--launcher native" in error and "Traceback" not in error

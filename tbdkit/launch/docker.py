@@ -225,7 +225,9 @@ class DockerLauncher:
             container = keep_container_record(run_dir, name, exit_code)
             if not by_agent:
                 summary["container"] = container
-                summary["error"] = container_error(container, exit_code)
+                log = RunDir(run_dir).log
+                text = log.read_text(errors="replace") if log.is_file() else ""
+                summary["error"] = container_error(container, exit_code, text)
                 RunDir(run_dir).write_json(runfiles.SUMMARY, summary)
         remove_container(name)
         hand_over(run_dir, *container_user())
@@ -273,7 +275,19 @@ def keep_container_record(run_dir: Path, name: str, exit_code: int) -> dict[str,
     return state
 
 
-def container_error(container: dict[str, Any], exit_code: int) -> str:
+# What the daemon answers when `--cpuset-cpus` names cores outside its own cgroup's cpuset (moby's
+# verifyPlatformContainerResources), e.g. a dockerd that systemd's AllowedCPUs confines.
+CPUSET_REFUSED = "Requested CPUs are not available"
+
+
+def container_error(container: dict[str, Any], exit_code: int, log: str = "") -> str:
+    """The run's error when the agent wrote none: one sentence, the fix where the user has one; `log`: log.txt's text."""
+    refused = next((line.strip() for line in log.splitlines() if CPUSET_REFUSED in line), None)
+    if refused:
+        return (
+            f"Docker may not run the container on the cores this launcher runs on ({refused}): launch on cores "
+            "the Docker daemon may use (taskset -c LIST), or use --launcher native"
+        )
     if container.get("oom_killed"):
         return (
             "the container was killed for memory (OOMKilled) before the agent wrote its results: "
