@@ -88,8 +88,10 @@ def test_cpu_lists_read_and_write_the_kernels_form(tmp_path):
     ([2, 3], False, []),  # a daemon on another machine: these numbers name none of its cores
 ])
 def test_the_container_runs_on_the_launchers_cores(tmp_path, mask, local, expected):
-    args = dl.cpuset_args(mask, [0, 1, 2, 3], local)
+    asked: list[bool] = []
+    args = dl.cpuset_args(mask, [0, 1, 2, 3], lambda: asked.append(local) or local)
     assert args == expected
+    assert asked == ([local] if len(mask) < 4 else [])  # the daemon is asked only for a narrower mask
     argv = dl.render(make_spec(device="cpu"), tmp_path / "r", IMAGE, NO_GPU, cpuset=args)
     assert flag(argv, "--cpuset-cpus") == expected[1:]
     assert argv.index(IMAGE["id"]) > (argv.index("--cpuset-cpus") if expected else 0)  # an option, not the command's

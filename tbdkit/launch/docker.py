@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,11 +51,12 @@ def gpu_args(device: str, access: images.GpuAccess) -> list[str]:
     return access.run_args()
 
 
-def cpuset_args(mask: list[int], machine: list[int], local: bool) -> list[str]:
+def cpuset_args(mask: list[int], machine: list[int], is_local: Callable[[], bool]) -> list[str]:
     """`--cpuset-cpus` with the launcher's own cores where they are fewer than the machine's (taskset, Slurm's
     binding, numactl): the container started by the daemon would otherwise run on every core. None for a
-    daemon on another machine (DOCKER_HOST tcp:// or ssh://), whose cores these numbers do not name."""
-    if not local or not set(machine) - set(mask):
+    daemon on another machine (DOCKER_HOST tcp:// or ssh://), whose cores these numbers do not name; the
+    daemon is asked (`is_local`) only when the mask is narrower."""
+    if not set(machine) - set(mask) or not is_local():
         return []
     return ["--cpuset-cpus", cpus.cpu_list(mask)]
 
@@ -208,7 +210,7 @@ class DockerLauncher:
         else to log.txt; a container that failed leaves its record (container.json, .log)."""
         image, access = preflight(spec.framework, spec.device)
         RunDir(run_dir).write_json(CONTAINER_SPEC, container_spec(spec))
-        cpuset = cpuset_args(cpus.affinity(), cpus.online(), images.daemon_is_local())
+        cpuset = cpuset_args(cpus.affinity(), cpus.online(), images.daemon_is_local)
         args = render(spec, run_dir, image, access, cpuset=cpuset)
         uid, gid = container_user()
         RunDir(run_dir).log.touch()
