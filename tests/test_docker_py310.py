@@ -1,6 +1,6 @@
 """The kit runs on Python 3.10, the Python of NVIDIA's MXNet image (Ubuntu 22.04).
 
-The real check runs in tests/test_docker_real.py, on Ubuntu 22.04's own Python 3.10 inside the
+The real check runs in tests/test_docker_real_mxnet.py, on Ubuntu 22.04's own Python 3.10 inside the
 MXNet stand-in image: a Deep Speech 2 bench, and an import of every module. This file is the fast
 check without Docker, vermin's: every module of the kit and the workloads is parsed, and each syntax
 feature, stdlib module, function and argument it uses is looked up in vermin's tables of the Python

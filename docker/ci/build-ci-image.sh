@@ -86,6 +86,10 @@ docker build --quiet --tag "$framework_base" --build-arg "BASE_IMAGE=$base" \
   --build-arg "FRAMEWORK_REQUIREMENTS=${base_reqs[*]}" \
   --file docker/ci/framework-base.Dockerfile "$wheels" >/dev/null
 echo "build-ci-image: built $framework_base (${base_reqs[*]})"
+# docker/wheels is shared by every stack's build (the Dockerfiles COPY it): builds side by side (`make test`'s
+# workers build each stack's image) download into it and send it as their context one at a time.
+exec 8>"$cache/.docker-wheels.lock"
+flock 8
 # MXNet's Dockerfile adds numpy<1.24 beside the kit: it comes from docker/wheels too. pip evaluates a
 # requirement's marker against its own Python, not the target's, so tomli (Python < 3.11) is named.
 extra=()

@@ -46,6 +46,10 @@ case "$suite" in
   jammy) source_args=(); components=main,universe ;;  # tini is in Ubuntu's universe
   *) echo "make-base: unknown suite '$suite' (bookworm or jammy)" >&2; exit 2 ;;
 esac
+# Builds side by side (`make test`'s workers build each stack's image) share the tarball and its import:
+# one at a time per suite.
+exec 9>"$cache/.make-base-$suite.lock"
+flock 9
 # The cache key: the suite, the package set and the sources the tarball was made from.
 key=$(printf '%s\n' "$suite" "$packages" | cat - "$sources" | sha256sum | cut -c1-12)
 tarball="$cache/$suite-base-$key.tar"

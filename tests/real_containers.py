@@ -1,0 +1,183 @@
+"""What the real-container tests share (tests/test_docker_real*.py): the daemon check, a stack's CI image
+built once per test module (docker/ci/build-ci-image.sh: a base from mmdebstrap, no registry), the kit
+installed where an unprivileged user can read it, and `tbdkit bench --launcher docker` run by that user.
+
+Each stack's images are tested in a file of their own, so `make test`'s workers build them side by side
+(build-ci-image.sh and make-base.sh lock what the builds share)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tbdkit.env import cpus, images
+from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
+
+ROOT = Path(__file__).resolve().parents[1]
+UID = GID = 4242  # an unprivileged user that owns nothing on this machine
+FAST = ["--model", "deepspeech2", "--preset", "smoke", "--device", "cpu", "--batch", "2",
+        "--max-warmup-s", "3", "--max-measure-s", "4"]
+# Where the stand-in base's pip put the framework (NGC's images: the system Python's site-packages).
+SYSTEM_SITE = "/usr/local/lib/python3"
+
+
+def daemon_problem() -> str | None:
+    """Why no daemon can be used (it could not be started, or outside CI there is none), else None."""
+    if os.environ.get("TBDKIT_DOCKERD_ERROR"):
+        return os.environ["TBDKIT_DOCKERD_ERROR"]
+    try:
+        images.daemon_version()
+    except Exception as exc:  # UserError: no docker, daemon down
+        if os.environ.get("CI"):
+            pytest.fail(f"dockerd was started by .ci/run but is not usable: {exc}")
+        return str(exc)
+    return None
+
+
+def skip_without_daemon() -> None:
+    problem = daemon_problem()
+    if problem:
+        print(f"skipping the real-container test: {problem}")
+        pytest.skip(f"no Docker daemon: {problem}")
+
+
+def storage_driver() -> str:
+    return images.docker("info", "--format", "{{.Driver}}").stdout.strip()
+
+
+def build_ci_image(stack: str, tag: str | None = None) -> tuple[str, dict]:
+    """The stack's CI image, built by docker/ci/build-ci-image.sh: its tag and `images.inspect_image`'s record."""
+    tag = tag or f"tbdkit-ci/{stack}:cpu"
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", str(ROOT / "docker/ci/build-ci-image.sh"), tag, stack], capture_output=True,
+                          text=True, cwd=ROOT, env={**os.environ, "PYTHON": sys.executable}, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    built = images.inspect_image(tag)
+    assert built is not None
+    print(f"CI image {tag}: built in {time.monotonic() - t0:.0f} s, {built['size_bytes'] / 2**20:.0f} MiB")
+    return tag, built
+
+
+def stack_state(image: str, stack: str) -> dict:
+    """Inside the image: the stack registered (so `tbdkit bench` there, as under compose, runs
+    natively) and the framework imported from the base's site-packages."""
+    probe = (f"import json, importlib; from tbdkit.env import stacks; s = stacks.get({stack!r}); "
+             "m = importlib.import_module(s.module); "
+             "print(json.dumps({'installed': stacks.is_installed(s.name), 'file': m.__file__}))")
+    proc = images.docker("run", "--rm", "--network", "none", image, "python", "-c", probe, timeout=300)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def results():
+    """A results folder the unprivileged user can reach (pytest's own tmp dirs are root-only)."""
+    top = Path(tempfile.mkdtemp(prefix="tbdkit-docker-"))
+    top.chmod(0o755)
+    yield top / "results"
+    shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def user_kit():
+    """The kit installed as a user would have it, where the unprivileged user can read it (the
+    checkout may sit in a root-only folder): a plain `pip install --target` of the checkout, and a
+    copy of the workloads."""
+    skip_without_daemon()
+    top = Path(tempfile.mkdtemp(prefix="tbdkit-kit-"))
+    top.chmod(0o755)
+    # built from a copy: setuptools builds in the source tree, and the other modules' kits build beside this one
+    source = top / "source"
+    shutil.copytree(ROOT / "tbdkit", source / "tbdkit", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                           "--target", str(top / "site"), str(source)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shutil.copytree(ROOT / "workloads", top / "workloads")
+    subprocess.run(["chmod", "-R", "a+rX", str(top)], check=True)
+    yield top
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def user_python() -> str:
+    """A Python of this one's version that the unprivileged user can run (this venv's base may
+    sit in root's home)."""
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (os.path.realpath(sys.executable), f"/usr/bin/{version}", f"/usr/local/bin/{version}"):
+        if not Path(candidate).exists():
+            continue
+        if os.getuid() != 0:
+            return candidate
+        probe = subprocess.run(["setpriv", f"--reuid={UID}", f"--regid={GID}", "--clear-groups", candidate, "-c", ""],
+                               capture_output=True)
+        if probe.returncode == 0:
+            return candidate
+    pytest.fail(f"no {version} that uid {UID} can run (apt-get install {version})")
+
+
+def bench_as_user(kit: Path, results: Path, image: str, stack: str = "pytorch",
+                  cores: list[int] | None = None) -> subprocess.CompletedProcess:
+    """`tbdkit bench --launcher docker` run by uid 4242 (in the docker group), as a user would; on `cores`
+    (taskset) where given."""
+    results.mkdir(parents=True, exist_ok=True)
+    os.chown(results, UID, GID)
+    docker_gid = os.stat("/var/run/docker.sock").st_gid
+    env = {**os.environ, f"TBDKIT_IMAGE_{stack.upper()}": image, "HOME": str(results),
+           "PYTHONPATH": str(kit / "site"), "TBDKIT_WORKLOADS": str(kit / "workloads")}
+    env.pop("VIRTUAL_ENV", None)
+    cmd = [user_python(), "-m", "tbdkit.cli", "bench", *FAST, "--framework", stack, "--launcher", "docker",
+           "--results", str(results)]
+    if os.getuid() == 0:
+        cmd = ["setpriv", f"--reuid={UID}", f"--regid={GID}", f"--groups={docker_gid}", *cmd]
+    if cores is not None:
+        cmd = ["taskset", "--cpu-list", cpus.cpu_list(cores), *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=results, timeout=600)
+
+
+def invoking_uid() -> int:
+    """Who owns a run's files: the invoking user, 4242 when the test runs as root."""
+    return os.getuid() or UID
+
+
+def assert_removed(name: str, within_s: float = 300) -> None:
+    """The launcher removes the container in the background; vfs makes that take a while."""
+    deadline = time.monotonic() + within_s
+    while name in images.docker("ps", "--all", "--format", "{{.Names}}").stdout.split():
+        assert time.monotonic() < deadline, f"container {name} was not removed"
+        time.sleep(2)
+
+
+def only_run(results: Path) -> Path:
+    (run,) = [p for p in results.iterdir() if p.is_dir()]
+    return run
+
+
+def check_stack_bench(stack: str, tag: str, built: dict, kit: Path, results: Path) -> dict:
+    """The stack's framework in the base's site-packages and registered, then the Deep Speech 2 bench in
+    `tag` run by the unprivileged user: measured, every file of the run theirs, the image recorded, the
+    container removed. Returns the run's env.json."""
+    state = stack_state(tag, stack)
+    assert state["installed"] is True and state["file"].startswith(SYSTEM_SITE), state
+    t0 = time.monotonic()
+    proc = bench_as_user(kit, results, tag, stack)
+    print(f"docker bench ({stack}): {time.monotonic() - t0:.1f} s")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Traceback" not in out, out
+    run = only_run(results)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] in MEASURED and summary["framework"] == stack, summary
+    assert summary["metrics"]["throughput"]["value"] > 0
+    env = json.loads((run / "env.json").read_text())
+    assert env["container"]["image"] == tag and env["container"]["image_id"] == built["id"]
+    assert env["container"]["base_image"] == f"tbdkit-ci/{stack}-base"
+    assert {path.stat().st_uid for path in run.iterdir()} == {invoking_uid()}
+    assert_removed(f"tbdkit-{run.name}")
+    return env
