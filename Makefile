@@ -37,13 +37,21 @@ KIT_STAMP := $(VENV)/.tbdkit-installed
 .PHONY: lock setup bench sweep report bundle kick-the-tires images test test-host test-pytorch test-tensorflow test-mxnet test-compiled bench-overhead calibrate reference reference-suite reference-table clean
 
 # The kit's environment is installed from its lock exactly (locks/kit-test-py311.txt, every file's hash
-# checked), then the kit itself, editable and without dependencies.
+# checked), then the kit itself, editable and without dependencies. pip installs the lock's own uv (its
+# hashes checked), and uv the rest: it unpacks and writes the bytecode on every core (pip took 98 s on CI's
+# two cores, one of them busy), looking where pip is configured to look (tbdkit/env/installer.py, which
+# runs here on the standard library alone). The kit's own modules and the workloads are compiled too (an
+# editable install compiles nothing): where PYTHONDONTWRITEBYTECODE is set, every process would compile them.
 KIT_LOCK := locks/kit-test-py311.txt
 
 $(KIT_STAMP): pyproject.toml $(KIT_LOCK)
 	$(call quote,$(value PYTHON)) -m venv $(VENV)
-	$(VENV)/bin/pip install --disable-pip-version-check -q --require-hashes --no-deps -r $(KIT_LOCK)
+	awk '/^uv==/ { on = 1 } on { print } on && !/\\$$/ { exit }' $(KIT_LOCK) > $(VENV)/uv-requirement.txt
+	$(VENV)/bin/pip install --disable-pip-version-check -q --require-hashes --no-deps -r $(VENV)/uv-requirement.txt
+	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --compile-bytecode \
+		$$($(VENV)/bin/python -m tbdkit.env.installer) --require-hashes --no-deps -r $(KIT_LOCK)
 	$(VENV)/bin/pip install --disable-pip-version-check -q --no-deps -e .
+	$(VENV)/bin/python -m compileall -q tbdkit workloads
 	touch $@
 
 # Every lock in locks/ again from pyproject.toml's ranges (uv pip compile --generate-hashes; docs/environments.md).

@@ -246,6 +246,17 @@ def test_the_makefile_installs_the_kit_from_its_lock_and_regenerates_the_locks()
     recipe = makefile.split("$(KIT_STAMP): pyproject.toml $(KIT_LOCK)\n", 1)[1].split("\n\n", 1)[0]
     assert "--require-hashes --no-deps -r $(KIT_LOCK)" in recipe and "--no-deps -e ." in recipe
     assert "\nlock: $(KIT_STAMP)\n\t$(VENV)/bin/python -m tbdkit.env.lockgen\n" in makefile
+    # uv installs the lock, from the indexes that the kit's installer reads from pip's configuration
+    assert "$$($(VENV)/bin/python -m tbdkit.env.installer)" in recipe
+
+
+def test_the_installer_prints_pips_indexes_for_uv_on_the_standard_library_alone() -> None:
+    """The Makefile runs it before the kit's dependencies are installed: -S leaves site-packages out (the pip
+    it asks for the configuration is another process, with its own)."""
+    proc = subprocess.run([sys.executable, "-S", "-m", "tbdkit.env.installer"], cwd=KIT_ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == installer.pip_index_options(installer.pip_config())
 
 
 def test_make_lock_asks_uv_for_hashes_for_each_locks_python_and_extras() -> None:

@@ -128,3 +128,9 @@ def version(installer: str, uv: str | None, python: Path) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return " ".join(out[:2]) if out else None
+
+
+if __name__ == "__main__":
+    # The Makefile installs the kit's own environment with uv before the kit's dependencies are there: this
+    # module needs only the standard library. `python -m tbdkit.env.installer` prints pip's index options for uv.
+    print(" ".join(pip_index_options(pip_config())))
