@@ -76,6 +76,12 @@ def stack_state(image: str, stack: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def assert_base_framework_kept(image: str, stack: str) -> None:
+    """The image registers the stack and imports the framework its stand-in base holds (no other install)."""
+    state = stack_state(image, stack)
+    assert state["installed"] is True and state["file"].startswith(SYSTEM_SITE), state
+
+
 @pytest.fixture
 def results():
     """A results folder the unprivileged user can reach (pytest's own tmp dirs are root-only)."""
@@ -164,8 +170,7 @@ def check_stack_bench(stack: str, tag: str, built: dict, kit: Path, results: Pat
     """The stack's framework in the base's site-packages and registered, then the Deep Speech 2 bench in
     `tag` run by the unprivileged user: measured, every file of the run theirs, the image recorded, the
     container removed. Returns the run's env.json."""
-    state = stack_state(tag, stack)
-    assert state["installed"] is True and state["file"].startswith(SYSTEM_SITE), state
+    assert_base_framework_kept(tag, stack)
     t0 = time.monotonic()
     proc = bench_as_user(kit, results, tag, stack)
     print(f"docker bench ({stack}): {time.monotonic() - t0:.1f} s")

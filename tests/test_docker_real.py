@@ -19,6 +19,7 @@ import pytest
 from real_containers import (
     ROOT,
     SYSTEM_SITE,
+    assert_base_framework_kept,
     assert_removed,
     bench_as_user,
     build_ci_image,
@@ -26,7 +27,6 @@ from real_containers import (
     only_run,
     results,
     skip_without_daemon,
-    stack_state,
     user_kit,
 )
 
@@ -44,8 +44,7 @@ __all__ = ["results", "user_kit"]  # fixtures, used by name
 def ci_image():
     skip_without_daemon()
     _, found = build_ci_image("pytorch", TAG)
-    state = stack_state(TAG, "pytorch")
-    assert state["installed"] is True and state["file"].startswith(SYSTEM_SITE), state
+    assert_base_framework_kept(TAG, "pytorch")
     return found
 
 

@@ -34,6 +34,8 @@ def test_the_mxnet_image_builds_and_benches(ci_image, user_kit, results):
     assert lock["name"] == "mxnet-image" and lock["python"] == "3.10", lock
     assert lock["installed_from_digest"] == lock["digest"] and "note" not in lock, lock
     assert lock["differences"] == [], lock  # the stand-in's own packages are the lock's versions too
+
+
 # Every module of the kit, and every MXNet workload file, imported by the Python 3.10 of the MXNet
 # image (Ubuntu 22.04's, as in NGC's MXNet image). Only the other frameworks' adapters may fail, and
 # only because their framework is not in this image.
