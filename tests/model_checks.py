@@ -646,6 +646,20 @@ def stepped(name: str, framework: str) -> dict[str, tuple[Any, float]]:
     return _STEPPED[key]
 
 
+def assert_traced_once(training: Any) -> None:
+    """TensorFlow: over the learning check's steps (one fixed batch), each tf.function of the training state
+    was traced at most once, its step exactly once: the optimizer was built before the first call
+    (_shared/tf_amp.built), not in a first trace that TensorFlow then repeats without it. (The detectors'
+    eager steps have no tf.function.)"""
+    import keras
+
+    from tbdkit.adapters.tensorflow_compile import is_function
+
+    counts = {k: v.experimental_get_tracing_count() for k, v in vars(training).items() if is_function(v)}
+    assert all(n <= 1 for n in counts.values()) and (not counts or 1 in counts.values()), counts
+    assert all(o.built for o in vars(training).values() if isinstance(o, keras.optimizers.Optimizer))
+
+
 def assert_amp_is_bf16_here(framework: str) -> None:
     """On this CPU the stack's adapter builds amp exactly as bf16 (policy, TF32, loss scaling), the mode aside."""
     assert framework == "tensorflow", framework
@@ -724,7 +738,10 @@ def generated_tests(framework: str) -> dict[str, Any]:
             assert_elsewhere(name, framework, spec)
             return
         for variant in spec.variants:
-            assert len(learned(name, framework, variant).losses) == spec.steps
+            run = learned(name, framework, variant)
+            assert len(run.losses) == spec.steps
+            if framework == "tensorflow":
+                assert_traced_once(run.trained.training)
 
     def test_every_math_mode_steps(name: str) -> None:
         spec = row(MATH_MODES, "MATH_MODES", framework, name)

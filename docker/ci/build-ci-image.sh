@@ -37,6 +37,24 @@ if [ "$py" != "$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])
              --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
              --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform linux_x86_64)
 fi
+# `pip download` takes 15-20 CPU seconds a request even when every wheel is already in its folder (it
+# resolves again): a folder in the cache keeps a stamp of the request it holds (the options, the
+# requirements, the pins) and of the files it got, and the same request again, every file still there,
+# downloads nothing. A changed request downloads as before.
+fetch() {  # fetch DEST REQUIREMENT...: the download into DEST, unless DEST's stamp holds this very request
+  local dest="$1"; shift
+  local stamp="$dest/.tbdkit-download" request
+  request=$(printf '%s\n' "${download[@]:1}" "$@"; [ -z "${pins:-}" ] || cat "$pins")
+  if [ -f "$stamp" ] && [ "$(sed '/^--$/,$d' "$stamp")" = "$request" ] \
+     && (cd "$dest" && sed '1,/^--$/d' .tbdkit-download | while IFS= read -r f; do [ -f "$f" ] || exit 1; done); then
+    echo "build-ci-image: $dest holds this download already"
+    return
+  fi
+  rm -f "$stamp"
+  "${download[@]}" --dest "$dest" "$@"
+  { printf '%s\n--\n' "$request"; find "$dest" -maxdepth 1 -type f ! -name .tbdkit-download -printf '%f\n' | sort; } \
+    > "$stamp"
+}
 lock="locks/$stack-image-py${py/./}.txt"
 if [ -f "$lock" ]; then
   pins="$cache/pins-$stack-py${py/./}.txt"
@@ -77,9 +95,9 @@ mkdir -p "$wheels"
 if [ -f "$lock" ]; then
   # The lock is the whole closure for the base's Python, its markers resolved for that Python (pip
   # evaluates them against its own): every pin, without pip's resolver.
-  "${download[@]}" --dest "$wheels" --no-deps -r "$pins" pip
+  fetch "$wheels" --no-deps -r "$pins" pip
 else
-  "${download[@]}" --dest "$wheels" "${framework_reqs[@]}" pip
+  fetch "$wheels" "${framework_reqs[@]}" pip
 fi
 framework_base="tbdkit-ci/$stack-base"
 docker build --quiet --tag "$framework_base" --build-arg "BASE_IMAGE=$base" \
@@ -95,7 +113,11 @@ flock 8
 extra=()
 [ "$stack" = mxnet ] && extra=("numpy<1.24")
 [ "$py" = 3.10 ] && extra+=(tomli)
-"${download[@]}" --dest docker/wheels "${dep_list[@]}" "${extra[@]}" "setuptools>=68" wheel
+# downloaded into the cache (a folder per Python), then copied: docker/wheels starts empty in a clean checkout
+kit_wheels="$cache/kit-wheels-py$py"
+mkdir -p "$kit_wheels" docker/wheels
+fetch "$kit_wheels" "${dep_list[@]}" "${extra[@]}" "setuptools>=68" wheel
+find "$kit_wheels" -maxdepth 1 -type f ! -name .tbdkit-download -exec cp -p -t docker/wheels/ {} +
 "$python" -m tbdkit.cli images build "$stack" --base-image "$framework_base" --tag "$tag" \
   --build-arg "PIP_OPTIONS=--no-index --find-links=/tmp/wheels" --build-arg REQUIRE_NCU=0 \
   --build-arg WORKLOAD_REQUIREMENTS= --build-arg KERAS_REQUIREMENT= "${build_args[@]}"

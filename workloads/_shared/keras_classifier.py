@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from _shared.tf_amp import scaled_update
+from _shared.tf_amp import built, scaled_update
 
 
 def cross_entropy(logits: tf.Tensor, labels: tf.Tensor, smoothing: float) -> tf.Tensor:
@@ -38,6 +38,7 @@ def training(model: keras.Model, optimizer: keras.optimizers.Optimizer, hp: dict
     """The compiled step: cross entropy with hp's label smoothing (plus `aux_weight` x the auxiliary
     head's when the model returns (logits, aux_logits) in training), coupled weight decay, an update."""
     size, decay, smoothing = hp["image_size"], hp["weight_decay"], hp["label_smoothing"]
+    optimizer = built(optimizer, model.trainable_variables)
 
     @tf.function(input_signature=[tf.TensorSpec((None, size, size, 3), tf.float32), tf.TensorSpec((None,), tf.int64)])
     def step(images: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:

@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from _shared.tf_amp import scaled_update
+from _shared.tf_amp import built, scaled_update
 
 
 def _conv_out(size: int, kernel: int, stride: int) -> int:
@@ -90,7 +90,7 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
     model = PolicyValue(hp)
     optimizer = keras.optimizers.RMSprop(learning_rate=hp["learning_rate"], rho=hp["rmsprop_alpha"],
                                          epsilon=hp["rmsprop_epsilon"], global_clipnorm=hp["max_grad_norm"])
-    optimizer = precision.wrap_optimizer(optimizer)
+    optimizer = built(precision.wrap_optimizer(optimizer), model.trainable_variables)
     frames = (hp["frame_stack"], hp["frame_height"], hp["frame_width"])
     t_max = hp["t_max"]
 

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from _shared.tf_amp import scaled_update
+from _shared.tf_amp import built, scaled_update
 
 IGNORE = -100  # masked-LM label of positions that are not predicted (data.IGNORE)
 
@@ -199,7 +199,7 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
         weight_decay=hp["weight_decay"], beta_1=hp["adam_beta1"], beta_2=hp["adam_beta2"],
         epsilon=hp["adam_epsilon"], global_clipnorm=hp["max_grad_norm"])
     optimizer.exclude_from_weight_decay(var_names=["bias", "gamma", "beta"])  # biases and LayerNorm
-    optimizer = precision.wrap_optimizer(optimizer)
+    optimizer = built(precision.wrap_optimizer(optimizer), model.trainable_variables)
     seq = tf.TensorSpec((None, hp["seq_len"]), tf.int64)
     names = TARGETS[hp["task"]]
     target_spec = {n: seq if n == "labels" else tf.TensorSpec((None,), tf.int64) for n in names}

@@ -15,7 +15,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from _shared.tf_amp import scaled_update
+from _shared.tf_amp import built, scaled_update
 
 
 def _conv_out(length: Any, kernel: int, stride: int) -> Any:
@@ -101,7 +101,7 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
     model = DeepSpeech2(hp)
     optimizer = keras.optimizers.SGD(learning_rate=hp["learning_rate"], momentum=hp["momentum"],
                                      weight_decay=hp["weight_decay"] or None, clipvalue=hp["clip_gradient_value"])
-    optimizer = precision.wrap_optimizer(optimizer)
+    optimizer = built(precision.wrap_optimizer(optimizer), model.trainable_variables)
     bins = hp["frequency_bins"]
     signature = [tf.TensorSpec((None, 1, bins, None), tf.float32), tf.TensorSpec((None,), tf.int32),
                  tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None,), tf.int32)]

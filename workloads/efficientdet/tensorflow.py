@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from _shared.sibling import load
-from _shared.tf_amp import scaled_update
+from _shared.tf_amp import built, scaled_update
 
 _D0 = load("efficientdet", "effdet_d0")  # effdet_d0.py: the structure and anchor labelling, in NumPy
 BLOCKS, FEATURE_STAGES, STEM = _D0.BLOCKS, _D0.FEATURE_STAGES, _D0.STEM
@@ -242,7 +242,8 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
     size, classes, decay = hp["image_size"], hp["num_classes"], hp["weight_decay"]
     model = EfficientDet(hp)
     model(tf.zeros((1, size, size, 3)))
-    optimizer = precision.wrap_optimizer(keras.optimizers.SGD(hp["learning_rate"], momentum=hp["momentum"]))
+    optimizer = built(precision.wrap_optimizer(keras.optimizers.SGD(hp["learning_rate"], momentum=hp["momentum"])),
+                      model.trainable_variables)
     anchors = anchor_boxes(size)
 
     @tf.function(input_signature=[tf.TensorSpec((None, size, size, 3), tf.float32),

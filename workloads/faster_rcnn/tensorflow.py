@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from _shared.keras_classifier import l2_penalty
 from _shared.keras_resnet import run, stages, stem, width
-from _shared.tf_amp import scaled_update
+from _shared.tf_amp import built, scaled_update
 
 BBOX_CLIP = math.log(1000.0 / 16)  # torchvision's BoxCoder clamp on dw, dh
 RPN_WEIGHTS, ROI_WEIGHTS = (1.0, 1.0, 1.0, 1.0), (10.0, 10.0, 5.0, 5.0)
@@ -288,8 +288,9 @@ class Training:
 
 
 def build(hp: dict[str, Any], precision: Any) -> Training:
+    model = FasterRCNN(hp)
     optimizer = precision.wrap_optimizer(keras.optimizers.SGD(learning_rate=hp["learning_rate"], momentum=hp["momentum"]))
-    return Training(FasterRCNN(hp), optimizer, hp["weight_decay"])
+    return Training(model, built(optimizer, model.trainable_variables), hp["weight_decay"])
 
 
 def to_device(batch: Any, device: str) -> dict[str, Any]:

@@ -33,7 +33,7 @@ import tensorflow as tf
 from _shared.keras_classifier import l2_penalty
 from _shared.keras_resnet import conv_init, run, stages, stem
 from _shared.sibling import load
-from _shared.tf_amp import scaled_update
+from _shared.tf_amp import built, scaled_update
 
 _det = load("faster_rcnn", "tensorflow")  # box coding, anchors, the RPN's and RoI sampling, the four losses
 encode, decode, RPN_WEIGHTS, ROI_WEIGHTS = _det.encode, _det.decode, _det.RPN_WEIGHTS, _det.ROI_WEIGHTS
@@ -304,8 +304,9 @@ class Training:
 
 
 def build(hp: dict[str, Any], precision: Any) -> Training:
+    model = MaskRCNN(hp)
     optimizer = precision.wrap_optimizer(keras.optimizers.SGD(learning_rate=hp["learning_rate"], momentum=hp["momentum"]))
-    return Training(MaskRCNN(hp), optimizer, hp["weight_decay"])
+    return Training(model, built(optimizer, model.trainable_variables), hp["weight_decay"])
 
 
 def to_device(batch: Any, device: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from _shared.tf_amp import scaled_update
+from _shared.tf_amp import built, scaled_update
 
 
 def _conv_bn(hp: dict[str, Any], width: int, kernel: int, affine: bool = True) -> list[keras.layers.Layer]:
@@ -100,7 +100,7 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
     model = DualNet(hp)
     optimizer = keras.optimizers.SGD(learning_rate=schedule(hp["lr_boundaries"], hp["lr_rates"]),
                                      momentum=hp["sgd_momentum"])
-    optimizer = precision.wrap_optimizer(optimizer)
+    optimizer = built(precision.wrap_optimizer(optimizer), model.trainable_variables)
     n, planes = hp["board_size"], 2 * hp["history"] + 1
 
     @tf.function(input_signature=[tf.TensorSpec((None, planes, n, n), tf.float32), tf.TensorSpec((None,), tf.int64),

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from _shared.tf_amp import scaled_update
+from _shared.tf_amp import built, scaled_update
 
 
 def _check(hp: dict[str, Any]) -> None:
@@ -177,7 +177,7 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
     model = Seq2Seq(hp)
     optimizer = keras.optimizers.SGD(learning_rate=Luong234(hp["learning_rate"], hp["num_train_steps"]),
                                      global_clipnorm=hp["max_gradient_norm"])
-    optimizer = precision.wrap_optimizer(optimizer)
+    optimizer = built(precision.wrap_optimizer(optimizer), model.trainable_variables)
     ids = tf.TensorSpec((None, None), tf.int32)
     signature = [ids, tf.TensorSpec((None,), tf.int32), ids, ids]
 

@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from _shared.tf_amp import scaled_update
+from _shared.tf_amp import built, scaled_update
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.Transformer*Layer's default layer_norm_eps
 
@@ -233,7 +233,7 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
     model = Transformer(hp)
     optimizer = keras.optimizers.Adam(learning_rate=InverseSqrt(hp["d_model"], hp["warmup_steps"]),
                                       beta_1=hp["adam_beta1"], beta_2=hp["adam_beta2"], epsilon=hp["adam_epsilon"])
-    optimizer = precision.wrap_optimizer(optimizer)
+    optimizer = built(precision.wrap_optimizer(optimizer), model.trainable_variables)
     ids, pad = tf.TensorSpec((None, None), tf.int32), tf.TensorSpec((None, None), tf.bool)
     smoothing = float(hp["label_smoothing"])
 

@@ -19,7 +19,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from _shared.tf_amp import scaled_update
+from _shared.tf_amp import built, scaled_update
 
 
 def norm(kind: str) -> keras.layers.Layer:
@@ -136,11 +136,12 @@ def build(hp: dict[str, Any], precision: Any) -> Training:
     generator, critic = model.generator, model.critic
     beta1, beta2 = hp["adam_betas"]
 
-    def adam() -> keras.optimizers.Optimizer:
-        return precision.wrap_optimizer(keras.optimizers.Adam(
-            learning_rate=hp["learning_rate"], beta_1=beta1, beta_2=beta2, epsilon=hp["adam_epsilon"]))
+    def adam(network: keras.Model) -> keras.optimizers.Optimizer:
+        return built(precision.wrap_optimizer(keras.optimizers.Adam(
+            learning_rate=hp["learning_rate"], beta_1=beta1, beta_2=beta2, epsilon=hp["adam_epsilon"])),
+            network.trainable_variables)
 
-    g_optimizer, c_optimizer = adam(), adam()
+    g_optimizer, c_optimizer = adam(generator), adam(critic)
     noise_dim, gp_lambda, size = hp["noise_dim"], hp["gp_lambda"], hp["image_size"]
 
     @tf.function(input_signature=[tf.TensorSpec((hp["critic_iters"], None, size, size, 3), tf.float32)])
