@@ -65,11 +65,11 @@ LONGEST_FIRST: dict[str, float] = {
     # the host suite (three workers, the serial tests left out): each file's durations summed, from a clean
     # clone's `make test` on a quiet 2-core machine (parallel pass 1,009 s, its files' durations 2,960 s in all)
     # each stack's real-container image built (an empty Docker) and benched, side by side: in a clean clone's
-    # `make test` (parallel pass 841 s, the cores 100% busy until its last minute); alone on three workers
-    # 280 s (TensorFlow), 240 s (MXNet) and 205 s (PyTorch), 284 s of wall
-    "test_docker_real_tensorflow.py": 434,
-    "test_docker_real.py": 268,
-    "test_docker_real_mxnet.py": 246,
+    # `make test` (parallel pass 880 s, the cores 100% busy throughout), the image's fixture and the bench
+    # (the user's kit installed by uv, the cached downloads skipped); alone on three workers 284 s of wall
+    "test_docker_real_tensorflow.py": 285,
+    "test_docker_real.py": 207,
+    "test_docker_real_mxnet.py": 179,
     "test_sweep_cli.py": 346,
     "test_every_cell_benches.py": 270,  # 307 s with Inception-v3 benched on TensorFlow (71 s)
     "test_frameworks.py": 254,

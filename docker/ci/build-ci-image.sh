@@ -40,7 +40,8 @@ fi
 # `pip download` takes 15-20 CPU seconds a request even when every wheel is already in its folder (it
 # resolves again): a folder in the cache keeps a stamp of the request it holds (the options, the
 # requirements, the pins) and of the files it got, and the same request again, every file still there,
-# downloads nothing. A changed request downloads as before.
+# downloads nothing. A changed request downloads as before; a range's newer release reaches the cache only
+# then (or when the folder is removed), as with a lock.
 fetch() {  # fetch DEST REQUIREMENT...: the download into DEST, unless DEST's stamp holds this very request
   local dest="$1"; shift
   local stamp="$dest/.tbdkit-download" request
