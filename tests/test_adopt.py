@@ -183,7 +183,7 @@ def test_requirements_for_an_interpreter_leave_out_the_framework_and_follow_mark
     assert "tomli" in {adopt.requirement_name(r) for r in adopt.wanted(stacks.get("mxnet"), "3.10.13")}
 
 
-def test_constraints_pin_every_installed_package_and_wheel_names_are_normalized(tmp_path) -> None:
+def test_constraints_pin_what_they_are_given_and_wheel_names_are_normalized(tmp_path) -> None:
     assert adopt.constraints({"torch": "2.11.0+cu130", "numpy": "1.23.5", "odd": "unknown"}) == (
         "numpy==1.23.5\ntorch==2.11.0+cu130\n")
     for name in ("nvidia_ml_py-13.615.71-py3-none-any.whl", "PyYAML-6.0.2-cp312-cp312-manylinux_2_17_x86_64.whl",

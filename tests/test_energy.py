@@ -199,3 +199,9 @@ def test_a_gpu_older_than_volta_is_measured_by_zeus_power_samples(zeus_over_fake
     from tbdkit.agent.collectors.energy import GPU_POLLED_METHOD, zeus_index
 
     assert zeus_index(get_gpus(), 0, A, None) == 0 and GPU_POLLED_METHOD.startswith("Zeus")
+
+
+def test_the_zeus_missing_advice_says_what_to_do_for_an_installed_and_an_adopted_stack() -> None:
+    """"reinstall the stack" would be wrong for an adopted stack: the kit never reinstalls over one."""
+    assert "`tbdkit setup STACK --force`" in energy.ZEUS_MISSING
+    assert "for an adopted stack" in energy.ZEUS_MISSING and "--adopt PYTHON --wheels DIR" in energy.ZEUS_MISSING

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from tbdkit.analysis import cost
 from tbdkit.bench.plan import parse_batches, plan, prepare
@@ -143,6 +144,13 @@ def bench(
     raise typer.Exit(0 if statuses <= set(MEASURED) else 130 if "interrupted" in statuses else 1)
 
 
+STACK_STATE = {
+    "installed": "[green]installed[/]",
+    "not installed": "[yellow]not installed[/]",
+    "damaged": "[red]damaged[/]",
+}
+
+
 def list_models() -> None:
     """Models × frameworks × presets the kit can run, and which stacks are installed here."""
     table = Table(title="Models")
@@ -158,7 +166,12 @@ def list_models() -> None:
             if fw not in m.frameworks:
                 cells.append(styled("[dim]—[/]"))
             else:
-                cells.append(styled("[green]installed[/]" if stacks.is_installed(fw) else "[yellow]not installed[/]"))
+                cells.append(styled(STACK_STATE[stacks.state(fw)]))
         presets = ", ".join(f"{p} ({m.default_batch(p)})" for p in m.presets)
         table.add_row(m.name, m.info.get("application", ""), m.throughput_unit, *cells, presets)
     console.print(table)
+    for fw in stacks.STACKS:
+        try:
+            stacks.marker(fw)
+        except stacks.DamagedStack as exc:
+            console.print(Text.assemble(("damaged: ", "red"), str(exc)), highlight=False)

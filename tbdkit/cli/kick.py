@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +14,7 @@ from tbdkit.bench import kick
 from tbdkit.bench.plan import choose_frameworks, split_list
 from tbdkit.cli.console import console
 from tbdkit.core.errors import UserError
+from tbdkit.env import stacks
 from tbdkit.spec import catalog
 
 STYLE = {"ok": "green", "failed": "red", "timeout": "yellow", "skipped": "dim"}
@@ -26,20 +28,42 @@ def kick_the_tires(
     device: Annotated[str, typer.Option(help="auto (the GPU plan where PyTorch sees a GPU) | cpu | cuda")] = "auto",
     framework: Annotated[
         list[str] | None,
-        typer.Option("--framework", "-f", help="default: every stack on a CPU, pytorch on a GPU"),
+        typer.Option("--framework", "-f", help="default: the installed or adopted stacks on a CPU, pytorch on a GPU"),
     ] = None,
+    show_plan: Annotated[
+        bool, typer.Option("--plan", help="print the steps, the times assumed and what fits the budget; run nothing")
+    ] = False,
+    setup: Annotated[
+        bool,
+        typer.Option("--setup", help="install a missing stack first (only from a lock made for this Python)"),
+    ] = False,
 ) -> None:
-    """Every instrument once inside a budget: on a GPU doctor, calibrate, ResNet-50 and Deep Speech 2 in fp32, amp
-    and tf32, one Nsight Compute pass, report and bundle; on a CPU every stack's smoke run, report and bundle."""
-    if budget <= 0:
-        raise UserError(f"--budget must be a number of seconds above 0, not {budget:g}.")
+    """Every instrument once inside a budget: on a GPU doctor, calibrate, ResNet-50 fp32 and its Nsight Compute pass,
+    Deep Speech 2 fp32, then amp and tf32, report and bundle; on a CPU each installed stack's smoke run, report and
+    bundle. Exits non-zero when no measuring step ran."""
+    kick.check_budget(budget)
     if device not in ("auto", "cpu") and not device.startswith("cuda"):
         raise UserError(f"--device must be auto, cpu or cuda, not '{device}'.")
     chosen, why = kick.choose_device(device)
     model = catalog.get("deepspeech2")
-    wanted = split_list(framework) or (["all"] if chosen == "cpu" else ["pytorch"])
-    frameworks = choose_frameworks(model, wanted, setup=True)  # installs what is missing, before the clock
     folder = results.resolve()
+    frameworks = stacks_for(model, split_list(framework), chosen, setup, plan_only=show_plan)
+    steps = kick.plan(chosen, folder, frameworks)
+    if show_plan:
+        console.print(
+            f"kick-the-tires --plan: the {'GPU' if chosen == 'cuda' else 'CPU'} plan ({why}), {budget:.0f} s budget",
+            highlight=False,
+        )
+        console.print(Text(kick.plan_text(kick.forecast(steps, budget), budget).rstrip()), highlight=False)
+        nothing = kick.fits_nothing(steps, budget)
+        if nothing is not None:
+            console.print(Text(nothing, style="red"), highlight=False)
+        raise typer.Exit(1 if nothing is not None else 0)
+    nothing = kick.fits_nothing(steps, budget)
+    if nothing is not None:
+        raise UserError(nothing)
+    kick.check_results(folder)
+    frameworks = choose_frameworks(model, frameworks, setup=setup)  # a stack installed only when asked
     steps = kick.plan(chosen, folder, frameworks)
     console.print(
         f"kick-the-tires: the {'GPU' if chosen == 'cuda' else 'CPU'} plan ({why}), {len(steps)} steps, "
@@ -68,4 +92,40 @@ def kick_the_tires(
         f"steps and logs: {results / kick.FOLDER}; report: {results}-report; bundle: {results}.tar.gz",
         highlight=False,
     )
-    raise typer.Exit(kick.exit_code(outcomes))
+    code = kick.exit_code(outcomes, steps)
+    if code and not any(o.status == "failed" for o in outcomes):
+        console.print("no measuring step ran: nothing was measured (see the table for why)", highlight=False)
+    raise typer.Exit(code)
+
+
+def stacks_for(model: catalog.Model, wanted: list[str], device: str, setup: bool, plan_only: bool) -> list[str]:
+    """The stacks to run: those asked for; else pytorch on a GPU, and on a CPU the installed or adopted ones. A
+    missing stack is installed only with --setup, and only from a lock made for this Python (said otherwise)."""
+    if device == "cuda":
+        return [wanted[0]] if wanted else ["pytorch"]
+    if wanted and wanted != ["all"]:
+        return wanted
+    candidates = [fw for fw in model.frameworks if fw in stacks.STACKS]
+    installed = [fw for fw in candidates if stacks.state(fw) == "installed"]
+    if not setup or plan_only:
+        if installed or plan_only:
+            return installed or candidates
+        raise UserError(
+            "No framework stack is installed or adopted here: run `tbdkit setup pytorch` (or adopt an interpreter "
+            "with `tbdkit setup pytorch --adopt PYTHON`), or pass --setup to install the missing stacks."
+        )
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    out = []
+    for fw in candidates:
+        lock = stacks.lock_of(stacks.get(fw))
+        if fw in installed or lock.python == here:
+            out.append(fw)
+        else:
+            console.print(
+                f"{fw}: not installed, and its lock ({lock.file.name}) is made for Python {lock.python}, not this "
+                f"Python {here}: left out (adopt an interpreter that holds it: `tbdkit setup {fw} --adopt PYTHON`)",
+                highlight=False,
+            )
+    if not out:
+        raise UserError(f"No framework stack can be installed for Python {here} here: adopt an interpreter instead.")
+    return out

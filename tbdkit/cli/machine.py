@@ -67,7 +67,7 @@ def setup(
                 record = adopt_stack(name, adopt, wheels, force=force)
             console.print(adopted_text(stack.title, record), highlight=False)
             continue
-        if stacks.is_current(name) and not force:
+        if not force and stacks.is_current(name):
             record = stacks.marker(name) or {}
             how = f"adopted from {record['adopted'].get('python')}" if stacks.is_adopted(record) else "installed"
             console.print(f"{stack.title} stack: already {how} in {stacks.venv_path(name)}", highlight=False)
@@ -88,6 +88,8 @@ def adopted_text(title: str, record: dict) -> str:
     ]
     if record.get("from_wheels"):
         lines.append(f"  installed from {record['wheels']}: {', '.join(record['from_wheels'])}")
+    for note in record.get("notes") or []:
+        lines.append(f"  {note}")
     for m in record.get("missing") or []:
         lines.append(f"  not installed: {m['requirement']} ({m['why']})")
     if record.get("missing"):

@@ -16,9 +16,31 @@ def workloads_dir() -> Path:
     return Path(os.environ.get("TBDKIT_WORKLOADS", KIT_ROOT / "workloads"))
 
 
+SYSTEM_FOLDERS = ("/proc", "/sys", "/dev")  # the kernel's: nothing of the kit's is ever made there
+
+
 def venvs_dir() -> Path:
-    """The folder holding one virtual environment per framework stack (TBDKIT_VENVS overrides)."""
-    return Path(os.environ.get("TBDKIT_VENVS", KIT_ROOT / ".venvs"))
+    """The folder holding one virtual environment per framework stack (TBDKIT_VENVS overrides): a folder, or a
+    path where one can be made; anything else (empty, a file, a path under a file, a dangling link, a system
+    folder) is a UserError that names it."""
+    raw = os.environ.get("TBDKIT_VENVS")
+    if raw is None:
+        return KIT_ROOT / ".venvs"
+    fix = "set TBDKIT_VENVS to a folder for the stacks' environments, or unset it for the kit's .venvs"
+    if not raw.strip():
+        raise UserError(f"TBDKIT_VENVS is set but empty: {fix}.")
+    path = Path(raw)
+    if path.is_symlink() and not path.exists():
+        raise UserError(f"TBDKIT_VENVS={raw} is a link to {os.readlink(path)}, which does not exist: {fix}.")
+    resolved = path.resolve()
+    if any(resolved == Path(s) or Path(s) in resolved.parents for s in SYSTEM_FOLDERS):
+        raise UserError(f"TBDKIT_VENVS={raw} is in the system folder {resolved}: {fix}.")
+    if path.exists() and not path.is_dir():
+        raise UserError(f"TBDKIT_VENVS={raw} is a file, not a folder: {fix}.")
+    blocker = next((p for p in resolved.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise UserError(f"TBDKIT_VENVS={raw} is under {blocker}, which is a file: {fix}.")
+    return path
 
 
 def default_results_dir() -> Path:

@@ -99,15 +99,50 @@ def adopted_site_dirs(record: dict | None) -> list[str]:
     return [str(d) for d in adopted.get("site_dirs", [])] if isinstance(adopted, dict) else []
 
 
+class DamagedStack(UserError):
+    """A stack's environment that cannot be used as it is: its install record is not the JSON object the kit
+    wrote, or its `python` is not a file."""
+
+
+def damaged_fix(name: str) -> str:
+    return (
+        f"run `tbdkit setup {name} --force` to install it again from its lock, or "
+        f"`tbdkit setup {name} --adopt PYTHON --force` to adopt an interpreter again"
+    )
+
+
 def marker(name: str) -> dict | None:
-    """The install record of a stack's environment, or None when it is not (fully) installed."""
+    """The install record of a stack's environment, or None when it is not (fully) installed; a DamagedStack
+    (a UserError that says what is wrong and the fix) when the record or the environment's python is damaged."""
     path = venv_path(name) / MARKER
-    if not path.is_file() or not python_of(name).exists():
+    python = python_of(name)
+    if not path.is_file() or not (python.exists() or python.is_symlink()):
         return None
+    title = STACKS[name].title if name in STACKS else name
+    if not python.is_file():
+        what = "a folder" if python.is_dir() else "a dangling link" if not python.exists() else "not a file"
+        raise DamagedStack(f"The {title} stack's interpreter {python} is {what}: {damaged_fix(name)}.")
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
+        record = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, OSError) as exc:
+        why = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "not readable JSON"
+        raise DamagedStack(
+            f"The {title} stack's install record {path} is damaged ({why}): {damaged_fix(name)}."
+        ) from None
+    if not isinstance(record, dict):
+        raise DamagedStack(
+            f"The {title} stack's install record {path} is damaged (a JSON {type(record).__name__}, not an object): "
+            f"{damaged_fix(name)}."
+        )
+    return record
+
+
+def state(name: str) -> str:
+    """`installed`, `not installed` or `damaged`, for tables that list every stack (never raises for damage)."""
+    try:
+        return "installed" if marker(name) is not None else "not installed"
+    except DamagedStack:
+        return "damaged"
 
 
 def is_installed(name: str) -> bool:
@@ -138,15 +173,21 @@ def setup(name: str, log_path: Path | None = None, force: bool = False, how: str
     """Create or refresh the stack's virtual environment from its lock, exactly. Idempotent: a current
     install is kept. `how`: the installer, "auto" (uv when installed, else pip), "uv" or "pip"."""
     stack = get(name)
-    if is_current(name) and not force:
-        return marker(name) or {}
+    try:
+        old = marker(name)
+    except DamagedStack:
+        if not force:
+            raise
+        old = {"adopted": "damaged"}  # whatever it was, made again from nothing
+    if not force and is_current(name):
+        return old or {}
     lock = lock_of(stack)
     lock_text = locks.read(lock)
     tool, uv = installer.choose(how)
     env_dir = venv_path(name)
     env_dir.parent.mkdir(parents=True, exist_ok=True)
     log_path = log_path or env_dir.parent / f"{name}.setup.log"
-    if is_adopted(marker(name)) and not env_dir.is_symlink():  # an overlay's .pth must not survive into the lock's
+    if is_adopted(old) and env_dir.is_dir() and not env_dir.is_symlink():  # an overlay's .pth must not survive
         shutil.rmtree(env_dir)
     _check_disk(stack, env_dir)
     (env_dir / MARKER).unlink(missing_ok=True)

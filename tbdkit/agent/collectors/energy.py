@@ -25,7 +25,10 @@ from tbdkit.core.metric import metric, missing
 log = logging.getLogger("tbdkit.agent.energy")
 
 ZEUS_MISSING = (
-    "zeus not installed in this stack (it is one of the stack's dependencies in pyproject.toml: reinstall the stack)"
+    "zeus not installed in this stack (one of the stack's dependencies in pyproject.toml): for a stack installed "
+    "from its lock, `tbdkit setup STACK --force`; for an adopted stack, adopt again with a zeus wheel in the "
+    "wheels folder (`tbdkit setup STACK --adopt PYTHON --wheels DIR --force`; zeus's own dependencies may stay "
+    "missing when its import works)"
 )
 CPU_RUN = "the run is on the CPU: there is no GPU to measure"
 GPU_METHOD = (
