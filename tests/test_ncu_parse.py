@@ -107,3 +107,24 @@ def test_whole_iteration_matches_by_name_where_configurations_are_unknown() -> N
     two.append(ncu.KernelCounters(SGEMM, 1e-3, 1e9, 0.0, "grid=1x1x1 block=32x1x1"))
     got = ncu.whole_iteration([ncu.TimelineEntry(SGEMM, "", 3, 3e-3)], two, PEAK)
     assert got["fp32_utilization"] is None and got["coverage"] == 0.0
+
+
+QUERY = Path(__file__).parent / "fixtures" / "ncu" / "query_metrics.txt"
+
+
+def test_query_metrics_output_is_parsed_and_a_missing_metric_is_dropped_with_its_reason() -> None:
+    names = ncu.parse_query_metrics(QUERY.read_text())
+    assert {"gpu__time_duration", "smsp__sass_thread_inst_executed_op_ffma_pred_on", "dram__bytes"} <= names
+    assert not any(n.startswith(("-", "Metric", "Device", "were")) for n in names)
+    kept, dropped = ncu.choose_metrics(names)
+    assert kept == (ncu.FFMA, ncu.FADD, ncu.FMUL, ncu.DURATION)  # full names kept by their base names
+    assert list(dropped) == [ncu.TENSOR] and "does not list sm__pipe_tensor_cycles_active" in dropped[ncu.TENSOR]
+    assert ncu.choose_metrics(None) == (ncu.METRICS, {})  # no list: every metric asked for, unchecked
+
+
+def test_the_pass_s_command_line_omits_a_metric_this_gpu_lacks(tmp_path) -> None:
+    kept, _ = ncu.choose_metrics(ncu.parse_query_metrics(QUERY.read_text()))
+    args = ncu.profile_args("ncu", tmp_path / "profile", 1, kept)
+    listed = args[args.index("--metrics") + 1].split(",")
+    assert ncu.TENSOR not in listed and set(listed) == set(ncu.REQUIRED)
+    assert ncu.query_args("ncu", 0) == ["ncu", "--query-metrics", "--devices", "0"]

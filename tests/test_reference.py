@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from report_fixtures import make_run
+from tbdkit.analysis import ncu
 from tbdkit.bench import reference
 from tbdkit.spec import run_spec as specs
 from tbdkit.analysis.peak import Device
@@ -123,13 +124,15 @@ def test_the_readme_shows_the_committed_reference_results() -> None:
     assert between.strip() == reference_table.markdown(KIT_ROOT / "workloads")
 
 
-def fake_ncu(tmp_path: Path) -> Path:
-    """Replays the fixture CSV on --import; otherwise records its arguments and touches the report."""
+def fake_ncu(tmp_path: Path, query: Path | None = None) -> Path:
+    """Replays the fixture CSV on --import, `query` on --query-metrics (none: it fails, as an ncu that cannot
+    list them); otherwise records its arguments and touches the report."""
     exe = tmp_path / "bin" / "ncu"
     exe.parent.mkdir()
     exe.write_text(f"""#!/bin/sh
 case " $* " in
   *" --import "*) cat {FIXTURE} ;;
+  *" --query-metrics "*) {f"cat {query}" if query else "exit 1"} ;;
   *) echo "$*" > {tmp_path}/ncu-args; while [ "$1" != "--export" ]; do shift; done; touch "$2.ncu-rep" ;;
 esac
 """)
@@ -137,8 +140,8 @@ esac
     return exe
 
 
-def ncu_run_dir(monkeypatch, tmp_path: Path, timeline: str | None) -> Path:
-    monkeypatch.setenv("PATH", f"{fake_ncu(tmp_path).parent}{os.pathsep}{os.environ['PATH']}")
+def ncu_run_dir(monkeypatch, tmp_path: Path, timeline: str | None, query: Path | None = None) -> Path:
+    monkeypatch.setenv("PATH", f"{fake_ncu(tmp_path, query).parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(reference, "agent_python", lambda: "python3")
     monkeypatch.setattr(reference, "device_from_env", lambda env: Device("H100", "9.0", 132, 1980.0, "fixture"))
     run_dir = tmp_path / "run"
@@ -179,6 +182,18 @@ def test_ncu_pass_weights_samples_by_the_timeline_and_merges(monkeypatch, tmp_pa
         100 * 10 * 50.175e9 / (peak * 10e-3), rel=1e-4)
     assert rows["other_kernel"]["fp32_utilization"] == ""
     assert (run_dir / "ncu_raw.csv").read_text() == FIXTURE.read_text()
+
+
+def test_ncu_pass_leaves_out_a_metric_this_gpu_lacks_and_keeps_the_rest(monkeypatch, tmp_path) -> None:
+    """One unknown metric no longer fails the whole pass: ncu --query-metrics says which this GPU has."""
+    run_dir = ncu_run_dir(monkeypatch, tmp_path, TIMELINE_CSV, FIXTURE.parent / "query_metrics.txt")
+    spec = specs.build(model="deepspeech2", framework="pytorch", batch_size=4, preset="smoke", device="cpu")
+    got = reference.ncu_pass(spec, run_dir, iterations=3, launch_count=3)
+    args = (tmp_path / "ncu-args").read_text().split()
+    assert ncu.TENSOR not in args[args.index("--metrics") + 1] and ncu.FFMA in args[args.index("--metrics") + 1]
+    assert got["fp32_utilization"]["value"] == pytest.approx(75.0, abs=0.02)
+    assert got["tensor_utilization"]["value"] is None
+    assert "does not list sm__pipe_tensor_cycles_active" in got["tensor_utilization"]["reason"]
 
 
 def test_ncu_pass_without_a_timeline_is_null_with_reason(monkeypatch, tmp_path) -> None:

@@ -14,8 +14,10 @@ whole_iteration() weights those samples by the full iteration's kernel timeline 
 of each kernel and launch configuration, from torch.profiler), so eq. 2 covers every kernel of
 the iteration, and says which share of the kernel time the samples cover.
 
-The kit's command lines for ncu are here too (profile_args: the pass in front of a process, import_args:
-its report as the CSV parse_raw_csv reads; `failure`: why a pass gave no report), so the reference runs
+The kit's command lines for ncu are here too (query_args: the metrics this GPU has, which choose_metrics
+keeps of METRICS, naming the reason for each one it drops, so that one unknown metric never fails the whole
+pass; profile_args: the pass in front of a process, import_args: its report as the CSV parse_raw_csv reads;
+`failure`: why a pass gave no report), so the reference runs
 (tbdkit.bench.reference) and the calibration probes (tbdkit.calibrate.flops) run ncu one way; where ncu
 is installed is tbdkit.env.nsight's.
 """
@@ -72,6 +74,49 @@ def profile_args(exe: str, report: Path, launch_count: int, metrics: tuple[str, 
         str(report),
         "--force-overwrite",
     ]
+
+
+REQUIRED = (FFMA, FADD, FMUL, DURATION)  # eq. 2 needs all four; the tensor-pipe share is measured where it can be
+
+
+def query_args(exe: str, device_index: int) -> list[str]:
+    """ncu's list of the metrics this GPU has (base names: `--query-metrics-mode base`, ncu's default)."""
+    return [exe, "--query-metrics", "--devices", str(device_index)]
+
+
+def parse_query_metrics(text: str) -> set[str]:
+    """The metric names of `ncu --query-metrics` output: a `Device ...` line, then a table (dashes, a header
+    of Metric Name, Metric Type, Metric Unit, Metric Description, dashes) whose first column is the name;
+    a description too long for its column continues on lines whose first column is blank."""
+    names: set[str] = set()
+    for line in text.splitlines():
+        if not line.strip() or line[0].isspace():
+            continue
+        first = line.split()[0]
+        if "__" in first and not first.startswith("-"):
+            names.add(first)
+    return names
+
+
+def base_name(metric: str) -> str:
+    """A metric's base name, before its rollup and submetric (sm__x.avg.pct_of_peak_sustained_active: sm__x)."""
+    return metric.split(".", 1)[0]
+
+
+def choose_metrics(
+    available: set[str] | None, wanted: tuple[str, ...] = METRICS
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The metrics of `wanted` this GPU has (by full or base name, as `--query-metrics` lists them) and the
+    reason for each one left out; with `available` None (the query gave no list) all of them, unchecked."""
+    if available is None:
+        return wanted, {}
+    kept = tuple(m for m in wanted if m in available or base_name(m) in available)
+    dropped = {
+        m: f"ncu --query-metrics does not list {base_name(m)} for this GPU, so the pass leaves it out"
+        for m in wanted
+        if m not in kept
+    }
+    return kept, dropped
 
 
 def import_args(exe: str, rep: Path) -> list[str]:

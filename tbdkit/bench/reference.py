@@ -248,7 +248,11 @@ def ncu_pass(
     scratch = run_dir / "ncu"
     scratch.mkdir(exist_ok=True)
     report = scratch / "profile"
-    prefix = ncu.profile_args(exe, report, launch_count)
+    metrics, dropped = ncu.choose_metrics(query_metrics(exe, spec.device))
+    lacking = [m for m in ncu.REQUIRED if m in dropped]
+    if lacking:
+        return gap(f"FP32 utilization needs {', '.join(lacking)}: {dropped[lacking[0]]}")
+    prefix = ncu.profile_args(exe, report, launch_count, metrics)
     quick = spec.model_copy(
         update={"analyses": False, "measure": spec.measure.model_copy(update={"max_warmup_s": warmup_s})}
     )
@@ -300,15 +304,29 @@ def ncu_pass(
         notes.append(disturbed)
     if notes:
         extra["note"] = "; ".join(notes)
-    tensor = totals["tensor_utilization"]
+    tensor = totals["tensor_utilization"] if ncu.TENSOR not in dropped else None
+    if dropped:
+        extra["metrics_dropped"] = "; ".join(f"{m}: {why}" for m, why in dropped.items())
     return {
         "fp32_utilization": metric(totals["fp32_utilization"], "%", method, **extra),
         "tensor_utilization": (
             metric(tensor, "%", TENSOR_METHOD, **extra)
             if tensor is not None
-            else missing("%", TENSOR_METHOD, "ncu reported no tensor-pipe metric")
+            else missing("%", TENSOR_METHOD, dropped.get(ncu.TENSOR, "ncu reported no tensor-pipe metric"))
         ),
     }
+
+
+def query_metrics(exe: str, device: str) -> set[str] | None:
+    """The metrics ncu lists for the run's GPU, or None when it gives no list (then every metric is asked for,
+    as before ncu could be asked)."""
+    index = int(device.split(":", 1)[1]) if device.startswith("cuda:") and device[5:].isdigit() else 0
+    try:
+        proc = subprocess.run(ncu.query_args(exe, index), capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = ncu.parse_query_metrics(proc.stdout) if proc.returncode == 0 else set()
+    return names or None
 
 
 def disturbed_note(run_dir: Path) -> str | None:
