@@ -198,3 +198,19 @@ def test_a_sweep_runs_its_points_compiled_and_a_standard_sweep_keeps_its_id(tmp_
                                                        "cpus", "pin"})
     digest = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:10]
     assert standard.sweep_id() == f"minigo-smoke-{digest}"
+
+
+def test_compile_s_says_its_cache_and_shared_is_recorded_in_the_spec():
+    """Each compiled run compiles from an empty cache of its own (compile_s: the cold cost); --compile-cache
+    shared keeps PyTorch's caches across runs (the warm cost), recorded in spec.json and in compile_s."""
+    phase = {"seconds": 30.0, "work": 40.0, "iterations": 8}
+    assert "cold cost" in compile_phase.compile_seconds(phase, 4.0, "images/s")["cache"]
+    warm = compile_phase.compile_seconds({**phase, "cache": compile_phase.CACHE["shared"]}, 4.0, "images/s")
+    assert "warm cost" in warm["cache"]
+    spec = run_spec.build(model="resnet50", framework="pytorch", batch_size=2, graph="compiled", compile_cache="shared")
+    assert spec.model_dump()["compile_cache"] == "shared"
+    assert run_spec.build(model="resnet50", framework="pytorch", batch_size=2).compile_cache == "private"
+    for wrong in ({"graph": "standard"}, {"graph": "compiled", "framework": "tensorflow"}):
+        with pytest.raises(UserError, match="compile_cache: shared"):
+            run_spec.build(**{"model": "resnet50", "framework": "pytorch", "batch_size": 2, "compile_cache": "shared",
+                           **wrong})

@@ -21,7 +21,7 @@ from tbdkit.env.doctor import Check
 NAMES = [
     "NVIDIA GPU", "NVIDIA driver", "NVML", "NVML GPM metrics", "GPU clocks locked",
     "Docker client", "Docker daemon", "NVIDIA container runtime",
-    "PyTorch stack", "TensorFlow stack", "MXNet stack",
+    "PyTorch stack", "TensorFlow stack", "MXNet stack", "C compiler and Python headers (--graph compiled)",
     "GPU performance counters", "Nsight Compute (ncu)", "Nsight Systems (nsys)",
 ]
 NO_DRIVER_HERE = not Path("/proc/driver/nvidia").exists() and shutil.which("nvidia-smi") is None
@@ -355,3 +355,24 @@ def test_nsight_tools(monkeypatch, tmp_path):
     assert found.ok is True and "ncu 2025.3.1.0" in found.detail and "2025.3.1/ncu" in found.detail
     assert nsight.tools()["ncu"] == {"path": str(layout / "2025.3.1" / "ncu"), "version": "2025.3.1.0",
                                      "required": "yes"}
+
+
+def test_graph_compiled_on_a_gpu_needs_a_c_compiler_and_the_python_headers(monkeypatch, tmp_path):
+    """Triton builds its launcher at run time with $CC (else gcc, else clang) against the stack's Python.h."""
+    gpu = doctor.NvmlInfo(gpus=["NVIDIA H100 80GB HBM3"])
+    headless = tmp_path / "python"  # a Python whose include folder has no Python.h
+    headless.write_text(f"#!/bin/sh\necho {tmp_path / 'include'}\necho False\n")
+    headless.chmod(0o755)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no gcc, no clang
+    check = doctor.compiled_check(gpu, str(headless))
+    assert check.ok is False and "no C compiler" in check.detail and f"no Python.h in {tmp_path / 'include'}" in check.detail
+    assert "build-essential" in (check.fix or "") and "`--graph standard` needs neither" in (check.fix or "")
+    assert doctor.compiled_check(doctor.NvmlInfo(), str(headless)).ok is None  # without a GPU: not needed
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "Python.h").write_text("")
+    headless.write_text(f"#!/bin/sh\necho {tmp_path / 'include'}\necho True\n")
+    monkeypatch.setenv("CC", "/usr/bin/cc")
+    check = doctor.compiled_check(gpu, str(headless))
+    assert check.ok is True and "/usr/bin/cc" in check.detail and "Python.h in" in check.detail
+    assert doctor.COMPILED in {c.name for c in doctor.checks()}

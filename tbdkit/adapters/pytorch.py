@@ -240,6 +240,7 @@ class PyTorchAdapter:
         threads: tuple[int, int] | None = None,
         graph: str = "standard",
         compile_backend: str | None = None,
+        compile_cache: str = "private",
     ) -> None:
         self.threads = set_threads(threads)
         seed_everything(seed)
@@ -258,7 +259,7 @@ class PyTorchAdapter:
         self.graph = graph
         self.not_compiled = (hp.get("not_compiled") or {}).get("pytorch") if graph == "compiled" else None
         self.compiled = (
-            CompiledStep(workload.train_step, hp, compile_backend or BACKEND)
+            CompiledStep(workload.train_step, hp, compile_backend or BACKEND, cache=compile_cache)
             if graph == "compiled" and not self.not_compiled
             else None
         )

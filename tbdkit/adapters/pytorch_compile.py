@@ -13,7 +13,9 @@ captures it, inductor compiles it, default mode), and what the compiler did, cou
   torch._dynamo.utils.counters["graph_break"] (the reason of each, counted).
 - Caches: inductor and Triton write their compiled artifacts under a folder of this process's own
   (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR), removed when it exits: a run never reuses another
-  run's compilation, so its compile time is a cold compile's.
+  run's compilation, so its compile time is a cold compile's. With `--compile-cache shared` they go
+  to one folder kept across runs (TBDKIT_COMPILE_CACHE_DIR, default ~/.cache/tbdkit/torch-compile):
+  a run after one that compiled the same graphs measures the warm cost.
 """
 
 from __future__ import annotations
@@ -104,6 +106,19 @@ def private_cache() -> str:
     return _CACHE
 
 
+def shared_cache() -> str:
+    """The cache folder kept across runs (`--compile-cache shared`): TBDKIT_COMPILE_CACHE_DIR, else
+    ~/.cache/tbdkit/torch-compile."""
+    global _CACHE
+    if _CACHE is None:
+        default = os.path.join(os.path.expanduser("~"), ".cache", "tbdkit", "torch-compile")
+        _CACHE = os.environ.get("TBDKIT_COMPILE_CACHE_DIR") or default
+        os.makedirs(_CACHE, exist_ok=True)
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = _CACHE
+        os.environ["TRITON_CACHE_DIR"] = os.path.join(_CACHE, "triton")
+    return _CACHE
+
+
 def graph_breaks() -> Counter[str]:
     """Graph breaks so far in this process by reason (the first line of TorchDynamo's message)."""
     from torch._dynamo.utils import counters
@@ -117,9 +132,12 @@ def graph_breaks() -> Counter[str]:
 class CompiledStep:
     """The workload's train step under torch.compile, and its compiler's record since it was made."""
 
-    def __init__(self, train_step: Callable[..., Any], hp: dict[str, Any], backend: str = BACKEND) -> None:
+    def __init__(
+        self, train_step: Callable[..., Any], hp: dict[str, Any], backend: str = BACKEND, cache: str = "private"
+    ) -> None:
         self.backend = backend
-        self.cache = private_cache()
+        self.shared = cache == "shared"
+        self.cache = shared_cache() if self.shared else private_cache()
         torch._dynamo.reset()  # no graph of an earlier step of this process is reused or counted against its limits
         self.dynamic, self.shapes_reason = dynamic_shapes(hp)
         self.events = listen()
@@ -139,7 +157,12 @@ class CompiledStep:
             "mode": MODE,
             "dynamic": self.dynamic,
             "shapes": self.shapes_reason,
-            "cache": "a folder of this process's own (TORCHINDUCTOR_CACHE_DIR), removed at its exit: a cold compile",
+            "cache": (
+                f"{self.cache}, kept across runs (--compile-cache shared): a warm compile where an earlier run "
+                "compiled the same graphs"
+                if self.shared
+                else "a folder of this process's own (TORCHINDUCTOR_CACHE_DIR), removed at its exit: a cold compile"
+            ),
         }
 
     def record(self) -> dict[str, Any]:

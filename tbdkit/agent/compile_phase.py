@@ -10,7 +10,9 @@ that does not count them stops after the pool), at most MAX_ITERATIONS. Warm-up 
 it, its stability judged on compiled iterations only.
 
 compile_s = the phase's wall time less the time its work takes at the window's rate: the seconds
-the compiler added, not the steps' own work.
+the compiler added, not the steps' own work. Each compiled run compiles from an empty cache of its own, so
+compile_s is the cold cost; `--compile-cache shared` (PyTorch) keeps inductor's and Triton's caches across
+runs for the warm cost; the run's spec.json and compile_s say which (CACHE).
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ COMPILE_METHOD = (
     "wall time of the compile phase's iterations less their work / the window's throughput "
     "(the time the compiler added, not the steps' own work); the phase's rule: " + COMPILE_RULE
 )
+CACHE = {
+    "private": "private: the run compiles from an empty cache of its own, removed when it ends, so compile_s is the "
+    "cold cost (`--compile-cache shared` measures the warm cost)",
+    "shared": "shared (--compile-cache shared): PyTorch's inductor and Triton caches kept across runs, so compile_s "
+    "is the warm cost where an earlier run compiled the same graphs (the cold cost on the first)",
+}
 STANDARD = (
     "standard graph: no compile phase (tf.function tracing, MXNet's hybridization and cuDNN autotuning, "
     "where a framework has them, happen in warm-up)"
@@ -94,4 +102,5 @@ def compile_seconds(phase: dict[str, Any] | None, throughput: float | None, unit
         phase_iterations=phase["iterations"],
         steady_s=round(steady, 4),
         throughput_unit=unit,
+        cache=phase.get("cache", CACHE["private"]),
     )

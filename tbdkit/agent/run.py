@@ -210,6 +210,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             threads=(budget.intra_op, budget.inter_op),
             # --graph compiled: the adapter compiles its train step (standard is each framework's default)
             **({"graph": spec.graph} if spec.graph != "standard" else {}),
+            **({"compile_cache": spec.compile_cache} if spec.compile_cache != "private" else {}),
             # several replicas in this one process (--one-process): MirroredStrategy, MXNet's device kvstore
             **({"replicas": spec.replicas_per_process} if spec.replicas_per_process > 1 else {}),
         )
@@ -296,7 +297,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             phase = compile_phase.run(
                 loop, caps.graph_compile, spec.measure.synthetic_pool if prefetcher is None else None
             )
-            summary["compile_phase"] = phase
+            summary["compile_phase"] = {**phase, "cache": compile_phase.CACHE[spec.compile_cache]}
         loop.warm_up()
         if worker is not None and os.environ.get("TBDKIT_TEST_KILL_RANK") == str(worker.rank):
             os._exit(3)  # fault injection for the kit's own tests: this worker dies after warm-up

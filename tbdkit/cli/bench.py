@@ -41,6 +41,14 @@ def bench(
             "(torch.compile with inductor, XLA, MXNet static shapes; compilation measured apart)"
         ),
     ] = "standard",
+    compile_cache: Annotated[
+        str,
+        typer.Option(
+            "--compile-cache",
+            help="private (each compiled run compiles from an empty cache: compile_s is the cold cost) | shared "
+            "(PyTorch's inductor and Triton caches kept across runs: the warm cost; recorded in spec.json)",
+        ),
+    ] = "private",
     preset: Annotated[
         str,
         typer.Option(
@@ -108,6 +116,7 @@ def bench(
             batch_size=b,
             precision=precision,
             graph=graph,
+            compile_cache=compile_cache,
             preset=p.preset,
             variant=variant,
             device=device,

@@ -592,6 +592,66 @@ def nsight_check(tool: str) -> Check:
     )
 
 
+# ------------------------------------------------------------------------------ --graph compiled
+
+COMPILED = "C compiler and Python headers (--graph compiled)"
+# What Triton reads to build its launcher at run time (triton/runtime/build.py): $CC, else gcc, else clang;
+# the include folder of the Python running it, from sysconfig (Debian's posix_local scheme read as posix_prefix).
+_HEADERS = (
+    "import os, sysconfig; s = sysconfig.get_default_scheme(); "
+    "s = 'posix_prefix' if s == 'posix_local' else s; d = sysconfig.get_paths(scheme=s)['include']; "
+    "print(d); print(os.path.isfile(os.path.join(d, 'Python.h')))"
+)
+
+
+def c_compiler() -> str | None:
+    """The C compiler Triton would use: $CC, else gcc, else clang (as triton/runtime/build.py looks)."""
+    return os.environ.get("CC") or shutil.which("gcc") or shutil.which("clang")
+
+
+def python_headers(python: str) -> tuple[str, bool] | None:
+    """The include folder of `python` as Triton reads it, and whether Python.h is there; None if it did not say."""
+    code, out, _ = _run([python, "-c", _HEADERS])
+    lines = out.strip().splitlines()
+    if code != 0 or len(lines) < 2:
+        return None
+    return lines[-2], lines[-1] == "True"
+
+
+def compiled_check(info: NvmlInfo, python: str | None = None) -> Check:
+    """`--graph compiled` on a GPU: torch.compile's inductor emits Triton kernels, and Triton builds its launcher
+    with a C compiler against the stack's Python headers at run time; without them the run fails at its first
+    compiled step. Checked for the PyTorch stack's interpreter (or this one when the stack is not installed)."""
+    if python is None:
+        installed = stacks.python_of("pytorch")
+        python = str(installed) if installed.is_file() else sys.executable
+    cc = c_compiler()
+    headers = python_headers(python)
+    missing = []
+    if cc is None:
+        missing.append("no C compiler ($CC unset, no gcc or clang on PATH)")
+    if headers is None:
+        missing.append(f"{python} did not say where its headers are")
+    elif not headers[1]:
+        missing.append(f"no Python.h in {headers[0]}")
+    if not missing:
+        return Check("frameworks", COMPILED, True, f"{cc}; Python.h in {headers[0]}" if headers else str(cc), None)
+    detail = "; ".join(missing) + ": Triton cannot build its launcher, so a compiled run fails at its first step"
+    fix = (
+        "install a C compiler and the Python headers (Debian/Ubuntu: `apt-get install build-essential "
+        "python3-dev`, or the -dev package of the stack's Python), or set CC; `--graph standard` needs neither"
+    )
+    if not info.gpus:
+        return Check(
+            "frameworks",
+            COMPILED,
+            None,
+            detail + " (needed on a GPU only: a CPU run compiles with inductor's C++)",
+            fix,
+        )
+    return Check("frameworks", COMPILED, False, detail, fix)
+
+
 # ------------------------------------------------------------------------------------ all of it
 
 
@@ -630,6 +690,7 @@ def checks() -> list[Check]:
         title = TITLES.get(fw, fw)
         out.append(_safe("frameworks", f"{title} stack", functools.partial(framework_check, fw)))
 
+    out.append(_safe("frameworks", COMPILED, lambda: compiled_check(info)))
     out.append(_safe("profiling", "GPU performance counters", counters_check))
     for tool in NSIGHT:
         out.append(_safe("profiling", NSIGHT[tool][0], functools.partial(nsight_check, tool)))

@@ -30,6 +30,9 @@ Precision = Literal["fp32", "tf32", "amp", "bf16"]  # bf16: bfloat16 autocast, n
 # tf.function graphs, MXNet hybridized with static_alloc); compiled: each at its compiler's best
 # (torch.compile with inductor, XLA, MXNet's static shapes: tbdkit/adapters/*_compile.py)
 Graph = Literal["standard", "compiled"]
+# private: each compiled run compiles from an empty cache of its own (compile_s: the cold cost); shared: PyTorch's
+# inductor and Triton caches kept across runs (compile_s: the warm cost where an earlier run compiled the same graphs)
+CompileCache = Literal["private", "shared"]
 _RATE = re.compile(r"^[1-9][0-9]{0,8}(kbit|mbit|gbit)$")
 _RATE_UNITS = {"kbit": 10**3, "mbit": 10**6, "gbit": 10**9}
 Preset = Literal["smoke", "paper", "converge"]  # converge: train to a quality target (tbdkit/agent/converge.py)
@@ -159,6 +162,7 @@ class RunSpec(BaseModel):
     batch_size: int = Field(gt=0, le=MAX_BATCH)
     precision: Precision = "fp32"
     graph: Graph = "standard"
+    compile_cache: CompileCache = "private"
     preset: Preset = "smoke"
     variant: str | None = Field(None, description="one of the model's [setting.<name>] tables, under the preset")
     device: str = "auto"
@@ -333,6 +337,11 @@ class RunSpec(BaseModel):
         if self.preset not in model.presets:
             raise ValueError(
                 f"preset: model {self.model} has no '{self.preset}' preset; it has {', '.join(model.presets)}"
+            )
+        if self.compile_cache == "shared" and (self.graph != "compiled" or self.framework != "pytorch"):
+            raise ValueError(
+                "compile_cache: shared keeps PyTorch's inductor and Triton caches across runs, so it goes with "
+                "--graph compiled on pytorch (XLA and MXNet compile in each process)"
             )
         if self.preset == "converge" and (self.framework != "pytorch" or self.world_size > 1):
             raise ValueError(
