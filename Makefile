@@ -92,11 +92,12 @@ bundle: $(KIT_STAMP)
 # An artifact evaluator's first check (docs/artifact.md): every instrument once inside BUDGET seconds (default
 # 420, which fits an H100), in a folder of its own; its logic is `tbdkit kick-the-tires` (tbdkit/bench/kick.py). On
 # a GPU: doctor, calibrate, ResNet-50 and Deep Speech 2 in fp32/amp/tf32, one ncu pass; on a CPU every stack's smoke
-# run; then the report and a bundle. Missing stacks are installed first (not counted). KICK_RESULTS=dir puts it elsewhere.
+# run; then the report and a bundle. It uses the stacks installed or adopted; SETUP=1 installs missing ones first (not
+# counted), from a lock made for the kit's Python only. KICK_RESULTS=dir puts it elsewhere.
 KICK_RESULTS := results-kick-the-tires
 kick-the-tires: $(KIT_STAMP)
 	$(TBDKIT) kick-the-tires --results $(call quote,$(value KICK_RESULTS)) $(if $(value BUDGET),--budget $(call quote,$(value BUDGET))) \
-		$(if $(value DEVICE),--device $(call quote,$(value DEVICE))) $(if $(value FRAMEWORK),--framework $(call quote,$(value FRAMEWORK)))
+		$(if $(value DEVICE),--device $(call quote,$(value DEVICE))) $(if $(value FRAMEWORK),--framework $(call quote,$(value FRAMEWORK))) $(if $(value SETUP),--setup)
 
 # The framework images for LAUNCHER=docker (docker/images.lock pins their NGC bases).
 images: $(KIT_STAMP)

@@ -152,3 +152,25 @@ def test_the_makefile_target_passes_budget_and_keeps_its_results_folder() -> Non
     default = subprocess.run(["make", "-n", "-o", ".venv/.tbdkit-installed", "kick-the-tires"], cwd=KIT_ROOT,
                              capture_output=True, text=True, check=True).stdout
     assert "kick-the-tires --results 'results-kick-the-tires'" in default and "--budget" not in default
+
+
+def test_on_a_cpu_it_uses_the_installed_stacks_and_installs_only_from_a_lock_for_this_python(monkeypatch) -> None:
+    """No stack installs unasked; --setup installs only from a lock made for this interpreter, saying so otherwise."""
+    from tbdkit.cli import kick as cli_kick
+    from tbdkit.env import locks, stacks
+    from tbdkit.spec import catalog
+
+    model = catalog.get("deepspeech2")
+    monkeypatch.setattr(stacks, "state", lambda fw: "installed" if fw == "mxnet" else "not installed")
+    assert cli_kick.stacks_for(model, [], "cpu", setup=False, plan_only=False) == ["mxnet"]
+    monkeypatch.setattr(stacks, "state", lambda fw: "not installed")
+    with pytest.raises(UserError, match="No framework stack is installed or adopted here"):
+        cli_kick.stacks_for(model, [], "cpu", setup=False, plan_only=False)
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    other = "3.9" if here != "3.9" else "3.8"
+    monkeypatch.setattr(stacks, "lock_of", lambda s: locks.LockEnv(s.name, (), here if s.name == "pytorch" else other,
+                                                                   "test"))
+    assert cli_kick.stacks_for(model, [], "cpu", setup=True, plan_only=False) == ["pytorch"]
+    monkeypatch.setattr(stacks, "lock_of", lambda s: locks.LockEnv(s.name, (), other, "test"))
+    with pytest.raises(UserError, match="adopt an interpreter that holds the framework"):
+        cli_kick.stacks_for(model, [], "cuda", setup=True, plan_only=False)

@@ -101,22 +101,26 @@ def kick_the_tires(
 def stacks_for(model: catalog.Model, wanted: list[str], device: str, setup: bool, plan_only: bool) -> list[str]:
     """The stacks to run: those asked for; else pytorch on a GPU, and on a CPU the installed or adopted ones. A
     missing stack is installed only with --setup, and only from a lock made for this Python (said otherwise)."""
-    if device == "cuda":
-        return [wanted[0]] if wanted else ["pytorch"]
-    if wanted and wanted != ["all"]:
-        return wanted
     candidates = [fw for fw in model.frameworks if fw in stacks.STACKS]
     installed = [fw for fw in candidates if stacks.state(fw) == "installed"]
-    if not setup or plan_only:
-        if installed or plan_only:
-            return installed or candidates
+    if device == "cuda":
+        chosen = [wanted[0]] if wanted else ["pytorch"]
+    elif wanted and wanted != ["all"]:
+        chosen = wanted
+    elif plan_only or installed:
+        chosen = (installed or candidates) if not setup else candidates
+    elif not setup:
         raise UserError(
             "No framework stack is installed or adopted here: run `tbdkit setup pytorch` (or adopt an interpreter "
             "with `tbdkit setup pytorch --adopt PYTHON`), or pass --setup to install the missing stacks."
         )
+    else:
+        chosen = candidates
+    if not setup or plan_only:
+        return chosen
     here = f"{sys.version_info[0]}.{sys.version_info[1]}"
     out = []
-    for fw in candidates:
+    for fw in chosen:
         lock = stacks.lock_of(stacks.get(fw))
         if fw in installed or lock.python == here:
             out.append(fw)
@@ -127,5 +131,9 @@ def stacks_for(model: catalog.Model, wanted: list[str], device: str, setup: bool
                 highlight=False,
             )
     if not out:
-        raise UserError(f"No framework stack can be installed for Python {here} here: adopt an interpreter instead.")
+        raise UserError(
+            f"No stack of {', '.join(chosen)} is installed, and the kit's locks are made for another Python than "
+            f"this {here}: adopt an interpreter that holds the framework (`tbdkit setup {chosen[0]} --adopt "
+            "PYTHON`), or run the kit with the locks' Python."
+        )
     return out
