@@ -189,8 +189,8 @@ def plan_text(forecasts: list[Forecast], budget_s: float) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4] for r in [head, *rows]]
     measured = [f.step.name for f in forecasts if f.fits and f.step.measures]
     lines.append(
-        f"{len(measured)} measuring step(s) expected to fit in {budget_s:.0f} s; the step times are estimates "
-        "(a CPU dry run and known H100 speeds) until measured on this machine"
+        f"{len(measured)} measuring step(s) expected to fit in {budget_s:.0f} s; the assumed step times are estimates "
+        "(from a CPU dry run and known H100 speeds), not measured on this machine"
     )
     return "\n".join(lines) + "\n"
 

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tbdkit.core.errors import UserError
 from tbdkit.core.frameworks import KNOWN_FRAMEWORKS, TITLES
 from tbdkit.env import images, nsight, stacks
 
@@ -623,8 +624,11 @@ def compiled_check(info: NvmlInfo, python: str | None = None) -> Check:
     with a C compiler against the stack's Python headers at run time; without them the run fails at its first
     compiled step. Checked for the PyTorch stack's interpreter (or this one when the stack is not installed)."""
     if python is None:
-        installed = stacks.python_of("pytorch")
-        python = str(installed) if installed.is_file() else sys.executable
+        try:
+            installed: Path | None = stacks.python_of("pytorch")
+        except UserError:  # TBDKIT_VENVS unusable: its own check says so
+            installed = None
+        python = str(installed) if installed is not None and installed.is_file() else sys.executable
     cc = c_compiler()
     headers = python_headers(python)
     missing = []
