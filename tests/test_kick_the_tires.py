@@ -105,6 +105,12 @@ def test_the_exit_code_is_non_zero_when_no_measuring_step_ran(tmp_path) -> None:
     ran = [kick.Outcome("doctor", "ok", 2, 20), kick.Outcome("calibrate", "skipped", 0, 90, "deadline"),
            kick.Outcome("report", "skipped", 0, 60), kick.Outcome("bundle", "ok", 3, 40)]
     assert kick.exit_code(ran, steps) == 1
+    ran[1] = kick.Outcome("calibrate", "timeout", 60, 90, "stopped")  # stopped before it measured anything
+    assert kick.exit_code(ran, steps) == 1
+    ran[1] = kick.Outcome("rn50-fp32", "timeout", 60, 75, runs=[{"run_id": "r1", "status": "interrupted"}])
+    assert kick.exit_code(ran, steps) == 1
+    ran[1] = kick.Outcome("rn50-fp32", "timeout", 60, 75, runs=[{"run_id": "r1", "status": "disturbed"}])
+    assert kick.exit_code(ran, steps) == 0
     ran[1] = kick.Outcome("calibrate", "ok", 40, 90)
     assert kick.exit_code(ran, steps) == 0
     ran[3] = kick.Outcome("bundle", "failed", 3, 40)

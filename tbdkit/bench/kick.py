@@ -462,9 +462,14 @@ def table_text(outcomes: list[Outcome], budget_s: float, elapsed_s: float) -> st
 
 
 def exit_code(outcomes: list[Outcome], steps: list[Step] | None = None) -> int:
-    """1 when a step failed or no measuring step ran (the budget left them all out: nothing was measured); else
-    0 (a step the deadline stopped or skipped is the budget at work, said in the table)."""
+    """1 when a step failed or nothing was measured (no measuring step ended ok, and none left a run with
+    numbers: the budget skipped or stopped them all); else 0 (a step the deadline stopped or skipped beside
+    measuring ones is the budget at work, said in the table)."""
     if any(o.status == "failed" for o in outcomes):
         return 1
     measuring = {s.name for s in steps if s.measures} if steps is not None else {o.step for o in outcomes}
-    return 0 if any(o.step in measuring and o.status in ("ok", "timeout") for o in outcomes) else 1
+    return 0 if any(o.step in measuring and (o.status == "ok" or _measured(o)) for o in outcomes) else 1
+
+
+def _measured(o: Outcome) -> bool:
+    return any(r.get("status") in ("ok", "disturbed") for r in o.runs)

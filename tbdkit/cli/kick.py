@@ -70,6 +70,7 @@ def kick_the_tires(
         f"{budget:.0f} s budget; results in {results}",
         highlight=False,
     )
+    console.print(Text(kick.plan_text(kick.forecast(steps, budget), budget).rstrip()), highlight=False)
 
     def line(o: kick.Outcome, elapsed: float) -> None:
         style = STYLE.get(o.status, "")
@@ -94,7 +95,10 @@ def kick_the_tires(
     )
     code = kick.exit_code(outcomes, steps)
     if code and not any(o.status == "failed" for o in outcomes):
-        console.print("no measuring step ran: nothing was measured (see the table for why)", highlight=False)
+        console.print(
+            "nothing was measured: no measuring step ended ok or left a run with numbers (the table says why)",
+            highlight=False,
+        )
     raise typer.Exit(code)
 
 
