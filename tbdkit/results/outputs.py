@@ -61,8 +61,19 @@ def _inside_a_run(path: Path) -> Path | None:
     return None
 
 
+def check_name(path: Path, option: str) -> None:
+    """A UserError when the folder or file `path` a command would write holds a control character (a newline,
+    an escape): every command line, listing and report that names it would break or mislead."""
+    if not str(path).isprintable():
+        raise UserError(
+            f"{option} {str(path)!r} holds a control character (a newline, a tab, an escape): pass a name of "
+            "printable characters."
+        )
+
+
 def check_folder(out: Path, option: str) -> None:
     """A UserError unless `out` is a folder the command may write its files into."""
+    check_name(out, option)
     target = out.absolute()
     run = _inside_a_run(target)
     if run is not None:
@@ -80,6 +91,7 @@ def check_folder(out: Path, option: str) -> None:
 def check_file(out: Path, option: str, replaceable: bool = False) -> None:
     """A UserError unless `out` may be written (or replaced: `replaceable`, when it is a file this
     very command wrote before, e.g. an earlier bundle)."""
+    check_name(out, option)
     target = out.absolute()
     run = _inside_a_run(target.parent)
     if run is not None:
