@@ -21,7 +21,8 @@ from _shared.errors import DataError
 T = TypeVar("T")
 
 MAX_DEPTH = 32  # folders below a dataset's root: LibriSpeech needs 3 (split/speaker/chapter)
-KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket"}
+KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket",
+         stat.S_IFDIR: "a folder"}
 
 SAMPLE = 16  # files the check before a run decodes: the first, the last and an even spread between
 
