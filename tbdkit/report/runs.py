@@ -8,7 +8,6 @@ kernels.csv where the run wrote them. Nothing here imports a framework or a laun
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -27,14 +26,13 @@ def layer_family(*kinds: str) -> frozenset[str]:
     return frozenset(m.name for m in catalog.models().values() if m.dominant_layer.split(" ")[0] in kinds)
 
 
-@cache
 def rnn_models() -> frozenset[str]:
-    """The recurrent models (DeepSpeech2's GRUs, Seq2Seq's LSTMs); read when asked, not at import, so a
-    workloads folder the catalog refuses is the command's one sentence, not an import's traceback."""
+    """The recurrent models (DeepSpeech2's GRUs, Seq2Seq's LSTMs) of the workloads folder in use; read when
+    asked (the catalog keeps each folder's models), not at import, so a workloads folder the catalog refuses
+    is the command's one sentence, not an import's traceback."""
     return layer_family("RNN", "LSTM")
 
 
-@cache
 def lstm_models() -> frozenset[str]:
     return layer_family("LSTM")
 
