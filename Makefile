@@ -23,7 +23,14 @@ TEST_WORKERS_host ?= 4
 # Every user variable is taken with $(value ...) and none is exported (exporting expands it): a
 # `$(...)` in a value (a model name, a precision, a folder's name) stays text, never a make function.
 # Every default is set above: `unexport` defines a variable (empty), so a `?=` below it would never apply.
-quote = '$(subst ','\'',$(1))'
+# A newline in a value cannot stand in a recipe's text (the shell gets half a command): it is written
+# '"$$TBDKIT_NL"' and the environment's TBDKIT_NL holds it, so the kit gets the value whole and answers it.
+define TBDKIT_NL
+
+
+endef
+export TBDKIT_NL
+quote = '$(subst $(TBDKIT_NL),'"$$TBDKIT_NL"',$(subst ','\'',$(1)))'
 USER_VARIABLES := MODEL FRAMEWORK BATCH PRESET PRECISION GRAPH LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA \
 	PYTHON REPEAT REPORT CPUS PIN ONE_PROCESS RETRY_DISTURBED INCLUDE_DISTURBED KICK_RESULTS DEVICE QUICK \
 	ADOPT WHEELS BUDGET TEST_WORKERS TEST_WORKERS_host TEST_WORKERS_pytorch TEST_WORKERS_tensorflow TEST_WORKERS_mxnet

@@ -19,7 +19,7 @@ from tbdkit.core.paths import KIT_ROOT
 from tbdkit.launch import native
 from tbdkit.spec import run_spec as specs
 
-ODD = ["a b;touch PWNED", "it's $(touch PWNED) `id` \"q\"", "x&&y|z>w", "$(shell touch PWNED)"]
+ODD = ["a b;touch PWNED", "it's $(touch PWNED) `id` \"q\"", "x&&y|z>w", "$(shell touch PWNED)", "line\none 'two'"]
 
 
 def _argv_stub(tmp_path: Path) -> Path:
@@ -84,7 +84,7 @@ def test_log_txt_records_the_command_as_a_shell_reads_it(tmp_path, monkeypatch):
 USER_VARIABLES = ("MODEL FRAMEWORK BATCH PRESET PRECISION GRAPH LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA PYTHON "
                   "REPEAT REPORT CPUS PIN ONE_PROCESS RETRY_DISTURBED INCLUDE_DISTURBED KICK_RESULTS DEVICE QUICK ADOPT WHEELS BUDGET "
                   "TEST_WORKERS TEST_WORKERS_host TEST_WORKERS_pytorch TEST_WORKERS_tensorflow TEST_WORKERS_mxnet").split()
-MAKEFILE_OWN = {"VENV", "TBDKIT", "KIT_STAMP", "KIT_LOCK", "FRAMEWORK_TESTS", "MAKE", "USER_VARIABLES", "ONE_THREAD",
+MAKEFILE_OWN = {"VENV", "TBDKIT", "KIT_STAMP", "KIT_LOCK", "FRAMEWORK_TESTS", "MAKE", "USER_VARIABLES", "ONE_THREAD", "TBDKIT_NL",
                 "ONE_CORE"}
 
 

@@ -101,3 +101,16 @@ def test_a_full_disk_under_report_leaves_nothing(results, tmp_path):
     _one_sentence(again, "The report could not be written to")
     assert {p.name for p in (out / "report").iterdir()} == first  # the earlier report stays whole
     assert sorted(p.name for p in out.iterdir()) == ["mine.txt", "report"]
+
+
+def test_a_full_disk_under_render_leaves_the_folder_as_it_was(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("kept\n")
+    proc = tbdkit("render", "--target", "k8s", "--preset", "smoke", "-o", str(out), cwd=tmp_path, file_limit=512)
+    _one_sentence(proc, "The launch files could not be written to")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no stage folder left beside it
+    assert sorted(p.name for p in out.iterdir()) == ["mine.txt"]  # no spec.json without its launch file
+    whole = tbdkit("render", "--target", "k8s", "--preset", "smoke", "-o", str(out), cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["job.yaml", "mine.txt", "results-pvc.yaml", "spec.json"]

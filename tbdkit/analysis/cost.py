@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tbdkit.core import user_files
 from tbdkit.core.errors import UserError
 
 try:
@@ -89,7 +90,7 @@ def _number(value: Any, where: str) -> float:
 def load_file(path: Path) -> Prices:
     """A user's prices.toml; UserError naming what is wrong in it."""
     try:
-        doc = tomllib.loads(path.read_bytes().decode("utf-8"))
+        doc = user_files.load_toml(path)
     except UnicodeDecodeError as exc:
         raise UserError(
             f"{path} is not UTF-8 text (byte {exc.start} is not): save it as UTF-8, or remove it."

@@ -17,6 +17,7 @@ from tbdkit.cli.console import console, convergence_table, results_table, styled
 from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.core.paths import default_results_dir
 from tbdkit.env import stacks
+from tbdkit.results import outputs
 from tbdkit.results.summary import MEASURED
 from tbdkit.spec import catalog
 from tbdkit.spec import run_spec as specs
@@ -103,6 +104,7 @@ def bench(
     p = plan(model, framework, preset, device, launcher, nodes, data)
     hp = p.hp(variant)
     batches = parse_batches(batch) or [int(hp["default_batch"])]
+    outputs.check_name(results, "--results")
     measure = {
         k: v
         for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s, "target_ci": target_ci}.items()

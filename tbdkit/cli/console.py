@@ -4,17 +4,22 @@ Every string these consoles print is shown as it is: a model, a folder's name, a
 sentence quoting what the user typed is never read as Rich markup (`[/x]` would crash, `[draft]` vanish) or
 as an emoji code. The kit's own colours are the one exception, and come only from styled(), which fills a
 template of the kit's markup with values escaped.
+
+Nor does a string reach the terminal as a control sequence: a run id, an error sentence or a path read from a
+file may hold ESC, a cursor move or a C1 control (`\x1b[2J` clears the screen, `\x1b[8m` hides what follows).
+PlainConsole.render drops every control character from the text it renders (tab and newline stay), for every
+command at once; only Rich's own control segments (the live bars' cursor moves) and its styles pass.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
 
-from rich.console import Console, RenderableType
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -25,6 +30,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.segment import Segment
 from rich.status import Status
 from rich.table import Table
 from rich.text import Text
@@ -32,13 +38,31 @@ from rich.text import Text
 from tbdkit.bench.progress import Bar, Level, Notifier
 from tbdkit.launch.base import EventHandler
 
+# C0 controls but tab and newline, DEL and C1 controls (0x9b is a one-byte CSI to some terminals).
+CONTROLS = dict.fromkeys([*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)])
+
+
+def without_controls(text: str) -> str:
+    """`text` with no character a terminal would act on rather than show (tab and newline kept)."""
+    return text.translate(CONTROLS)
+
 
 class PlainConsole(Console):
-    """A console on which a string is text: no markup, no emoji codes, in lines, tables (their titles and
-    cells) and the spinner of status() alike."""
+    """A console on which a string is text: no markup, no emoji codes, no control sequences, in lines,
+    tables (their titles and cells) and the spinner of status() alike."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(markup=False, emoji=False, **kwargs)
+
+    def render(self, renderable: Any, options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        """Rich's segments with every control character dropped from their text (a terminal shows the rest,
+        as Rich measured it: a control character takes no cell); Rich's own control segments pass."""
+        for segment in super().render(renderable, options):
+            if segment.control:
+                yield segment
+            else:
+                text = segment.text
+                yield segment if text.isprintable() else Segment(without_controls(text), segment.style)
 
     def status(self, status: RenderableType, **kwargs: Any) -> Status:
         return super().status(Text(status) if isinstance(status, str) else status, **kwargs)  # a spinner reads markup

@@ -53,7 +53,7 @@ def render(
     run_spec = specs.build(
         model=model,
         framework=framework,
-        batch_size=batch or int(hp["default_batch"]),
+        batch_size=int(hp["default_batch"]) if batch is None else batch,  # 0 is refused, never the default
         precision=precision,
         preset=preset,
         device="auto",

@@ -17,6 +17,7 @@ from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, check_cpus, cost_table
 from tbdkit.cli.console import console
 from tbdkit.core.paths import default_results_dir
 from tbdkit.results import files as runfiles
+from tbdkit.results import outputs
 from tbdkit.results.summary import MEASURED
 from tbdkit.spec.sweep_spec import MAX, parse, parse_batch_list
 
@@ -122,6 +123,7 @@ def sweep(
 ) -> None:
     """Run MODEL over a grid of frameworks x precisions x batch sizes (x repeats); rerun to resume."""
     prices = cost.resolve(price_per_hour)  # a wrong price is said before anything runs
+    outputs.check_name(results, "--results")
     p = plan(model, frameworks, preset, device, launcher, data=data)  # a sweep's points run on one machine
     measure = {k: v for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s}.items() if v is not None}
     fields: dict[str, Any] = {

@@ -25,6 +25,7 @@ from tbdkit.env import images, stacks
 from tbdkit.env.oci import validate_image_reference
 from tbdkit.launch.node import PORT as NODE_PORT
 from tbdkit.results import files as runfiles
+from tbdkit.results import outputs
 from tbdkit.spec.run_spec import RunSpec
 
 TARGETS = {"torchrun": "torchrun.sh", "slurm": "job.sbatch", "k8s": "job.yaml", "compose": "compose.yaml"}
@@ -136,12 +137,11 @@ def render(
 def write(spec: RunSpec, target: str, out_dir: Path, **kwargs: object) -> Path:
     text = render(spec, target, **kwargs)  # type: ignore[arg-type]  # checked before anything is written
     beside = {name: render(spec, target, template=t, **kwargs) for name, t in EXTRA.get(target, {}).items()}  # type: ignore[arg-type]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / runfiles.SPEC).write_text(json.dumps(spec.model_dump(), indent=2) + "\n")
-    for name, extra in beside.items():
-        (out_dir / name).write_text(extra)
-    path = out_dir / TARGETS[target]
-    path.write_text(text)
-    if target in ("torchrun", "slurm"):
-        path.chmod(0o755)
-    return path
+    with outputs.staged(out_dir, "The launch files") as stage:  # a full disk leaves out_dir as it was
+        (stage / runfiles.SPEC).write_text(json.dumps(spec.model_dump(), indent=2) + "\n")
+        for name, extra in beside.items():
+            (stage / name).write_text(extra)
+        (stage / TARGETS[target]).write_text(text)
+        if target in ("torchrun", "slurm"):
+            (stage / TARGETS[target]).chmod(0o755)
+    return out_dir / TARGETS[target]

@@ -22,39 +22,10 @@ def build_report(
     The report is built in a folder beside out_dir and moved into it whole: a disk that fills (or
     refuses) halfway leaves out_dir as it was, no `.tmp` files and no half figures/ folder, and the
     error is one sentence."""
-    import shutil
-    import tempfile
-
-    from tbdkit.core.errors import UserError
     from tbdkit.report.build import build_report as build
+    from tbdkit.results.outputs import staged
 
     out_dir = Path(out_dir)
-    try:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    except OSError as exc:
-        raise UserError(
-            f"The report cannot be written to {out_dir} ({exc.strerror or exc}): pass -o a writable folder."
-        ) from None
-    try:
+    with staged(out_dir, "The report") as stage:
         html = build(results_dir, stage, include_disturbed, prices, with_compiled)
-        _move_into(stage, out_dir)
-    except OSError as exc:
-        raise UserError(
-            f"The report could not be written to {out_dir} ({exc.strerror or exc}); nothing of it was left there: "
-            "free some space, or pass -o a folder on another disk."
-        ) from None
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
     return out_dir / html.relative_to(stage)
-
-
-def _move_into(stage: Path, out_dir: Path) -> None:
-    """Each file and folder of `stage` renamed into `out_dir`; a folder it replaces (figures/) goes into
-    the stage, to be removed with it. Renames on one file system need no space."""
-    out_dir.mkdir(exist_ok=True)
-    for entry in sorted(stage.iterdir()):
-        target = out_dir / entry.name
-        if entry.is_dir() and target.is_dir():
-            target.rename(stage / f".replaced-{entry.name}")
-        entry.replace(target)

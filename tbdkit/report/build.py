@@ -21,6 +21,7 @@ from tbdkit.core.errors import UserError
 from tbdkit.core.paths import workloads_dir
 from tbdkit.report import claims, compiled, energy_cost, figures, tables
 from tbdkit.report import runs as runs_mod
+from tbdkit.results import sink
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -115,7 +116,7 @@ def _write_csv(path: Path, rows: list[dict]) -> None:
         writer = csv.DictWriter(fh, fieldnames=list(tables.SUMMARY_COLUMNS))
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+            writer.writerow({k: ("" if v is None else sink.spreadsheet_cell(v)) for k, v in row.items()})
     os.replace(tmp, path)
 
 

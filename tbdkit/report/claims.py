@@ -24,13 +24,13 @@ except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same 
     import tomli as tomllib  # type: ignore[no-redef]
 
 from tbdkit.report.runs import (
-    LSTM_MODELS,
     MEMORY_CATEGORIES,
-    RNN_MODELS,
     Run,
     SeriesKey,
     by_series,
+    lstm_models,
     mean_by_batch,
+    rnn_models,
     throughput,
     without_failed_metrics,
 )
@@ -184,7 +184,7 @@ def obs2_rnn_no_saturation(runs: list[Run]) -> Verdict:
     )
     evidence, verdicts = [], []
     for s, rs in by_series(runs).items():
-        if s.model not in RNN_MODELS:
+        if s.model not in rnn_models():
             continue
         pts = mean_by_batch(rs, throughput)
         if len(pts) < 2:
@@ -295,8 +295,8 @@ def obs5_lstm_low_util(runs: list[Run]) -> Verdict:
         f"GPU utilization (NVML) at each series' largest batch: every non-RNN series >= {HIGH_GPU_UTILIZATION:.0f}%, "
         f"and every LSTM series (seq2seq) low: below {HIGH_GPU_UTILIZATION:.0f}% and below every non-RNN series"
     )
-    lstm = _at_largest_batch(runs, LSTM_MODELS, "gpu_utilization")
-    others = _at_largest_batch(runs, {r.model for r in runs} - RNN_MODELS, "gpu_utilization")
+    lstm = _at_largest_batch(runs, lstm_models(), "gpu_utilization")
+    others = _at_largest_batch(runs, {r.model for r in runs} - rnn_models(), "gpu_utilization")
     if not lstm or not others:
         return Verdict(
             5,
@@ -324,8 +324,8 @@ def obs7_rnn_low_fp32(runs: list[Run]) -> Verdict:
     """Paper (Obs. 7): "RNN models have much lower FP32 utilization than non-RNN models". Rule:
     the RNN series' mean at their largest batch is at most half the non-RNN series' mean."""
     rule = "mean FP32 utilization at the largest batch of RNN models <= 0.5 x that of non-RNN models"
-    rnn = _at_largest_batch(runs, RNN_MODELS, "fp32_utilization")
-    others = _at_largest_batch(runs, {r.model for r in runs} - RNN_MODELS, "fp32_utilization")
+    rnn = _at_largest_batch(runs, rnn_models(), "fp32_utilization")
+    others = _at_largest_batch(runs, {r.model for r in runs} - rnn_models(), "fp32_utilization")
     evidence = [f"{name}: {v:.1f}%" for name, v in rnn + others]
     if not rnn or not others:
         return Verdict(

@@ -26,8 +26,17 @@ def layer_family(*kinds: str) -> frozenset[str]:
     return frozenset(m.name for m in catalog.models().values() if m.dominant_layer.split(" ")[0] in kinds)
 
 
-RNN_MODELS = layer_family("RNN", "LSTM")  # recurrent: DeepSpeech2's GRUs, Seq2Seq's LSTMs
-LSTM_MODELS = layer_family("LSTM")
+def rnn_models() -> frozenset[str]:
+    """The recurrent models (DeepSpeech2's GRUs, Seq2Seq's LSTMs) of the workloads folder in use; read when
+    asked (the catalog keeps each folder's models), not at import, so a workloads folder the catalog refuses
+    is the command's one sentence, not an import's traceback."""
+    return layer_family("RNN", "LSTM")
+
+
+def lstm_models() -> frozenset[str]:
+    return layer_family("LSTM")
+
+
 MEMORY_CATEGORIES = ("weights", "weight_gradients", "feature_maps", "workspace", "dynamic")
 UNCALIBRATED = "uncalibrated"
 MARKED_METRICS = (

@@ -8,7 +8,11 @@ So `report -o`, `render -o` and `bundle -o` check their target here first.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from tbdkit.core.errors import UserError
@@ -57,8 +61,19 @@ def _inside_a_run(path: Path) -> Path | None:
     return None
 
 
+def check_name(path: Path, option: str) -> None:
+    """A UserError when the folder or file `path` a command would write holds a control character (a newline,
+    an escape): every command line, listing and report that names it would break or mislead."""
+    if not str(path).isprintable():
+        raise UserError(
+            f"{option} {str(path)!r} holds a control character (a newline, a tab, an escape): pass a name of "
+            "printable characters."
+        )
+
+
 def check_folder(out: Path, option: str) -> None:
     """A UserError unless `out` is a folder the command may write its files into."""
+    check_name(out, option)
     target = out.absolute()
     run = _inside_a_run(target)
     if run is not None:
@@ -76,6 +91,7 @@ def check_folder(out: Path, option: str) -> None:
 def check_file(out: Path, option: str, replaceable: bool = False) -> None:
     """A UserError unless `out` may be written (or replaced: `replaceable`, when it is a file this
     very command wrote before, e.g. an earlier bundle)."""
+    check_name(out, option)
     target = out.absolute()
     run = _inside_a_run(target.parent)
     if run is not None:
@@ -93,3 +109,34 @@ def check_file(out: Path, option: str, replaceable: bool = False) -> None:
         raise UserError(
             f"{option} {out} exists and was not written by this command: pass a new path, or remove it first."
         )
+
+
+@contextlib.contextmanager
+def staged(out_dir: Path, what: str) -> Iterator[Path]:
+    """A folder beside `out_dir` to write `what` ("The report") into; when the block ends, each of its files
+    and folders is renamed into `out_dir` (renames on one file system need no space; a folder it replaces goes
+    into the stage, to be removed with it). A disk that fills (or refuses) halfway leaves `out_dir` as it was,
+    no `.tmp` file and no half folder, and the error is one sentence."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+    except OSError as exc:
+        raise UserError(
+            f"{what} cannot be written to {out_dir} ({exc.strerror or exc}): pass -o a writable folder."
+        ) from None
+    try:
+        yield stage
+        out_dir.mkdir(exist_ok=True)
+        for entry in sorted(stage.iterdir()):
+            target = out_dir / entry.name
+            if entry.is_dir() and target.is_dir():
+                target.rename(stage / f".replaced-{entry.name}")
+            entry.replace(target)
+    except OSError as exc:
+        raise UserError(
+            f"{what} could not be written to {out_dir} ({exc.strerror or exc}); nothing of it was left there: "
+            "free some space, or pass -o a folder on another disk."
+        ) from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

@@ -36,8 +36,28 @@ def write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_cell(value: Any) -> Any:
+    """A CSV cell a spreadsheet shows as it is: a text starting with = + - @ TAB or CR (a formula to Excel
+    and LibreOffice) gets a leading ' (OWASP's rule); a number, or a text that reads as one, stays."""
+    if not isinstance(value, str) or not value.startswith(FORMULA_STARTS):
+        return value
+    try:
+        float(value)
+        return value
+    except ValueError:
+        return "'" + value
+
+
+def spreadsheet_row(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: spreadsheet_cell(v) for k, v in row.items()}
+
+
 def write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    rows = list(rows)
+    """`rows` as a CSV file, written whole; a text cell a spreadsheet would take as a formula is neutralized."""
+    rows = [spreadsheet_row(r) for r in rows]
     columns: list[str] = []
     for row in rows:
         columns.extend(k for k in row if k not in columns)
@@ -94,7 +114,7 @@ class StreamedRows(list):  # type: ignore[type-arg]
                     self._file, fieldnames=list(row), lineterminator="\n", extrasaction="ignore"
                 )
                 self._writer.writeheader()
-            self._writer.writerow(row)
+            self._writer.writerow(spreadsheet_row(row))
             assert self._file is not None
             self._file.flush()
         except OSError as exc:

@@ -10,14 +10,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-try:
-    import tomllib  # novermin
-except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same parser
-    import tomli as tomllib  # type: ignore[no-redef]
-
 from tbdkit.core.errors import UserError
 from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.core.paths import workloads_dir
+from tbdkit.core.user_files import load_toml
 
 PRESETS = ("smoke", "paper", "converge")
 
@@ -72,7 +68,7 @@ class Model:
 
 
 def _load(folder: Path) -> Model:
-    data = tomllib.loads((folder / "workload.toml").read_text())
+    data = load_toml(folder / "workload.toml")  # a regular file, nested no deeper than TOML's reader follows
     if "dominant_layer" not in data.get("model", {}):
         raise UserError(
             f"{folder / 'workload.toml'} has no [model] dominant_layer: add the layer kind that "

@@ -8,11 +8,21 @@ enough: a truncated FLAC or JPEG has an intact header.
 
 from __future__ import annotations
 
+import fnmatch
+import json
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from _shared.errors import DataError
+
 T = TypeVar("T")
+
+MAX_DEPTH = 32  # folders below a dataset's root: LibriSpeech needs 3 (split/speaker/chapter)
+KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket",
+         stat.S_IFDIR: "a folder"}
 
 SAMPLE = 16  # files the check before a run decodes: the first, the last and an even spread between
 
@@ -83,3 +93,54 @@ def utf8_problem(path: Path, limit: int | None = None) -> str | None:
         return None
     return (f"{path} line {bad[0]} is not UTF-8 ({bad[1]}): re-encode it as UTF-8 "
             f"(e.g. iconv -f LATIN1 -t UTF-8 {path.name}) or fix that line")
+
+
+def _shown(path: str, limit: int = 160) -> str:
+    return path if len(path) <= limit else f"{path[:limit - 3]}..."
+
+
+def regular_files(root: Path, pattern: str, max_depth: int = MAX_DEPTH) -> list[Path]:
+    """The files below `root` whose names match `pattern` (as Path.rglob has them), sorted: walked
+    without recursion, links to folders not followed, at most `max_depth` folders deep. A match that is
+    not a regular file (a FIFO, whose read waits for a writer forever; a device; a socket) or a deeper
+    tree is a DataError, one sentence with the fix."""
+    found: list[Path] = []
+    stack = [(str(root), 0)]
+    while stack:
+        folder, depth = stack.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    if depth >= max_depth:
+                        raise DataError(
+                            f"{root} has folders nested more than {max_depth} deep ({_shown(entry.path)}): a "
+                            "dataset's files sit a few folders below its root; pass the dataset's own folder"
+                        )
+                    stack.append((entry.path, depth + 1))
+                elif fnmatch.fnmatchcase(entry.name, pattern):
+                    if not entry.is_file():  # a link to a regular file is one
+                        raise DataError(f"{_shown(entry.path)} is {_kind(entry)}, not a regular file: replace it "
+                                        f"with the file itself or move it out of {root}")
+                    found.append(Path(entry.path))
+    return sorted(found)
+
+
+def _kind(entry: os.DirEntry[str]) -> str:
+    try:
+        return KINDS.get(stat.S_IFMT(entry.stat().st_mode), "not a file")
+    except OSError:
+        return "a broken link"
+
+
+def read_json(path: Path) -> Any:
+    """The JSON document at `path`, a regular file; a DataError for anything else, for a document that
+    does not parse, and for one nested deeper than Python's JSON reader follows (RecursionError)."""
+    if not path.is_file():
+        raise DataError(f"{path} is not a regular file: put the dataset's original file there")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"cannot parse {path} ({e}): replace it with the dataset's original file") from e
+    except RecursionError:
+        raise DataError(f"{path} nests its arrays or objects deeper than a JSON reader follows: replace it "
+                        "with the dataset's original file") from None

@@ -20,7 +20,7 @@ except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same 
 import numpy as np
 
 from _shared.batches import SYNTHETIC, dispatch
-from _shared.checks import chosen, how_checked
+from _shared.checks import chosen, how_checked, regular_files
 from _shared.errors import DataError
 
 Hparams = Mapping[str, Any]
@@ -248,11 +248,12 @@ def _scan(root: Path) -> _Scan:
             f"data path {root} is not a folder: pass the folder that holds LibriSpeech's speaker folders, "
             f"e.g. .../LibriSpeech/train-clean-100"
         )
+    transcripts = regular_files(root, "*.trans.txt")  # never a FIFO: its read would wait forever
     sf = _soundfile()
     utts: list[Utterance] = []
     rates: list[int] = []
     skipped = 0
-    for trans in sorted(root.rglob("*.trans.txt")):
+    for trans in transcripts:
         for line in trans.read_text(encoding="utf-8", errors="replace").splitlines():
             parts = line.strip().split(maxsplit=1)
             if not parts:

@@ -7,7 +7,6 @@ Faster R-CNN's (that workload's data module is loaded here), each target also ho
 Labels are COCO category ids (1..90), as torchvision's detectors and effdet use.
 """
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from _shared.batches import SYNTHETIC, dispatch
-from _shared.checks import how_checked
+from _shared.checks import how_checked, read_json
 from _shared.sibling import load
 
 _detection = load("faster_rcnn", "data")
@@ -95,13 +94,6 @@ def _usable(ann: Mapping[str, Any]) -> bool:
     return not ann.get("iscrowd", 0) and isinstance(ann.get("segmentation"), list) and w >= 1 and h >= 1
 
 
-def _load_json(path: Path) -> Mapping[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise DataError(f"cannot parse {path} ({e}): replace it with the dataset's original file") from e
-
-
 BOX_SLACK_PX = 1.0  # COCO's float boxes may pass the image edge by rounding; more is a broken box
 
 
@@ -117,7 +109,7 @@ def _check_box(ann: Mapping[str, Any], info: Mapping[str, Any], json_path: Path)
 def scan_coco(root: Path, hp: Hparams) -> list[CocoImage]:
     """The images of a COCO-format dataset that have at least one usable object."""
     json_path, folder = find_annotations(Path(root))
-    coco = _load_json(json_path)
+    coco = read_json(json_path)
     if not isinstance(coco, dict) or not all(isinstance(coco.get(k), list)
                                              for k in ("images", "annotations", "categories")):
         raise DataError(f"{json_path} lacks COCO's images, annotations and categories lists: {COCO_HINT}")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from _shared.batches import SYNTHETIC
-from _shared.checks import chosen, exclude_hint, how_checked
+from _shared.checks import chosen, exclude_hint, how_checked, regular_files
 from _shared.errors import DataError
 from _shared.sibling import load
 
@@ -249,7 +249,7 @@ def read_sgf(path: Path, hp: Hparams) -> Game | None:
 def sgf_files(root: Path) -> list[Path]:
     if not root.is_dir():
         raise DataError(f"data path {root} is not an existing folder: pass a folder of .sgf game records")
-    files = sorted(root.rglob("*.sgf"))
+    files = regular_files(root, "*.sgf")
     if not files:
         raise DataError(f"{root} holds no .sgf files: pass a folder of .sgf game records")
     return files
