@@ -4,6 +4,9 @@ layout, synthetic batches, random resized crops and checks, at the sizes ViT's h
 from __future__ import annotations
 
 from _shared import sibling
+from _shared.errors import DataError
+
+__all__ = ["Batch", "DataError", "batches", "check_source", "reference_batch", "synthetic_batches"]
 
 _imagenet = sibling.load("resnet50", "data")
 
