@@ -130,6 +130,20 @@ def bf16_refusal(name: str, capability: tuple[int, int]) -> str | None:
     )
 
 
+# FP8 tensor math came with Ada and Hopper (compute capability 8.9 and 9.0): torch._scaled_mm's CUDA kernels need it
+FP8_CAPABILITY = (8, 9)
+
+
+def fp8_refusal(name: str, capability: tuple[int, int]) -> str | None:
+    """None where the GPU trains in float8; else the sentence an fp8 run refuses with."""
+    if tuple(capability) >= FP8_CAPABILITY:
+        return None
+    return (
+        f"--precision fp8 needs a GPU with FP8 tensor cores (compute capability 8.9 or newer: L4, L40S, H100, H200, "
+        f"B200) and {name} is {capability[0]}.{capability[1]}: run --precision bf16 on it"
+    )
+
+
 @dataclass(frozen=True)
 class Device:
     name: str

@@ -108,3 +108,26 @@ def test_checks_table_matches_the_generated_tests_rows():
     assert (row.batch_size, row.steps, row.factor) == tuple(checks["learning"]["pytorch"].values())
     assert MATH_MODES["pytorch"]["llama"].modes == tuple(checks["math_modes"]["pytorch"]["modes"])
     assert SMOKE_PARAMETERS["llama"] == checks["smoke_parameters"]
+
+
+def test_fp8_trains_through_torchaos_float8_layers_on_the_cpu():
+    """--precision fp8: torchao's convert_to_float8_training swaps every linear layer but the output projection
+    (the optimizer keeps the same Parameters), and a step runs through torch's float8 matmul on this CPU."""
+    hp = MODEL.hp("smoke") | {"intermediate_size": 192}  # every projection a multiple of 16
+    a = adapter("llama", "pytorch", hp=hp, precision="fp8")
+    record = a.float8
+    assert record["library"] == "torchao.float8" and record["kept"] == ["lm_head"]
+    assert record["converted"] == record["linear_layers"] - 1 == 7 * hp["num_hidden_layers"]
+    params = {id(p) for p in a.training.model.parameters()}
+    assert all(id(p) in params for g in a.training.optimizer.param_groups for p in g["params"])
+    data = next(DATA.batches("synthetic", hp, 2, seed=0))
+    losses = [float(a.step(a.prepare(data))) for _ in range(3)]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0], losses
+
+
+def test_fp8_is_refused_below_compute_capability_8_9():
+    from tbdkit.analysis.peak import fp8_refusal
+
+    assert fp8_refusal("NVIDIA H100 80GB HBM3", (9, 0)) is None and fp8_refusal("NVIDIA L4", (8, 9)) is None
+    refusal = fp8_refusal("NVIDIA A100-SXM4-80GB", (8, 0))
+    assert refusal.startswith("--precision fp8 needs a GPU with FP8 tensor cores") and "8.0" in refusal
