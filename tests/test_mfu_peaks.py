@@ -53,3 +53,14 @@ def test_no_mfu_is_ever_above_100_percent(flops_per_work, throughput, mode, name
     mfu = mfu_metric(flops_per_work, throughput, peak_metric(device(name, "8.9"), mode))
     assert mfu["value"] is None or 0 <= mfu["value"] <= 100, mfu
     assert mfu["value"] is not None or mfu["reason"]
+
+
+def test_a_mixed_mode_shows_both_peaks():
+    """fp8 runs its float8 layers at the FP8 rate and the rest in bf16: MFU against the FP8 peak, and beside it
+    against bf16's (torchtitan's "too good to be true" float8 MFU was the bf16 peak alone)."""
+    from tbdkit.analysis.peak import MIXED_WITH
+
+    h200 = device("NVIDIA H200")
+    mfu = mfu_metric(6e9, 50_000.0, peak_metric(h200, "fp8"), other_peak=peak_metric(h200, MIXED_WITH["fp8"]))
+    assert mfu["value"] == pytest.approx(100 * 3e14 / 1979e12, rel=1e-6)
+    assert mfu["mfu_other"] == pytest.approx(100 * 3e14 / 989.5e12, rel=1e-6) and mfu["other_peak_flops"] == 989.5e12

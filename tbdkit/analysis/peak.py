@@ -212,10 +212,20 @@ def peak_metric(device: Device | None, mode: str, reason: str | None = None) -> 
     )
 
 
+# A mixed math mode computes part of the step in another mode: fp8 runs their float8 linear layers at the FP8
+# rate and the rest (attention, norms, the output projection) in bf16. Its MFU is shown against both peaks.
+MIXED_WITH = {"fp8": "bf16"}
+
+
 def mfu_metric(
-    flops_per_work: float | None, throughput: float | None, peak: dict[str, Any], flops_reason: str | None = None
+    flops_per_work: float | None,
+    throughput: float | None,
+    peak: dict[str, Any],
+    flops_reason: str | None = None,
+    other_peak: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """MFU % = model FLOPs per unit of work x work per second / peak FLOP/s of the math mode."""
+    """MFU % = model FLOPs per unit of work x work per second / peak FLOP/s of the math mode; for a mixed mode
+    (MIXED_WITH) `other_peak` is the other mode's, and the MFU against it is recorded beside (`mfu_other`)."""
     method = "model FLOPs per unit of work (torch.utils.flop_counter, one training step) x throughput / peak FLOP/s"
     if flops_per_work is None:
         return missing("%", method, flops_reason or "model FLOPs were not counted")
@@ -231,10 +241,19 @@ def mfu_metric(
             f"{mfu:.0f} % of the peak is impossible: the peak ({peak['method']}) is not this GPU's rate for the "
             "math mode that ran",
         )
+    beside: dict[str, Any] = {}
+    if other_peak is not None and other_peak.get("value"):
+        other = 100.0 * flops_per_work * throughput / other_peak["value"]
+        beside = {
+            "mfu_other": other if other <= 100.0 else None,
+            "other_peak_flops": other_peak["value"],
+            "other_peak_method": other_peak["method"],
+        }
     return metric(
         mfu,
         "%",
         method,
         peak_flops=peak["value"],
         peak_method=peak["method"],
+        **beside,
     )
