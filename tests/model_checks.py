@@ -191,14 +191,17 @@ LEARNING: dict[str, dict[str, Learning | Elsewhere]] = {
         "a3c": _A3C_LEARNS,
         "bert": Learning(8, 6, 0.95),  # SQuAD: test_smoke_squad_fine_tuning_reduces_the_loss (its own lengths)
         "deepspeech2": Learning(4, 8, 0.99),
+        "dit": Learning(8, 6, 0.9),
         "efficientdet": Learning(2, 4, 0.95),
         "faster_rcnn": Learning(1, 4, 0.95),
         "inception_v3": Learning(2, 4, 0.8),
+        "llama": Learning(8, 6, 0.95),
         "mask_rcnn": Learning(1, 3, 0.8),
         "minigo": Learning(16, 6, 0.9),
         "resnet50": Learning(4, 5, 0.8),
         "seq2seq": Learning(8, 10, 0.95),
         "transformer": Learning(8, 8, 0.9),
+        "vit": Learning(8, 6, 0.9),
         "wgan_gp": Learning(2, 2, 0.8),
     },
     "tensorflow": {
@@ -225,8 +228,8 @@ LEARNING: dict[str, dict[str, Learning | Elsewhere]] = {
 SMOKE_PARAMETERS: dict[str, int] = {
     "a3c": 677_943, "bert": 242_898, "deepspeech2": 1_691_645, "efficientdet": 3_880_067,
     "faster_rcnn": 11_832_022, "inception_v3": 23_834_568,  # no auxiliary head at the smoke size
-    "mask_rcnn": 44_401_393 + 53_120, "minigo": 190_775, "resnet50": 25_557_032, "seq2seq": 336_385,
-    "transformer": 297_472, "wgan_gp": 1_204_884,
+    "llama": 125_248, "mask_rcnn": 44_401_393 + 53_120, "minigo": 190_775, "resnet50": 25_557_032, "seq2seq": 336_385,
+    "transformer": 297_472, "wgan_gp": 1_204_884, "vit": 81_226, "dit": 60_800,
 }
 
 
@@ -258,7 +261,7 @@ MATH_MODES: dict[str, dict[str, MathModes | AmpAsBf16 | Elsewhere]] = {
         "wgan_gp": MathModes(1, ("fp32", "tf32", "amp"), hp={"critic_iters": 1}),
         **{m: MathModes(b, ("fp32", "tf32", "amp")) for m, b in (
             ("bert", 4), ("deepspeech2", 2), ("efficientdet", 1), ("faster_rcnn", 1), ("inception_v3", 2),
-            ("mask_rcnn", 1), ("minigo", 8), ("resnet50", 2), ("seq2seq", 4), ("transformer", 4))},
+            ("llama", 4), ("vit", 4), ("dit", 4), ("mask_rcnn", 1), ("minigo", 8), ("resnet50", 2), ("seq2seq", 4), ("transformer", 4))},
     },
     "tensorflow": {
         "a3c": Elsewhere("test_train_step_through_the_adapter_and_amp"),
@@ -321,7 +324,7 @@ _MX_BF16 = "MXNet 1.9's bfloat16 AMP could not run"  # adapters.mxnet.BF16_FAILE
 PARITY: dict[str, dict[str, Parity]] = {
     "pytorch": {
         "a3c": Parity(batch_size=2), "bert": Parity(), "deepspeech2": Parity(), "minigo": Parity(),
-        "transformer": Parity(),
+        "transformer": Parity(), "llama": Parity(), "vit": Parity(), "dit": Parity(),
         # the proposals it samples follow the RPN's scores: a last-digit difference picks other RoIs by step 3
         "faster_rcnn": Parity(compiled_tol=0.05),
         # batch norm over 2 images: bf16's rounding moves the next losses by up to 11% of the first

@@ -2,7 +2,7 @@
 venv, collectors, analyses, results) on this CPU, and every framework's agent does too.
 
 Deep Speech 2 is benched on all its frameworks by test_frameworks.py (one table of three) and ResNet-50
-on one by test_vision_frameworks.py (its summary read closely); this benches each of the other ten models
+on one by test_vision_frameworks.py (its summary read closely); this benches each of the other models
 once, on the framework CELLS names, so that each framework's agent runs three or four of them. What one
 more agent run of a model on another framework would add, that framework's adapter stepping that model,
 the stack's own tests check in-process
@@ -27,7 +27,7 @@ SHORT = ["--preset", "smoke", "--device", "cpu", "--max-warmup-s", "1", "--max-m
 # step first, 71 s for Inception-v3 and over a minute for WGAN-GP, so it takes the small networks.
 CELLS = [("a3c", "pytorch"), ("bert", "tensorflow"), ("efficientdet", "mxnet"), ("faster_rcnn", "pytorch"),
          ("inception_v3", "pytorch"), ("mask_rcnn", "mxnet"), ("minigo", "tensorflow"), ("seq2seq", "tensorflow"),
-         ("transformer", "mxnet"), ("wgan_gp", "pytorch")]
+         ("transformer", "mxnet"), ("wgan_gp", "pytorch"), ("llama", "pytorch"), ("vit", "pytorch"), ("dit", "pytorch")]
 
 
 def test_each_model_and_each_framework_is_benched_somewhere():

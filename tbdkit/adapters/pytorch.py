@@ -16,19 +16,22 @@ import torch
 
 from tbdkit.adapters.cuda_driver import why_no_gpu
 from tbdkit.adapters.pytorch_compile import BACKEND, CompiledStep
-from tbdkit.analysis.peak import bf16_refusal
+from tbdkit.analysis.peak import bf16_refusal, fp8_refusal
 from tbdkit.core.metric import metric
 
 
 class Precision:
     """The math mode of a run: fp32 (TF32 off), tf32 (TF32 matmul and convolutions), amp (float16
     autocast and loss scaling on a GPU, bfloat16 autocast on a CPU), bf16 (bfloat16 autocast without
-    loss scaling, on a GPU of compute capability 8.0 or newer, or on a CPU)."""
+    loss scaling, on a GPU of compute capability 8.0 or newer, or on a CPU), fp8 (bf16's autocast with the
+    model's linear layers in torchao's float8 training: tbdkit.adapters.pytorch_float8; compute capability 8.9
+    or newer, or a CPU, whose float8 matmul tests the path but measures nothing)."""
 
     def __init__(self, mode: str, device: torch.device) -> None:
-        if mode == "bf16" and device.type == "cuda":
+        refusals = {"bf16": bf16_refusal, "fp8": fp8_refusal}
+        if mode in refusals and device.type == "cuda":
             props = torch.cuda.get_device_properties(device)
-            refusal = bf16_refusal(props.name, (props.major, props.minor))
+            refusal = refusals[mode](props.name, (props.major, props.minor))
             if refusal:
                 raise RuntimeError(refusal)
         self.mode = mode
@@ -38,7 +41,7 @@ class Precision:
         torch.backends.cudnn.allow_tf32 = allow_tf32
         torch.set_float32_matmul_precision("high" if allow_tf32 else "highest")
         amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
-        self.amp_dtype = amp_dtype if mode == "amp" else torch.bfloat16 if mode == "bf16" else None
+        self.amp_dtype = amp_dtype if mode == "amp" else torch.bfloat16 if mode in ("bf16", "fp8") else None
         self.scaler = torch.amp.GradScaler(device.type, enabled=(mode == "amp" and device.type == "cuda"))
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
@@ -254,6 +257,11 @@ class PyTorchAdapter:
         self.precision = Precision(precision, self.device)
         self.workload = workload
         self.training = workload.build(hp, self.device)
+        self.float8 = None
+        if precision == "fp8":
+            from tbdkit.adapters.pytorch_float8 import convert
+
+            self.float8 = convert(self.training.model, hp)
         # --graph compiled: the whole train step under torch.compile (inductor unless a test names a cheaper
         # backend), except where workload.toml declares that torch.compile cannot train it (`not_compiled`)
         self.graph = graph
@@ -436,7 +444,7 @@ class PyTorchAdapter:
                 "intra_op": torch.get_num_threads(),
                 "inter_op": torch.get_num_interop_threads(),
             },
-            "math_mode": self.precision.describe(),
+            "math_mode": {**self.precision.describe(), **({"float8": self.float8} if self.float8 else {})},
             "graph": self.graph,
             "compile": self.compiled.config() if self.compiled is not None else self.compile_record(),
         }

@@ -275,17 +275,48 @@ class _GlobalOnly:
         return None
 
 
+def attention_formulas() -> dict[Any, Any]:
+    """Model FLOPs of scaled dot-product attention, as PaLM's MFU counts them (Chowdhery et al. 2022, appendix
+    B: 12 L H Q T per token for a training step): Q K^T and the weighted sum of V, 2 FLOPs per multiply-add,
+    counted whole (a causal mask's skipped half included), the backward pass twice the forward (the gradients
+    of Q, K, V and the scores). torch.utils.flop_counter counts the fused kernels' backward as 2.5 x the forward
+    (the recomputed scores too: hardware FLOPs, not the model's) and has no formula for the CPU's fused kernel
+    (a CPU step's attention counted 0 FLOPs); these formulas replace and complete its own."""
+    from torch.utils import flop_counter
+
+    def forward(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+        return int(flop_counter.sdpa_flop_count(query, key, value))
+
+    def backward(grad: Any, query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+        return 2 * int(flop_counter.sdpa_flop_count(query, key, value))
+
+    aten = torch.ops.aten
+    kernels = (
+        "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_flash_attention_for_cpu",
+    )
+    formulas: dict[Any, Any] = {}
+    for name in kernels:
+        for op, formula in ((name, forward), (f"{name}_backward", backward)):
+            if hasattr(aten, op):
+                formulas[getattr(aten, op)] = formula
+    return formulas
+
+
 def count_flops(device: torch.device, step: Callable[[], Any], model: torch.nn.Module | None = None) -> int:
     """FLOPs of one training step (forward, backward, and any double backward) by
     torch.utils.flop_counter. Its module tracker, which attributes FLOPs to modules, is left out:
     the tracker hooks each module's inputs with register_multi_grad_hook, which fails under
     torch.autograd.grad of a leaf (pytorch/pytorch#131753: WGAN-GP's gradient penalty), and only the
     total is read. On CUDA, for a model with recurrent layers, cuDNN is off for this step so they
-    run as counted matmuls instead of one opaque cuDNN RNN call the counter cannot see."""
+    run as counted matmuls instead of one opaque cuDNN RNN call the counter cannot see. Fused
+    attention kernels are counted as PaLM's MFU counts attention, on every device (attention_formulas)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     recurrent = model is None or any(isinstance(m, torch.nn.RNNBase) for m in model.modules())
-    counter = FlopCounterMode(display=False)
+    counter = FlopCounterMode(display=False, custom_mapping=attention_formulas())
     counter.mod_tracker = _GlobalOnly()  # type: ignore[assignment]
     flags = (
         torch.backends.cudnn.flags(enabled=False) if device.type == "cuda" and recurrent else contextlib.nullcontext()

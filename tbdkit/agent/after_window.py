@@ -20,7 +20,7 @@ from typing import Any
 
 from tbdkit.adapters import Capabilities, capabilities
 from tbdkit.analysis import memory as memory_doc
-from tbdkit.analysis.peak import Device, mfu_metric, peak_metric
+from tbdkit.analysis.peak import MIXED_WITH, Device, mfu_metric, peak_metric
 from tbdkit.analysis.timeline import LAUNCH_COLUMNS, kernel_table, launch_table, utilization
 from tbdkit.analysis.trace import ANCHOR_EVENT
 from tbdkit.core.metric import metric, missing
@@ -212,7 +212,9 @@ def _flops(
         out["mfu"] = mfu_metric(None, None, peak, per_work)
         return out
     out["model_flops_per_sample"] = metric(per_sample, "FLOP/sample", FLOPS_METHOD, flops_per_work=per_work)
-    out["mfu"] = mfu_metric(per_work, throughput.get("value"), peak)
+    other = MIXED_WITH.get(math_mode)
+    other_peak = peak_metric(device, other, why) if other else None
+    out["mfu"] = mfu_metric(per_work, throughput.get("value"), peak, other_peak=other_peak)
     return out
 
 

@@ -62,6 +62,10 @@ H100_DS = (
 H200_DS = (
     "NVIDIA H200 Tensor Core GPU datasheet (nvdam.widen.net/s/nb5zzzsjdf/hpc-datasheet-sc23-h200-datasheet-3002446)"
 )
+# Blackwell (compute capability 10.0): the per-GPU rates are the 8-GPU HGX B200 and the 72-GPU GB200 NVL72 rows
+# divided by their GPU counts (and the sparse tensor figures halved)
+B200_DS = "NVIDIA HGX B200 datasheet (nvidia.com/en-us/data-center/hgx/: HGX B200, 8 GPUs)"
+GB200_DS = "NVIDIA GB200 NVL72 datasheet (nvidia.com/en-us/data-center/gb200-nvl72/: 72 Blackwell GPUs)"
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class Product:
     fp16: float | None  # TFLOP/s, dense FP16 tensor with FP32 accumulation
     bf16: float | None  # TFLOP/s, dense BF16 tensor (None: the GPU has no bfloat16 tensor math)
     source: str
+    fp8: float | None = None  # TFLOP/s, dense FP8 tensor (None: no FP8 tensor math, Ada and newer have it)
 
 
 PRODUCTS: tuple[Product, ...] = (
@@ -83,14 +88,18 @@ PRODUCTS: tuple[Product, ...] = (
     Product("A100", r"\bA100\b", 19.5, 156.0, 312.0, 312.0, A100_DS),
     Product("A10", r"\bA10\b(?![0-9G])", 31.2, 62.5, 125.0, 125.0, A10_DS),
     Product("A40", r"\bA40\b", 37.4, 74.8, 149.7, 149.7, A40_DS),
-    Product("L40S", r"\bL40S\b", 91.6, 183.0, 362.05, 362.05, L40S_DS),
-    Product("L40", r"\bL40\b(?!S)", 90.5, 90.5, 181.05, 181.05, L40_DS),
-    Product("L4", r"\bL4\b", 30.3, 60.0, 121.0, 121.0, L4_DS),
-    Product("H100 NVL", r"H100 NVL", 60.0, 417.5, 835.5, 835.5, H100_DS),
-    Product("H100 PCIe", r"H100.*PCIE", 51.0, 378.0, 756.5, 756.5, H100_DS),
-    Product("H100 SXM", r"H100 80GB HBM3|H100 SXM", 67.0, 494.5, 989.5, 989.5, H100_DS),
-    Product("H200 NVL", r"H200 NVL", 60.0, 417.5, 835.5, 835.5, H200_DS),
-    Product("H200 SXM", r"\bH200\b", 67.0, 494.5, 989.5, 989.5, H200_DS),
+    Product("L40S", r"\bL40S\b", 91.6, 183.0, 362.05, 362.05, L40S_DS, fp8=733.0),
+    Product("L40", r"\bL40\b(?!S)", 90.5, 90.5, 181.05, 181.05, L40_DS, fp8=362.0),
+    Product("L4", r"\bL4\b", 30.3, 60.0, 121.0, 121.0, L4_DS, fp8=242.5),
+    Product("H100 NVL", r"H100 NVL", 60.0, 417.5, 835.5, 835.5, H100_DS, fp8=1670.5),
+    Product("H100 PCIe", r"H100.*PCIE", 51.0, 378.0, 756.5, 756.5, H100_DS, fp8=1513.0),
+    Product("H100 SXM", r"H100 80GB HBM3|H100 SXM", 67.0, 494.5, 989.5, 989.5, H100_DS, fp8=1979.0),
+    Product("H200 NVL", r"H200 NVL", 60.0, 417.5, 835.5, 835.5, H200_DS, fp8=1670.5),
+    Product("H200 SXM", r"\bH200\b", 67.0, 494.5, 989.5, 989.5, H200_DS, fp8=1979.0),
+    # GB200 NVL72: FP32 5,760 TFLOPS, TF32 180 PFLOPS, FP16/BF16 360 PFLOPS, FP8 720 PFLOPS (sparse) over 72 GPUs
+    Product("GB200", r"\bGB200\b", 80.0, 1250.0, 2500.0, 2500.0, GB200_DS, fp8=5000.0),
+    # HGX B200: FP32 600 TFLOPS, TF32 18 PFLOPS, FP16/BF16 36 PFLOPS, FP8 72 PFLOPS (tensor rates sparse) over 8 GPUs
+    Product("B200", r"\bB200\b", 75.0, 1125.0, 2250.0, 2250.0, B200_DS, fp8=4500.0),
 )
 
 
@@ -104,6 +113,7 @@ MODE_UNIT = {
     "tf32": "tf32 tensor cores",
     "amp": "fp16 tensor cores",
     "bf16": "bf16 tensor cores",
+    "fp8": "fp8 tensor cores",
 }
 # bfloat16 tensor math came with Ampere (compute capability 8.0); Volta (V100) and Turing (T4) have none
 BF16_CAPABILITY = (8, 0)
@@ -120,6 +130,20 @@ def bf16_refusal(name: str, capability: tuple[int, int]) -> str | None:
     )
 
 
+# FP8 tensor math came with Ada and Hopper (compute capability 8.9 and 9.0): torch._scaled_mm's CUDA kernels need it
+FP8_CAPABILITY = (8, 9)
+
+
+def fp8_refusal(name: str, capability: tuple[int, int]) -> str | None:
+    """None where the GPU trains in float8; else the sentence an fp8 run refuses with."""
+    if tuple(capability) >= FP8_CAPABILITY:
+        return None
+    return (
+        f"--precision fp8 needs a GPU with FP8 tensor cores (compute capability 8.9 or newer: L4, L40S, H100, H200, "
+        f"B200) and {name} is {capability[0]}.{capability[1]}: run --precision bf16 on it"
+    )
+
+
 @dataclass(frozen=True)
 class Device:
     name: str
@@ -133,7 +157,14 @@ def peak_flops(device: Device, mode: str) -> tuple[float | None, str, str | None
     """(peak FLOP/s or None, method, reason if None) of the math mode `mode` (fp32, tf32, amp)."""
     product = product_of(device.name)
     if product is not None:
-        tflops = {"fp32": product.fp32, "tf32": product.tf32, "amp": product.fp16, "bf16": product.bf16}.get(mode)
+        rates = {
+            "fp32": product.fp32,
+            "tf32": product.tf32,
+            "amp": product.fp16,
+            "bf16": product.bf16,
+            "fp8": product.fp8,
+        }
+        tflops = rates.get(mode)
         method = f"{product.name} dense {MODE_UNIT.get(mode, mode)} peak from the {product.source}"
         if mode not in MODE_UNIT:
             return None, method, f"unknown math mode {mode!r}"
@@ -147,7 +178,7 @@ def peak_flops(device: Device, mode: str) -> tuple[float | None, str, str | None
         if lanes is None:
             return None, base, f"FP32 lanes per SM of compute capability {cc} are not in tbdkit's table"
         return device.sm_count * clock_hz * lanes * 2, f"{base} x {lanes} FP32 FMA lanes x 2 FLOPs", None
-    kind = {"tf32": "tf32", "amp": "fp16", "bf16": "bf16"}.get(mode)
+    kind = {"tf32": "tf32", "amp": "fp16", "bf16": "bf16", "fp8": "fp8"}.get(mode)
     if kind is None:
         return None, base, f"unknown math mode {mode!r}"
     rate = TENSOR_FLOPS_PER_CLOCK_PER_SM.get(cc, {}).get(kind)
@@ -181,10 +212,20 @@ def peak_metric(device: Device | None, mode: str, reason: str | None = None) -> 
     )
 
 
+# A mixed math mode computes part of the step in another mode: fp8 runs their float8 linear layers at the FP8
+# rate and the rest (attention, norms, the output projection) in bf16. Its MFU is shown against both peaks.
+MIXED_WITH = {"fp8": "bf16"}
+
+
 def mfu_metric(
-    flops_per_work: float | None, throughput: float | None, peak: dict[str, Any], flops_reason: str | None = None
+    flops_per_work: float | None,
+    throughput: float | None,
+    peak: dict[str, Any],
+    flops_reason: str | None = None,
+    other_peak: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """MFU % = model FLOPs per unit of work x work per second / peak FLOP/s of the math mode."""
+    """MFU % = model FLOPs per unit of work x work per second / peak FLOP/s of the math mode; for a mixed mode
+    (MIXED_WITH) `other_peak` is the other mode's, and the MFU against it is recorded beside (`mfu_other`)."""
     method = "model FLOPs per unit of work (torch.utils.flop_counter, one training step) x throughput / peak FLOP/s"
     if flops_per_work is None:
         return missing("%", method, flops_reason or "model FLOPs were not counted")
@@ -192,10 +233,27 @@ def mfu_metric(
         return missing("%", method, "no throughput was measured")
     if peak.get("value") is None:
         return missing("%", method, f"no peak FLOP/s: {peak.get('reason')}")
+    mfu = 100.0 * flops_per_work * throughput / peak["value"]
+    if mfu > 100.0:  # torchtitan's lesson: a peak of the wrong math mode or of another GPU gave 150 %
+        return missing(
+            "%",
+            method,
+            f"{mfu:.0f} % of the peak is impossible: the peak ({peak['method']}) is not this GPU's rate for the "
+            "math mode that ran",
+        )
+    beside: dict[str, Any] = {}
+    if other_peak is not None and other_peak.get("value"):
+        other = 100.0 * flops_per_work * throughput / other_peak["value"]
+        beside = {
+            "mfu_other": other if other <= 100.0 else None,
+            "other_peak_flops": other_peak["value"],
+            "other_peak_method": other_peak["method"],
+        }
     return metric(
-        100.0 * flops_per_work * throughput / peak["value"],
+        mfu,
         "%",
         method,
         peak_flops=peak["value"],
         peak_method=peak["method"],
+        **beside,
     )

@@ -33,7 +33,10 @@ def bench(
     ] = None,
     batch: Annotated[list[str] | None, typer.Option("--batch", "-b", help="batch size(s), e.g. 8,16,32")] = None,
     precision: Annotated[
-        str, typer.Option(help="fp32 (TF32 off) | tf32 | amp | bf16 (bfloat16 autocast, no loss scaling)")
+        str,
+        typer.Option(
+            help="fp32 (TF32 off) | tf32 | amp | bf16 (bfloat16 autocast, no loss scaling) | fp8 (PyTorch: torchao float8)"
+        ),
     ] = "fp32",
     graph: Annotated[
         str,

@@ -200,7 +200,7 @@ class Run:
         for value in (self.metric_entry("peak_flops").get("value"), self.metric_entry("mfu").get("peak_flops")):
             if isinstance(value, (int, float)) and value > 0:
                 return float(value)
-        mode = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16"}.get(self.precision, "amp")
+        mode = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp8": "fp8"}.get(self.precision, "amp")
         if self.is_gpu and product_of(self.device_name) is not None:  # a datasheet row needs no properties
             return peak_flops(Device(self.device_name, "", 0, 0.0, "datasheet"), mode)[0]
         props = (self.env.get("framework") or {}).get("device_properties") or {}

@@ -25,7 +25,8 @@ from tbdkit.core.errors import UserError
 from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.spec import catalog, launchers
 
-Precision = Literal["fp32", "tf32", "amp", "bf16"]  # bf16: bfloat16 autocast, no loss scaling
+# bf16: bfloat16 autocast, no loss scaling; fp8: PyTorch only, torchao's float8 linear layers under bf16 autocast
+Precision = Literal["fp32", "tf32", "amp", "bf16", "fp8"]
 # standard: the paper's settings, each framework as it trains by default (PyTorch eager, TensorFlow's
 # tf.function graphs, MXNet hybridized with static_alloc); compiled: each at its compiler's best
 # (torch.compile with inductor, XLA, MXNet's static shapes: tbdkit/adapters/*_compile.py)
@@ -260,6 +261,8 @@ class RunSpec(BaseModel):
             raise ValueError("link_rate: shaping the link needs --launcher netns")
         if self.one_process:
             self._check_one_process()
+        if self.precision == "fp8" and self.framework != "pytorch":
+            raise ValueError("precision: fp8 trains through PyTorch's torchao float8 layers; use --framework pytorch")
         return self
 
     def _check_one_process(self) -> None:
