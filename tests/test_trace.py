@@ -253,6 +253,38 @@ def test_mllog_times_the_init_the_loop_and_the_window_in_milliseconds(tmp_path) 
     assert at["lowest_numerical_precision_in_linear"]["value"] == "fp32" and at["tensor_parallelism"]["value"] == 1
 
 
+def compiled_run(run: Path) -> tuple[dict, dict]:
+    """finished_run with a compile phase of two iterations (3 s, 0.5 s) before its warm-up."""
+    summary, spec = finished_run(run)
+    rows = list(csv.DictReader((run / runfiles.ITERATIONS).open()))
+    phase = [{**rows[0], "iteration": 0, "phase": "compile", "start_s": 0.0, "seconds": 3.0},
+             {**rows[0], "iteration": 1, "phase": "compile", "start_s": 3.0, "seconds": 0.5}]
+    shifted = [{**r, "iteration": int(r["iteration"]) + 2, "start_s": float(r["start_s"]) + 3.5} for r in rows]
+    write_iterations(run, phase + shifted)
+    summary = {**summary, "window": {"first_iteration": 4, "last_iteration": 6, "iterations": 3},
+               "compile": {"graph": "compiled", "backend": "inductor"},
+               "metrics": {**summary["metrics"], "compile_s": {"value": 2.75, "unit": "s", "method": "m"}}}
+    return summary, {**spec, "graph": "compiled"}
+
+
+def test_mllog_of_a_compiled_run_says_so_and_counts_its_compile_phase_in_init(tmp_path) -> None:
+    summary, spec = compiled_run(tmp_path / "run1")
+    path = mllog.write(tmp_path / "run1", summary, spec)
+    records = [json.loads(line.removeprefix(":::MLLOG ")) for line in path.read_text().splitlines()]
+    at = {r["key"]: r for r in records}
+    loop = int(dt.datetime(2026, 11, 24, 10, tzinfo=dt.timezone.utc).timestamp() * 1000) + 125 + 12_250
+    assert at["tbdkit_graph"]["value"] == "compiled" and at["tbdkit_graph"]["metadata"]["compile_s"] == 2.75
+    assert "counted in init" in at["tbdkit_graph"]["metadata"]["what"]
+    assert at["init_stop"]["time_ms"] == at["run_start"]["time_ms"] == loop + 3500  # after the compile phase
+    assert at["block_start"]["time_ms"] == loop + 3500 + 2750
+    expected, other = mllog.verdict(mllog.compliance(path, "6.1.0"))
+    assert other == [] and expected == sorted(mllog.SUBMISSION_ONLY)
+    summary, spec = finished_run(tmp_path / "run2")
+    at = {json.loads(x.removeprefix(":::MLLOG "))["key"]: json.loads(x.removeprefix(":::MLLOG "))
+          for x in mllog.write(tmp_path / "run2", summary, spec).read_text().splitlines()}
+    assert at["tbdkit_graph"]["value"] == "standard"
+
+
 @pytest.mark.parametrize("ruleset", ["6.1.0", "5.1.0"])
 def test_mlcommons_checker_passes_every_rule_a_tbdkit_run_can_meet(tmp_path, ruleset) -> None:
     """MLCommons' compliance checker, its rule engine and its training rule files, over a finished run's log:
