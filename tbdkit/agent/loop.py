@@ -263,7 +263,8 @@ class TrainingLoop:
                 f"of the iterations so far (at least {2 * p.warmup_window}, at most {MAX_HORIZON}): the halves' "
                 f"means agree within {p.warmup_tolerance:.0%} (95% interval), Mann-Kendall finds no trend (5%) and "
                 f"Sen's slope interval moves the cost by less than {p.warmup_tolerance:.0%} over "
-                f"{p.warmup_drift_projection:g}x the iterations so far, at most {MAX_HORIZON} "
+                f"{p.warmup_drift_projection:g}x the iterations so far (at most {MAX_HORIZON} of them), and never "
+                f"over less than the horizon "
                 f"(min {p.min_warmup_iterations} iterations; caps {p.max_warmup_s} s, "
                 f"{p.max_warmup_iterations} iterations)"
             ),
