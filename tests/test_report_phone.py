@@ -5,26 +5,16 @@ run was disturbed says at its top that these are CPU runs while every claim says
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from report_fixtures import make_run
 from test_report import full_fixture
+from trace_readers import browser
 from tbdkit.report import build_report
 
 PHONE = {"width": 390, "height": 844}
-
-
-def browser() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing: .ci/run installs Debian's chromium for this test")
-        pytest.skip("no chromium on this machine (apt-get install chromium)")
-    return found
 
 
 def cpu_runs_all_disturbed(results: Path) -> None:
