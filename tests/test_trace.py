@@ -161,7 +161,7 @@ def test_perfetto_imports_every_iteration_inside_its_phase_with_numeric_args(tmp
     types = {a["key"]: a["value_type"] for a in got["args"] if a["name"] == "ProfilerStep#1"}
     assert types == {"args.iteration": "int", "args.phase": "string", "args.data_wait_s": "real",
                      "args.samples": "int", "args.work": "real", "args.loss": "real"}
-    iterations = sorted((s["ts"], s["dur"]) for s in got["slices"] if s["name"].startswith("iteration"))
+    iterations = sorted((s["ts"], s["dur"]) for s in got["slices"] if s["name"].startswith("ProfilerStep#"))
     assert iterations[1] == (20_595_188_000, 1_628_607_000)  # nanoseconds: it ends where iteration 2 starts
 
 
