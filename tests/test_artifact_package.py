@@ -142,3 +142,21 @@ def test_disturbed_runs_are_bundled_re_run_and_flagged_with_what_that_means(tmp_
     verdict = artifact.run_verdict(point, "NVIDIA H100", "NVIDIA H100")
     assert verdict["verdict"] == artifact.REPRODUCED
     assert verdict["disturbed"].startswith("the recorded run was disturbed (foreign CPU load: 1.5 cores")
+
+
+def test_a_compiled_noisy_uncalibrated_run_is_guided_as_it_is(tmp_path) -> None:
+    """A compiled run's remake line says GRAPH=compiled (without it the line remakes a standard run); a
+    tolerance of ±1,349% says its verdict means nothing; ARTIFACT.md says when calibration.json is absent."""
+    results = tmp_path / "results"
+    for run in gpu_runs(results, (100.0, 180.0), ci=6.745):
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "graph": "compiled"}))
+        spec = json.loads((run / "spec.json").read_text())
+        (run / "spec.json").write_text(json.dumps({**spec, "graph": "compiled", "preset": "smoke",
+                                                   "precision": "fp32"}))
+    artifact.bundle(results, tmp_path / "a.tar.gz")
+    _, files = artifact.read(tmp_path / "a.tar.gz")
+    guide = files["ARTIFACT.md"].decode()
+    assert "make sweep MODEL=resnet50 FRAMEWORK=pytorch BATCH=8,16 PRESET=smoke PRECISION=fp32 GRAPH=compiled" in guide
+    assert "| ±1,349.0% (at this noise a re-run of any throughput, however low, meets it: its verdict means nothing" in guide
+    assert "No `results/calibration.json`: the results folder held no `tbdkit calibrate` output" in guide

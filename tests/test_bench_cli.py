@@ -89,7 +89,7 @@ def test_bench_writes_a_trace_and_an_mllog(one_run):
     (run,) = run_dirs(results)
     df = hta_frame(run / "trace.json")  # read by Holistic Trace Analysis: the iterations on iterations.csv's clock
     rows = list(csv.DictReader((run / "iterations.csv").open()))
-    starts = sorted(df[df["name_text"].str.startswith("iteration ")]["ts"])
+    starts = sorted(df[df["name_text"].str.startswith("ProfilerStep#")]["ts"])
     assert starts == pytest.approx([float(r["start_s"]) * 1e6 for r in rows], abs=1)
     assert {"warm-up", "sample window"} <= set(df["name_text"])
     counters = {e["name"] for e in json.loads((run / "trace.json").read_text())["traceEvents"] if e["ph"] == "C"}

@@ -110,11 +110,11 @@ def test_bench_all_frameworks_prints_one_table(tmp_path):
     for run in runs:
         got = read[run / "trace.json"]
         assert got["errors"] == [], (run.name, got["errors"])
-        assert {s["parent"] for s in got["slices"] if s["name"].startswith("iteration ")} <= phases, run.name
+        assert {s["parent"] for s in got["slices"] if s["name"].startswith("ProfilerStep#")} <= phases, run.name
         assert {s["depth"] for s in got["slices"] if s["name"] in phases} == {0}, run.name
         assert {a["value_type"] for a in got["args"] if a["key"] in ("args.samples", "args.iteration")} == {"int"}
         nested = hta_parents(run / "trace.json")
-        assert {nested[name] for name in nested if name.startswith("iteration ")} <= phases, run.name
+        assert {nested[name] for name in nested if name.startswith("ProfilerStep#")} <= phases, run.name
         check = subprocess.run([sys.executable, "-m", "tbdkit.results.mllog", str(run / "mllog.txt")],
                                capture_output=True, text=True, timeout=120)
         assert check.returncode == 0, check.stdout + check.stderr

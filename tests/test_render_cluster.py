@@ -89,7 +89,12 @@ def test_the_torchrun_script_runs_the_stacks_python_and_writes_the_mllog(tmp_pat
     env.pop("TBDKIT_PYTHON", None)
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # people's lines, not the agent's event lines; and the node's log.txt in the run folder
+    assert "@@tbdkit" not in proc.stdout + proc.stderr
+    assert "deepspeech2/pytorch/b2: warm-up ended after" in proc.stdout and "deepspeech2/pytorch/b2: done: " in proc.stdout
     run = tmp_path / "results" / "r1"
+    log = (run / runfiles.LOG).read_text()
+    assert log.startswith("$ ") and "torch.distributed.run" in log.splitlines()[0] and "warm-up ended after" in log
     summary = yaml.safe_load((run / runfiles.SUMMARY).read_text())
     assert summary["status"] in MEASURED and summary["loop_started_utc"]
     check = subprocess.run([sys.executable, "-m", "tbdkit.results.mllog", str(run / runfiles.MLLOG)],

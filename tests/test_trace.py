@@ -21,6 +21,7 @@ from tbdkit.results import files as runfiles
 
 PHASES = ["warmup"] * 4 + ["measure"] * 6 + ["analysis"] * 2
 ORIGIN_S = 0.4123  # the sampler started a little after the window's first iteration began
+WINDOW_END_US = 1.45e6  # the end of iteration 9, the window's last: the sum of 0.1 + 0.01 i for i < 10
 
 
 def make_run(run: Path) -> dict:
@@ -53,7 +54,7 @@ def test_iterations_spans_and_data_wait_line_up_with_iterations_csv(tmp_path) ->
     df = hta_frame(path)
     rows = list(csv.DictReader((run / runfiles.ITERATIONS).open()))
     for row in rows:
-        (event,) = df[df["name_text"] == f"iteration {row['iteration']}"].itertuples()
+        (event,) = df[df["name_text"] == f"ProfilerStep#{row['iteration']}"].itertuples()
         assert event.cat_text == row["phase"]
         assert event.ts == pytest.approx(float(row["start_s"]) * 1e6, abs=1)
         assert event.dur == pytest.approx(float(row["seconds"]) * 1e6, abs=1)
@@ -79,9 +80,14 @@ def test_every_sampled_instrument_is_a_counter_track_on_the_loops_clock(tmp_path
             counters.setdefault(e["name"], []).extend((e["ts"], next(iter(e["args"].values()))))
     samples = list(csv.DictReader((run / runfiles.SAMPLES).open()))
     assert set(counters) == {"cpu_percent", "rss_mib", "gpu_util_percent", "data wait share"}
+    # each counter ends with its last value at the window's end (iteration 9's end, 1.45 s), where sampling stopped
     assert counters["cpu_percent"] == pytest.approx([x for s in samples for x in
-                                                     ((ORIGIN_S + float(s["t_s"])) * 1e6, float(s["cpu_percent"]))])
-    assert counters["gpu_util_percent"] == pytest.approx([(ORIGIN_S + 0.5) * 1e6, 30.0])
+                                                     ((ORIGIN_S + float(s["t_s"])) * 1e6, float(s["cpu_percent"]))]
+                                                    + [WINDOW_END_US, 54.0])
+    assert counters["gpu_util_percent"] == pytest.approx([(ORIGIN_S + 0.5) * 1e6, 30.0, WINDOW_END_US, 30.0])
+    assert max(e["ts"] for e in doc["traceEvents"] if e["ph"] == "C" and e["pid"] == trace.SAMPLES_PID) == WINDOW_END_US
+    (sampling,) = [e for e in doc["traceEvents"] if e["name"] == "sampling"]
+    assert sampling["ts"] + sampling["dur"] == pytest.approx(WINDOW_END_US) and "samples_end" in doc["otherData"]
     rows = list(csv.DictReader((run / runfiles.ITERATIONS).open()))
     share = [x for r in rows for x in (float(r["start_s"]) * 1e6, 100 * float(r["data_wait_s"]) / float(r["seconds"]))]
     assert counters["data wait share"] == pytest.approx(share, abs=1e-3)
@@ -112,7 +118,7 @@ def test_a_run_without_samples_origin_places_samples_from_the_window(tmp_path) -
     del summary["window"]["samples_origin_s"]
     doc = trace.build(run, summary)
     first = min(e["ts"] for e in doc["traceEvents"] if e["name"] == "cpu_percent")
-    start4 = next(e["ts"] for e in doc["traceEvents"] if e["name"] == "iteration 4")
+    start4 = next(e["ts"] for e in doc["traceEvents"] if e["name"] == "ProfilerStep#4")
     assert first == pytest.approx(start4 + 0.1e6) and "samples_clock" in doc["otherData"]
 
 
@@ -137,9 +143,9 @@ def rounded_apart(run: Path) -> dict:
     return {"run_id": run.name, "status": "ok", "window": {"first_iteration": 1, "samples_origin_s": 20.6}}
 
 
-EXPECTED_PARENTS = {"warm-up": None, "sample window": None, "analysis": None, "iteration 0": "warm-up",
-                    "iteration 1": "sample window", "iteration 2": "sample window", "iteration 3": "sample window",
-                    "iteration 4": "analysis"}
+EXPECTED_PARENTS = {"warm-up": None, "sample window": None, "analysis": None, "ProfilerStep#0": "warm-up",
+                    "ProfilerStep#1": "sample window", "ProfilerStep#2": "sample window",
+                    "ProfilerStep#3": "sample window", "ProfilerStep#4": "analysis"}
 
 
 def test_perfetto_imports_every_iteration_inside_its_phase_with_numeric_args(tmp_path) -> None:
@@ -151,11 +157,11 @@ def test_perfetto_imports_every_iteration_inside_its_phase_with_numeric_args(tmp
     parents = {s["name"]: s["parent"] for s in got["slices"] if s["name"] != "data wait"}
     assert parents == EXPECTED_PARENTS
     waits = [s for s in got["slices"] if s["name"] == "data wait"]
-    assert [s["parent"] for s in waits] == [f"iteration {i}" for i in range(5)]
-    types = {a["key"]: a["value_type"] for a in got["args"] if a["name"] == "iteration 1"}
+    assert [s["parent"] for s in waits] == [f"ProfilerStep#{i}" for i in range(5)]
+    types = {a["key"]: a["value_type"] for a in got["args"] if a["name"] == "ProfilerStep#1"}
     assert types == {"args.iteration": "int", "args.phase": "string", "args.data_wait_s": "real",
                      "args.samples": "int", "args.work": "real", "args.loss": "real"}
-    iterations = sorted((s["ts"], s["dur"]) for s in got["slices"] if s["name"].startswith("iteration"))
+    iterations = sorted((s["ts"], s["dur"]) for s in got["slices"] if s["name"].startswith("ProfilerStep#"))
     assert iterations[1] == (20_595_188_000, 1_628_607_000)  # nanoseconds: it ends where iteration 2 starts
 
 
@@ -163,7 +169,7 @@ def test_hta_nests_every_iteration_inside_its_phase(tmp_path) -> None:
     path = trace.write(tmp_path / "run1", rounded_apart(tmp_path / "run1"))
     assert {k: v for k, v in hta_parents(path).items() if k != "data wait"} == EXPECTED_PARENTS
     doc = json.loads(path.read_text())
-    (it,) = [e for e in doc["traceEvents"] if e["name"] == "iteration 1"]
+    (it,) = [e for e in doc["traceEvents"] if e["name"] == "ProfilerStep#1"]
     assert it["args"] == {"iteration": 1, "phase": "measure", "data_wait_s": 0.001, "samples": 4, "work": 4.5,
                           "loss": 2.25}
 
@@ -247,6 +253,38 @@ def test_mllog_times_the_init_the_loop_and_the_window_in_milliseconds(tmp_path) 
     assert at["lowest_numerical_precision_in_linear"]["value"] == "fp32" and at["tensor_parallelism"]["value"] == 1
 
 
+def compiled_run(run: Path) -> tuple[dict, dict]:
+    """finished_run with a compile phase of two iterations (3 s, 0.5 s) before its warm-up."""
+    summary, spec = finished_run(run)
+    rows = list(csv.DictReader((run / runfiles.ITERATIONS).open()))
+    phase = [{**rows[0], "iteration": 0, "phase": "compile", "start_s": 0.0, "seconds": 3.0},
+             {**rows[0], "iteration": 1, "phase": "compile", "start_s": 3.0, "seconds": 0.5}]
+    shifted = [{**r, "iteration": int(r["iteration"]) + 2, "start_s": float(r["start_s"]) + 3.5} for r in rows]
+    write_iterations(run, phase + shifted)
+    summary = {**summary, "window": {"first_iteration": 4, "last_iteration": 6, "iterations": 3},
+               "compile": {"graph": "compiled", "backend": "inductor"},
+               "metrics": {**summary["metrics"], "compile_s": {"value": 2.75, "unit": "s", "method": "m"}}}
+    return summary, {**spec, "graph": "compiled"}
+
+
+def test_mllog_of_a_compiled_run_says_so_and_counts_its_compile_phase_in_init(tmp_path) -> None:
+    summary, spec = compiled_run(tmp_path / "run1")
+    path = mllog.write(tmp_path / "run1", summary, spec)
+    records = [json.loads(line.removeprefix(":::MLLOG ")) for line in path.read_text().splitlines()]
+    at = {r["key"]: r for r in records}
+    loop = int(dt.datetime(2026, 11, 24, 10, tzinfo=dt.timezone.utc).timestamp() * 1000) + 125 + 12_250
+    assert at["tbdkit_graph"]["value"] == "compiled" and at["tbdkit_graph"]["metadata"]["compile_s"] == 2.75
+    assert "counted in init" in at["tbdkit_graph"]["metadata"]["what"]
+    assert at["init_stop"]["time_ms"] == at["run_start"]["time_ms"] == loop + 3500  # after the compile phase
+    assert at["block_start"]["time_ms"] == loop + 3500 + 2750
+    expected, other = mllog.verdict(mllog.compliance(path, "6.1.0"))
+    assert other == [] and expected == sorted(mllog.SUBMISSION_ONLY)
+    summary, spec = finished_run(tmp_path / "run2")
+    at = {json.loads(x.removeprefix(":::MLLOG "))["key"]: json.loads(x.removeprefix(":::MLLOG "))
+          for x in mllog.write(tmp_path / "run2", summary, spec).read_text().splitlines()}
+    assert at["tbdkit_graph"]["value"] == "standard"
+
+
 @pytest.mark.parametrize("ruleset", ["6.1.0", "5.1.0"])
 def test_mlcommons_checker_passes_every_rule_a_tbdkit_run_can_meet(tmp_path, ruleset) -> None:
     """MLCommons' compliance checker, its rule engine and its training rule files, over a finished run's log:
@@ -321,3 +359,26 @@ def test_show_trace_names_the_file_or_says_why_there_is_none(tmp_path) -> None:
     text = trace_help(run)
     assert str((run / runfiles.TRACE).resolve()) in text and "ui.perfetto.dev" in text
     assert "vizviewer" in text and "chrome://tracing" not in text  # gone from current Chromium
+
+
+def test_hta_opens_a_two_worker_runs_traces_folder_as_the_docs_say(tmp_path) -> None:
+    """Holistic Trace Analysis's TraceAnalysis(trace_dir=<run folder>/traces), as docs/artifact.md and
+    `tbdkit show --trace` say: it finds both ranks of a two-worker job and every iteration as a step. The
+    run folder itself is not a trace folder (spec.json, summary.json are JSON too)."""
+    from hta.trace_analysis import TraceAnalysis
+
+    from tbdkit.cli.runs import trace_help
+
+    job = tmp_path / "results" / "run-2w"
+    for rank, folder in enumerate((job, job / "workers" / "rank1")):
+        summary = {**make_run(folder), "world_size": 2}
+        (folder / runfiles.SUMMARY).write_text(json.dumps(summary))
+        trace.write(folder, summary)
+    (job / runfiles.SPEC).write_text("{}")
+    assert sorted(p.name for p in (job / trace.TRACES_DIR).iterdir()) == ["rank0.json", "rank1.json"]
+    assert f"TraceAnalysis(trace_dir={str((job / trace.TRACES_DIR).resolve())!r})" in trace_help(job)
+    analysis = TraceAnalysis(trace_dir=str(job / trace.TRACES_DIR))
+    assert sorted(analysis.t.get_ranks()) == [0, 1]
+    for rank in (0, 1):
+        # every iteration is a step; HTA leaves out the trace's last one, as it does a profiler's last step
+        assert set(range(len(PHASES) - 1)) <= {int(i) for i in analysis.t.get_iterations(rank)}

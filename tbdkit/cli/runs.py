@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from tbdkit.analysis import trace
 from tbdkit.cli.common import ResultsOpt
 from tbdkit.cli.console import console, convergence_table, err_console, results_table, styled, warmup_note
 from tbdkit.core.errors import UserError
@@ -95,7 +96,21 @@ def trace_help(run_dir: Path) -> str:
         f"    vizviewer {shlex.quote(str(path.resolve()))}\n"
         f"  tracks: the iterations (warm-up, sample window, analysis) with each one's data wait, the data-wait share,\n"
         f"  one counter per sampled instrument (samples.csv) and, where a kernel timeline was taken, the profiler's events;\n"
-        f"  times are microseconds since the training loop started (iterations.csv's start_s)"
+        f"  times are microseconds since the training loop started (iterations.csv's start_s)\n"
+        f"{hta_help(run_dir)}"
+    )
+
+
+def hta_help(run_dir: Path) -> str:
+    """How to open the job's folder of traces (one per rank) in Holistic Trace Analysis."""
+    folder = trace.traces_dir(run_dir).resolve()
+    if not folder.is_dir():
+        return "  Holistic Trace Analysis: this run has no traces/ folder (a kit older than it made the run)"
+    return (
+        f"  Holistic Trace Analysis (pip install HolisticTraceAnalysis) reads the folder of traces, one per rank, each\n"
+        f"  iteration a step (ProfilerStep#N); never the run folder itself, whose other JSON files are no traces:\n"
+        f"    from hta.trace_analysis import TraceAnalysis\n"
+        f"    analysis = TraceAnalysis(trace_dir={str(folder)!r})"
     )
 
 

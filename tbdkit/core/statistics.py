@@ -59,8 +59,8 @@ def _t_quantile_exact(p: float, dof: int) -> float:
 # The warm-up tests look back at most MAX_HORIZON iterations. Mann-Kendall and Sen's slope are
 # O(horizon^2) per check, so they run every horizon / MK_CHECKS_PER_HORIZON iterations (every 10 at
 # the cap: a few ms per iteration on average). A drift must stay below the tolerance when carried
-# over DRIFT_PROJECTION x the iterations so far. Chosen on the simulated series of
-# tests/fixtures/warmup/simulate.py (docs/measurements.md, "Warm-up").
+# over DRIFT_PROJECTION x the iterations so far (a policy may ask for less: the smoke preset's short
+# window). Chosen on the simulated series of tests/fixtures/warmup/simulate.py (docs/measurements.md, "Warm-up").
 MAX_HORIZON = 400
 MK_CHECKS_PER_HORIZON = 40
 DRIFT_PROJECTION = 1.5
@@ -84,18 +84,22 @@ def _means_match(older: list[float], newer: list[float], tolerance: float) -> bo
     return abs(m1 - m0) + t_quantile(0.975, max(dof, 1)) * se < tolerance * m1
 
 
-def _sen_drift_bounded(x: list[float], z: float, var_s: float, tolerance: float, seen: int) -> bool:
+def _sen_drift_bounded(
+    x: list[float], z: float, var_s: float, tolerance: float, seen: int, projection: float = DRIFT_PROJECTION
+) -> bool:
     """Sen's slope's 95% interval (the median pairwise slope; its bounds from Mann-Kendall's
-    variance, Sen 1968), carried over DRIFT_PROJECTION x the `seen` iterations so far (at most
+    variance, Sen 1968), carried over `projection` x the `seen` iterations so far (at most
     MAX_HORIZON of them), lies within +-tolerance x the median: even the steepest drift the data
-    allow would move the cost by less than the tolerance over half as long again as the run so far.
+    allow would move the cost by less than the tolerance over half as long again as the run so far
+    (the default projection), never over less than the horizon itself (0.5: over the horizon, the
+    later half of the run so far).
     Rank-based, so a rare slow iteration (a pause) does not hide or fake a drift."""
     h = len(x)
     slopes = sorted((x[j] - x[i]) / (j - i) for i in range(h - 1) for j in range(i + 1, h))
     c = z * math.sqrt(var_s)
     lo = slopes[max(0, int((len(slopes) - c) / 2))]
     hi = slopes[min(len(slopes) - 1, math.ceil((len(slopes) + c) / 2))]
-    return max(abs(lo), abs(hi)) * DRIFT_PROJECTION * min(seen, MAX_HORIZON) < tolerance * median(x)
+    return max(abs(lo), abs(hi)) * max(h, projection * min(seen, MAX_HORIZON)) < tolerance * median(x)
 
 
 def mann_kendall(x: list[float]) -> tuple[float, float]:
@@ -114,7 +118,14 @@ def mann_kendall(x: list[float]) -> tuple[float, float]:
     return ((s - 1) if s > 0 else (s + 1)) / math.sqrt(var), var
 
 
-def warmup_done(costs: list[float], window: int, tolerance: float, min_iterations: int, alpha: float = 0.05) -> bool:
+def warmup_done(
+    costs: list[float],
+    window: int,
+    tolerance: float,
+    min_iterations: int,
+    alpha: float = 0.05,
+    projection: float = DRIFT_PROJECTION,
+) -> bool:
     """True when iteration cost has stopped drifting, by three tests over the trailing horizon
     (`warmup_horizon`: the later half of the iterations so far, at least 2 x `window`, at most
     MAX_HORIZON), after at least `min_iterations` and 2 x `window` iterations:
@@ -122,8 +133,11 @@ def warmup_done(costs: list[float], window: int, tolerance: float, min_iteration
     1. the mean of its newer half matches the older half: the 95% interval of their difference
        lies within +-`tolerance` (relative);
     2. there is no trend: Mann-Kendall's two-sided test does not reject "no trend" at `alpha`;
-    3. the drift is bounded: Sen's slope's 95% interval, carried over DRIFT_PROJECTION x the
+    3. the drift is bounded: Sen's slope's 95% interval, carried over `projection` x the
        iterations so far (at most MAX_HORIZON of them), moves the cost by less than `tolerance`.
+       The interval narrows only as horizon^-1.5 while the projection grows with the iterations,
+       so the iterations this needs grow with the noise squared: about 770 at 4.8% noise with the
+       default 1.5, about 110 with 0.5 (the projection the smoke preset asks for).
     2 and 3 cost O(horizon^2): they run every horizon/MK_CHECKS_PER_HORIZON iterations.
 
     A slow drift fails 2 or 3 long after two short blocks agree; noise makes the intervals wider,
@@ -139,7 +153,7 @@ def warmup_done(costs: list[float], window: int, tolerance: float, min_iteration
         return False
     z_crit = NormalDist().inv_cdf(1 - alpha / 2)
     z, var_s = mann_kendall(x)
-    return abs(z) < z_crit and _sen_drift_bounded(x, z_crit, var_s, tolerance, n)
+    return abs(z) < z_crit and _sen_drift_bounded(x, z_crit, var_s, tolerance, n, projection)
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,10 @@ def build_report(
     # the paper's figures and claims keep its settings: standard graphs, unless compiled runs are asked for
     paper = compiled.paper_runs(runs, with_compiled)
     drawn = figures.draw(paper, out_dir)
-    verdicts = claims.check_all(runs_mod.for_claims(paper, include_disturbed))
+    # CPU-only results: every claim needs GPU runs, whether or not their CPU runs were disturbed (leaving the
+    # disturbed ones out would leave no run, and "not enough data" would hide why)
+    cpu_only = not any(r.is_gpu for r in runs)
+    verdicts = claims.check_all(paper if cpu_only else runs_mod.for_claims(paper, include_disturbed))
     generated = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     context = {
         "results": str(results_dir),
@@ -64,10 +67,12 @@ def build_report(
             "nodata": sum(v.verdict in claims.UNDECIDED for v in verdicts),
         },
         "disturbed": disturbed_text(disturbed, include_disturbed),
+        "cpu_only": cpu_only_text(len(runs), disturbed) if cpu_only else None,
         "grouping": runs_mod.grouping(runs),
         "figures": [_figure_context(f) for f in drawn],
         "run_header": tables.DISPLAY_HEADER,
         "run_rows": tables.display_rows(runs),
+        "run_flags": tables.flag_notes(runs),
         "kernel_tables": tables.kernel_tables(runs),
         "kernel_missing": tables.kernel_table_missing(runs),
         "paper_tables": tables.paper_kernel_tables(),
@@ -86,6 +91,20 @@ def build_report(
     _write(out_dir / "report.md", _markdown(context, drawn))
     _write_csv(out_dir / "summary.csv", tables.summary_rows(runs))
     return html
+
+
+def cpu_only_text(count: int, disturbed: int) -> str:
+    """The report's first words when no run was on a GPU."""
+    return (
+        f"These are CPU runs: none of the {count} run(s) was on a GPU. The paper's observations are about GPU "
+        "training, so every claim below needs GPU runs; the figures and tables show what the CPU measured"
+        + (
+            f", and {'every run' if disturbed == count else f'{disturbed} run(s)'} was disturbed by other load "
+            "on the machine (see the Runs table's flags)."
+            if disturbed
+            else "."
+        )
+    )
 
 
 def disturbed_text(count: int, included: bool) -> str:
@@ -130,6 +149,7 @@ def _markdown(ctx: dict, drawn: list[figures.Result]) -> str:
     parts = [
         f"# tbdkit report\n\n{len(ctx['runs'])} run(s) from `{ctx['results']}`, {ctx['generated']}, "
         f"tbdkit {ctx['kit_version']}.\n",
+        *([f"**{ctx['cpu_only']}**\n"] if ctx["cpu_only"] else []),
         f"{ctx['grouping'].text}\n",
         "## The paper's observations, checked on these results\n",
         f"{ctx['counts']['holds']} hold · {ctx['counts']['fails']} do not hold · "
@@ -148,6 +168,7 @@ def _markdown(ctx: dict, drawn: list[figures.Result]) -> str:
         else:
             parts.append(f"*{f.title}:* not drawn — {f.reason}.\n")
     parts += ["## Runs\n", tables.md_table(ctx["run_header"], ctx["run_rows"]), ""]
+    parts += [f"- {note}" for note in ctx["run_flags"]] + ([""] if ctx["run_flags"] else [])
     parts += [
         "## Energy over the sample window\n",
         tables.md_table(ctx["energy_header"], ctx["energy_rows"]),

@@ -34,7 +34,7 @@ MISSING = (
 
 def graph_of(run: Run) -> str:
     """A run's graph; runs made before compiled runs existed were standard."""
-    return str(run.summary.get("graph") or run.spec.get("graph") or "standard")
+    return run.graph
 
 
 def paper_runs(runs: list[Run], with_compiled: bool = False) -> list[Run]:

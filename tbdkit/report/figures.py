@@ -65,10 +65,10 @@ def _reason_of(runs: list[Run], metric: str) -> str:
     return "; ".join(reasons[:3])
 
 
-def _panels(n: int) -> tuple[Any, list[Any]]:
+def _panels(n: int, sharey: bool = False) -> tuple[Any, list[Any]]:
     cols = min(n, 3)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False, sharey=sharey)
     flat = [ax for row in axes for ax in row]
     for ax in flat[n:]:
         ax.set_visible(False)
@@ -85,6 +85,10 @@ def _varying(keys: list[SeriesKey]) -> list[int]:
     """The key fields (other than model, framework and precision) whose values differ among keys."""
     skip = {"model", "framework", "precision"}
     return [i for i, f in enumerate(SeriesKey._fields) if f not in skip and len({k[i] for k in keys}) > 1]
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">")  # one per line of a panel: equal points stay told apart
+DODGE_LOG2 = 0.04  # how far apart (in log2 of the batch size) lines at the same batch sizes are drawn
 
 
 def _lines_vs_batch(
@@ -106,9 +110,13 @@ def _lines_vs_batch(
     for ax, (model, model_lines) in zip(axes, sorted(lines.items())):
         varying = _varying([s for s, _, _ in model_lines])
         colors: dict[SeriesKey, str] = {}  # one color per series; the line style tells the metric
-        for s, metric, points in model_lines:
+        for k, (s, metric, points) in enumerate(model_lines):
             color = colors.setdefault(s, f"C{len(colors) % 10}")
-            xs = [p[0] for p in points]
+            marker = MARKERS[k % len(MARKERS)]
+            # lines at the same batch sizes are set a little apart (on the log axis), so equal points stay visible
+            dodge = 2 ** ((k - (len(model_lines) - 1) / 2) * DODGE_LOG2)
+            batch_sizes = [p[0] for p in points]
+            xs = [x * dodge for x in batch_sizes]
             ys = [p[1] for p in points]
             err = [p[2] for p in points]
             label = _label(s, varying) + (f" ({metric.replace('_', ' ')})" if metric else "")
@@ -117,18 +125,23 @@ def _lines_vs_batch(
                 xs,
                 ys,
                 yerr=[below, err],
-                marker="o",
+                marker=marker,
                 capsize=3,
                 label=label,
                 color=color,
+                alpha=0.8,
                 linestyle=metrics[metric or next(iter(metrics))],
             )
-            disturbed = [(x, y) for x, y in zip(xs, ys) if any(r.disturbed for r in series[s] if r.batch_size == x)]
+            disturbed = [
+                (x, y)
+                for x, b, y in zip(xs, batch_sizes, ys)
+                if any(r.disturbed for r in series[s] if r.batch_size == b)
+            ]
             if disturbed:  # hollow: something else competed for the machine in at least one run of the point
                 ax.scatter(*zip(*disturbed), s=36, facecolors="white", edgecolors=color, linewidths=1.5, zorder=3)
             # a single run without a CI: marked, since its missing error bar would read as a bar of zero
             if (metric or next(iter(metrics))) == "throughput":
-                at = [[r for r in series[s] if r.batch_size == x] for x in xs]
+                at = [[r for r in series[s] if r.batch_size == b] for b in batch_sizes]
                 bare = [(x, y) for x, y, same in zip(xs, ys, at) if noise_unknown(same)]
                 if bare:
                     ax.scatter(*zip(*bare), s=70, marker="x", color=color, linewidths=1.2, zorder=4, gid=NO_ERROR_BAR)
@@ -158,7 +171,8 @@ def throughput_vs_batch(runs: list[Run]) -> Result:
         "Mean over repeats; error bars: standard deviation of repeats, or a single run's 95% CI; "
         "×: a single run without a 95% CI (its window had one iteration), so no error bar can be drawn. "
         "Circled points: flagged unstable by the sweep. Hollow points: disturbed runs (foreign load, another "
-        "GPU process or throttling in the window).",
+        "GPU process or throttling in the window). Each line has its own marker and is set a little apart from "
+        "the others at each batch size, so equal values stay visible.",
         {"throughput": "-"},
         lambda r: f"throughput ({r.unit})",
     )
@@ -309,7 +323,8 @@ def memory_breakdown(runs: list[Run]) -> Result:
         )
         return Missing(key, title, "no run holds a memory breakdown: " + ("; ".join(reasons[:2]) or "no runs"))
     series = by_series(measured)
-    fig, axes = _panels(len(series))
+    fig, axes = _panels(len(series), sharey=True)  # one y-axis for all panels: their bars compare by eye
+    top = max(sum((r.memory_bytes(c) or 0) / 2**20 for c in MEMORY_CATEGORIES) for rs in series.values() for r in rs)
     for ax, (s, rs) in zip(axes, series.items()):
         batches = sorted({r.batch_size for r in rs})
         bottom = [0.0] * len(batches)
@@ -320,11 +335,12 @@ def memory_breakdown(runs: list[Run]) -> Result:
                 vals.append((r.memory_bytes(c) or 0) / 2**20)
             ax.bar([str(b) for b in batches], vals, bottom=bottom, label=c.replace("_", " "), color=MEMORY_COLORS[c])
             bottom = [x + y for x, y in zip(bottom, vals)]
-        ax.set_title(f"{s.model} · {s.framework} {s.precision} · {s.preset}\n{s.device}", fontsize=8)
+        ax.set_title(f"{s.model} · {s.framework} {s.precision} · {s.preset}\n{s.device}", fontsize=9)
         ax.set_xlabel("mini-batch size")
-        ax.set_ylabel("MiB")
-        ax.set_ylim(0, max(bottom) * 1.35 or 1.0)  # headroom: the legend sits above the bars, never on them
-        ax.legend(fontsize=6, ncol=3, loc="upper center")
+        ax.set_ylabel("MiB (all panels)")
+        ax.yaxis.set_tick_params(labelleft=True)  # each panel shows the shared scale's numbers
+        ax.set_ylim(0, top * 1.35 or 1.0)  # headroom: the legend sits above the bars, never on them
+        ax.legend(fontsize=7, ncol=3, loc="upper center")
         # A category no run of this series measured is not a zero: the panel says so.
         unmeasured = [c.replace("_", " ") for c in MEMORY_CATEGORIES if all(r.memory_bytes(c) is None for r in rs)]
         if unmeasured:
@@ -335,7 +351,7 @@ def memory_breakdown(runs: list[Run]) -> Result:
                 transform=ax.transAxes,
                 ha="center",
                 va="top",
-                fontsize=6,
+                fontsize=8,
                 color="#a33",
             )
     fig.suptitle(title, fontsize=11)
@@ -343,7 +359,7 @@ def memory_breakdown(runs: list[Run]) -> Result:
     return Figure(
         key,
         title,
-        "Each category's maximum allocated during the run (paper's rule); "
+        "Each category's maximum allocated during the run (paper's rule); all panels share one y-axis (MiB); "
         "a category no run of a panel could measure is named under it (drawn as 0) and its reason is in the tables.",
         fig,
     )

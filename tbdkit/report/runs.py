@@ -115,6 +115,11 @@ class Run:
         """Finished, its numbers kept, but something else competed for its machine in the window."""
         return self.summary.get("status") == "disturbed"
 
+    @property
+    def graph(self) -> str:
+        """How the step ran: standard or compiled; runs made before compiled runs existed were standard."""
+        return str(self.summary.get("graph") or self.spec.get("graph") or "standard")
+
     def metric(self, name: str) -> float | None:
         value = ((self.summary.get("metrics") or {}).get(name) or {}).get("value")
         return float(value) if isinstance(value, (int, float)) else None

@@ -122,6 +122,7 @@ def display_rows(runs: list[Run]) -> list[list[str]]:
                 r.framework,
                 str(r.batch_size),
                 r.precision,
+                r.graph,
                 r.series.preset,
                 r.device_name,
                 throughput_text(r, row),
@@ -129,22 +130,37 @@ def display_rows(runs: list[Run]) -> list[list[str]]:
                 fmt(row["fp32_utilization_pct"]),
                 fmt(row["cpu_utilization_pct"]),
                 fmt(row["peak_memory_mib"]),
-                "; ".join(
-                    ["disturbed: " + ("; ".join(r.disturbed_reasons) or "flagged")] * r.disturbed
-                    + ["unstable: " + (r.unstable_reason or "flagged")] * r.unstable
-                    + _calibration_flags(r)
-                ),
+                ", ".join(_flag_words(r)),
             ]
         )
     return rows
 
 
-def _calibration_flags(r: Run) -> list[str]:
-    """What `tbdkit calibrate` said of this run's instruments, where it did not trust them."""
+def _flag_words(r: Run) -> list[str]:
+    """The Runs table's flag cell: a word per flag (the reasons are in flag_notes, below the table)."""
+    return ["disturbed"] * r.disturbed + ["unstable"] * r.unstable + [k for k, _ in _calibration_flags(r)]
+
+
+def flag_notes(runs: list[Run]) -> list[str]:
+    """Below the Runs table: each flagged run's flags with their reasons, one line per run."""
+    notes = []
+    for r in runs:
+        why = (
+            ["disturbed: " + ("; ".join(r.disturbed_reasons) or "flagged")] * r.disturbed
+            + ["unstable: " + (r.unstable_reason or "flagged")] * r.unstable
+            + [f"{k}: {v}" for k, v in _calibration_flags(r)]
+        )
+        if why:
+            notes.append(f"{r.run_id}: " + "; ".join(why))
+    return notes
+
+
+def _calibration_flags(r: Run) -> list[tuple[str, str]]:
+    """What `tbdkit calibrate` said of this run's instruments, where it did not trust them: (what, which)."""
     by: dict[str, list[str]] = {}
     for name, status in r.calibration_marks().items():
         by.setdefault({"off": "calibration failed"}.get(status, status), []).append(name)
-    return [f"{k}: {', '.join(v)}" for k, v in sorted(by.items())]
+    return [(k, ", ".join(v)) for k, v in sorted(by.items())]
 
 
 DISPLAY_HEADER = [
@@ -153,6 +169,7 @@ DISPLAY_HEADER = [
     "framework",
     "batch",
     "precision",
+    "graph",
     "preset",
     "device",
     "throughput (95% CI)",

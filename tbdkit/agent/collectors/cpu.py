@@ -40,12 +40,23 @@ class CpuCollector:
         self._proc0 = self._proc_cpu()
         self._wall0 = time.perf_counter()
         self._peak_rss = self.proc.memory_info().rss
-        psutil.cpu_percent(interval=None)
+        self._last = (self._busy0, self._total0)
+
+    def _percent_since_last(self) -> float | None:
+        """System CPU utilization since the previous sample (the window's start for the first), from
+        the same cumulative CPU times as the window's metric. psutil.cpu_percent(interval=None) keeps its
+        reference per thread: primed at start() on the agent's thread, its first reading on the
+        sampler's thread had no reference and was 0.0. None when the kernel's clock ticks (10 ms)
+        did not advance since the previous sample."""
+        busy, total = self._busy_total()
+        busy0, total0 = self._last
+        self._last = (busy, total)
+        return round(100.0 * (busy - busy0) / (total - total0), 1) if total > total0 else None
 
     def sample(self) -> dict[str, Any]:
         rss = self.proc.memory_info().rss
         self._peak_rss = max(self._peak_rss, rss)
-        return {"cpu_percent": psutil.cpu_percent(interval=None), "rss_mib": round(rss / 2**20, 1)}
+        return {"cpu_percent": self._percent_since_last(), "rss_mib": round(rss / 2**20, 1)}
 
     def stop(self) -> dict[str, dict[str, Any]]:
         busy1, total1 = self._busy_total()
