@@ -20,9 +20,8 @@ def run_all(
         why = specs.fits_here(s)
         if why:
             raise UserError(f"{why}.")
-    index = Index(results)
     summaries = []
-    with progress.live(quiet_stdout) as notify:
+    with progress.live(quiet_stdout) as notify, Index(results) as index:
         for s in run_specs:
             label = f"{s.model}/{s.framework}/b{s.batch_size}"
             outcome = launch(s, results, notify.run(label, unit))
