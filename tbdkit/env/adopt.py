@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tbdkit.core import atomic
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import KIT_ROOT
 from tbdkit.env import locks, stacks
@@ -331,9 +332,7 @@ def adopt(name: str, python: str, wheels: Path | None = None, force: bool = Fals
             locks.installed([purelib, *site_dirs]),
         ),
     }
-    tmp = env_dir / (stacks.MARKER + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    os.replace(tmp, env_dir / stacks.MARKER)
+    atomic.write_text(env_dir / stacks.MARKER, json.dumps(record, indent=2))
     return record
 
 

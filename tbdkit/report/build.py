@@ -10,13 +10,14 @@ from __future__ import annotations
 import base64
 import csv
 import datetime as dt
-import os
+import io
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader
 
 from tbdkit import __version__
 from tbdkit.analysis.cost import Prices
+from tbdkit.core import atomic
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import workloads_dir
 from tbdkit.report import claims, compiled, energy_cost, figures, tables
@@ -26,9 +27,7 @@ TEMPLATES = Path(__file__).with_name("templates")
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic.write_text(path, text)
 
 
 def build_report(
@@ -110,13 +109,12 @@ def _figure_context(f: figures.Result) -> dict:
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(tables.SUMMARY_COLUMNS))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    os.replace(tmp, path)
+    fh = io.StringIO(newline="")
+    writer = csv.DictWriter(fh, fieldnames=list(tables.SUMMARY_COLUMNS))
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    atomic.write_text(path, fh.getvalue())
 
 
 def _table_or_missing(ctx: dict, key: str) -> list[str]:

@@ -14,13 +14,13 @@ import hashlib
 import json
 import os
 import sqlite3
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from tbdkit.core import atomic
 from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
 
@@ -476,16 +476,10 @@ class Index:
             with closing(self._in_memory()) as conn:
                 self._sync(conn)
                 return int(conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
-        fd, tmp = tempfile.mkstemp(dir=self.results, prefix=f".{INDEX}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            with closing(sqlite3.connect(tmp)) as conn:
-                _schema(conn)
-                self._sync(conn)
-                count = int(conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
-            os.replace(tmp, self.path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        with atomic.replacing(self.path) as tmp, closing(sqlite3.connect(tmp)) as conn:
+            _schema(conn)
+            self._sync(conn)
+            count = int(conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
         return count
 
     # -- reading
