@@ -43,6 +43,7 @@ from tbdkit.launch.base import EventHandler
 from tbdkit.launch.native import NativeLauncher
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
+from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
 from tbdkit.results.summary import MEASURED
 from tbdkit.spec import catalog
@@ -356,8 +357,7 @@ def profile_run(
             f"The run {run_dir} is {spec.framework} on {spec.device}: the ncu pass profiles PyTorch on a GPU."
         )
     extra = ncu_pass(spec, run_dir, profile_iterations, launch_count, warmup_s, timeout_s)
-    summary["metrics"].update(extra)
-    rd.write_json(runfiles.SUMMARY, summary)
+    summaries.record(run_dir, summary, metrics=extra)
     return extra
 
 
@@ -409,8 +409,7 @@ def reference(
                         for k in ("fp32_utilization", "tensor_utilization")
                     }
                 )
-                summary["metrics"].update(extra)
-                RunDir(run_dir).write_json(runfiles.SUMMARY, summary)
+                summary = summaries.record(run_dir, summary, metrics=extra)
             dest = destination(model, batch, precision)
             dest.mkdir(parents=True, exist_ok=True)
             for name in COPIED:

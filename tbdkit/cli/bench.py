@@ -16,7 +16,7 @@ from tbdkit.cli.console import console, convergence_table, results_table, styled
 from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.core.paths import default_results_dir
 from tbdkit.env import stacks
-from tbdkit.results.summary import MEASURED
+from tbdkit.results.summary import exit_code_of
 from tbdkit.spec import catalog
 from tbdkit.spec import run_spec as specs
 
@@ -140,7 +140,7 @@ def bench(
             console.print(cost_table(summaries, results, prices))
     statuses = {s["status"] for s in summaries}
     # a disturbed run finished and kept its numbers (flagged, with reasons): not a failure
-    raise typer.Exit(0 if statuses <= set(MEASURED) else 130 if "interrupted" in statuses else 1)
+    raise typer.Exit(exit_code_of(statuses))
 
 
 def list_models() -> None:
