@@ -44,6 +44,7 @@ from tbdkit.launch.native import NativeLauncher
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
 from tbdkit.results import summary as summaries
+from tbdkit.results.index import Index
 from tbdkit.results.rundir import RunDir
 from tbdkit.results.summary import MEASURED
 from tbdkit.spec import catalog
@@ -385,38 +386,40 @@ def reference(
             "or point TBDKIT_VENVS at a stack that has them."
         )
     copied = []
-    for model in models:
-        for batch in batches or two_batches(model):
-            spec = specs.build(
-                model=model,
-                framework="pytorch",
-                batch_size=batch,
-                precision=precision,
-                preset="paper",
-                device="cuda",
-                measure={"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s},
-            )
-            chosen = launcher([], agent_env(), timeout_s=max_measure_s + max_warmup_s + 600)
-            outcome = launch.launch(spec, results, shown(chosen, spec), chosen)
-            run_dir, status, summary = outcome.run_dir, outcome.status, outcome.summary
-            print(f"{model} b{batch}: {status} {summary.get('error') or ''}", flush=True)
-            if status in MEASURED:
-                extra = (
-                    ncu_pass(spec, run_dir, profile_iterations, launch_count, ncu_warmup_s, ncu_timeout_s)
-                    if use_ncu
-                    else {
-                        k: missing("%", "Nsight Compute", "the ncu pass was skipped (--no-ncu)")
-                        for k in ("fp32_utilization", "tensor_utilization")
-                    }
+    with Index(results) as index:
+        for model in models:
+            for batch in batches or two_batches(model):
+                spec = specs.build(
+                    model=model,
+                    framework="pytorch",
+                    batch_size=batch,
+                    precision=precision,
+                    preset="paper",
+                    device="cuda",
+                    measure={"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s},
                 )
-                summary = summaries.record(run_dir, summary, metrics=extra)
-            dest = destination(model, batch, precision)
-            dest.mkdir(parents=True, exist_ok=True)
-            for name in COPIED:
-                if (run_dir / name).is_file():
-                    shutil.copy2(run_dir / name, dest / name)
-            copied.append(dest)
-            print(f"  -> {dest}", flush=True)
+                chosen = launcher([], agent_env(), timeout_s=max_measure_s + max_warmup_s + 600)
+                outcome = launch.launch(spec, results, shown(chosen, spec), chosen)
+                run_dir, status, summary = outcome.run_dir, outcome.status, outcome.summary
+                print(f"{model} b{batch}: {status} {summary.get('error') or ''}", flush=True)
+                if status in MEASURED:
+                    extra = (
+                        ncu_pass(spec, run_dir, profile_iterations, launch_count, ncu_warmup_s, ncu_timeout_s)
+                        if use_ncu
+                        else {
+                            k: missing("%", "Nsight Compute", "the ncu pass was skipped (--no-ncu)")
+                            for k in ("fp32_utilization", "tensor_utilization")
+                        }
+                    )
+                    summary = summaries.record(run_dir, summary, metrics=extra)
+                index.add(run_dir)  # a reference run is listed by `tbdkit runs` as a bench run is
+                dest = destination(model, batch, precision)
+                dest.mkdir(parents=True, exist_ok=True)
+                for name in COPIED:
+                    if (run_dir / name).is_file():
+                        shutil.copy2(run_dir / name, dest / name)
+                copied.append(dest)
+                print(f"  -> {dest}", flush=True)
     return copied
 
 
