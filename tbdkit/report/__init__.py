@@ -15,7 +15,15 @@ from typing import Any
 def build_report(
     results_dir: Path, out_dir: Path, include_disturbed: bool = False, prices: Any = None, with_compiled: bool = False
 ) -> Path:
-    """Write out_dir/report.html, report.md, summary.csv and figures/; return report.html's path.
+    """Write out_dir/report.html, report.md, summary.csv and figures/; return report.html's path."""
+    return make_report(results_dir, out_dir, include_disturbed, prices, with_compiled).html
+
+
+def make_report(
+    results_dir: Path, out_dir: Path, include_disturbed: bool = False, prices: Any = None, with_compiled: bool = False
+) -> Any:
+    """Write out_dir/report.html, report.md, summary.csv and figures/; return what the build computed
+    (tbdkit.report.build.Built: report.html's path in out_dir, the claim checks, the grouping).
     `prices` (tbdkit.analysis.cost.Prices) adds the cost table; `with_compiled` draws compiled-graph runs
     in the paper's figures and claims too.
 
@@ -24,9 +32,10 @@ def build_report(
     error is one sentence."""
     import shutil
     import tempfile
+    from dataclasses import replace
 
     from tbdkit.core.errors import UserError
-    from tbdkit.report.build import build_report as build
+    from tbdkit.report.build import build_report as build_in
 
     out_dir = Path(out_dir)
     try:
@@ -37,7 +46,7 @@ def build_report(
             f"The report cannot be written to {out_dir} ({exc.strerror or exc}): pass -o a writable folder."
         ) from None
     try:
-        html = build(results_dir, stage, include_disturbed, prices, with_compiled)
+        built = build_in(results_dir, stage, include_disturbed, prices, with_compiled)
         _move_into(stage, out_dir)
     except OSError as exc:
         raise UserError(
@@ -46,7 +55,7 @@ def build_report(
         ) from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    return out_dir / html.relative_to(stage)
+    return replace(built, html=out_dir / built.html.relative_to(stage))
 
 
 def _move_into(stage: Path, out_dir: Path) -> None:

@@ -11,6 +11,7 @@ import base64
 import csv
 import datetime as dt
 import io
+from dataclasses import dataclass
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader
@@ -30,13 +31,25 @@ def _write(path: Path, text: str) -> None:
     atomic.write_text(path, text)
 
 
+@dataclass(frozen=True)
+class Built:
+    """What one report build computed, for the command to print as it is: report.html's path, the claim
+    checks, how the runs were grouped into series, and what was done with the disturbed runs."""
+
+    html: Path
+    verdicts: list[claims.Verdict]
+    grouping: str
+    disturbed: int
+    disturbed_text: str
+
+
 def build_report(
     results_dir: Path,
     out_dir: Path,
     include_disturbed: bool = False,
     prices: Prices | None = None,
     with_compiled: bool = False,
-) -> Path:
+) -> Built:
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     if not results_dir.is_dir():
         raise UserError(f"No results folder at {results_dir}: pass the folder `tbdkit bench --results` wrote to.")
@@ -83,7 +96,7 @@ def build_report(
     _write(html, jinja.get_template("report.html.j2").render(**context))
     _write(out_dir / "report.md", _markdown(context, drawn))
     _write_csv(out_dir / "summary.csv", tables.summary_rows(runs))
-    return html
+    return Built(html, verdicts, context["grouping"].text, disturbed, context["disturbed"])
 
 
 def disturbed_text(count: int, included: bool) -> str:
