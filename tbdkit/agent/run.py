@@ -454,19 +454,20 @@ def _job_metrics(run: Run, measured: Measured) -> None:
 
 def _replica_metrics(run: Run, measured: Measured) -> None:
     """One process's replicas (--one-process): their throughput and how they exchange gradients."""
+    replicas = run.caps.replicas if run.caps is not None else None
     run.summary["metrics"].update(
         distributed.replica_metrics(
             measured.estimate.throughput,
             run.spec.replicas_per_process,
             run.model.throughput_unit,
-            getattr(run.adapter, "comm_reason", None),
+            replicas.comm_reason if replicas is not None else None,
         )
     )
     run.summary["interconnect"] = interconnect(
         run.adapter,
         {"interface": None, "reason": "one process: its replicas exchange gradients in memory, not over a network"},
         None,
-        getattr(run.adapter, "backend", None),
+        replicas.backend if replicas is not None else None,
     )
 
 
