@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from tbdkit import __version__
 from tbdkit.bench import progress
+from tbdkit.bench.plan import check_fits
 from tbdkit.launch import launch
 from tbdkit.launch.base import EventHandler
 from tbdkit.results import files as runfiles
@@ -589,9 +590,9 @@ def bench_runner(index: Index, shown: Shown, run_dir_created: Callable[[Path], N
 def run_sweep(spec: SweepSpec, unit: str, quiet_stdout: bool = False) -> dict[str, Any]:
     """Run (or resume) the sweep with live progress; returns its state, which the results index holds too.
     The sweep's state is written before any run: a read-only, full or mistaken results path fails first."""
-    check_results_folder(
-        spec.results, spec.run_spec(spec.frameworks[0], spec.precisions[0], (spec.int_batches or [1])[0])
-    )
+    first = (spec.int_batches or [1])[0]
+    check_fits([spec.run_spec(fw, precision, first) for fw in spec.frameworks for precision in spec.precisions])
+    check_results_folder(spec.results, spec.run_spec(spec.frameworks[0], spec.precisions[0], first))
     run = SweepRun(spec)
     with progress.live(quiet_stdout, eta=True) as notify, Index(spec.results) as index:
         shown = Shown(notify, run, unit)
