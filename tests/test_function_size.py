@@ -15,7 +15,6 @@ STAGES = ("execute", "begin", "prepare", "train_to_target", "compile_step", "war
 NOT_YET = {
     "artifact/doc.py:render",
     "bench/reference.py:ncu_pass",
-    "cli/bench.py:bench",
     "describe/mxnet.py:canonical_layers",
     "describe/pytorch.py:canonical_layers",
     "describe/tensorflow.py:canonical_layers",
