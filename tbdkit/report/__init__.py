@@ -35,7 +35,7 @@ def make_report(
     from dataclasses import replace
 
     from tbdkit.core.errors import UserError
-    from tbdkit.report.build import build_report as build_in
+    from tbdkit.report.build import build as build_in
 
     out_dir = Path(out_dir)
     try:

@@ -49,7 +49,19 @@ def build_report(
     include_disturbed: bool = False,
     prices: Prices | None = None,
     with_compiled: bool = False,
+) -> Path:
+    """Write the report into out_dir (report.html, report.md, summary.csv, figures/); report.html's path."""
+    return build(results_dir, out_dir, include_disturbed, prices, with_compiled).html
+
+
+def build(
+    results_dir: Path,
+    out_dir: Path,
+    include_disturbed: bool = False,
+    prices: Prices | None = None,
+    with_compiled: bool = False,
 ) -> Built:
+    """Write the report into out_dir; what the build computed (Built)."""
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     if not results_dir.is_dir():
         raise UserError(f"No results folder at {results_dir}: pass the folder `tbdkit bench --results` wrote to.")
