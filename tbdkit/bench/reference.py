@@ -226,16 +226,9 @@ def ncu_pass(
     exe = find_ncu()
     if exe is None:
         return gap("Nsight Compute (ncu) is not installed here")
-    try:
-        from tbdkit.env.doctor import counters_check
-
-        check = counters_check()
-        if check.ok is False:
-            return gap(
-                f"GPU performance counters are not readable (ERR_NVGPUCTRPERM): {check.detail}; fix: {check.fix}"
-            )
-    except Exception:
-        pass
+    unreadable = _counters_unreadable()
+    if unreadable:
+        return gap(unreadable)
     rd = RunDir(run_dir)
     timeline_file = rd.kernel_launches
     if not timeline_file.is_file():
@@ -273,17 +266,7 @@ def ncu_pass(
             "no kernel of the run's timeline was among the ncu samples (kernel names or launch "
             "configurations did not match)"
         )
-    table = rd.kernels
-    if table.is_file():
-        import csv
-
-        rows = list(csv.DictReader(table.open()))
-        merged = merge_utilization(
-            rows,
-            totals["per_kernel"],
-            "FP32/tensor utilization from Nsight Compute samples weighted by the kernel timeline",
-        )
-        sink.write_csv(table, [{c: r.get(c, "") for c in runfiles.KERNEL_COLUMNS} for r in merged])
+    _merge_kernels(rd, totals["per_kernel"])
     coverage = totals["coverage"]
     extra: dict[str, Any] = {
         "kernels_profiled": totals["kernels_profiled"],
@@ -311,6 +294,32 @@ def ncu_pass(
             else missing("%", TENSOR_METHOD, "ncu reported no tensor-pipe metric")
         ),
     }
+
+
+def _counters_unreadable() -> str | None:
+    """Why the GPU's performance counters cannot be read here (doctor's check), or None."""
+    try:
+        from tbdkit.env.doctor import counters_check
+
+        check = counters_check()
+        if check.ok is False:
+            return f"GPU performance counters are not readable (ERR_NVGPUCTRPERM): {check.detail}; fix: {check.fix}"
+    except Exception:
+        pass
+    return None
+
+
+def _merge_kernels(rd: RunDir, per_kernel: Any) -> None:
+    """The per-kernel FP32/tensor utilization merged into the run's kernels.csv, where it has one."""
+    table = rd.kernels
+    if table.is_file():
+        import csv
+
+        rows = list(csv.DictReader(table.open()))
+        merged = merge_utilization(
+            rows, per_kernel, "FP32/tensor utilization from Nsight Compute samples weighted by the kernel timeline"
+        )
+        sink.write_csv(table, [{c: r.get(c, "") for c in runfiles.KERNEL_COLUMNS} for r in merged])
 
 
 def disturbed_note(run_dir: Path) -> str | None:
