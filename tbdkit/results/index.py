@@ -3,7 +3,11 @@
 The run directories are the truth; the index only makes listing and querying fast. Every read
 reconciles it with the folder (a stat of each run's summary.json), so a run finished by a killed CLI,
 a folder copied in or one removed shows as it is on disk; a lost or corrupt index is rebuilt by
-scanning the directories. A damaged summary is listed as unreadable, never fatal. Rows hold each run's
+scanning the directories. A row without a folder is dropped, and a row that differs from what its file
+gave (a digest per folder, kept beside its stamp) is taken again from the file, so the index never
+shows a value its summary contradicts. `add` takes one run (a sweep holds one connection for all its
+points); another process holding the index is waited for at most WAIT_S, then the folders are read.
+A damaged summary is listed as unreadable, never fatal. Rows hold each run's
 folder name only, so a copied results folder reads its own runs; `Index.runs` gives each row's path
 as the results folder joined once with that name (`Index.run_dir`).
 """
