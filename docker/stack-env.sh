@@ -71,7 +71,7 @@ PY
     ln -sfn "$venv" "/opt/tbdkit/src/.venvs/$stack"
     "$python" - "$stack" <<'PY'
 import importlib, json, os, sys
-from tbdkit import locks, nsight, stacks
+from tbdkit.env import locks, nsight, stacks
 stack = stacks.get(sys.argv[1])
 image_lock = locks.get(f"{stack.name}-image")
 pinned = image_lock.python == "%d.%d" % sys.version_info[:2] and image_lock.file.is_file()

@@ -56,3 +56,14 @@ def test_load_refuses_a_module_whose_adapter_lacks_the_core(monkeypatch) -> None
         adapters.load("standin")
     module.make = lambda **kw: Core()  # type: ignore[attr-defined]
     assert isinstance(adapters.load("standin"), Core)
+
+
+def test_one_process_replicas_are_a_capability() -> None:
+    """The agent asks `caps.replicas` how one process's replicas exchange gradients, not the adapter."""
+
+    class Mirrored(Core):
+        backend = "MirroredStrategy/RING"
+        comm_reason = "inside the compiled step"
+
+    a = Mirrored()
+    assert adapters.capabilities(a).replicas is a and adapters.capabilities(Core()).replicas is None

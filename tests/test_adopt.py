@@ -84,7 +84,7 @@ def test_each_record_says_adopted_which_interpreter_and_the_framework_build(adop
 def test_the_gpu_script_s_check_passes_without_pythonpath(adopted) -> None:
     """/work/shared/device/gpu-first-run.sh checks the adopted PyTorch stack exactly so, from another folder."""
     venvs, _ = adopted
-    code = ("import torch, pydantic, tbdkit.spec; from tbdkit import stacks; assert stacks.is_installed('pytorch'); "
+    code = ("import torch, pydantic, tbdkit.spec; from tbdkit.env import stacks; assert stacks.is_installed('pytorch'); "
             "print(tbdkit.spec.__file__)")
     proc = subprocess.run([str(venvs / "pytorch" / "bin" / "python"), "-c", code], capture_output=True, text=True,
                           env={**without_pythonpath(), "TBDKIT_VENVS": str(venvs)}, cwd="/", timeout=300)

@@ -22,6 +22,15 @@ FAST = ["--model", "resnet50", "--framework", "pytorch", "--preset", "smoke", "-
         "--max-warmup-s", "3", "--max-measure-s", "6", "--json"]
 
 
+FAULTS = Path(__file__).with_name("agent_faults")  # its sitecustomize patches the agent's warm-up stage
+
+
+def kill_rank(rank: int) -> dict[str, str]:
+    """The environment in which the agent of worker `rank` dies after its warm-up (tests/agent_faults)."""
+    path = os.pathsep.join(p for p in (str(FAULTS), os.environ.get("PYTHONPATH", "")) if p)
+    return {"TBDKIT_TEST_KILL_RANK": str(rank), "PYTHONPATH": path}
+
+
 def bench(results: Path, *args: str, env: dict | None = None,
           base: list[str] = FAST) -> tuple[subprocess.CompletedProcess, dict | None]:
     proc = subprocess.run([sys.executable, "-m", "tbdkit.cli", "bench", *base, "--results", str(results), *args],
@@ -113,7 +122,7 @@ def test_two_namespaces_and_a_1gbit_link(tmp_path):
 @pytest.mark.slow
 def test_a_dying_worker_ends_the_job_and_is_named(tmp_path):
     results = tmp_path / "results"
-    proc, s = bench(results, "--gpus-per-node", "2", env={"TBDKIT_TEST_KILL_RANK": "1"})
+    proc, s = bench(results, "--gpus-per-node", "2", env=kill_rank(1))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1 and "Traceback" not in proc.stdout, out[-3000:]
     assert s is not None and s["status"] == "failed"

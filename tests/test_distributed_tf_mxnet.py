@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
-from tests.test_distributed import FAST, agents_running, bench, namespaces, needs_root
+from tests.test_distributed import FAST, agents_running, bench, kill_rank, namespaces, needs_root
 
 PAPER_CELLS = {"tensorflow": "inception_v3", "mxnet": "resnet50"}
 
@@ -71,7 +71,7 @@ def test_mxnet_on_two_namespaces(tmp_path):
 @pytest.mark.slow
 def test_a_dying_mxnet_worker_ends_the_job_and_is_named(tmp_path):
     results = tmp_path / "results"
-    proc, s = run(results, "mxnet", "--gpus-per-node", "2", env={"TBDKIT_TEST_KILL_RANK": "1"})
+    proc, s = run(results, "mxnet", "--gpus-per-node", "2", env=kill_rank(1))
     assert proc.returncode == 1 and "Traceback" not in proc.stdout, (proc.stdout + proc.stderr)[-3000:]
     assert s is not None and s["status"] == "failed"
     assert s["error"].startswith("worker rank 1 (node 0) died before writing its results (exit code 3)"), s["error"]

@@ -140,3 +140,17 @@ def test_a_daemon_that_may_not_use_the_launchers_cores_is_one_sentence_with_the_
     error = outcome.summary["error"]
     assert outcome.status == "failed" and "Requested CPUs are not available - requested 7" in error, error
     assert "taskset -c" in error and "--launcher native" in error and "Traceback" not in error
+
+
+def test_the_launcher_is_resolved_once_for_plan_and_prepare(monkeypatch):
+    """`plan` resolves the launcher (the auto rule) once; `prepare` preflights through that one."""
+    asked: list[str] = []
+    real = launch.get
+    monkeypatch.setattr(launch, "get", lambda name, *a: asked.append(name) or real(name, *a))
+    preflighted: list[str] = []
+    p = planner.plan("deepspeech2", ["pytorch"], "smoke", "cpu", "auto")
+    kind = type(p.chosen)  # a frozen dataclass: its class is patched
+    monkeypatch.setattr(kind, "preflight", lambda self, fw, device, setup=False, busy=None: preflighted.append(fw))
+    monkeypatch.setattr(kind, "frameworks", lambda self, model, requested, setup: list(requested))
+    assert planner.prepare(p, "cpu", setup=False) == ["pytorch"]
+    assert asked == ["auto"] and preflighted == ["pytorch"]

@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import shutil
+import sqlite3
 import stat
 import sys
 from pathlib import Path
@@ -275,3 +276,31 @@ def test_reference_takes_batches_and_the_ncu_pass_s_warm_up_and_timeout(monkeypa
     text = " ".join(CliRunner().invoke(app, ["reference", "--help"], env={"COLUMNS": "200"}).output.split())
     for option in ("--batch", "--ncu-warmup-s", "--ncu-timeout-s", "--run"):
         assert option in text
+
+
+def test_reference_runs_are_indexed_as_bench_runs_are(monkeypatch, tmp_path) -> None:
+    """`make reference`'s runs are listed by `tbdkit runs` at once (the index holds them), as bench's are."""
+    from tbdkit.launch.outcome import Outcome
+    from tbdkit.results.index import INDEX, Index
+
+    results = tmp_path / "results"
+    monkeypatch.setattr(reference, "require_gpu", lambda: None)
+    monkeypatch.setattr(reference, "agent_python", lambda: sys.executable)
+    monkeypatch.setattr(reference, "missing_modules", lambda python, modules=(): [])
+    monkeypatch.setattr(reference, "destination", lambda m, b, p: tmp_path / "committed" / f"{m}-b{b}-{p}")
+
+    def fake_launch(spec, where, on_event, chosen=None):
+        run_dir = Path(where) / f"20260101-00000{spec.batch_size}-{spec.model}"
+        run_dir.mkdir(parents=True)
+        summary = {"run_id": run_dir.name, "status": "failed", "model": spec.model, "framework": "pytorch",
+                   "batch_size": spec.batch_size, "error": "no GPU here"}
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+        return Outcome(run_dir, "failed", summary)
+
+    monkeypatch.setattr(reference.launch, "launch", fake_launch)
+    reference.reference(["deepspeech2"], results, "fp32", 5, 5, 1, 1, use_ncu=False, batches=[2, 4])
+    assert (results / INDEX).is_file()
+    with sqlite3.connect(results / INDEX) as conn:
+        assert sorted(r[0] for r in conn.execute("SELECT run_id FROM runs")) == [
+            "20260101-000002-deepspeech2", "20260101-000004-deepspeech2"]
+    assert len(Index(results).runs()) == 2

@@ -106,6 +106,15 @@ class ParameterSync(Protocol):
     def leave(self) -> None: ...
 
 
+@runtime_checkable
+class Replicas(Protocol):
+    """Several replicas in one process (--one-process: MirroredStrategy, MXNet's device kvstore): how
+    they exchange gradients, and why that exchange is not timed."""
+
+    backend: str | None
+    comm_reason: str | None
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """One adapter's optional capabilities, each the adapter itself or None where it lacks it."""
@@ -120,6 +129,7 @@ class Capabilities:
     graph_compile: GraphCompile | None
     distributed: Distributed | None
     parameter_sync: ParameterSync | None
+    replicas: Replicas | None = None
 
 
 def capabilities(adapter: Any) -> Capabilities:
@@ -139,6 +149,7 @@ def capabilities(adapter: Any) -> Capabilities:
         graph_compile=of(GraphCompile),
         distributed=of(Distributed),
         parameter_sync=of(ParameterSync),
+        replicas=of(Replicas),
     )
 
 

@@ -15,6 +15,7 @@ import os
 import signal
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +162,63 @@ def _as_worker(worker: distributed.Worker, run_dir: Path) -> Path:
     return own
 
 
+@dataclass
+class Run:
+    """One run as its stages hand it on: what the spec and the catalog say, the summary built as it goes,
+    and what each stage made ready (None until that stage ran, so a failure anywhere is still written)."""
+
+    spec: RunSpec
+    run_dir: Path
+    worker: distributed.Worker | None
+    stop: StopFlag
+    started: dt.datetime
+    model: catalog.Model
+    hp: dict[str, Any]
+    summary: dict[str, Any]
+    adapter: Any = None
+    caps: Capabilities | None = None
+    dist: Distributed | None = None  # the adapter's data-parallel half, on a worker of a job
+    data: Any = None  # the model's data module
+    sampler: Sampler | None = None
+    prefetcher: Prefetcher | None = None
+    env: dict[str, Any] | None = None
+    loop: TrainingLoop | None = None
+    global_batch: int = 0
+    data_seed: int = 0
+
+
+@dataclass
+class Measured:
+    """The sample window `measure` took: its iterations and its throughput estimate."""
+
+    window: list[Any]
+    estimate: Any
+
+
 def execute(spec: RunSpec, run_dir: Path) -> int:
+    """One run, stage by stage: prepare, (converge, or) compile, warm up, measure, analyse; whatever
+    happens, `write` finishes the run folder with summary.json last. Returns the agent's exit code."""
+    run = begin(spec, run_dir)
+    try:
+        prepare(run)
+        if spec.preset == "converge":
+            train_to_target(run)
+        else:
+            compile_step(run)
+            warm_up(run)
+            measured = measure(run)
+            if measured is not None:
+                analyse(run, measured)
+            finish(run)
+    except BaseException as exc:  # the run directory must say what happened, whatever it was
+        failed(run, exc)
+    finally:
+        write(run)
+    return _exit_code(run.summary["status"])
+
+
+def begin(spec: RunSpec, run_dir: Path) -> Run:
+    """The run's own folder (a worker's under the job's), its stop flag and the summary it starts with."""
     worker = distributed.from_env()
     if worker is not None:
         run_dir = _as_worker(worker, run_dir)
@@ -170,270 +227,329 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
     signal.signal(signal.SIGTERM, stop)
     started = dt.datetime.now(dt.timezone.utc)
     model = catalog.get(spec.model)
-    hp = model.hp(spec.preset, spec.variant)
     summary = summaries.start(
         run_dir.name, spec, "failed", None, started_utc=started.isoformat(timespec="milliseconds")
     )
-    adapter = None
-    caps: Capabilities | None = None
-    dist: Distributed | None = None  # the adapter's data-parallel half, on a worker of a job
-    loop: TrainingLoop | None = None
-    env: dict[str, Any] | None = None
-    try:
-        events.emit("phase", phase="setup")
-        # Threads and pinning before any framework loads: OpenMP and MXNet read their variables once.
-        budget = cpus.plan(
-            spec.cpus,
-            spec.pin,
-            0 if spec.data == "synthetic" else 1,
-            spec.workers_here if worker is not None else 1,
-        )
-        os.environ.update(cpus.thread_env(budget))
-        pinned = cpus.pin(budget)
-        summary["cpu_budget"] = {
-            "cpus": budget.cpus,
-            "intra_op_threads": budget.intra_op,
-            "inter_op_threads": budget.inter_op,
-            "data_workers": budget.data_workers,
-            "pinned": pinned,
-        }
-        data = catalog.load_module(model, "data")
-        summary["data_source"] = data.check_source(spec.data, hp)
-        workload = catalog.load_module(model, spec.framework)
-        adapter = load_adapter(
-            spec.framework,
-            workload=workload,
-            hp=hp,
-            device=spec.device,
-            precision=spec.precision,
-            seed=spec.seed,
-            threads=(budget.intra_op, budget.inter_op),
-            # --graph compiled: the adapter compiles its train step (standard is each framework's default)
-            **({"graph": spec.graph} if spec.graph != "standard" else {}),
-            **({"compile_cache": spec.compile_cache} if spec.compile_cache != "private" else {}),
-            # several replicas in this one process (--one-process): MirroredStrategy, MXNet's device kvstore
-            **({"replicas": spec.replicas_per_process} if spec.replicas_per_process > 1 else {}),
-        )
-        caps = capabilities(adapter)
-        if spec.graph != "standard" and caps.graph_compile is None:
-            raise RuntimeError(f"{spec.framework}: this adapter has no compiled graphs (--graph {spec.graph})")
-        if worker is not None:
-            if caps.distributed is not None:
-                dist = caps.distributed
-            elif caps.parameter_sync is not None:
-                dist = distributed.WithControl(caps.parameter_sync, worker)
-            else:
-                raise RuntimeError(f"{spec.framework}: this adapter cannot run data-parallel jobs")
-            dist.join(worker.world_size)
-        if worker is not None or spec.replicas_per_process > 1:  # a job, or one process's replicas
-            summary.update(
-                world_size=worker.world_size if worker is not None else spec.world_size,
-                nodes=spec.nodes,
-                gpus_per_node=spec.gpus_per_node,
-                link_rate=spec.link_rate,
-                worker=worker.label if worker is not None else f"one process, {spec.replicas_per_process} replicas",
-            )
-            if spec.replicas_per_process > 1:
-                summary["replicas_per_process"] = spec.replicas_per_process
-        # Each worker trains its own batches (its seed offset by its rank), as a distributed sampler would;
-        # one process with several replicas loads their batches as one, which its adapter splits.
-        global_batch = spec.batch_size * spec.replicas_per_process
-        data_seed = spec.seed + (worker.rank if worker else 0)
-        # The threads the window needs exist before a memory cap (see Sampler): the collectors' sampling
-        # thread, and a real dataset's reading thread (it opens the data, under the cap, at the first batch).
-        sampler = prefetcher = None
-        if spec.preset != "converge":
-            sampler = Sampler(default_collectors(adapter), spec.measure.sample_interval_s)
-            if spec.data != "synthetic":
-                prefetcher = Prefetcher(lambda: data.batches(spec.data, hp, global_batch, data_seed))
-        if spec.memory_limit_mb:  # the collectors, built above, have loaded their libraries (Zeus's among them)
-            limit_memory(spec.memory_limit_mb)
-        summary["device"] = adapter.device_label
-        summary["model_info"] = adapter.model_info()
-        env = envinfo.collect(adapter.environment(), spec.seed, runfiles.results_folder_of(run_dir))
-        env["cpu_budget"] = {
-            **budget.record(),
-            "pinned_affinity": pinned,
-            "thread_env": cpus.thread_env(budget),
-            "method": "tbdkit.env.cpus.plan: os.sched_getaffinity, cgroup cpu.max; the framework's "
-            "own read-back is framework.threads",
-        }
-        RunDir(run_dir).write_json(runfiles.ENV, env)
-        if spec.preset == "converge":
-            summary.update(
-                converge.train(
-                    adapter,
-                    data,
-                    hp,
-                    spec.data,
-                    spec.batch_size,
-                    spec.seed,
-                    run_dir,
-                    stop.requested,
-                    model.throughput_unit,
-                )
-            )
-            if stop.requested():  # the curve so far is kept; the run is marked interrupted as any other
-                raise StopRequested
-            summary["status"] = "ok"
-            return _exit_code("ok")
-        source = (
-            prefetcher
-            if prefetcher is not None
-            else synthetic_pool(data.batches(spec.data, hp, global_batch, data_seed), spec.measure.synthetic_pool)
-        )
-        loop = TrainingLoop(
-            adapter,
-            source,
-            spec.measure,
-            stop.requested,
-            agree=dist.agree if dist is not None else None,
-            caps=caps,
-            sampler=sampler,
-        )
-        # Each iteration's row reaches iterations.csv as it is measured: a SIGKILL keeps them.
-        loop.result.iterations = sink.StreamedRows(RunDir(run_dir).iterations, lambda i: i.row())
-        if spec.graph == "compiled":  # compilation apart, before warm-up (tbdkit.agent.compile_phase)
-            phase = compile_phase.run(
-                loop, caps.graph_compile, spec.measure.synthetic_pool if prefetcher is None else None
-            )
-            summary["compile_phase"] = {**phase, "cache": compile_phase.CACHE[spec.compile_cache]}
-        loop.warm_up()
-        if worker is not None and os.environ.get("TBDKIT_TEST_KILL_RANK") == str(worker.rank):
-            os._exit(3)  # fault injection for the kit's own tests: this worker dies after warm-up
-        profiled = profile_iterations()
-        if profiled:
-            _profiled_pass(adapter, loop, profiled, summary, caps)
+    return Run(spec, run_dir, worker, stop, started, model, model.hp(spec.preset, spec.variant), summary)
+
+
+def prepare(run: Run) -> None:
+    """CPU budget and pinning, the data, the adapter, the job, the collectors, the memory cap, env.json."""
+    spec, worker, summary = run.spec, run.worker, run.summary
+    events.emit("phase", phase="setup")
+    # Threads and pinning before any framework loads: OpenMP and MXNet read their variables once.
+    budget = cpus.plan(
+        spec.cpus, spec.pin, 0 if spec.data == "synthetic" else 1, spec.workers_here if worker is not None else 1
+    )
+    os.environ.update(cpus.thread_env(budget))
+    pinned = cpus.pin(budget)
+    summary["cpu_budget"] = {
+        "cpus": budget.cpus,
+        "intra_op_threads": budget.intra_op,
+        "inter_op_threads": budget.inter_op,
+        "data_workers": budget.data_workers,
+        "pinned": pinned,
+    }
+    run.data = catalog.load_module(run.model, "data")
+    summary["data_source"] = run.data.check_source(spec.data, run.hp)
+    _load_adapter(run, budget)
+    _join_job(run)
+    # Each worker trains its own batches (its seed offset by its rank), as a distributed sampler would;
+    # one process with several replicas loads their batches as one, which its adapter splits.
+    run.global_batch = spec.batch_size * spec.replicas_per_process
+    run.data_seed = spec.seed + (worker.rank if worker else 0)
+    # The threads the window needs exist before a memory cap (see Sampler): the collectors' sampling
+    # thread, and a real dataset's reading thread (it opens the data, under the cap, at the first batch).
+    if spec.preset != "converge":
+        run.sampler = Sampler(default_collectors(run.adapter), spec.measure.sample_interval_s)
+        if spec.data != "synthetic":
+            data, hp, batch, seed = run.data, run.hp, run.global_batch, run.data_seed
+            run.prefetcher = Prefetcher(lambda: data.batches(spec.data, hp, batch, seed))
+    if spec.memory_limit_mb:  # the collectors, built above, have loaded their libraries (Zeus's among them)
+        limit_memory(spec.memory_limit_mb)
+    summary["device"] = run.adapter.device_label
+    summary["model_info"] = run.adapter.model_info()
+    run.env = envinfo.collect(run.adapter.environment(), spec.seed, runfiles.results_folder_of(run.run_dir))
+    run.env["cpu_budget"] = {
+        **budget.record(),
+        "pinned_affinity": pinned,
+        "thread_env": cpus.thread_env(budget),
+        "method": "tbdkit.env.cpus.plan: os.sched_getaffinity, cgroup cpu.max; the framework's "
+        "own read-back is framework.threads",
+    }
+    RunDir(run.run_dir).write_json(runfiles.ENV, run.env)
+
+
+def _load_adapter(run: Run, budget: cpus.Budget) -> None:
+    spec = run.spec
+    run.adapter = load_adapter(
+        spec.framework,
+        workload=catalog.load_module(run.model, spec.framework),
+        hp=run.hp,
+        device=spec.device,
+        precision=spec.precision,
+        seed=spec.seed,
+        threads=(budget.intra_op, budget.inter_op),
+        # --graph compiled: the adapter compiles its train step (standard is each framework's default)
+        **({"graph": spec.graph} if spec.graph != "standard" else {}),
+        **({"compile_cache": spec.compile_cache} if spec.compile_cache != "private" else {}),
+        # several replicas in this one process (--one-process): MirroredStrategy, MXNet's device kvstore
+        **({"replicas": spec.replicas_per_process} if spec.replicas_per_process > 1 else {}),
+    )
+    run.caps = capabilities(run.adapter)
+    if spec.graph != "standard" and run.caps.graph_compile is None:
+        raise RuntimeError(f"{spec.framework}: this adapter has no compiled graphs (--graph {spec.graph})")
+
+
+def _join_job(run: Run) -> None:
+    """A worker of a job joins its process group; a job's or one process's replicas are recorded."""
+    spec, worker, caps = run.spec, run.worker, run.caps
+    assert caps is not None
+    if worker is not None:
+        if caps.distributed is not None:
+            run.dist = caps.distributed
+        elif caps.parameter_sync is not None:
+            run.dist = distributed.WithControl(caps.parameter_sync, worker)
         else:
-            estimate = loop.measure()
-            window = loop.result.iterations[
-                loop.result.window["first_iteration"] : loop.result.window["last_iteration"] + 1
-            ]
-            reason = instability(len(window), estimate.relative)  # rank 0's own window on a data-parallel job
-            summary.update(unstable=reason is not None, instability_reason=reason, stability_rule=STABILITY_RULE)
-            summary["metrics"] = {
-                **throughput_metrics(
-                    window, estimate, model.throughput_unit, model.sample_unit, model.info.get("extra_units", {})
-                ),
-                "compile_s": compile_phase.compile_seconds(
-                    summary.get("compile_phase"), estimate.throughput, model.throughput_unit
-                ),
-                **loop.result.metrics,
-                **adapter.memory(),
-            }
-            summary["metrics"].update(
-                energy.per_work(
-                    summary["metrics"],
-                    sum(i.work for i in window),
-                    sum(i.samples for i in window),
-                    model.throughput_unit,
-                    model.sample_unit,
-                    adapter.cuda_index is not None,
-                )
+            raise RuntimeError(f"{spec.framework}: this adapter cannot run data-parallel jobs")
+        run.dist.join(worker.world_size)
+    if worker is not None or spec.replicas_per_process > 1:  # a job, or one process's replicas
+        run.summary.update(
+            world_size=worker.world_size if worker is not None else spec.world_size,
+            nodes=spec.nodes,
+            gpus_per_node=spec.gpus_per_node,
+            link_rate=spec.link_rate,
+            worker=worker.label if worker is not None else f"one process, {spec.replicas_per_process} replicas",
+        )
+        if spec.replicas_per_process > 1:
+            run.summary["replicas_per_process"] = spec.replicas_per_process
+
+
+def train_to_target(run: Run) -> None:
+    """The converge preset: train until the quality target (tbdkit.agent.converge), no sample window."""
+    spec = run.spec
+    run.summary.update(
+        converge.train(
+            run.adapter,
+            run.data,
+            run.hp,
+            spec.data,
+            spec.batch_size,
+            spec.seed,
+            run.run_dir,
+            run.stop.requested,
+            run.model.throughput_unit,
+        )
+    )
+    if run.stop.requested():  # the curve so far is kept; the run is marked interrupted as any other
+        raise StopRequested
+    run.summary["status"] = "ok"
+
+
+def compile_step(run: Run) -> None:
+    """The training loop over its batches; with --graph compiled, compilation apart, before warm-up
+    (tbdkit.agent.compile_phase)."""
+    spec = run.spec
+    source = (
+        run.prefetcher
+        if run.prefetcher is not None
+        else synthetic_pool(
+            run.data.batches(spec.data, run.hp, run.global_batch, run.data_seed), spec.measure.synthetic_pool
+        )
+    )
+    run.loop = TrainingLoop(
+        run.adapter,
+        source,
+        spec.measure,
+        run.stop.requested,
+        agree=run.dist.agree if run.dist is not None else None,
+        caps=run.caps,
+        sampler=run.sampler,
+    )
+    # Each iteration's row reaches iterations.csv as it is measured: a SIGKILL keeps them.
+    run.loop.result.iterations = sink.StreamedRows(RunDir(run.run_dir).iterations, lambda i: i.row())
+    if spec.graph == "compiled":
+        assert run.caps is not None
+        pool = spec.measure.synthetic_pool if run.prefetcher is None else None
+        phase = compile_phase.run(run.loop, run.caps.graph_compile, pool)
+        run.summary["compile_phase"] = {**phase, "cache": compile_phase.CACHE[run.spec.compile_cache]}
+
+
+def warm_up(run: Run) -> None:
+    """Iterations until the cost per unit of work is stable (tbdkit.agent.loop)."""
+    assert run.loop is not None
+    run.loop.warm_up()
+
+
+def measure(run: Run) -> Measured | None:
+    """The sample window and its metrics (throughput, energy, disturbance, a job's); None after a
+    profiled pass (TBDKIT_PROFILE_ITERATIONS), which measures no window."""
+    spec, loop, summary, model = run.spec, run.loop, run.summary, run.model
+    assert loop is not None
+    profiled = profile_iterations()
+    if profiled:
+        _profiled_pass(run.adapter, loop, profiled, summary, run.caps)
+        return None
+    estimate = loop.measure()
+    window = loop.result.iterations[loop.result.window["first_iteration"] : loop.result.window["last_iteration"] + 1]
+    reason = instability(len(window), estimate.relative)  # rank 0's own window on a data-parallel job
+    summary.update(unstable=reason is not None, instability_reason=reason, stability_rule=STABILITY_RULE)
+    summary["metrics"] = {
+        **throughput_metrics(
+            window, estimate, model.throughput_unit, model.sample_unit, model.info.get("extra_units", {})
+        ),
+        "compile_s": compile_phase.compile_seconds(
+            summary.get("compile_phase"), estimate.throughput, model.throughput_unit
+        ),
+        **loop.result.metrics,
+        **run.adapter.memory(),
+    }
+    summary["metrics"].update(
+        energy.per_work(
+            summary["metrics"],
+            sum(i.work for i in window),
+            sum(i.samples for i in window),
+            model.throughput_unit,
+            model.sample_unit,
+            run.adapter.cuda_index is not None,
+        )
+    )
+    limit = spec.measure.foreign_cpu_limit
+    summary.update(
+        disturbed_reasons=disturbance.reasons(loop.result.metrics, limit),
+        disturbance_rule=disturbance.rule(limit),
+        gpu_state=_gpu_state(loop),
+    )
+    measured = Measured(window, estimate)
+    if run.worker is not None and run.dist is not None:
+        _job_metrics(run, measured)
+    elif spec.replicas_per_process > 1:
+        _replica_metrics(run, measured)
+    return measured
+
+
+def _job_metrics(run: Run, measured: Measured) -> None:
+    """A worker's window gathered with its peers': the job's throughput is what all workers train together;
+    rank 0's own estimate stays beside it."""
+    dist, worker, metrics = run.dist, run.worker, run.summary["metrics"]
+    assert dist is not None and worker is not None
+    window_s = sum(i.seconds for i in measured.window)
+    comm = dist.comm.seconds / window_s * 100 if dist.comm is not None and window_s else None
+    gathered = dist.gather((measured.estimate.throughput, comm))
+    metrics.update(
+        distributed.job_metrics(
+            [g[0] for g in gathered],
+            run.model.throughput_unit,
+            [g[1] for g in gathered],
+            window_s,
+            getattr(dist.comm, "method", None),
+            getattr(dist, "comm_reason", None),
+            getattr(dist, "comm_method", None),
+        )
+    )
+    metrics["worker0_throughput"] = metrics["throughput"]
+    metrics["throughput"] = {**metrics["aggregate_throughput"], "ci95_half_width": None, "ci95_relative": None}
+    run.summary["interconnect"] = interconnect(
+        run.adapter, distributed.interface_towards(worker.master_addr), run.spec.link_rate, dist.backend
+    )
+
+
+def _replica_metrics(run: Run, measured: Measured) -> None:
+    """One process's replicas (--one-process): their throughput and how they exchange gradients."""
+    replicas = run.caps.replicas if run.caps is not None else None
+    run.summary["metrics"].update(
+        distributed.replica_metrics(
+            measured.estimate.throughput,
+            run.spec.replicas_per_process,
+            run.model.throughput_unit,
+            replicas.comm_reason if replicas is not None else None,
+        )
+    )
+    run.summary["interconnect"] = interconnect(
+        run.adapter,
+        {"interface": None, "reason": "one process: its replicas exchange gradients in memory, not over a network"},
+        None,
+        replicas.backend if replicas is not None else None,
+    )
+
+
+def analyse(run: Run, measured: Measured) -> None:
+    """The analyses after the window (kernels, memory, ncu; tbdkit.agent.after_window), of a
+    single-process run that asked for them."""
+    spec = run.spec
+    if spec.analyses and run.worker is None and spec.replicas_per_process == 1:
+        assert run.loop is not None and run.env is not None
+        events.emit("phase", phase="analysis")
+        run.summary["metrics"].update(
+            after_window.run(
+                run.adapter,
+                run.loop,
+                run.env,
+                run.run_dir,
+                run.summary["metrics"]["throughput"],
+                spec.precision,
+                run.caps,
             )
-            limit = spec.measure.foreign_cpu_limit
-            summary.update(
-                disturbed_reasons=disturbance.reasons(loop.result.metrics, limit),
-                disturbance_rule=disturbance.rule(limit),
-                gpu_state=_gpu_state(loop),
-            )
-            if worker is not None and dist is not None:
-                window_s = sum(i.seconds for i in window)
-                comm = dist.comm.seconds / window_s * 100 if dist.comm is not None and window_s else None
-                gathered = dist.gather((estimate.throughput, comm))
-                summary["metrics"].update(
-                    distributed.job_metrics(
-                        [g[0] for g in gathered],
-                        model.throughput_unit,
-                        [g[1] for g in gathered],
-                        window_s,
-                        getattr(dist.comm, "method", None),
-                        getattr(dist, "comm_reason", None),
-                        getattr(dist, "comm_method", None),
-                    )
-                )
-                # The job's throughput is what all workers train together; rank 0's own estimate stays beside it.
-                summary["metrics"]["worker0_throughput"] = summary["metrics"]["throughput"]
-                summary["metrics"]["throughput"] = {
-                    **summary["metrics"]["aggregate_throughput"],
-                    "ci95_half_width": None,
-                    "ci95_relative": None,
-                }
-                summary["interconnect"] = interconnect(
-                    adapter, distributed.interface_towards(worker.master_addr), spec.link_rate, dist.backend
-                )
-            elif spec.replicas_per_process > 1:
-                summary["metrics"].update(
-                    distributed.replica_metrics(
-                        estimate.throughput,
-                        spec.replicas_per_process,
-                        model.throughput_unit,
-                        getattr(adapter, "comm_reason", None),
-                    )
-                )
-                summary["interconnect"] = interconnect(
-                    adapter,
-                    {
-                        "interface": None,
-                        "reason": "one process: its replicas exchange gradients in memory, not over a network",
-                    },
-                    None,
-                    getattr(adapter, "backend", None),
-                )
-            if spec.analyses and worker is None and spec.replicas_per_process == 1:
-                events.emit("phase", phase="analysis")
-                summary["metrics"].update(
-                    after_window.run(
-                        adapter, loop, env, run_dir, summary["metrics"]["throughput"], spec.precision, caps
-                    )
-                )
-        losses = [i.loss for i in loop.result.iterations if i.loss is not None]
-        summary["loss"] = {"first": losses[0] if losses else None, "last": losses[-1] if losses else None}
-        summary["status"] = "disturbed" if summary.get("disturbed_reasons") else "ok"
-    except BaseException as exc:  # the run directory must say what happened, whatever it was
-        status, message = _classify(exc, adapter, bool(spec.memory_limit_mb))
-        summary["status"], summary["error"] = status, message
-        if status == "failed" and not catalog.is_data_error(exc):
-            log.error("run failed:\n%s", traceback.format_exc())
-        else:
-            log.error("run %s: %s", status, message)
-        if status == "oom":
-            summary["error"] = (
-                f"out of memory at batch size {spec.batch_size}: try a smaller batch "
-                f"{summary['error'].removeprefix('out of memory ')}"
-            )
-        if loop is not None and loop.result.metrics:
-            summary["metrics"] = loop.result.metrics
-    finally:
-        if dist is not None:
-            try:
-                dist.leave()
-            except Exception:  # a broken process group must not keep the run directory from being finished
-                log.warning("leaving the process group failed:\n%s", traceback.format_exc())
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if loop is not None:
-            # the wall-clock time of iterations.csv's start_s = 0 (mllog.txt's run_start and blocks stand on it)
-            loop_start = time.time() - (time.perf_counter() - loop.t0)
-            summary["loop_started_utc"] = dt.datetime.fromtimestamp(loop_start, dt.timezone.utc).isoformat(
-                timespec="milliseconds"
-            )
-            summary["warmup"] = loop.result.warmup or None
-            summary["window"] = loop.result.window or None
-            if isinstance(loop.result.iterations, sink.StreamedRows):
-                loop.result.iterations.close()
-            _write_rows(run_dir, runfiles.ITERATIONS, [i.row() for i in loop.result.iterations], summary)
-            _write_rows(run_dir, runfiles.SAMPLES, loop.result.samples, summary)
-            _write_trace(run_dir, summary)
-        if env is not None:
-            summary["math_mode"] = env["framework"].get("math_mode")
-        if caps is not None and caps.graph_compile is not None:
-            summary["compile"] = _compile_record(caps.graph_compile, summary)
-        summary["finished_utc"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
-        summary["wall_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 3)
-        _write_summary(run_dir, summary)
-        events.emit("done", status=summary["status"], error=summary["error"])
-    return _exit_code(summary["status"])
+        )
+
+
+def finish(run: Run) -> None:
+    """A run that got through: its losses and its status (disturbed when something competed)."""
+    assert run.loop is not None
+    losses = [i.loss for i in run.loop.result.iterations if i.loss is not None]
+    run.summary["loss"] = {"first": losses[0] if losses else None, "last": losses[-1] if losses else None}
+    run.summary["status"] = "disturbed" if run.summary.get("disturbed_reasons") else "ok"
+
+
+def failed(run: Run, exc: BaseException) -> None:
+    """What went wrong, classified (oom, interrupted, failed) into the summary; what was measured kept."""
+    summary = run.summary
+    status, message = _classify(exc, run.adapter, bool(run.spec.memory_limit_mb))
+    summary["status"], summary["error"] = status, message
+    if status == "failed" and not catalog.is_data_error(exc):
+        log.error("run failed:\n%s", traceback.format_exc())
+    else:
+        log.error("run %s: %s", status, message)
+    if status == "oom":
+        summary["error"] = (
+            f"out of memory at batch size {run.spec.batch_size}: try a smaller batch "
+            f"{summary['error'].removeprefix('out of memory ')}"
+        )
+    if run.loop is not None and run.loop.result.metrics:
+        summary["metrics"] = run.loop.result.metrics
+
+
+def write(run: Run) -> None:
+    """Leave the job, then the run folder's files: iterations, samples, the trace, and summary.json last."""
+    summary, loop = run.summary, run.loop
+    if run.dist is not None:
+        try:
+            run.dist.leave()
+        except Exception:  # a broken process group must not keep the run directory from being finished
+            log.warning("leaving the process group failed:\n%s", traceback.format_exc())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if loop is not None:
+        # the wall-clock time of iterations.csv's start_s = 0 (mllog.txt's run_start and blocks stand on it)
+        loop_start = time.time() - (time.perf_counter() - loop.t0)
+        summary["loop_started_utc"] = dt.datetime.fromtimestamp(loop_start, dt.timezone.utc).isoformat(
+            timespec="milliseconds"
+        )
+        summary["warmup"] = loop.result.warmup or None
+        summary["window"] = loop.result.window or None
+        if isinstance(loop.result.iterations, sink.StreamedRows):
+            loop.result.iterations.close()
+        _write_rows(run.run_dir, runfiles.ITERATIONS, [i.row() for i in loop.result.iterations], summary)
+        _write_rows(run.run_dir, runfiles.SAMPLES, loop.result.samples, summary)
+        _write_trace(run.run_dir, summary)
+    if run.env is not None:
+        summary["math_mode"] = run.env["framework"].get("math_mode")
+    if run.caps is not None and run.caps.graph_compile is not None:
+        summary["compile"] = _compile_record(run.caps.graph_compile, summary)
+    summary["finished_utc"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+    summary["wall_s"] = round((dt.datetime.now(dt.timezone.utc) - run.started).total_seconds(), 3)
+    _write_summary(run.run_dir, summary)
+    events.emit("done", status=summary["status"], error=summary["error"])
 
 
 def _compile_record(graph: Any, summary: dict[str, Any]) -> dict[str, Any]:
@@ -504,7 +620,7 @@ def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     launcher finds it there and says where)."""
     rd = RunDir(run_dir)
     try:
-        where = rd.write_json_or_fallback(runfiles.SUMMARY, summary)
+        where = summaries.write(run_dir, summary)
     except OSError as exc:
         log.error(
             "summary.json could not be written in the run folder nor in %s (%s)",
@@ -517,4 +633,4 @@ def _write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 
 
 def _exit_code(status: str) -> int:
-    return {"ok": 0, "disturbed": 0, "interrupted": 130, "oom": 3}.get(status, 1)
+    return summaries.exit_code(status)

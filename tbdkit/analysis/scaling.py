@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit.core.metric import metric
-from tbdkit.results import files as runfiles
+from tbdkit.results import summary as summaries
 from tbdkit.results.index import Index
 from tbdkit.results.rundir import RunDir
 from tbdkit.results.summary import MEASURED
@@ -57,6 +57,4 @@ def add_scaling_efficiency(run_dir: Path, index: Index) -> dict[str, Any]:
             baseline_throughput=single["throughput"],
             baseline_status=single["status"],
         )
-    summary.setdefault("metrics", {})["scaling_efficiency"] = value
-    rd.write_json(runfiles.SUMMARY, summary)
-    return summary
+    return summaries.record(run_dir, summary, metrics={"scaling_efficiency": value})

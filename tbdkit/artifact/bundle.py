@@ -26,7 +26,6 @@ whole capped (tbdkit.artifact.layout).
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import gzip
 import hashlib
@@ -59,6 +58,7 @@ from tbdkit.artifact.layout import (
 from tbdkit.artifact.unpack import Members as Members  # re-exported: artifact.read, artifact.Members
 from tbdkit.artifact.unpack import is_bundle as is_bundle
 from tbdkit.artifact.unpack import read as read
+from tbdkit.core import atomic
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import KIT_ROOT, venvs_dir
 from tbdkit.env import locks
@@ -511,18 +511,13 @@ def bundle(results: Path, out: Path) -> dict[str, Any]:
 def write_archive(out: Path, members: list[tuple[str, bytes]]) -> None:
     """The tar.gz at `out`, written beside it and renamed over it; on a full disk (or any refusal to
     write) nothing is left behind, and a UserError says what to free."""
-    tmp_out = out.with_name(f".{out.name}.tmp")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(tmp_out, "w:gz") as tar:
+        with atomic.replacing(out) as tmp_out, tarfile.open(tmp_out, "w:gz") as tar:
             for name, data in members:
                 info = tarfile.TarInfo(f"{PREFIX}/{name}")
                 info.size, info.mode, info.mtime = len(data), 0o644, int(dt.datetime.now().timestamp())
                 tar.addfile(info, io.BytesIO(data))
-        tmp_out.replace(out)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp_out.unlink(missing_ok=True)
         need = sum(len(data) for _, data in members)
         raise UserError(
             f"The bundle could not be written to {out} ({exc.strerror or exc}); nothing was left there. Free "

@@ -12,7 +12,7 @@ comma lists and parsing batch lists, which every command shares."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from tbdkit.core.errors import UserError
 from tbdkit.env.machine import gpu_count
 from tbdkit.launch.base import Launcher
 from tbdkit.spec import catalog
+from tbdkit.spec.run_spec import RunSpec, fits_here
 
 __all__ = [
     "Plan",
@@ -34,6 +35,15 @@ __all__ = [
     "resolve_auto_preset",
     "split_list",
 ]
+
+
+def check_fits(run_specs: list[RunSpec]) -> None:
+    """UserError (one sentence with the fix) unless every run fits this machine (tbdkit.spec.run_spec.fits_here):
+    checked once, before the first run starts, for bench, sweep and reproduce alike."""
+    for s in run_specs:
+        why = fits_here(s)
+        if why:
+            raise UserError(f"{why}.")
 
 
 def split_list(values: list[str] | None) -> list[str]:
@@ -89,6 +99,7 @@ class Plan:
     preset: str
     requested: list[str]  # the frameworks asked for ('all' expanded); [] for the launcher's default ones
     data: str  # 'synthetic' or the dataset's absolute path
+    chosen: Launcher | None = field(default=None, compare=False, repr=False)  # `launcher`, resolved once
 
     @property
     def checked(self) -> list[str]:
@@ -124,15 +135,19 @@ def plan(
         requested = ["pytorch"]
     if data != "synthetic":
         data = str(Path(data).expanduser().resolve())
-    return Plan(m, chosen.name, preset, requested, data)
+    return Plan(m, chosen.name, preset, requested, data, chosen)
 
 
 def choose_frameworks(
-    model: catalog.Model, requested: list[str], setup: bool, device: str = "auto", launcher: str = "native"
+    model: catalog.Model,
+    requested: list[str],
+    setup: bool,
+    device: str = "auto",
+    launcher: str | Launcher = "native",
 ) -> list[str]:
     """The frameworks of `model` to run (`requested`, 'all' expanded; else the launcher's default ones), each
     through its launcher's preflight; with `setup`, a missing stack is installed first (shown as it goes)."""
-    chosen = launch.get(launcher)
+    chosen = launch.get(launcher) if isinstance(launcher, str) else launcher
     frameworks = chosen.frameworks(model, requested, setup)
     with progress.live() as notify:
         for fw in frameworks:
@@ -145,4 +160,4 @@ def prepare(p: Plan, device: str, setup: bool, variant: str | None = None) -> li
     by the launcher and each one's preflight (with `setup`, a missing stack is installed first)."""
     if p.data != "synthetic":
         catalog.check_source(p.model, p.data, p.hp(variant))
-    return choose_frameworks(p.model, p.requested, setup, device, p.launcher)
+    return choose_frameworks(p.model, p.requested, setup, device, p.chosen or p.launcher)

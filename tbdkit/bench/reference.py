@@ -43,6 +43,8 @@ from tbdkit.launch.base import EventHandler
 from tbdkit.launch.native import NativeLauncher
 from tbdkit.results import files as runfiles
 from tbdkit.results import sink
+from tbdkit.results import summary as summaries
+from tbdkit.results.index import Index
 from tbdkit.results.rundir import RunDir
 from tbdkit.results.summary import MEASURED
 from tbdkit.spec import catalog
@@ -224,16 +226,9 @@ def ncu_pass(
     exe = find_ncu()
     if exe is None:
         return gap("Nsight Compute (ncu) is not installed here")
-    try:
-        from tbdkit.env.doctor import counters_check
-
-        check = counters_check()
-        if check.ok is False:
-            return gap(
-                f"GPU performance counters are not readable (ERR_NVGPUCTRPERM): {check.detail}; fix: {check.fix}"
-            )
-    except Exception:
-        pass
+    unreadable = _counters_unreadable()
+    if unreadable:
+        return gap(unreadable)
     rd = RunDir(run_dir)
     timeline_file = rd.kernel_launches
     if not timeline_file.is_file():
@@ -275,17 +270,7 @@ def ncu_pass(
             "no kernel of the run's timeline was among the ncu samples (kernel names or launch "
             "configurations did not match)"
         )
-    table = rd.kernels
-    if table.is_file():
-        import csv
-
-        rows = list(csv.DictReader(table.open()))
-        merged = merge_utilization(
-            rows,
-            totals["per_kernel"],
-            "FP32/tensor utilization from Nsight Compute samples weighted by the kernel timeline",
-        )
-        sink.write_csv(table, [{c: r.get(c, "") for c in runfiles.KERNEL_COLUMNS} for r in merged])
+    _merge_kernels(rd, totals["per_kernel"])
     coverage = totals["coverage"]
     extra: dict[str, Any] = {
         "kernels_profiled": totals["kernels_profiled"],
@@ -327,6 +312,32 @@ def query_metrics(exe: str, device: str) -> set[str] | None:
         return None
     names = ncu.parse_query_metrics(proc.stdout) if proc.returncode == 0 else set()
     return names or None
+
+
+def _counters_unreadable() -> str | None:
+    """Why the GPU's performance counters cannot be read here (doctor's check), or None."""
+    try:
+        from tbdkit.env.doctor import counters_check
+
+        check = counters_check()
+        if check.ok is False:
+            return f"GPU performance counters are not readable (ERR_NVGPUCTRPERM): {check.detail}; fix: {check.fix}"
+    except Exception:
+        pass
+    return None
+
+
+def _merge_kernels(rd: RunDir, per_kernel: Any) -> None:
+    """The per-kernel FP32/tensor utilization merged into the run's kernels.csv, where it has one."""
+    table = rd.kernels
+    if table.is_file():
+        import csv
+
+        rows = list(csv.DictReader(table.open()))
+        merged = merge_utilization(
+            rows, per_kernel, "FP32/tensor utilization from Nsight Compute samples weighted by the kernel timeline"
+        )
+        sink.write_csv(table, [{c: r.get(c, "") for c in runfiles.KERNEL_COLUMNS} for r in merged])
 
 
 def disturbed_note(run_dir: Path) -> str | None:
@@ -374,8 +385,7 @@ def profile_run(
             f"The run {run_dir} is {spec.framework} on {spec.device}: the ncu pass profiles PyTorch on a GPU."
         )
     extra = ncu_pass(spec, run_dir, profile_iterations, launch_count, warmup_s, timeout_s)
-    summary["metrics"].update(extra)
-    rd.write_json(runfiles.SUMMARY, summary)
+    summaries.record(run_dir, summary, metrics=extra)
     return extra
 
 
@@ -403,39 +413,40 @@ def reference(
             "or point TBDKIT_VENVS at a stack that has them."
         )
     copied = []
-    for model in models:
-        for batch in batches or two_batches(model):
-            spec = specs.build(
-                model=model,
-                framework="pytorch",
-                batch_size=batch,
-                precision=precision,
-                preset="paper",
-                device="cuda",
-                measure={"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s},
-            )
-            chosen = launcher([], agent_env(), timeout_s=max_measure_s + max_warmup_s + 600)
-            outcome = launch.launch(spec, results, shown(chosen, spec), chosen)
-            run_dir, status, summary = outcome.run_dir, outcome.status, outcome.summary
-            print(f"{model} b{batch}: {status} {summary.get('error') or ''}", flush=True)
-            if status in MEASURED:
-                extra = (
-                    ncu_pass(spec, run_dir, profile_iterations, launch_count, ncu_warmup_s, ncu_timeout_s)
-                    if use_ncu
-                    else {
-                        k: missing("%", "Nsight Compute", "the ncu pass was skipped (--no-ncu)")
-                        for k in ("fp32_utilization", "tensor_utilization")
-                    }
+    with Index(results) as index:
+        for model in models:
+            for batch in batches or two_batches(model):
+                spec = specs.build(
+                    model=model,
+                    framework="pytorch",
+                    batch_size=batch,
+                    precision=precision,
+                    preset="paper",
+                    device="cuda",
+                    measure={"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s},
                 )
-                summary["metrics"].update(extra)
-                RunDir(run_dir).write_json(runfiles.SUMMARY, summary)
-            dest = destination(model, batch, precision)
-            dest.mkdir(parents=True, exist_ok=True)
-            for name in COPIED:
-                if (run_dir / name).is_file():
-                    shutil.copy2(run_dir / name, dest / name)
-            copied.append(dest)
-            print(f"  -> {dest}", flush=True)
+                chosen = launcher([], agent_env(), timeout_s=max_measure_s + max_warmup_s + 600)
+                outcome = launch.launch(spec, results, shown(chosen, spec), chosen)
+                run_dir, status, summary = outcome.run_dir, outcome.status, outcome.summary
+                print(f"{model} b{batch}: {status} {summary.get('error') or ''}", flush=True)
+                if status in MEASURED:
+                    extra = (
+                        ncu_pass(spec, run_dir, profile_iterations, launch_count, ncu_warmup_s, ncu_timeout_s)
+                        if use_ncu
+                        else {
+                            k: missing("%", "Nsight Compute", "the ncu pass was skipped (--no-ncu)")
+                            for k in ("fp32_utilization", "tensor_utilization")
+                        }
+                    )
+                    summary = summaries.record(run_dir, summary, metrics=extra)
+                index.add(run_dir)  # a reference run is listed by `tbdkit runs` as a bench run is
+                dest = destination(model, batch, precision)
+                dest.mkdir(parents=True, exist_ok=True)
+                for name in COPIED:
+                    if (run_dir / name).is_file():
+                        shutil.copy2(run_dir / name, dest / name)
+                copied.append(dest)
+                print(f"  -> {dest}", flush=True)
     return copied
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit.bench import progress
-from tbdkit.core.errors import UserError
+from tbdkit.bench.plan import check_fits
 from tbdkit.launch import launch
 from tbdkit.results.index import Index
 from tbdkit.spec import run_spec as specs
@@ -16,13 +16,9 @@ from tbdkit.spec import run_spec as specs
 def run_all(
     run_specs: list[specs.RunSpec], results: Path, unit: str, quiet_stdout: bool = False
 ) -> list[dict[str, Any]]:
-    for s in run_specs:  # every run fits this machine before the first starts
-        why = specs.fits_here(s)
-        if why:
-            raise UserError(f"{why}.")
-    index = Index(results)
+    check_fits(run_specs)  # every run fits this machine before the first starts
     summaries = []
-    with progress.live(quiet_stdout) as notify:
+    with progress.live(quiet_stdout) as notify, Index(results) as index:
         for s in run_specs:
             label = f"{s.model}/{s.framework}/b{s.batch_size}"
             outcome = launch(s, results, notify.run(label, unit))

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from tbdkit import __version__
 from tbdkit.bench import progress
+from tbdkit.bench.plan import check_fits
 from tbdkit.launch import launch
 from tbdkit.launch.base import EventHandler
 from tbdkit.results import files as runfiles
@@ -562,9 +563,10 @@ class Shown:
         self.bar.update(note=f"max-batch search {framework}/{precision}: probing batch {batch_size}")
 
 
-def bench_runner(results: Path, shown: Shown, run_dir_created: Callable[[Path], None] | None = None) -> Runner:
-    """Each point through the bench machinery: the spec's launcher, then the results index.
-    `run_dir_created` hears each measured point's run folder as soon as the launcher makes it."""
+def bench_runner(index: Index, shown: Shown, run_dir_created: Callable[[Path], None] | None = None) -> Runner:
+    """Each point through the bench machinery: the spec's launcher, then the results index (one index
+    for the whole sweep). `run_dir_created` hears each measured point's run folder as soon as the
+    launcher makes it."""
 
     def run(spec: RunSpec, where: Path, probe: bool) -> RunResult:
         label = f"{'probe ' if probe else ''}{spec.framework}/{spec.precision}/b{spec.batch_size}"
@@ -579,7 +581,7 @@ def bench_runner(results: Path, shown: Shown, run_dir_created: Callable[[Path], 
 
         outcome = launch(spec, where, handler)
         if not probe:
-            Index(results).add(outcome.run_dir)
+            index.add(outcome.run_dir)
         return RunResult(outcome.status, outcome.run_id, outcome.run_dir, outcome.summary)
 
     return run
@@ -588,13 +590,13 @@ def bench_runner(results: Path, shown: Shown, run_dir_created: Callable[[Path], 
 def run_sweep(spec: SweepSpec, unit: str, quiet_stdout: bool = False) -> dict[str, Any]:
     """Run (or resume) the sweep with live progress; returns its state, which the results index holds too.
     The sweep's state is written before any run: a read-only, full or mistaken results path fails first."""
-    check_results_folder(
-        spec.results, spec.run_spec(spec.frameworks[0], spec.precisions[0], (spec.int_batches or [1])[0])
-    )
+    first = (spec.int_batches or [1])[0]
+    check_fits([spec.run_spec(fw, precision, first) for fw in spec.frameworks for precision in spec.precisions])
+    check_results_folder(spec.results, spec.run_spec(spec.frameworks[0], spec.precisions[0], first))
     run = SweepRun(spec)
-    with progress.live(quiet_stdout, eta=True) as notify:
+    with progress.live(quiet_stdout, eta=True) as notify, Index(spec.results) as index:
         shown = Shown(notify, run, unit)
-        run.runner, run.observer = bench_runner(spec.results, shown, run.run_dir_created), shown
+        run.runner, run.observer = bench_runner(index, shown, run.run_dir_created), shown
         for note in run.state.recovered:
             notify.say(f"resuming: {note}", "warning")
         counts = run.state.counts(run.keys())
@@ -606,4 +608,4 @@ def run_sweep(spec: SweepSpec, unit: str, quiet_stdout: bool = False) -> dict[st
         try:
             return run.run()
         finally:
-            Index(spec.results).add_sweep(run.state.data)
+            index.add_sweep(run.state.data)

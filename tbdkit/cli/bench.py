@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
 from tbdkit.analysis import cost
-from tbdkit.bench.plan import parse_batches, plan, prepare
+from tbdkit.bench.plan import Plan, parse_batches, plan, prepare
 from tbdkit.bench.run_list import run_all
 from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, ResultsOpt, check_cpus, cost_table
 from tbdkit.cli.console import console, convergence_table, results_table, styled
@@ -18,7 +19,7 @@ from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.core.paths import default_results_dir
 from tbdkit.env import stacks
 from tbdkit.results import outputs
-from tbdkit.results.summary import MEASURED
+from tbdkit.results.summary import exit_code_of
 from tbdkit.spec import catalog
 from tbdkit.spec import run_spec as specs
 
@@ -108,34 +109,16 @@ def bench(
     hp = p.hp(variant)
     batches = parse_batches(batch) or [int(hp["default_batch"])]
     outputs.check_name(results, "--results")
-    measure = {
-        k: v
-        for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s, "target_ci": target_ci}.items()
-        if v is not None
-    }
+    caps = {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s, "target_ci": target_ci}
+    fields: dict[str, Any] = {"precision": precision, "graph": graph, "variant": variant, "seed": seed}
+    fields["compile_cache"] = compile_cache
+    fields |= {"nodes": nodes, "gpus_per_node": gpus_per_node, "link_rate": link_rate, "one_process": one_process}
+    fields |= {"memory_limit_mb": memory_limit_mb, "cpus": check_cpus(cpus), "pin": pin, "device": device}
+    fields["measure"] = {k: v for k, v in caps.items() if v is not None}
 
     def make(fw: str, b: int) -> specs.RunSpec:
         return specs.build(
-            model=model,
-            framework=fw,
-            batch_size=b,
-            precision=precision,
-            graph=graph,
-            compile_cache=compile_cache,
-            preset=p.preset,
-            variant=variant,
-            device=device,
-            launcher=p.launcher,
-            data=p.data,
-            seed=seed,
-            measure=measure,
-            memory_limit_mb=memory_limit_mb,
-            nodes=nodes,
-            gpus_per_node=gpus_per_node,
-            link_rate=link_rate,
-            one_process=one_process,
-            cpus=check_cpus(cpus),
-            pin=pin,
+            model=model, framework=fw, batch_size=b, preset=p.preset, launcher=p.launcher, data=p.data, **fields
         )
 
     # Validate every spec of the grid before anything installs or runs.
@@ -145,17 +128,21 @@ def bench(
     frameworks = prepare(p, device, setup, variant)
     run_specs = [make(fw, b) for fw in frameworks for b in batches]
     summaries = run_all(run_specs, results, p.model.throughput_unit, quiet_stdout=as_json)
+    _print(summaries, p, model, results, prices, as_json)
+    # a disturbed run finished and kept its numbers (flagged, with reasons): not a failure
+    raise typer.Exit(exit_code_of({s["status"] for s in summaries}))
+
+
+def _print(summaries: list[dict[str, Any]], p: Plan, model: str, results: Path, prices: Any, as_json: bool) -> None:
+    """The runs' summaries: as JSON, or the results table (with the cost table where prices were given)."""
     if as_json:
         print(json.dumps(summaries, indent=2))
-    else:
-        table = convergence_table if p.preset == "converge" else results_table
-        title = f"{p.model.info.get('title', model)} ({p.preset} preset) — results in {results}"
-        console.print(table(summaries, title=title))
-        if prices is not None and p.preset != "converge":
-            console.print(cost_table(summaries, results, prices))
-    statuses = {s["status"] for s in summaries}
-    # a disturbed run finished and kept its numbers (flagged, with reasons): not a failure
-    raise typer.Exit(0 if statuses <= set(MEASURED) else 130 if "interrupted" in statuses else 1)
+        return
+    table = convergence_table if p.preset == "converge" else results_table
+    title = f"{p.model.info.get('title', model)} ({p.preset} preset) — results in {results}"
+    console.print(table(summaries, title=title))
+    if prices is not None and p.preset != "converge":
+        console.print(cost_table(summaries, results, prices))
 
 
 STACK_STATE = {

@@ -39,23 +39,19 @@ def report(
     ] = False,
 ) -> None:
     """The paper's figures, tables and claim checks for the runs in RESULTS."""
-    from tbdkit.report import build_report, claims, runs
-    from tbdkit.report.build import disturbed_text
-    from tbdkit.report.compiled import paper_runs
+    from tbdkit.report import make_report
 
     results = existing_results_dir(results or default_results_dir())  # before anything is written
     outputs.check_folder(out, "-o")
-    html = build_report(results, out, include_disturbed, cost.resolve(price_per_hour), with_compiled)
+    built = make_report(results, out, include_disturbed, cost.resolve(price_per_hour), with_compiled)
     index = Index(results)
     index.runs()
     for line in index.unreadable:  # damaged runs are left out of the report, and named
         err_console.print(line, style="yellow", highlight=False)
-    loaded = runs.load(results)
-    verdicts = claims.check_all(runs.for_claims(paper_runs(loaded, with_compiled), include_disturbed))
-    console.print(runs.grouping(loaded).text, highlight=False)
-    disturbed = sum(r.disturbed for r in loaded)
-    console.print(disturbed_text(disturbed, include_disturbed), style="yellow" if disturbed else None, highlight=False)
-    for v in verdicts:
+    console.print(built.grouping, highlight=False)
+    console.print(built.disturbed_text, style="yellow" if built.disturbed else None, highlight=False)
+    html = built.html
+    for v in built.verdicts:
         color = {"holds": "green", "does not hold": "red"}.get(v.verdict, "yellow")
         console.print(styled(f"  {v.n:>2}. [{color}]{{}}[/] {{}}", f"{v.verdict:<16}", v.claim))
     console.print(

@@ -30,7 +30,7 @@ def show(
     trace: Annotated[bool, typer.Option("--trace", help="where the run's trace.json is and how to open it")] = False,
 ) -> None:
     """One run's summary: every metric with its unit and method."""
-    index = Index(existing_results_dir(results))
+    index = Index(existing_results_dir(results), notify=lambda line: err_console.print(line, style="yellow"))
     path = index.find(run)
     if path is None:
         hits = [r["run_id"] for r in index.runs() if r["run_id"].startswith(run) or r["run_id"].endswith(run)]
@@ -121,7 +121,7 @@ def runs(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """The results index (SQLite, rebuilt from the run folders when lost)."""
-    index = Index(existing_results_dir(results))
+    index = Index(existing_results_dir(results), notify=lambda line: err_console.print(line, style="yellow"))
     if rebuild:
         console.print(f"indexed {index.rebuild()} runs")
     rows = index.runs(model=model)

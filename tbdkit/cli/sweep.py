@@ -18,7 +18,7 @@ from tbdkit.cli.console import console
 from tbdkit.core.paths import default_results_dir
 from tbdkit.results import files as runfiles
 from tbdkit.results import outputs
-from tbdkit.results.summary import MEASURED
+from tbdkit.results.summary import MEASURED, exit_code_of
 from tbdkit.spec.sweep_spec import MAX, parse, parse_batch_list
 
 
@@ -159,7 +159,7 @@ def sweep(
             console.print(cost_table(_ok_summaries(state, spec.results), spec.results, prices))
         console.print(f"sweep state: {spec.state_dir() / runfiles.SWEEP_STATE}", highlight=False)
     statuses = {p["status"] for p in state["points"].values()}
-    raise typer.Exit(0 if statuses <= set(MEASURED) else 130 if "interrupted" in statuses else 1)
+    raise typer.Exit(exit_code_of(statuses))
 
 
 def _ok_summaries(state: dict[str, Any], results: Path) -> list[dict[str, Any]]:

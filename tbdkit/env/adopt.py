@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tbdkit.core import atomic
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import KIT_ROOT
 from tbdkit.env import locks, stacks
@@ -510,7 +511,7 @@ def _build(stack: stacks.Stack, found: dict[str, Any], new: Path, env_dir: Path,
             locks.installed([purelib, *site_dirs]),
         ),
     }
-    (new / stacks.MARKER).write_text(json.dumps(record, indent=2))
+    atomic.write_text(new / stacks.MARKER, json.dumps(record, indent=2))
     return record
 
 

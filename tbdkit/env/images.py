@@ -25,6 +25,7 @@ except ModuleNotFoundError:  # Python 3.10 (the MXNet image): tomli is the same 
     import tomli as tomllib  # type: ignore[no-redef]
 
 import tbdkit
+from tbdkit.core import atomic
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import KIT_ROOT
 
@@ -392,9 +393,7 @@ def set_digest(name: str, digest: str, path: Path | None = None) -> None:
     new, count = section.subn(lambda m: f'{m.group(1)}digest = "{digest}"', text, count=1)
     if count != 1:
         raise UserError(f'{path} has no digest line under [{name}]: add `digest = ""` there and lock again.')
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(new)
-    os.replace(tmp, path)
+    atomic.write_text(path, new)
 
 
 def lock(name: str) -> str:

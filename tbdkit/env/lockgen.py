@@ -10,12 +10,12 @@ wheel folders and file indexes first).
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from tbdkit.core import atomic
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import KIT_ROOT
 from tbdkit.env import locks
@@ -61,9 +61,7 @@ def generate(env: locks.LockEnv, uv: str, upgrade: bool = False) -> Path:
                 f"{proc.stderr.strip()[-2000:]}\nFix pyproject.toml's requirements, then run `make lock` again."
             )
         text = locks.header(env, project) + body.read_text().replace(str(KIT_ROOT) + "/", "")
-    tmp_file = env.file.with_name(env.file.name + ".tmp")
-    tmp_file.write_text(text)
-    os.replace(tmp_file, env.file)
+    atomic.write_text(env.file, text)
     return env.file
 
 

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tbdkit.core import atomic
 from tbdkit.core.errors import UserError
 from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.core.paths import KIT_ROOT, venvs_dir
@@ -238,9 +239,7 @@ def setup(name: str, log_path: Path | None = None, force: bool = False, how: str
         "installer": installer.version(tool, uv, python_of(name)),
         "differences": locks.differences(locks.pins(lock_text), locks.installed(locks.site_packages(env_dir))),
     }
-    tmp = env_dir / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    os.replace(tmp, env_dir / MARKER)
+    atomic.write_text(env_dir / MARKER, json.dumps(record, indent=2))
     return record
 
 

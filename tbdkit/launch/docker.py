@@ -25,6 +25,7 @@ from tbdkit.core.errors import UserError
 from tbdkit.env import cpus, images, oci, stacks
 from tbdkit.launch.base import Busy, EventHandler, quiet, stream
 from tbdkit.results import files as runfiles
+from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
 from tbdkit.spec import catalog
 from tbdkit.spec.run_spec import RunSpec
@@ -226,11 +227,10 @@ class DockerLauncher:
         if exit_code != 0:
             container = keep_container_record(run_dir, name, exit_code)
             if not by_agent:
-                summary["container"] = container
                 log = RunDir(run_dir).log
                 text = log.read_text(errors="replace") if log.is_file() else ""
-                summary["error"] = container_error(container, exit_code, text)
-                RunDir(run_dir).write_json(runfiles.SUMMARY, summary)
+                error = container_error(container, exit_code, text)
+                summary = summaries.record(run_dir, summary, container=container, error=error)
         remove_container(name)
         hand_over(run_dir, *container_user())
         return summary

@@ -80,7 +80,7 @@ def _keep(run_dir: Path, summary: dict[str, Any], on_event: EventHandler | None)
     """Write the summary in the run folder; where the disk refuses, in the system temp folder, and say where."""
     rd = RunDir(run_dir)
     try:
-        where = rd.write_json_or_fallback(runfiles.SUMMARY, summary)
+        where = summaries.write(run_dir, summary)
     except OSError as exc:
         where, why = None, exc.strerror or str(exc)
     if where == rd.summary:

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit.results import files as runfiles
+from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
-from tbdkit.results.summary import MEASURED
+from tbdkit.results.summary import MEASURED, Status
 from tbdkit.spec.run_spec import RunSpec
 
 # torchrun's failure report: "rank: 1 (local_rank: 1)\n  exitcode: 3 (pid: 123)"
@@ -50,15 +51,15 @@ def name_failed_workers(
         return summary["status"], summary
     logs = ", ".join(str(p.relative_to(run_dir)) for p in rd.worker_logs())
     who = first if missing else failed[0][0] if failed else None
-    summary = {
-        **summary,
-        "status": "failed",
-        "error": f"{what}; every worker's log is kept: {logs}",
-        "failed_worker": {
+    summary = summaries.record(
+        run_dir,
+        summary,
+        status=Status.FAILED.value,
+        error=f"{what}; every worker's log is kept: {logs}",
+        failed_worker={
             "rank": who,
             "node": node[who] if who is not None else None,
             "peers_error": summary.get("error"),
         },
-    }
-    rd.write_json(runfiles.SUMMARY, summary)
-    return "failed", summary
+    )
+    return Status.FAILED.value, summary

@@ -10,13 +10,15 @@ from __future__ import annotations
 import base64
 import csv
 import datetime as dt
-import os
+import io
+from dataclasses import dataclass
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader
 
 from tbdkit import __version__
 from tbdkit.analysis.cost import Prices
+from tbdkit.core import atomic
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import workloads_dir
 from tbdkit.report import claims, compiled, energy_cost, figures, tables
@@ -27,9 +29,19 @@ TEMPLATES = Path(__file__).with_name("templates")
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic.write_text(path, text)
+
+
+@dataclass(frozen=True)
+class Built:
+    """What one report build computed, for the command to print as it is: report.html's path, the claim
+    checks, how the runs were grouped into series, and what was done with the disturbed runs."""
+
+    html: Path
+    verdicts: list[claims.Verdict]
+    grouping: str
+    disturbed: int
+    disturbed_text: str
 
 
 def build_report(
@@ -39,6 +51,18 @@ def build_report(
     prices: Prices | None = None,
     with_compiled: bool = False,
 ) -> Path:
+    """Write the report into out_dir (report.html, report.md, summary.csv, figures/); report.html's path."""
+    return build(results_dir, out_dir, include_disturbed, prices, with_compiled).html
+
+
+def build(
+    results_dir: Path,
+    out_dir: Path,
+    include_disturbed: bool = False,
+    prices: Prices | None = None,
+    with_compiled: bool = False,
+) -> Built:
+    """Write the report into out_dir; what the build computed (Built)."""
     results_dir, out_dir = Path(results_dir), Path(out_dir)
     if not results_dir.is_dir():
         raise UserError(f"No results folder at {results_dir}: pass the folder `tbdkit bench --results` wrote to.")
@@ -90,7 +114,7 @@ def build_report(
     _write(html, jinja.get_template("report.html.j2").render(**context))
     _write(out_dir / "report.md", _markdown(context, drawn))
     _write_csv(out_dir / "summary.csv", tables.summary_rows(runs))
-    return html
+    return Built(html, verdicts, context["grouping"].text, disturbed, context["disturbed"])
 
 
 def cpu_only_text(count: int, disturbed: int) -> str:
@@ -130,13 +154,12 @@ def _figure_context(f: figures.Result) -> dict:
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(tables.SUMMARY_COLUMNS))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if v is None else sink.spreadsheet_cell(v)) for k, v in row.items()})
-    os.replace(tmp, path)
+    fh = io.StringIO(newline="")
+    writer = csv.DictWriter(fh, fieldnames=list(tables.SUMMARY_COLUMNS))
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else sink.spreadsheet_cell(v)) for k, v in row.items()})
+    atomic.write_text(path, fh.getvalue())
 
 
 def _table_or_missing(ctx: dict, key: str) -> list[str]:

@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from tbdkit.core import atomic
 from tbdkit.core.errors import UserError, exit_code
 from tbdkit.core.paths import KIT_ROOT
 from tbdkit.report.runs import Run, load_dirs
@@ -83,9 +84,7 @@ def write_readme(readme: Path, table: str) -> None:
         raise ValueError(f"{readme} lacks the reference-table markers ({BEGIN} … {END})")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    tmp = readme.with_name(readme.name + ".tmp")
-    tmp.write_text(f"{head}{BEGIN}\n{table}\n{END}{tail}")
-    tmp.replace(readme)
+    atomic.write_text(readme, f"{head}{BEGIN}\n{table}\n{END}{tail}")
 
 
 def table(root: Path, readme: bool) -> str:

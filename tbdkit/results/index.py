@@ -3,22 +3,28 @@
 The run directories are the truth; the index only makes listing and querying fast. Every read
 reconciles it with the folder (a stat of each run's summary.json), so a run finished by a killed CLI,
 a folder copied in or one removed shows as it is on disk; a lost or corrupt index is rebuilt by
-scanning the directories. A damaged summary is listed as unreadable, never fatal. Rows hold each run's
+scanning the directories. A row without a folder is dropped, and a row that differs from what its file
+gave (a digest per folder, kept beside its stamp) is taken again from the file, so the index never
+shows a value its summary contradicts. `add` takes one run (a sweep holds one connection for all its
+points); another process holding the index is waited for at most WAIT_S, then the folders are read.
+A damaged summary is listed as unreadable, never fatal. Rows hold each run's
 folder name only, so a copied results folder reads its own runs; `Index.runs` gives each row's path
 as the results folder joined once with that name (`Index.run_dir`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
-import tempfile
 import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from tbdkit.core import atomic
 from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
 
@@ -229,14 +235,14 @@ def _take(conn: sqlite3.Connection, results: Path, key: str, stamp: str) -> None
                 _insert(conn, "runs", {k: _bindable(v) for k, v in row.items()})
     except summaries.Unreadable as exc:
         why = exc.why
-    _insert(conn, "seen", {"key": key, "stamp": stamp, "unreadable": why})
+    _insert(conn, "seen", {"key": key, "stamp": stamp, "unreadable": why, "digest": _digest_of(conn, key)})
 
 
 # ---------------------------------------------------------------- the index
 
-SCHEMA_VERSION = 4  # PRAGMA user_version: an index of another layout (or of older summary checks) is rebuilt
-BUSY_TIMEOUT_S = 30.0
-RETRIES = 20
+SCHEMA_VERSION = 5  # PRAGMA user_version: an index of another layout (or of older summary checks) is rebuilt
+BUSY_TIMEOUT_S = 1.0  # SQLite's own wait for a lock, per attempt
+WAIT_S = 10.0  # the longest any call waits for another process holding the index; then the folders are read
 
 
 def _schema(conn: sqlite3.Connection) -> None:
@@ -244,7 +250,7 @@ def _schema(conn: sqlite3.Connection) -> None:
     conn.execute(f"CREATE TABLE IF NOT EXISTS runs ({cols})")
     sweep_cols = ", ".join(f"{k} {v}" for k, v in SWEEP_COLUMNS.items())
     conn.execute(f"CREATE TABLE IF NOT EXISTS sweep_points ({sweep_cols}, source TEXT, PRIMARY KEY (sweep_id, point))")
-    conn.execute("CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, stamp TEXT, unreadable TEXT)")
+    conn.execute("CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, stamp TEXT, unreadable TEXT, digest TEXT)")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
@@ -255,18 +261,57 @@ def _transient(exc: sqlite3.OperationalError) -> bool:
     return "locked" in text or "busy" in text or "readonly database" in text
 
 
+def _digests(conn: sqlite3.Connection) -> dict[str, str]:
+    """Each key's rows as the index holds them, as one digest: what `seen` recorded when the key was
+    taken from its file, so a row changed or added in the index itself (not by its folder) is caught."""
+    held: dict[str, list[str]] = {}
+    for row in conn.execute(f"SELECT {', '.join(COLUMNS)} FROM runs ORDER BY run_id"):
+        held.setdefault(str(row[0]), []).append(repr(row))
+    for row in conn.execute(f"SELECT source, {', '.join(SWEEP_COLUMNS)} FROM sweep_points ORDER BY source, point"):
+        held.setdefault(str(row[0]), []).append(repr(row[1:]))
+    return {key: hashlib.sha256("\n".join(rows).encode()).hexdigest() for key, rows in held.items()}
+
+
+def _digest_of(conn: sqlite3.Connection, key: str) -> str | None:
+    """The digest `_digests` gives one key, from that key's rows only."""
+    rows = [repr(r) for r in conn.execute(f"SELECT {', '.join(COLUMNS)} FROM runs WHERE run_id = ?", [key])]
+    sweep = f"SELECT {', '.join(SWEEP_COLUMNS)} FROM sweep_points WHERE source = ? ORDER BY point"
+    rows += [repr(r) for r in conn.execute(sweep, [key])]
+    return hashlib.sha256("\n".join(rows).encode()).hexdigest() if rows else None
+
+
 class Index:
     """The index of one results folder. Every read reconciles it with the folder first (new, changed
-    and removed run folders and sweep states, by their files' change stamps), so it is never stale;
-    paths are stored relative to the results folder. Where the folder cannot be written (read-only
-    storage, an extracted bundle) the index is built in memory and nothing is written. A read never
-    creates the results folder."""
+    and removed run folders and sweep states, by their files' change stamps; rows without a folder and
+    rows that differ from what their file gave), so it is never stale and never says what a summary
+    contradicts; paths are stored relative to the results folder. Where the folder cannot be written
+    (read-only storage, an extracted bundle), or another process holds the index longer than WAIT_S,
+    the index is built in memory from the folders and nothing is written. A read never creates the
+    results folder. Used as a context manager (`with Index(results) as index:`) it keeps one
+    connection for all its calls (a sweep's points); otherwise each call opens and closes its own.
+    `notify` hears, once, that another process holds the index and how long this one waits."""
 
-    def __init__(self, results: Path) -> None:
+    def __init__(self, results: Path, notify: Callable[[str], None] | None = None) -> None:
         self.results = Path(results)
         self.path = self.results / INDEX
+        self.notify = notify
         self.unreadable: list[str] = []  # `unreadable: <folder>: <why>` of the last read, one per damaged run
         self.damaged: list[str] = []  # their folder names (keys)
+        self._held: sqlite3.Connection | None = None
+        self._keep = False
+
+    def __enter__(self) -> Index:
+        self._keep = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._keep = False
+        self.close()
+
+    def close(self) -> None:
+        if self._held is not None:
+            self._held.close()
+            self._held = None
 
     # -- connections
 
@@ -296,41 +341,84 @@ class Index:
         _schema(conn)
         return conn
 
-    def _synced(self) -> sqlite3.Connection:
-        """A connection to the index, reconciled with the folder; the caller closes it."""
-        if not self._writable():
-            memory = self._in_memory()
-            self._sync(memory)
-            return memory
-        for attempt in range(RETRIES):
+    def _connection(self) -> sqlite3.Connection:
+        if self._held is None:
+            self._held = self._on_disk()
+        return self._held
+
+    def _release(self, conn: sqlite3.Connection, failed: bool) -> None:
+        """Done with a connection: the held one is kept for the next call inside `with` unless it failed."""
+        if conn is self._held and self._keep and not failed:
+            return
+        conn.close()
+        if conn is self._held:
+            self._held = None
+
+    def _on_index(self, work: Callable[[sqlite3.Connection], Any], keep: bool = False) -> tuple[bool, Any]:
+        """`work` on the index on disk, waiting at most WAIT_S for another process that holds it (said
+        once to `notify`); a corrupt index or one of another layout is rebuilt first. (False, None) when
+        it cannot be used after all (read-only, a full disk, I/O, held too long): read the folders.
+        With `keep` the connection stays open for the caller, who hands it to `_release`."""
+        deadline, told, attempt = time.monotonic() + WAIT_S, False, 0
+        while True:
             conn: sqlite3.Connection | None = None
             try:
-                conn = self._on_disk()
-                self._sync(conn)
-                return conn
+                conn = self._connection()
+                result = work(conn)
+                if not keep:
+                    self._release(conn, failed=False)
+                return True, result
             except sqlite3.OperationalError as exc:
                 if conn is not None:
-                    conn.close()
-                if _transient(exc) and attempt < RETRIES - 1:
-                    time.sleep(0.05 * (attempt + 1))
-                    continue
-                break  # cannot write it after all (read-only, a full disk, I/O): read without writing
+                    self._release(conn, failed=True)
+                if not _transient(exc):
+                    return False, None
+                if time.monotonic() >= deadline:
+                    self._say(
+                        f"{self.path} is still held by another process after {WAIT_S:g} s: read from the run folders instead"
+                    )
+                    return False, None
+                if not told:
+                    self._say(f"{self.path} is held by another process: waiting up to {WAIT_S:g} s for it")
+                    told = True
+                attempt += 1
+                time.sleep(min(0.05 * attempt, max(0.0, deadline - time.monotonic())))
             except sqlite3.DatabaseError:  # corrupt, or another layout: rebuilt from the folders
                 if conn is not None:
-                    conn.close()
+                    self._release(conn, failed=True)
                 try:
                     self.rebuild()
                 except (OSError, sqlite3.Error):
-                    break
+                    return False, None
+
+    def _say(self, message: str) -> None:
+        if self.notify is not None:
+            self.notify(message)
+
+    def _synced(self) -> sqlite3.Connection:
+        """A connection to the index, reconciled with the folder; the caller hands it to `_release`."""
+        if self._writable():
+            used, conn = self._on_index(self._synced_on, keep=True)
+            if used:
+                return conn  # type: ignore[no-any-return]
         conn = self._in_memory()
+        self._sync(conn)
+        return conn
+
+    def _synced_on(self, conn: sqlite3.Connection) -> sqlite3.Connection:
         self._sync(conn)
         return conn
 
     def _sync(self, conn: sqlite3.Connection) -> None:
         on_disk = scan(self.results)
-        known = dict(conn.execute("SELECT key, stamp FROM seen").fetchall())
-        changed = [k for k, stamp in on_disk.items() if known.get(k) != stamp]
-        gone = [k for k in known if k not in on_disk]
+        seen = {key: (stamp, digest) for key, stamp, digest in conn.execute("SELECT key, stamp, digest FROM seen")}
+        held = _digests(conn)
+        gone = [k for k in {*seen, *held} if k not in on_disk]  # rows without a folder too
+        changed = [
+            k
+            for k, stamp in on_disk.items()
+            if k not in seen or seen[k][0] != stamp or seen[k][1] != held.get(k)  # a row the file did not give
+        ]
         if changed or gone:
             with conn:
                 for key in gone:
@@ -342,37 +430,60 @@ class Index:
         self.unreadable = [f"unreadable: {key}: {why}" for key, why in damaged]
 
     def _query(self, sql: str, args: list[Any]) -> list[dict[str, Any]]:
-        with closing(self._synced()) as conn:
+        conn = self._synced()
+        try:
             conn.row_factory = sqlite3.Row
             return [dict(r) for r in conn.execute(sql, args)]
+        finally:
+            conn.row_factory = None
+            self._release(conn, failed=False)
 
     # -- writing
 
+    def _take_one(self, key: str, path: Path) -> None:
+        """(Re)index one key from its file, nothing else; the next read reconciles the rest."""
+        if not self._writable():
+            return
+        stamp = _stamp(path)
+
+        def take(conn: sqlite3.Connection) -> None:
+            with conn:
+                if stamp is None:
+                    _drop(conn, key)
+                else:
+                    _take(conn, self.results, key, stamp)
+
+        self._on_index(take)
+
     def add(self, run_dir: Path) -> None:
-        """Bring a finished run into the index (with anything else new in the folder)."""
-        self._query("SELECT 1 FROM seen LIMIT 0", [])
+        """Bring one finished run into the index (its summary only; no scan of the folder). A path that is
+        not a run folder of this results folder only makes sure the index exists."""
+        run_dir = Path(run_dir)
+        if run_dir.parent.resolve() != self.results.resolve() or run_dir.name.startswith("."):
+            if self._writable():
+                self._on_index(lambda conn: None)
+            return
+        self._take_one(run_dir.name, run_dir / summaries.SUMMARY)
 
     def add_sweep(self, state: dict[str, Any]) -> None:
-        """Bring a sweep's points into the index from its saved sweep.json (with anything else new)."""
-        self._query("SELECT 1 FROM seen LIMIT 0", [])
+        """Bring one sweep's points into the index from its saved sweep.json (nothing else)."""
+        sweep_id = state.get("sweep_id")
+        if not isinstance(sweep_id, str) or not sweep_id or "/" in sweep_id or sweep_id.startswith("."):
+            return
+        self._take_one(SWEEP_KEY + sweep_id, self.results / runfiles.SWEEPS / sweep_id / runfiles.SWEEP_STATE)
 
     def rebuild(self) -> int:
         """Recreate the index from the run directories into a new file renamed over the old one (a
         writer racing it retries on the new file); returns the number of runs indexed."""
+        self.close()
         if not self._writable():
             with closing(self._in_memory()) as conn:
                 self._sync(conn)
                 return int(conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
-        fd, tmp = tempfile.mkstemp(dir=self.results, prefix=f".{INDEX}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            with closing(sqlite3.connect(tmp)) as conn:
-                _schema(conn)
-                self._sync(conn)
-                count = int(conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
-            os.replace(tmp, self.path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
+        with atomic.replacing(self.path) as tmp, closing(sqlite3.connect(tmp)) as conn:
+            _schema(conn)
+            self._sync(conn)
+            count = int(conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0])
         return count
 
     # -- reading

@@ -11,25 +11,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any
 
+from tbdkit.core import atomic
+
 
 def write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic.write_text(path, text)
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -1,6 +1,8 @@
 """summary.json, checked: the Summary model every reader goes through, and one run folder's summary.
 
-A run's summary is written by the agent (or by the launcher when the agent died first). Readers never
+A run's summary is written by the agent (or by the launcher when the agent died first) through `write`,
+the one writer of summary.json; what only the launcher knows (a killed worker, the container's exit)
+is merged into it by `record`, which writes through the same writer. Readers never
 trust it raw: `read(run_dir)` validates it and raises `Unreadable` (naming the folder and the first
 problems) for anything that is not a summary a kit writes, so one damaged run is listed and skipped
 instead of breaking `runs`, `show` or `report` for the whole folder. Fields the kit does not know are
@@ -12,20 +14,52 @@ holding anything else is unreadable, never shown as ok nor compared.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
+from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from tbdkit.results import sink
 from tbdkit.results.files import SUMMARY
 
 if TYPE_CHECKING:
     from tbdkit.spec.run_spec import RunSpec
 
-# Statuses: a finished run is `ok`, or `disturbed` when something else competed for its machine in the
-# sample window (its numbers are kept beside `disturbed_reasons`); the others carry no measurement.
-MEASURED = ("ok", "disturbed")
-STATUSES = (*MEASURED, "oom", "interrupted", "failed")
+
+class Status(str, Enum):
+    """How a run ended. A finished run is `ok`, or `disturbed` when something else competed for its machine
+    in the sample window (its numbers are kept beside `disturbed_reasons`); the others carry no measurement."""
+
+    OK = "ok"
+    DISTURBED = "disturbed"
+    OOM = "oom"
+    INTERRUPTED = "interrupted"
+    FAILED = "failed"
+
+
+MEASURED = (Status.OK.value, Status.DISTURBED.value)
+STATUSES = tuple(s.value for s in Status)
+
+# The agent's exit code for each status (the launchers read it back: 130 is Ctrl-C, 3 out of memory); any
+# other status exits 1.
+EXIT_CODES = {Status.OK: 0, Status.DISTURBED: 0, Status.INTERRUPTED: 130, Status.OOM: 3}
+
+
+def exit_code(status: str) -> int:
+    """The exit code of one run that ended with `status` (the agent's)."""
+    return next((code for s, code in EXIT_CODES.items() if s.value == status), 1)
+
+
+def exit_code_of(statuses: Iterable[str]) -> int:
+    """The exit code of a command that made runs ending with `statuses`: 0 when every one measured, 130
+    when one was interrupted (Ctrl-C), 1 otherwise."""
+    ended = set(statuses)
+    if ended <= set(MEASURED):
+        return 0
+    return EXIT_CODES[Status.INTERRUPTED] if Status.INTERRUPTED.value in ended else 1
+
 
 MAX_BYTES = 64 * 2**20  # far above any real summary; a bigger file is damage, not a summary
 
@@ -182,3 +216,22 @@ def read(run_dir: Path) -> dict[str, Any]:
     except OSError as exc:
         raise Unreadable(folder, f"{SUMMARY} cannot be read ({exc.strerror or exc})") from None
     return parse(text, folder)
+
+
+def write(run_dir: Path, summary: dict[str, Any]) -> Path:
+    """The one writer of summary.json: the run folder's, whole (tbdkit.core.atomic), or, where its disk
+    refuses it, in the system temp folder (tbdkit.results.sink.fallback_path); returns where it landed.
+    Raises OSError only when both refuse."""
+    return sink.write_json_or_fallback(Path(run_dir) / SUMMARY, summary)
+
+
+def record(run_dir: Path, summary: dict[str, Any], **known: Any) -> dict[str, Any]:
+    """What only the launcher (or a pass after the run) knows, merged into the run's summary and written
+    by `write`; `metrics` are merged metric by metric. Returns the summary as written."""
+    merged = {**summary, **known}
+    if "metrics" in known:
+        merged["metrics"] = {**(summary.get("metrics") or {}), **known["metrics"]}
+    where = write(run_dir, merged)
+    if where != Path(run_dir) / SUMMARY:
+        raise OSError(f"the results disk refused {SUMMARY}; it is kept at {where}")
+    return merged
