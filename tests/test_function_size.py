@@ -17,7 +17,6 @@ NOT_YET = {
     "describe/mxnet.py:canonical_layers",
     "describe/pytorch.py:canonical_layers",
     "describe/tensorflow.py:canonical_layers",
-    "env/adopt.py:adopt",
     "results/mllog.py:lines",
 }
 

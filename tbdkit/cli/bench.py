@@ -13,7 +13,18 @@ from rich.text import Text
 from tbdkit.analysis import cost
 from tbdkit.bench.plan import Plan, parse_batches, plan, prepare
 from tbdkit.bench.run_list import run_all
-from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, ResultsOpt, check_cpus, cost_table
+from tbdkit.cli.common import (
+    CompileCacheOpt,
+    CpusOpt,
+    GraphOpt,
+    OneProcessOpt,
+    PinOpt,
+    PrecisionOpt,
+    PriceOpt,
+    ResultsOpt,
+    check_cpus,
+    cost_table,
+)
 from tbdkit.cli.console import console, convergence_table, results_table, styled
 from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.core.paths import default_results_dir
@@ -33,27 +44,9 @@ def bench(
         ),
     ] = None,
     batch: Annotated[list[str] | None, typer.Option("--batch", "-b", help="batch size(s), e.g. 8,16,32")] = None,
-    precision: Annotated[
-        str,
-        typer.Option(
-            help="fp32 (TF32 off) | tf32 | amp | bf16 (bfloat16 autocast, no loss scaling) | fp8 (PyTorch: torchao float8)"
-        ),
-    ] = "fp32",
-    graph: Annotated[
-        str,
-        typer.Option(
-            help="standard (the paper's: PyTorch eager, TensorFlow tf.function, MXNet hybridized) | compiled "
-            "(torch.compile with inductor, XLA, MXNet static shapes; compilation measured apart)"
-        ),
-    ] = "standard",
-    compile_cache: Annotated[
-        str,
-        typer.Option(
-            "--compile-cache",
-            help="private (each compiled run compiles from an empty cache: compile_s is the cold cost) | shared "
-            "(PyTorch's inductor and Triton caches kept across runs: the warm cost; recorded in spec.json)",
-        ),
-    ] = "private",
+    precision: PrecisionOpt = "fp32",
+    graph: GraphOpt = "standard",
+    compile_cache: CompileCacheOpt = "private",
     preset: Annotated[
         str,
         typer.Option(
@@ -77,14 +70,7 @@ def bench(
         int, typer.Option(help="workers per machine (GPUs; processes on CPUs); batch is per worker")
     ] = 1,
     link_rate: Annotated[str | None, typer.Option(help="shape each node's link, e.g. 1gbit (--launcher netns)")] = None,
-    one_process: Annotated[
-        bool,
-        typer.Option(
-            "--one-process",
-            help="TensorFlow, MXNet: train the --gpus-per-node replicas in one process (MirroredStrategy, "
-            "the `device` kvstore), as the paper's single-machine runs did",
-        ),
-    ] = False,
+    one_process: OneProcessOpt = False,
     data: Annotated[str, typer.Option(help="'synthetic' or the path of the real dataset")] = "synthetic",
     seed: Annotated[int, typer.Option(help="random seed (recorded in env.json)")] = 0,
     max_measure_s: Annotated[float | None, typer.Option(help="cap on the sample window, seconds")] = None,

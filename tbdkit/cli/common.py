@@ -23,6 +23,35 @@ CpusOpt = Annotated[
         "worker counted against it (default: every core of the affinity mask and cgroup quota)",
     ),
 ]
+PrecisionOpt = Annotated[
+    str,
+    typer.Option(
+        help="fp32 (TF32 off) | tf32 | amp | bf16 (bfloat16 autocast, no loss scaling) | fp8 (PyTorch: torchao float8)"
+    ),
+]
+GraphOpt = Annotated[
+    str,
+    typer.Option(
+        help="standard (the paper's: PyTorch eager, TensorFlow tf.function, MXNet hybridized) | compiled "
+        "(torch.compile with inductor, XLA, MXNet static shapes; compilation measured apart)"
+    ),
+]
+CompileCacheOpt = Annotated[
+    str,
+    typer.Option(
+        "--compile-cache",
+        help="private (each compiled run compiles from an empty cache: compile_s is the cold cost) | shared "
+        "(PyTorch's inductor and Triton caches kept across runs: the warm cost; recorded in spec.json)",
+    ),
+]
+OneProcessOpt = Annotated[
+    bool,
+    typer.Option(
+        "--one-process",
+        help="TensorFlow, MXNet: train the --gpus-per-node replicas in one process (MirroredStrategy, "
+        "the `device` kvstore), as the paper's single-machine runs did",
+    ),
+]
 PinOpt = Annotated[bool, typer.Option("--pin", help="pin each run's process to its --cpus cores (sched_setaffinity)")]
 
 
