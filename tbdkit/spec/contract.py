@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -275,3 +276,32 @@ def folder_gaps(folder: Path) -> list[str]:
     if gaps:
         return gaps
     return data_gaps(catalog.model_in(folder))
+
+
+# A framework file holds only the model, the optimizer and the step: no timing, logging or profiling, no import of
+# the kit, and no copy of the loss-scaling step its stack's workloads share (workloads/_shared/torch_amp.py, tf_amp.py)
+NOT_MODEL_CODE = {
+    r"\bimport time\b": "timing",
+    r"\blogging\b": "logging",
+    r"\bprint\(": "printing",
+    r"profiler": "profiling",
+    r"perf_counter": "timing",
+    r"tbdkit": "the kit (workload files never import it)",
+}
+SHARED_STEP = {
+    "pytorch": {r"\.scaler\.(step|update)\(": "a copy of _shared/torch_amp.scaled_update"},
+    "tensorflow": {r"\.scale_loss\(": "a copy of _shared/tf_amp.scaled_update"},
+    "mxnet": {},
+}
+
+
+def code_gaps(model: catalog.Model, framework: str) -> list[str]:
+    """A framework file that holds more than model code: one sentence per kind of code it should not hold."""
+    path = model.folder / f"{framework}.py"
+    source = path.read_text()
+    return [
+        f"{_shown(path)} holds {what} (`{re.search(pattern, source).group(0)}`): leave it to the kit, which "  # type: ignore[union-attr]
+        "times, logs and profiles every run the same way, and keep only the model, optimizer and step."
+        for pattern, what in {**NOT_MODEL_CODE, **SHARED_STEP.get(framework, {})}.items()
+        if re.search(pattern, source)
+    ]
