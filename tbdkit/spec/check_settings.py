@@ -141,3 +141,10 @@ def of(model: Any, framework: str) -> Checks:
     path = model.folder / "workload.toml"
     table = tomllib.loads(path.read_text()).get("checks", {})
     return from_table(table, framework, f"{path}'s [checks]")
+
+
+def bench_framework(model: Any) -> str:
+    """The framework whose agent benches the model's smoke preset in the kit's CI: `[checks] bench_framework`, else
+    the first framework the model has."""
+    table = tomllib.loads((model.folder / "workload.toml").read_text()).get("checks", {})
+    return str(table.get("bench_framework", model.frameworks[0]))
