@@ -555,6 +555,14 @@ def generated_tests(framework: str) -> dict[str, Any]:
     def test_workload_file_holds_only_model_code(name: str) -> None:
         assert_workload_file_is_clean(name, framework)
 
+    def test_meets_the_contract(name: str) -> None:
+        """data.py and the framework file, loaded in this stack, meet the contract (`tbdkit check-workload`'s first
+        check: the functions, their signatures, the Batch, the reference batch)."""
+        from tbdkit.agent.workload_checks import Checker
+
+        outcome = Checker(catalog.get(name), framework).contract()
+        assert outcome.status == "passed", outcome.detail
+
     def test_initial_weights_are_drawn_apart(name: str) -> None:
         """Each random weight its own draw, made after the run's seed (the learning check's network, before its
         first step): no initializer shared by several weights, none made at import time."""
@@ -599,6 +607,7 @@ def generated_tests(framework: str) -> dict[str, Any]:
             "test_every_math_mode_steps": test_every_math_mode_steps,
             "test_smoke_parameter_count": test_smoke_parameter_count,
             "test_workload_file_holds_only_model_code": test_workload_file_holds_only_model_code,
+            "test_meets_the_contract": test_meets_the_contract,
             "test_initial_weights_are_drawn_apart": test_initial_weights_are_drawn_apart,
             "test_compiled_step_matches_standard": test_compiled_step_matches_standard,
             "test_bf16_stays_near_fp32": test_bf16_stays_near_fp32}
