@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tbdkit.agent import workload_checks
 from tbdkit.agent.workload_checks import CPU_MATH_MODES, TORCH_COMPILE_BACKEND_ON_A_CPU, close_losses, loss_falls
 from tbdkit.spec import catalog, check_settings, contract
 from tbdkit.spec.check_settings import Elsewhere, Learning, MathModes, Parity
@@ -113,15 +114,9 @@ def models_on(framework: str) -> list[str]:
 def adapter(name: str, framework: str, hp: dict[str, Any] | None = None, precision: str = "fp32",
             graph: str = "standard") -> Any:
     """The `framework` adapter of workload `name` on the CPU, seed 0 (the smoke preset unless `hp` is given);
-    `graph="compiled"` compiles its step (PyTorch: with TORCH_COMPILE_BACKEND_IN_TESTS)."""
-    from tbdkit.adapters import load
-
+    `graph="compiled"` compiles its step (PyTorch: with TORCH_COMPILE_BACKEND_IN_TESTS), as check-workload does."""
     model = catalog.get(name)
-    compiled = {} if graph == "standard" else {"graph": graph}
-    if compiled and framework == "pytorch":
-        compiled["compile_backend"] = TORCH_COMPILE_BACKEND_IN_TESTS
-    return load(framework, workload=catalog.load_module(model, framework), hp=hp or model.hp("smoke"),
-                device="cpu", precision=precision, seed=0, **compiled)
+    return workload_checks.adapter(model, framework, hp or model.hp("smoke"), precision=precision, graph=graph)
 
 
 def assert_capabilities(framework: str, expected: set[str]) -> None:
@@ -137,20 +132,7 @@ def assert_capabilities(framework: str, expected: set[str]) -> None:
 
 def fp32_again(framework: str) -> None:
     """Leave the process in fp32 after an amp step (the math mode is process-wide state)."""
-    if framework == "pytorch":
-        import torch
-
-        from tbdkit.adapters.pytorch import Precision as TorchPrecision
-
-        TorchPrecision("fp32", torch.device("cpu"))
-    elif framework == "tensorflow":
-        from tbdkit.adapters.tensorflow import Precision as TFPrecision
-
-        TFPrecision("fp32", on_gpu=False)
-    else:
-        from tbdkit.adapters.mxnet import Precision as MXPrecision
-
-        MXPrecision("fp32", on_gpu=False)
+    workload_checks.fp32_again(framework)
 
 
 # ---------------------------------------------------------------------------------------------------
