@@ -46,7 +46,10 @@ def network_parity(model: catalog.Model) -> Outcome:
     if catalog.models().get(model.name, None) is None or catalog.get(model.name).folder != model.folder:
         return {"check": "same network", "framework": "all", "status": "skipped",
                 "detail": "describe compares the frameworks of the kit's own models"}  # fmt: skip
-    described = {f: describe(model.name, f, "smoke") for f in model.frameworks}
+    try:
+        described = {f: describe(model.name, f, "smoke") for f in model.frameworks}
+    except UserError as exc:  # a stack not installed here, or a describe that failed: said in one sentence
+        return {"check": "same network", "framework": "all", "status": "failed", "detail": str(exc)}
     first, *others = model.frameworks
     gaps = []
     for other in others:
