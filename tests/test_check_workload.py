@@ -79,3 +79,23 @@ def test_resnet50_on_pytorch_passes_as_typed():
     proc = tbdkit("check-workload", "resnet50", "--framework", "pytorch")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "failed" not in proc.stdout and "learning" in proc.stdout, proc.stdout
+
+
+def _described(parameters: int, forward: int) -> dict:
+    return {"parameters": parameters, "layers": [{"name": "conv1", "params": {"weight": [8, 3, 3, 3]}}],
+            "flops_per_sample": {"forward": forward}}  # fmt: skip
+
+
+def test_the_same_network_on_every_framework(monkeypatch):
+    import tbdkit.describe
+    from tbdkit.bench import check_workload
+
+    model = catalog.get("resnet50")
+    monkeypatch.setattr(tbdkit.describe, "in_stack", lambda name, fw, preset: _described(216, 1000))
+    assert check_workload.network_parity(model)["status"] == "passed"
+    differs = {"pytorch": _described(216, 1000), "tensorflow": _described(217, 1000), "mxnet": _described(216, 1020)}
+    monkeypatch.setattr(tbdkit.describe, "in_stack", lambda name, fw, preset: differs[fw])
+    outcome = check_workload.network_parity(model)
+    assert outcome["status"] == "failed", outcome
+    assert "tensorflow has 217 parameters, pytorch 216" in outcome["detail"]
+    assert "mxnet's forward FLOPs 1,020 against pytorch's 1,000 (over 1%)" in outcome["detail"]
