@@ -1,11 +1,11 @@
 """The tests' one helper module: running the CLI, loading a workload's files, an adapter on the CPU,
-the checks every model passes (which tests/<stack>/test_every_model_<stack>.py runs over `catalog.models()`, reading the
-per-model data below), and NumPy references that several stacks' model-specific tests share.
+the checks every model passes (which tests/<stack>/test_every_model_<stack>.py runs over `catalog.models()`, with
+each model's [checks] table and the kit's check functions, tbdkit.agent.workload_checks, which `tbdkit
+check-workload` runs too), and NumPy references that several stacks' model-specific tests share.
 
 It imports no framework at module level: host tests import it in the kit's venv, each stack's tests in
-theirs. Adding a model: its workload folder, its rows in LEARNING, SMOKE_PARAMETERS and MATH_MODES
-(the generated tests fail and say so until it has them), and tests/<stack>/test_<model>_<stack>.py for
-what is specific to it."""
+theirs. Adding a model: its workload folder with its [checks] table (the generated tests fail and say so until
+it has one), and, where something is specific to it, tests/<stack>/test_<model>_<stack>.py."""
 
 from __future__ import annotations
 
@@ -26,7 +26,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tbdkit.spec import catalog
+from tbdkit.agent import workload_checks
+from tbdkit.agent.workload_checks import CPU_MATH_MODES, TORCH_COMPILE_BACKEND_ON_A_CPU, close_losses, loss_falls
+from tbdkit.spec import catalog, check_settings, contract
+from tbdkit.spec.check_settings import Elsewhere, Learning, MathModes, Parity
 
 WORKLOADS = Path(__file__).parents[1] / "workloads"
 TESTS = Path(__file__).parent
@@ -111,15 +114,9 @@ def models_on(framework: str) -> list[str]:
 def adapter(name: str, framework: str, hp: dict[str, Any] | None = None, precision: str = "fp32",
             graph: str = "standard") -> Any:
     """The `framework` adapter of workload `name` on the CPU, seed 0 (the smoke preset unless `hp` is given);
-    `graph="compiled"` compiles its step (PyTorch: with TORCH_COMPILE_BACKEND_IN_TESTS)."""
-    from tbdkit.adapters import load
-
+    `graph="compiled"` compiles its step (PyTorch: with TORCH_COMPILE_BACKEND_IN_TESTS), as check-workload does."""
     model = catalog.get(name)
-    compiled = {} if graph == "standard" else {"graph": graph}
-    if compiled and framework == "pytorch":
-        compiled["compile_backend"] = TORCH_COMPILE_BACKEND_IN_TESTS
-    return load(framework, workload=catalog.load_module(model, framework), hp=hp or model.hp("smoke"),
-                device="cpu", precision=precision, seed=0, **compiled)
+    return workload_checks.adapter(model, framework, hp or model.hp("smoke"), precision=precision, graph=graph)
 
 
 def assert_capabilities(framework: str, expected: set[str]) -> None:
@@ -135,241 +132,28 @@ def assert_capabilities(framework: str, expected: set[str]) -> None:
 
 def fp32_again(framework: str) -> None:
     """Leave the process in fp32 after an amp step (the math mode is process-wide state)."""
-    if framework == "pytorch":
-        import torch
-
-        from tbdkit.adapters.pytorch import Precision as TorchPrecision
-
-        TorchPrecision("fp32", torch.device("cpu"))
-    elif framework == "tensorflow":
-        from tbdkit.adapters.tensorflow import Precision as TFPrecision
-
-        TFPrecision("fp32", on_gpu=False)
-    else:
-        from tbdkit.adapters.mxnet import Precision as MXPrecision
-
-        MXPrecision("fp32", on_gpu=False)
+    workload_checks.fp32_again(framework)
 
 
 # ---------------------------------------------------------------------------------------------------
-# What every model passes: the data the generated tests read
-
-
-@dataclass(frozen=True)
-class Learning:
-    """A few fp32 steps on one fixed synthetic smoke batch (seed 1): finite losses, the last below
-    `factor` x the first. `hp` overrides the smoke preset; `variants` are the [setting.*] also trained."""
-    batch_size: int
-    steps: int
-    factor: float
-    hp: dict[str, Any] = field(default_factory=dict)
-    variants: tuple[str | None, ...] = (None,)
-
-
-@dataclass(frozen=True)
-class Elsewhere:
-    """The check is specific to the model and lives in its own test file, in the test named."""
-    test: str
-
-
-# Per framework and model. A3C learns from rollouts its actors play, not from a fixed batch: its own
-# files train on a fixed rollout instead.
-_A3C_LEARNS = Elsewhere("test_rollout_and_update_reduce_the_loss_on_a_fixed_rollout")
-_SAME_ON_TENSORFLOW_AND_MXNET: dict[str, Learning | Elsewhere] = {
-    "a3c": _A3C_LEARNS,
-    "bert": Learning(8, 6, 0.95, variants=(None, "squad")),
-    "deepspeech2": Learning(4, 8, 0.99),
-    "inception_v3": Learning(2, 4, 0.8),
-    "mask_rcnn": Learning(1, 4, 0.9),
-    "minigo": Learning(16, 6, 0.9),
-    "resnet50": Learning(4, 5, 0.8),
-    "seq2seq": Learning(4, 8, 0.99),
-    "transformer": Learning(8, 8, 0.9),
-}
-LEARNING: dict[str, dict[str, Learning | Elsewhere]] = {
-    "pytorch": {
-        "a3c": _A3C_LEARNS,
-        "bert": Learning(8, 6, 0.95),  # SQuAD: test_smoke_squad_fine_tuning_reduces_the_loss (its own lengths)
-        "deepspeech2": Learning(4, 8, 0.99),
-        "dit": Learning(8, 6, 0.9),
-        "efficientdet": Learning(2, 4, 0.95),
-        "faster_rcnn": Learning(1, 4, 0.95),
-        "inception_v3": Learning(2, 4, 0.8),
-        "llama": Learning(8, 6, 0.95),
-        "mask_rcnn": Learning(1, 3, 0.8),
-        "minigo": Learning(16, 6, 0.9),
-        "resnet50": Learning(4, 5, 0.8),
-        "seq2seq": Learning(8, 10, 0.95),
-        "transformer": Learning(8, 8, 0.9),
-        "vit": Learning(8, 6, 0.9),
-        "wgan_gp": Learning(2, 2, 0.8),
-    },
-    "tensorflow": {
-        **_SAME_ON_TENSORFLOW_AND_MXNET,
-        "efficientdet": Learning(2, 4, 0.9),
-        "faster_rcnn": Learning(1, 4, 0.95),
-        # two critic steps per generator step (the smoke preset's five: the step's trace took 65 s beside
-        # another worker); two still tell a critic step per slice from one per iteration
-        "wgan_gp": Learning(2, 2, 0.8, hp={"critic_iters": 2}),
-    },
-    "mxnet": {
-        **_SAME_ON_TENSORFLOW_AND_MXNET,
-        # at the smoke rate (0.0025) a batch of 2 with stochastic depth and batch statistics moves the loss
-        # by about its step-to-step noise; at 0.02 (a fresh network) 6 steps cut it by 13-15% for seeds 0-3
-        "efficientdet": Learning(2, 6, 0.9, hp={"learning_rate": 0.02}),
-        "faster_rcnn": Learning(1, 5, 0.9),
-    },
-}
-
-# The smoke preset's parameters as each adapter's model_info() counts them: the same on every framework
-# (the same network). Mask R-CNN's include its trunk's 53,120 frozen batch-norm parameters (or moving
-# statistics), which torchvision's published 44.4 M leaves out; the paper-sized networks are counted
-# against the published sizes in each model's own files.
-SMOKE_PARAMETERS: dict[str, int] = {
-    "a3c": 677_943, "bert": 242_898, "deepspeech2": 1_691_645, "efficientdet": 3_880_067,
-    "faster_rcnn": 11_832_022, "inception_v3": 23_834_568,  # no auxiliary head at the smoke size
-    "llama": 125_248, "mask_rcnn": 44_401_393 + 53_120, "minigo": 190_775, "resnet50": 25_557_032, "seq2seq": 336_385,
-    "transformer": 297_472, "wgan_gp": 1_204_884, "vit": 81_226, "dit": 60_800,
-}
-
-
-@dataclass(frozen=True)
-class MathModes:
-    """One smoke step through the adapter in each of `modes` (amp: bf16 on the CPU), from a synthetic
-    batch of `batch_size` (`seed`); `hp` overrides the smoke preset; `positive`: each loss is above 0."""
-    batch_size: int
-    modes: tuple[str, ...]
-    hp: dict[str, Any] = field(default_factory=dict)
-    seed: int = 0
-    positive: bool = False
-
-
-@dataclass(frozen=True)
-class AmpAsBf16:
-    """TensorFlow's amp on a CPU is mixed_bfloat16 without loss scaling: bf16's very policy (the adapter's
-    Precision; the mode reaches nothing else). Its step is then the bf16 parity leg's first (PARITY's row:
-    three steps against fp32), and the check here is that the adapter builds the two modes alike;
-    `positive`: each bf16 loss is above 0."""
-    positive: bool = False
-    modes: tuple[str, ...] = ("amp",)
-
-
-_A3C_MODES = Elsewhere("test_train_step_and_amp")
-MATH_MODES: dict[str, dict[str, MathModes | AmpAsBf16 | Elsewhere]] = {
-    "pytorch": {
-        "a3c": _A3C_MODES,
-        "wgan_gp": MathModes(1, ("fp32", "tf32", "amp"), hp={"critic_iters": 1}),
-        **{m: MathModes(b, ("fp32", "tf32", "amp")) for m, b in (
-            ("bert", 4), ("deepspeech2", 2), ("efficientdet", 1), ("faster_rcnn", 1), ("inception_v3", 2),
-            ("llama", 4), ("vit", 4), ("dit", 4), ("mask_rcnn", 1), ("minigo", 8), ("resnet50", 2), ("seq2seq", 4), ("transformer", 4))},
-    },
-    "tensorflow": {
-        "a3c": Elsewhere("test_train_step_through_the_adapter_and_amp"),
-        "faster_rcnn": AmpAsBf16(positive=True), "mask_rcnn": AmpAsBf16(positive=True),
-        **{m: AmpAsBf16() for m in (
-            "bert", "deepspeech2", "efficientdet", "inception_v3", "minigo", "resnet50", "seq2seq", "transformer",
-            "wgan_gp")},
-    },
-    # MXNet 1.9's AMP is float16 with loss scaling, a GPU's: on the CPU the adapter refuses it (A3C's and
-    # Deep Speech 2's own files check the refusal); tf32 there is fp32 with NVIDIA_TF32_OVERRIDE unset
-    "mxnet": {
-        "a3c": Elsewhere("test_train_step_through_the_adapter"),
-        **{m: MathModes(b, ("tf32",)) for m, b in (
-            ("bert", 4), ("deepspeech2", 4), ("efficientdet", 1), ("faster_rcnn", 1), ("inception_v3", 2),
-            ("mask_rcnn", 1), ("minigo", 8), ("resnet50", 2), ("seq2seq", 4), ("transformer", 4))},
-    },
-}
-
+# What every model passes: each model's [checks] table in its workload.toml (tbdkit.spec.check_settings) and
+# the kit's own check functions (tbdkit.agent.workload_checks, which `tbdkit check-workload` runs)
 
 # PyTorch's compiled checks compile the step with TorchDynamo and AOTAutograd (the graphs, breaks, dynamic
 # shapes and recompilations of a real run) but run the graphs AOTAutograd makes eagerly: inductor's C++
 # code generation costs one to several CPU minutes per model on 2 cores (docs/measurements.md, "Compiled
 # graphs and bfloat16"); tests/pytorch/test_compiled_bench_pytorch.py compiles with inductor itself.
-TORCH_COMPILE_BACKEND_IN_TESTS = "aot_eager"
-
-
-@dataclass(frozen=True)
-class Parity:
-    """The first `steps` steps of the model's learning check (LEARNING's row: its batch, its seed, its fixed
-    batch) again through the stack's adapter, compiled (--graph compiled) and in bf16 (--precision bf16),
-    against the learning check's own losses. Compiled: the first loss (no update yet) within `forward_tol`,
-    every loss within `compiled_tol`; bf16: every loss within `bf16_tol`; each relative to the first fp32
-    loss (a loss the fixed batch drives towards 0 makes a difference relative to itself meaningless). A
-    tolerance of None: the losses depend on random numbers the setting draws otherwise (finite, then). Three
-    steps: the third loss is the first to show the update of a step compiled again once the optimizer has
-    its state.
-
-    `hp`: overrides for both legs (and then a standard run of their own, unless the learning check has them too);
-    `batch_size`: for a model whose learning check is Elsewhere. `not_compiled`: the reason (a part of it)
-    the compile record gives for a cell that trains as standard; `bf16_refused`: the refusal (a part of it)
-    of a cell that cannot train in bf16. Every leg of every cell runs in `make test` (their cost, measured,
-    beside the costliest)."""
-    steps: int = 3
-    compiled_tol: float | None = 1e-3
-    bf16_tol: float | None = 0.1
-    hp: dict[str, Any] = field(default_factory=dict)
-    batch_size: int | None = None
-    not_compiled: str | None = None
-    bf16_refused: str | None = None
-    forward_tol: float = 1e-4
-
-
-_TF_EAGER = "no tf.function"  # tensorflow_compile.NO_FUNCTION: the detectors' eager steps
-_XLA_REFUSED = "XLA could not compile the step"  # tensorflow_compile.XlaStep.run's fallback
-_MX_VARIABLE = "static_shape would re-plan"  # mxnet_compile.VARIABLE: inputs padded to each batch's longest
-_MX_BF16 = "MXNet 1.9's bfloat16 AMP could not run"  # adapters.mxnet.BF16_FAILED
-# Beside TensorFlow's three costliest compiled legs: the seconds of their first step (the trace and XLA's
-# compilation), measured alone with one TensorFlow thread, as a `make test` worker runs, on a 2-core Xeon with
-# AMX-BF16; TensorFlow's suite took 605 s there with them, 445 s without
-PARITY: dict[str, dict[str, Parity]] = {
-    "pytorch": {
-        "a3c": Parity(batch_size=2), "bert": Parity(), "deepspeech2": Parity(), "minigo": Parity(),
-        "transformer": Parity(), "llama": Parity(), "vit": Parity(), "dit": Parity(),
-        # the proposals it samples follow the RPN's scores: a last-digit difference picks other RoIs by step 3
-        "faster_rcnn": Parity(compiled_tol=0.05),
-        # batch norm over 2 images: bf16's rounding moves the next losses by up to 11% of the first
-        "resnet50": Parity(bf16_tol=0.2),
-        # as ResNet-50's, and the CPU's bf16 kernels move it: 29% of the first loss by the third step on a Xeon with
-        # AMX-BF16 (9.93, 6.05, 4.51 against 9.50, 4.71, 1.75, the same in every run there), under 20% elsewhere
-        "inception_v3": Parity(compiled_tol=0.1, bf16_tol=0.35),
-        # its focal loss over a batch of 2 swings by 20% from step to step (7.5 after 6.3): bf16 moves the swing
-        "efficientdet": Parity(compiled_tol=1e-2, bf16_tol=0.25),
-        # as Faster R-CNN's, and from the first step: its compiled first loss 7.6476 against 7.6400 (1e-3), the
-        # second 1.4% off (torch 2.14.1); that the RoIs differ is a guess, not checked
-        "mask_rcnn": Parity(compiled_tol=0.05, forward_tol=2e-3),
-        "seq2seq": Parity(),
-        "wgan_gp": Parity(not_compiled="no double backward"),
-    },
-    "tensorflow": {
-        "a3c": Parity(batch_size=2),
-        "bert": Parity(hp={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}),
-        "deepspeech2": Parity(),
-        # proposals sampled by the RPN's scores: bf16's rounding picks other RoIs (14% by the third step, once)
-        "faster_rcnn": Parity(not_compiled=_TF_EAGER, bf16_tol=0.25),
-        "mask_rcnn": Parity(not_compiled=_TF_EAGER), "minigo": Parity(),
-        # XLA draws the drop-path masks inside the step with another generator
-        "efficientdet": Parity(compiled_tol=None),  # 102 s
-        # dropout 0.5 before the classifier: XLA draws its mask otherwise, and in bf16 it is drawn in bfloat16
-        "inception_v3": Parity(compiled_tol=None, bf16_tol=None),  # 67 s
-        # batch norm over 4 images through 50 layers: XLA's reassociation grows to ~2% of the stem's update,
-        # and bf16's rounding moves the next losses by 11%
-        "resnet50": Parity(compiled_tol=0.15, bf16_tol=0.2),
-        "seq2seq": Parity(not_compiled=_XLA_REFUSED),
-        # XLA draws dropout masks with another generator
-        "transformer": Parity(hp={"dropout": 0.0}),
-        # XLA draws the step's noise otherwise: finite losses only; the learning check's two critic steps
-        "wgan_gp": Parity(compiled_tol=None, hp={"critic_iters": 2}),  # 69 s
-    },
-    "mxnet": {
-        "a3c": Parity(batch_size=2, bf16_tol=None),  # bf16 logits sample other actions
-        "bert": Parity(bf16_refused=_MX_BF16), "deepspeech2": Parity(not_compiled=_MX_VARIABLE, bf16_refused=_MX_BF16),
-        # proposals sampled by the RPN's scores: bf16's rounding picks other RoIs by the second step
-        "efficientdet": Parity(), "faster_rcnn": Parity(not_compiled=_MX_VARIABLE, bf16_tol=0.2), "inception_v3": Parity(),
-        "mask_rcnn": Parity(not_compiled=_MX_VARIABLE), "minigo": Parity(), "resnet50": Parity(),
-        "seq2seq": Parity(not_compiled=_MX_VARIABLE, bf16_refused=_MX_BF16),
-        "transformer": Parity(not_compiled=_MX_VARIABLE),
-    },
+TORCH_COMPILE_BACKEND_IN_TESTS = TORCH_COMPILE_BACKEND_ON_A_CPU
+# The reasons a [checks.parity] not_compiled or bf16_refused quotes (TensorFlow's costliest compiled legs, in
+# seconds of their first step beside their rows, were measured alone with one TensorFlow thread, as a `make test`
+# worker runs, on a 2-core Xeon with AMX-BF16; TensorFlow's suite took 605 s there with them, 445 s without)
+NOT_COMPILED_REASONS = {
+    "no tf.function",  # tensorflow_compile.NO_FUNCTION: the detectors' eager steps
+    "XLA could not compile the step",  # tensorflow_compile.XlaStep.run's fallback
+    "static_shape would re-plan",  # mxnet_compile.VARIABLE: inputs padded to each batch's longest
+    "no double backward",  # PyTorch's compile of WGAN-GP's gradient penalty
 }
+BF16_REFUSALS = {"MXNet 1.9's bfloat16 AMP could not run"}  # adapters.mxnet.BF16_FAILED
 
 
 @dataclass
@@ -388,9 +172,9 @@ _PARITY: dict[tuple[str, str], ParityRun] = {}
 
 
 def parity_setting(name: str, framework: str) -> tuple[Parity, dict[str, Any], int, int]:
-    """The cell's PARITY row, its hyperparameters, batch size and steps (its learning check's, where it has one)."""
-    spec = row(PARITY, "PARITY", framework, name)
-    learning = row(LEARNING, "LEARNING", framework, name)
+    """The cell's parity settings ([checks.parity]), its hyperparameters, batch size and steps (its learning check's, where it has one)."""
+    spec = row("parity", framework, name)
+    learning = row("learning", framework, name)
     hp = {**catalog.get(name).hp("smoke"), **(learning.hp if isinstance(learning, Learning) else {}), **spec.hp}
     batch = spec.batch_size or (learning.batch_size if isinstance(learning, Learning) else 1)
     steps = min(spec.steps, learning.steps) if isinstance(learning, Learning) else spec.steps
@@ -435,7 +219,7 @@ def mxnet_bf16_losses(name: str) -> list[float] | str:
 
 
 def parity(name: str, framework: str) -> ParityRun:
-    """The model's parity check (PARITY's row), run once per process: its learning check's losses (or a
+    """The model's parity check ([checks.parity]), run once per process: its learning check's losses (or a
     standard run of its own), compiled and bf16.
     Leaves the process in fp32."""
     import time
@@ -444,7 +228,7 @@ def parity(name: str, framework: str) -> ParityRun:
     if key not in _PARITY:
         spec, _, _, steps = parity_setting(name, framework)
         t0 = time.perf_counter()
-        learning = row(LEARNING, "LEARNING", framework, name)
+        learning = row("learning", framework, name)
         if isinstance(learning, Learning) and all(learning.hp.get(k) == v for k, v in spec.hp.items()):
             standard = learned(name, framework).losses[:steps]  # the same settings: the learning check's losses
         else:
@@ -469,18 +253,20 @@ def parity(name: str, framework: str) -> ParityRun:
 
 def assert_close_losses(got: list[float], expected: list[float], tolerance: float | None, what: str) -> None:
     """Every loss finite and (a tolerance given) within it of its counterpart, relative to the first expected loss."""
-    assert len(got) == len(expected) and all(math.isfinite(x) for x in got), (what, got)
-    if tolerance is not None:
-        worst = max(abs(g - e) for g, e in zip(got, expected)) / max(abs(expected[0]), 1e-12)
-        assert worst <= tolerance, f"{what}: {got} against {expected}: off by {worst:.2e} > {tolerance:.0e}"
+    failure = close_losses(got, expected, tolerance, what)
+    assert failure is None, failure
 
 
-def row(table: dict[str, dict[str, Any]], table_name: str, framework: str, name: str) -> Any:
-    """The model's row of a table above, or a failure that says what to add."""
-    rows = table.get(framework, {})
-    assert name in rows, (f"{name} has a {framework} workload but no row in {table_name}['{framework}'] of "
-                          f"tests/model_checks.py: add one (or an Elsewhere naming its own test)")
-    return rows[name]
+def row(check: str, framework: str, name: str) -> Any:
+    """The model's settings of one check (its workload.toml's [checks], tbdkit.spec.check_settings), or a failure
+    that says what to add. A model without [checks.parity] takes its defaults, as `tbdkit check-workload` does."""
+    value = getattr(check_settings.of(catalog.get(name), framework), check)
+    if value is None and check == "parity":
+        return Parity()
+    table = "] smoke_parameters" if check == "smoke_parameters" else f".{check}]"
+    assert value is not None, (f"{name} has a {framework} workload but workloads/{name}/workload.toml has no "
+                               f"[checks{table}: add it (or an `elsewhere` naming its own test)")
+    return value
 
 
 def assert_elsewhere(name: str, framework: str, where: Elsewhere) -> None:
@@ -490,17 +276,11 @@ def assert_elsewhere(name: str, framework: str, where: Elsewhere) -> None:
         f"{path.relative_to(TESTS.parent)} must define {where.test}"
 
 
-FORBIDDEN = (r"\bimport time\b", r"\blogging\b", r"\bprint\(", r"profiler", r"perf_counter", r"tbdkit")
-# the step each stack's workloads share instead of writing it out (workloads/_shared/torch_amp.py, tf_amp.py)
-FORBIDDEN_BY_FRAMEWORK = {"pytorch": (r"\.scaler\.(step|update)\(",), "tensorflow": (r"\.scale_loss\(",), "mxnet": ()}
-
-
 def assert_workload_file_is_clean(name: str, framework: str = "pytorch") -> None:
     """A workload file holds only the model, optimizer and train step: no timing, logging or profiling,
-    and no copy of the loss-scaling step its stack's workloads share."""
-    source = (catalog.get(name).folder / f"{framework}.py").read_text()
-    for forbidden in (*FORBIDDEN, *FORBIDDEN_BY_FRAMEWORK[framework]):
-        assert not re.search(forbidden, source), forbidden
+    and no copy of the loss-scaling step its stack's workloads share (tbdkit.spec.contract.code_gaps)."""
+    gaps = contract.code_gaps(catalog.get(name), framework)
+    assert not gaps, gaps
 
 
 def assert_learns(a: Any, data: Any, hp: dict[str, Any], batch_size: int, steps: int, factor: float) -> list[float]:
@@ -513,8 +293,8 @@ def assert_learns(a: Any, data: Any, hp: dict[str, Any], batch_size: int, steps:
 
 
 def assert_loss_falls(losses: list[float], factor: float = 0.99) -> None:
-    assert all(math.isfinite(x) for x in losses), losses
-    assert losses[-1] < losses[0] * factor, losses
+    failure = loss_falls(losses, factor)
+    assert failure is None, failure
 
 
 @dataclass
@@ -532,11 +312,11 @@ _LEARNED: dict[tuple[str, str, str | None], Learned] = {}
 
 
 def learned(name: str, framework: str, variant: str | None = None) -> Learned:
-    """The model's learning check (LEARNING's row), run once per process: the generated test asserts
+    """The model's learning check ([checks.learning]), run once per process: the generated test asserts
     it, a model's own test may check more of the same run (the optimizer's step counts, ...)."""
     key = (name, framework, variant)
     if key not in _LEARNED:
-        spec = row(LEARNING, "LEARNING", framework, name)
+        spec = row("learning", framework, name)
         assert isinstance(spec, Learning), spec
         model, workload, data = modules(name, framework)
         hp = {**model.hp("smoke", variant), **spec.hp}  # the batch's too (WGAN-GP's holds a slice per critic step)
@@ -575,12 +355,6 @@ def losses_on_a_fixed_batch(name: str, batch_size: int, steps: int, hp: dict[str
     """PyTorch: the losses of `steps` fp32 steps on one fixed synthetic smoke batch (or `hp`'s)."""
     model, workload, data = modules(name)
     return _torch_fixed_batch(workload, data, hp or model.hp("smoke"), batch_size, steps)[1]
-
-
-# Initial weights a framework gives the same draw on purpose (the model's workload.toml says why)
-SAME_DRAW: dict[tuple[str, str], str] = {
-    ("pytorch", "transformer"): "TransformerEncoder/Decoder deep-copy one layer into every layer of the stack",
-}
 
 
 def initial_weights(model: Any, framework: str) -> list[tuple[str, np.ndarray]]:
@@ -623,12 +397,12 @@ _STEPPED: dict[tuple[str, str], dict[str, tuple[Any, float]]] = {}
 
 
 def stepped(name: str, framework: str) -> dict[str, tuple[Any, float]]:
-    """The model's math-mode check (MATH_MODES' row), run once per process: each mode's adapter and the
+    """The model's math-mode check ([checks.math_modes]), run once per process: each mode's adapter and the
     loss of its one step. Leaves the process in fp32."""
     key = (name, framework)
     if key not in _STEPPED:
-        spec = row(MATH_MODES, "MATH_MODES", framework, name)
-        if isinstance(spec, AmpAsBf16):
+        spec = row("math_modes", framework, name)
+        if framework == "tensorflow":  # amp on a CPU is bf16: the bf16 parity leg's first step
             assert_amp_is_bf16_here(framework)
             run = parity(name, framework)
             assert run.bf16_adapter is not None and isinstance(run.bf16, list), run.bf16
@@ -640,7 +414,7 @@ def stepped(name: str, framework: str) -> dict[str, tuple[Any, float]]:
         batch = next(data.batches("synthetic", hp, spec.batch_size, seed=spec.seed))
         out = {}
         try:
-            for mode in spec.modes:
+            for mode in CPU_MATH_MODES[framework]:
                 a = adapter(name, framework, hp=hp, precision=mode)
                 out[mode] = (a, a.loss_value(a.step(a.prepare(batch))))
         finally:
@@ -727,7 +501,7 @@ def generated_tests(framework: str) -> dict[str, Any]:
     tests/<stack>/test_every_model_<stack>.py to take into its namespace (pytest collects them there):
     it learns on a fixed batch, steps in each math mode, has the smoke preset's parameter count, and
     its file holds only model code. A new workload folder is picked up by itself (and fails until its
-    rows are in the tables above)."""
+    [checks] table is in its workload.toml)."""
 
     @pytest.fixture(scope="module", params=models_on(framework))
     def name(request: Any) -> Any:
@@ -736,7 +510,7 @@ def generated_tests(framework: str) -> dict[str, Any]:
         release(request.param, framework)
 
     def test_learns_on_a_fixed_batch(name: str) -> None:
-        spec = row(LEARNING, "LEARNING", framework, name)
+        spec = row("learning", framework, name)
         if isinstance(spec, Elsewhere):
             assert_elsewhere(name, framework, spec)
             return
@@ -747,21 +521,29 @@ def generated_tests(framework: str) -> dict[str, Any]:
                 assert_traced_once(run.trained.training)
 
     def test_every_math_mode_steps(name: str) -> None:
-        spec = row(MATH_MODES, "MATH_MODES", framework, name)
+        spec = row("math_modes", framework, name)
         if isinstance(spec, Elsewhere):
             assert_elsewhere(name, framework, spec)
             return
         losses = {mode: loss for mode, (_, loss) in stepped(name, framework).items()}
-        assert set(losses) == set(spec.modes) and all(math.isfinite(x) for x in losses.values()), losses
+        assert set(losses) == set(CPU_MATH_MODES[framework]) and all(math.isfinite(x) for x in losses.values()), losses
         assert not spec.positive or all(x > 0 for x in losses.values()), losses
 
     def test_smoke_parameter_count(name: str) -> None:
-        assert name in SMOKE_PARAMETERS, f"add {name}'s smoke-preset parameter count to SMOKE_PARAMETERS"
+        expected = row("smoke_parameters", framework, name)
         counted = fp32_adapter(name, framework).model_info()["parameters"]
-        assert counted == SMOKE_PARAMETERS[name], (counted, SMOKE_PARAMETERS[name])
+        assert counted == expected, (counted, expected)
 
     def test_workload_file_holds_only_model_code(name: str) -> None:
         assert_workload_file_is_clean(name, framework)
+
+    def test_meets_the_contract(name: str) -> None:
+        """data.py and the framework file, loaded in this stack, meet the contract (`tbdkit check-workload`'s first
+        check: the functions, their signatures, the Batch, the reference batch)."""
+        from tbdkit.agent.workload_checks import Checker
+
+        outcome = Checker(catalog.get(name), framework).contract()
+        assert outcome.status == "passed", outcome.detail
 
     def test_initial_weights_are_drawn_apart(name: str) -> None:
         """Each random weight its own draw, made after the run's seed (the learning check's network, before its
@@ -769,18 +551,18 @@ def generated_tests(framework: str) -> dict[str, Any]:
         if framework == "tensorflow":
             made_at_import = import_time_initializers(name)
             assert not made_at_import, made_at_import
-        spec = row(LEARNING, "LEARNING", framework, name)
+        spec = row("learning", framework, name)
         if isinstance(spec, Elsewhere):
             draws = same_draws(initial_weights(adapter(name, framework).training.model, framework))
         else:
             draws = learned(name, framework).same_draws
-        if (framework, name) in SAME_DRAW:
-            assert draws, f"{name} on {framework} is in SAME_DRAW but draws each weight apart: remove its row"
+        if check_settings.of(catalog.get(name), framework).same_draw is not None:
+            assert draws, f"{name} on {framework} has [checks.same_draw] but draws each weight apart: remove it"
         else:
             assert not draws, f"{name} on {framework}: one draw gave these weights their initial values: {draws}"
 
     def test_compiled_step_matches_standard(name: str) -> None:
-        spec = row(PARITY, "PARITY", framework, name)
+        spec = row("parity", framework, name)
         run = parity(name, framework)
         assert run.record["graph"] == "compiled", run.record
         if spec.not_compiled is not None:  # trains as standard, and says why
@@ -795,7 +577,7 @@ def generated_tests(framework: str) -> dict[str, Any]:
         assert_close_losses(run.compiled, expected, spec.compiled_tol, f"{name} compiled vs standard")
 
     def test_bf16_stays_near_fp32(name: str) -> None:
-        spec = row(PARITY, "PARITY", framework, name)
+        spec = row("parity", framework, name)
         run = parity(name, framework)
         if spec.bf16_refused is not None:  # refused in one sentence, before or at its first step
             assert isinstance(run.bf16, str) and spec.bf16_refused in run.bf16, run.bf16
@@ -807,6 +589,7 @@ def generated_tests(framework: str) -> dict[str, Any]:
             "test_every_math_mode_steps": test_every_math_mode_steps,
             "test_smoke_parameter_count": test_smoke_parameter_count,
             "test_workload_file_holds_only_model_code": test_workload_file_holds_only_model_code,
+            "test_meets_the_contract": test_meets_the_contract,
             "test_initial_weights_are_drawn_apart": test_initial_weights_are_drawn_apart,
             "test_compiled_step_matches_standard": test_compiled_step_matches_standard,
             "test_bf16_stays_near_fp32": test_bf16_stays_near_fp32}

@@ -3,7 +3,7 @@ venv, collectors, analyses, results) on this CPU, and every framework's agent do
 
 Deep Speech 2 is benched on all its frameworks by test_frameworks.py (one table of three) and ResNet-50
 on one by test_vision_frameworks.py (its summary read closely); this benches each of the other models
-once, on the framework CELLS names, so that each framework's agent runs three or four of them. What one
+once, on the framework its [checks] bench_framework names, so that each framework's agent runs three or four of them. What one
 more agent run of a model on another framework would add, that framework's adapter stepping that model,
 the stack's own tests check in-process
 (tests/<stack>/test_every_model_<stack>.py: it learns, each math mode steps, the parameter count), so
@@ -16,18 +16,17 @@ import json
 import pytest
 
 from model_checks import tbdkit
-from tbdkit.spec import catalog
+from tbdkit.spec import catalog, check_settings
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 COVERED_ELSEWHERE = {"deepspeech2", "resnet50"}
 MODELS = sorted(set(catalog.models()) - COVERED_ELSEWHERE)
 SHORT = ["--preset", "smoke", "--device", "cpu", "--max-warmup-s", "1", "--max-measure-s", "1"]
-# Each of the other models on one of its frameworks, each framework's agent on three or four of them. Which
-# one follows the cost of a bench beside other tests (a clean clone's `make test`): TensorFlow's traces its
-# step first, 71 s for Inception-v3 and over a minute for WGAN-GP, so it takes the small networks.
-CELLS = [("a3c", "pytorch"), ("bert", "tensorflow"), ("efficientdet", "mxnet"), ("faster_rcnn", "pytorch"),
-         ("inception_v3", "pytorch"), ("mask_rcnn", "mxnet"), ("minigo", "tensorflow"), ("seq2seq", "tensorflow"),
-         ("transformer", "mxnet"), ("wgan_gp", "pytorch"), ("llama", "pytorch"), ("vit", "pytorch"), ("dit", "pytorch")]
+# Each of the other models on one of its frameworks ([checks] bench_framework in its workload.toml), each framework's
+# agent on three or four of them. Which one follows the cost of a bench beside other tests (a clean clone's `make
+# test`): TensorFlow's traces its step first, 71 s for Inception-v3 and over a minute for WGAN-GP, so it takes the
+# small networks.
+CELLS = [(m, check_settings.bench_framework(catalog.get(m))) for m in MODELS]
 
 
 def test_each_model_and_each_framework_is_benched_somewhere():

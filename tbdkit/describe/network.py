@@ -14,7 +14,7 @@ import numpy as np
 
 from tbdkit.adapters import load as load_adapter
 from tbdkit.describe import canonical
-from tbdkit.spec import catalog
+from tbdkit.spec import catalog, contract
 
 
 def describe(
@@ -62,13 +62,8 @@ def describe(
         )
         arrays = {f"{layer.name}/{k}": v for layer in layers for k, v in layer.params.items()}
         np.savez(save, **arrays, **outputs)  # type: ignore[arg-type]  # numpy's stub types **kwds as allow_pickle's bool
-    if isinstance(getattr(batch, "images", None), list):  # detection: images of their own sizes, or (EfficientDet)
-        # scaled and padded to the network's square input
-        shape = [3, hp["image_size"], hp["image_size"]] if "image_size" in hp else list(batch.images[0].shape)
-    elif hasattr(batch, "features") or hasattr(batch, "images"):
-        shape = list((batch.features if hasattr(batch, "features") else batch.images).shape[1:])
-    else:  # sentence pairs: source and target lengths (the target counts its </s>)
-        shape = [int(batch.source_lengths[0]), int(batch.target_lengths[0])]
+    # one sample's input, through the contract: the batch's first NumPy field, or data.py's own input_shape
+    shape = contract.input_shape(data, batch, hp)
     reference = {"input_shape": shape, "work": batch.work, "work_unit": model.throughput_unit.removesuffix("/s")}
     env = adapter.environment()
     return {

@@ -86,6 +86,11 @@ def _load(folder: Path) -> Model:
     )
 
 
+def model_in(folder: Path) -> Model:
+    """The model of one folder (its workload.toml and the files beside it), wherever the folder lies."""
+    return _load(folder)
+
+
 @lru_cache(maxsize=4)
 def _models(root: str) -> dict[str, Model]:
     found = {}

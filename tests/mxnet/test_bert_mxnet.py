@@ -43,5 +43,5 @@ def test_weight_decay_skips_layernorm_and_biases():
 
 @pytest.mark.parametrize("variant", [None, "squad"])
 def test_smoke_training_counts_its_steps(variant):
-    """LEARNING's runs (6 steps, the loss falls: tests/mxnet/test_every_model_mxnet.py) counted each step."""
+    """The learning check's runs (6 steps, the loss falls: tests/mxnet/test_every_model_mxnet.py) counted each step."""
     assert learned("bert", "mxnet", variant).trained.training.steps == 6

@@ -29,7 +29,7 @@ def test_parameter_count_is_torchvisions(smoke):
     # torchvision's published 44,401,393 (frozen batch norm) plus the 53 batch norms' gamma and beta
     # (2 x 26,560 channels), which train when there are no pretrained weights
     info = smoke.model_info()
-    assert info["parameters"] == 44_401_393 + 53_120  # tests/model_checks.py's SMOKE_PARAMETERS
+    assert info["parameters"] == 44_401_393 + 53_120  # workload.toml's [checks] smoke_parameters
     assert info["non_trainable_state"] == 53_120  # running mean and variance
 
 

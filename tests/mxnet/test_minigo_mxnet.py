@@ -45,5 +45,5 @@ def test_sgd_and_l2_come_from_the_hyperparameters():
 
 
 def test_smoke_training_counts_its_steps():
-    """LEARNING's run (6 steps, the loss falls: tests/mxnet/test_every_model_mxnet.py) counted each step."""
+    """The learning check's run (6 steps, the loss falls: tests/mxnet/test_every_model_mxnet.py) counted each step."""
     assert learned("minigo", "mxnet").trained.training.steps == 6

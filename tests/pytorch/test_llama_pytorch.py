@@ -100,16 +100,6 @@ def test_flops_of_a_training_step_match_palms_formula():
     assert not math.isnan(flops)
 
 
-def test_checks_table_matches_the_generated_tests_rows():
-    from model_checks import LEARNING, MATH_MODES, SMOKE_PARAMETERS
-
-    checks = TOML["checks"]
-    row = LEARNING["pytorch"]["llama"]
-    assert (row.batch_size, row.steps, row.factor) == tuple(checks["learning"]["pytorch"].values())
-    assert MATH_MODES["pytorch"]["llama"].modes == tuple(checks["math_modes"]["pytorch"]["modes"])
-    assert SMOKE_PARAMETERS["llama"] == checks["smoke_parameters"]
-
-
 def test_fp8_trains_through_torchaos_float8_layers_on_the_cpu():
     """--precision fp8: torchao's convert_to_float8_training swaps every linear layer but the output projection
     (the optimizer keeps the same Parameters), and a step runs through torch's float8 matmul on this CPU."""

@@ -71,7 +71,7 @@ def test_smoke_iterations_train_the_critic_per_slice_and_the_generator_once():
     hp = MODEL.hp("smoke")
     batch = next(DATA.batches("synthetic", hp, 2, seed=0))
     assert batch.samples == hp["critic_iters"] * 2 == batch.work
-    training = learned("wgan_gp", "pytorch").trained  # LEARNING's row: 2 steps of a batch of 2, the loss falls
+    training = learned("wgan_gp", "pytorch").trained  # [checks.learning]: 2 steps of a batch of 2, the loss falls
     steps = lambda opt: {int(s["step"]) for s in opt.state.values()}  # noqa: E731
     assert steps(training.c_optimizer) == {2 * hp["critic_iters"]} and steps(training.g_optimizer) == {2}
     assert all(p.requires_grad for p in training.model.parameters())

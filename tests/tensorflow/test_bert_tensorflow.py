@@ -48,6 +48,6 @@ def test_weight_decay_skips_layernorm_and_biases():
 
 
 def test_amp_computes_in_bfloat16_on_cpu():
-    """The amp step of MATH_MODES (finite: tests/tensorflow/test_every_model_tensorflow.py) ran in bfloat16."""
+    """The amp step of the math-mode check (finite: tests/tensorflow/test_every_model_tensorflow.py) ran in bfloat16."""
     a, _ = stepped("bert", "tensorflow")["amp"]
     assert a.training.model.pooler.compute_dtype == "bfloat16"

@@ -52,7 +52,7 @@ def test_math_modes():
 
 
 def test_amp_computes_in_bfloat16_on_cpu():
-    """The amp step of MATH_MODES (finite: tests/tensorflow/test_every_model_tensorflow.py) ran in bfloat16."""
+    """The amp step of the math-mode check (finite: tests/tensorflow/test_every_model_tensorflow.py) ran in bfloat16."""
     a, _ = stepped("deepspeech2", "tensorflow")["amp"]
     assert a.training.model.fc.compute_dtype == "bfloat16"
 

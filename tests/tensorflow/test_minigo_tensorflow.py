@@ -46,6 +46,6 @@ def test_l2_covers_every_kernel_and_no_bias():
 
 
 def test_amp_computes_in_bfloat16_on_cpu():
-    """The amp step of MATH_MODES (finite: tests/tensorflow/test_every_model_tensorflow.py) ran in bfloat16."""
+    """The amp step of the math-mode check (finite: tests/tensorflow/test_every_model_tensorflow.py) ran in bfloat16."""
     a, _ = stepped("minigo", "tensorflow")["amp"]
     assert a.training.model.policy_fc.compute_dtype == "bfloat16"

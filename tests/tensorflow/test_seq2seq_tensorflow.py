@@ -64,6 +64,6 @@ def test_parameters_match_the_hyperparameters():
 
 
 def test_amp_computes_in_bfloat16_on_cpu():
-    """The amp step of MATH_MODES (finite: tests/tensorflow/test_every_model_tensorflow.py) ran in bfloat16."""
+    """The amp step of the math-mode check (finite: tests/tensorflow/test_every_model_tensorflow.py) ran in bfloat16."""
     a, _ = stepped("seq2seq", "tensorflow")["amp"]
     assert a.training.model.project.compute_dtype == "bfloat16"

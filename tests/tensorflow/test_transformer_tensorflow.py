@@ -60,7 +60,7 @@ def test_learning_rate_follows_the_inverse_square_root_schedule():
 
 
 def test_smoke_training_reduces_the_loss():
-    """LEARNING's run (the loss falls: tests/tensorflow/test_every_model_tensorflow.py) starts near uniform."""
+    """The learning check's run (the loss falls: tests/tensorflow/test_every_model_tensorflow.py) starts near uniform."""
     run = learned("transformer", "tensorflow")
     hp, losses = run.hp, run.losses
     assert losses[0] == pytest.approx(math.log(hp["target_vocab_size"]), rel=0.15)  # near uniform at first

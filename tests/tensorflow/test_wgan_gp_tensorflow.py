@@ -40,7 +40,7 @@ def test_gradient_penalty_of_a_linear_critic():
 
 
 def test_smoke_iterations_train_the_critic_per_slice_and_the_generator_once():
-    run = learned("wgan_gp", "tensorflow")  # LEARNING's run: 2 steps of a batch of 2, the loss falls
+    run = learned("wgan_gp", "tensorflow")  # the learning check's run: 2 steps of a batch of 2, the loss falls
     hp, t = run.hp, run.trained.training
     assert hp["critic_iters"] > 1  # a critic step per slice, told from one per iteration
     assert (int(t.c_optimizer.iterations), int(t.g_optimizer.iterations)) == (2 * hp["critic_iters"], 2)

@@ -131,6 +131,12 @@ def reference_batch(hp: Hparams) -> Batch:
                    [synthetic_tokens(rng, tgt_len, int(hp["target_vocab_size"]), z)])
 
 
+def input_shape(batch: Batch, hp: Hparams) -> list[int]:
+    """One sentence pair's input as `tbdkit describe` reports it: its source and target lengths (the
+    target counts its </s>), of the batch's first pair."""
+    return [int(batch.source_lengths[0]), int(batch.target_lengths[0])]
+
+
 # --------------------------------------------------------------------------------------------
 # Tokenized parallel files
 

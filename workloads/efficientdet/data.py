@@ -21,3 +21,9 @@ def reference_batch(hp: dict) -> Batch:
     """The one sample FLOPs per sample are quoted for: a single synthetic image (seed 0), which every
     framework scales and pads to the network's square input (hp["image_size"])."""
     return next(synthetic_batches(hp, 1, seed=0))
+
+
+def input_shape(batch: Batch, hp: dict) -> list[int]:
+    """One sample's input as `tbdkit describe` reports it: the network's square input (hp["image_size"]),
+    which every framework scales and pads each image to, whatever the image's own size."""
+    return [3, int(hp["image_size"]), int(hp["image_size"])]

@@ -22,6 +22,7 @@ SYNTHETIC = _text.SYNTHETIC
 batches, check_source = _text.entry_points("IWSLT15 en-vi")
 synthetic_batches = _text.synthetic_batches
 reference_batch = _text.reference_batch
+input_shape = _text.input_shape
 Hparams = Mapping[str, Any]
 
 

@@ -15,3 +15,4 @@ SYNTHETIC = _text.SYNTHETIC
 batches, check_source = _text.entry_points("WMT14 en-de")
 synthetic_batches = _text.synthetic_batches
 reference_batch = _text.reference_batch
+input_shape = _text.input_shape

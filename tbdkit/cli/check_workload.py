@@ -1,0 +1,38 @@
+"""`tbdkit check-workload DIR|MODEL`: a model folder against the contract and the checks every built-in model
+passes, as a table of what passed, failed or was skipped and why; exit 1 on a failure."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from tbdkit.bench import check_workload as checks
+from tbdkit.cli.console import console
+
+STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
+
+
+def check_workload(
+    target: Annotated[str, typer.Argument(help="a model folder (holding workload.toml) or a model's name")],
+    framework: Annotated[str | None, typer.Option("--framework", "-f", help="one framework (default: each)")] = None,
+    graph: Annotated[str, typer.Option(help="standard | compiled (compiled also runs the compiled and bf16 steps)")] = (
+        "standard"
+    ),
+) -> None:
+    """Check a workload folder: the contract, its parameter count, a few steps that lower the loss, each math mode,
+    only model code in its files; with --graph compiled, the compiled and bf16 steps; its frameworks' networks."""
+    if graph not in ("standard", "compiled"):
+        raise typer.BadParameter("choose standard or compiled", param_hint="--graph")
+    outcomes = checks.check(target, framework, graph)
+    table = Table(title=f"check-workload {target}")
+    for column in ("check", "framework", "result", "why"):
+        table.add_column(column, overflow="fold")
+    for o in outcomes:
+        status = o["status"]
+        table.add_row(Text(o["check"]), Text(o["framework"]), Text(status, style=STYLE[status]), Text(o["detail"]))
+    console.print(table)
+    if checks.failed(outcomes):
+        raise typer.Exit(1)
