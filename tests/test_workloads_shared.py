@@ -59,7 +59,7 @@ def test_the_reports_model_families_come_from_each_workload_toml(tmp_path, monke
     monkeypatch.setenv("TBDKIT_WORKLOADS", str(tmp_path))
     assert runs.layer_family("RNN", "LSTM") == {"gru_net", "lstm_net"} and runs.layer_family("LSTM") == {"lstm_net"}
     monkeypatch.delenv("TBDKIT_WORKLOADS")
-    assert runs.RNN_MODELS == {"deepspeech2", "seq2seq"} and runs.LSTM_MODELS == {"seq2seq"}
+    assert runs.rnn_models() == {"deepspeech2", "seq2seq"} and runs.lstm_models() == {"seq2seq"}
 
 
 def test_a_workload_toml_without_its_dominant_layer_is_one_clear_error(tmp_path, monkeypatch) -> None:
