@@ -210,6 +210,7 @@ def execute(spec: RunSpec, run_dir: Path) -> int:
             threads=(budget.intra_op, budget.inter_op),
             # --graph compiled: the adapter compiles its train step (standard is each framework's default)
             **({"graph": spec.graph} if spec.graph != "standard" else {}),
+            **({"parallel": spec.parallel} if spec.parallel != "ddp" else {}),  # FSDP2 (PyTorch)
             # several replicas in this one process (--one-process): MirroredStrategy, MXNet's device kvstore
             **({"replicas": spec.replicas_per_process} if spec.replicas_per_process > 1 else {}),
         )

@@ -11,7 +11,7 @@ from rich.table import Table
 from tbdkit.analysis import cost
 from tbdkit.bench.plan import parse_batches, plan, prepare
 from tbdkit.bench.run_list import run_all
-from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, ResultsOpt, check_cpus, cost_table
+from tbdkit.cli.common import CpusOpt, ParallelOpt, PinOpt, PriceOpt, ResultsOpt, check_cpus, cost_table
 from tbdkit.cli.console import console, convergence_table, results_table, styled
 from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.core.paths import default_results_dir
@@ -74,6 +74,7 @@ def bench(
             "the `device` kvstore), as the paper's single-machine runs did",
         ),
     ] = False,
+    parallel: ParallelOpt = "ddp",
     data: Annotated[str, typer.Option(help="'synthetic' or the path of the real dataset")] = "synthetic",
     seed: Annotated[int, typer.Option(help="random seed (recorded in env.json)")] = 0,
     max_measure_s: Annotated[float | None, typer.Option(help="cap on the sample window, seconds")] = None,
@@ -122,6 +123,7 @@ def bench(
             gpus_per_node=gpus_per_node,
             link_rate=link_rate,
             one_process=one_process,
+            parallel=parallel,
             cpus=check_cpus(cpus),
             pin=pin,
         )
