@@ -73,6 +73,7 @@ LONGEST_FIRST: dict[str, float] = {
     "test_sweep_cli.py": 346,
     "test_every_cell_benches.py": 270,  # 307 s with Inception-v3 benched on TensorFlow (71 s)
     "test_frameworks.py": 254,
+    "test_fsdp.py": 194,  # two Llama jobs of 2 gloo workers (FSDP2, DDP), on a busy machine
     "test_as_typed.py": 159,
     "test_distributed.py": 152,
     "test_vision_frameworks.py": 140,

@@ -244,6 +244,7 @@ class PyTorchAdapter:
         graph: str = "standard",
         compile_backend: str | None = None,
         compile_cache: str = "private",
+        parallel: str = "ddp",
     ) -> None:
         self.threads = set_threads(threads)
         seed_everything(seed)
@@ -255,7 +256,12 @@ class PyTorchAdapter:
         self.cudnn_benchmark, self.cudnn_benchmark_reason = cudnn_benchmark(hp)
         torch.backends.cudnn.benchmark = self.cudnn_benchmark and self.cuda_index is not None
         self.precision = Precision(precision, self.device)
-        self.workload = workload
+        self.workload, self.hp, self.parallel = workload, hp, parallel
+        if parallel == "fsdp":
+            from tbdkit.adapters.pytorch_fsdp import supports
+
+            if not supports(workload):
+                raise RuntimeError("--parallel fsdp: this workload names no layers to shard (shard_units); use ddp")
         self.training = workload.build(hp, self.device)
         self.float8 = None
         if precision == "fp8":
@@ -273,6 +279,7 @@ class PyTorchAdapter:
         )
         self._train_step = self.compiled.step if self.compiled is not None else workload.train_step
         self.comm: CommTimer | None = None
+        self.comm_reason: str | None = None
         self.backend: str | None = None
         self._sync: Callable[[], None] = (
             (lambda: torch.cuda.synchronize(self.device)) if self.cuda_index is not None else (lambda: None)
@@ -322,12 +329,19 @@ class PyTorchAdapter:
     # Data parallelism: one worker of a torchrun job (tbdkit.agent.distributed).
     def join(self, world_size: int) -> None:
         """Join the job's process group (NCCL on GPUs, gloo on CPUs) and wrap the model in
-        DistributedDataParallel, its all-reduces timed by a communication hook."""
+        DistributedDataParallel, its all-reduces timed by a communication hook; or, under --parallel fsdp,
+        shard it with FSDP2 (tbdkit.adapters.pytorch_fsdp)."""
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
 
         self.backend = "nccl" if self.cuda_index is not None else "gloo"
         dist.init_process_group(self.backend, timeout=dt.timedelta(seconds=120))
+        if self.parallel == "fsdp":
+            from tbdkit.adapters.pytorch_fsdp import shard
+
+            shard(self.training, self.workload, self.hp, self.device)
+            self.comm_reason = "FSDP2's all-gathers and reduce-scatters run inside its own hooks: not timed"
+            return
         ddp = DistributedDataParallel(
             self.training.model, device_ids=[self.cuda_index] if self.cuda_index is not None else None
         )
@@ -360,12 +374,18 @@ class PyTorchAdapter:
 
     def model_info(self) -> dict[str, Any]:
         model = self.training.model
-        return {
+        info = {
             "parameters": sum(p.numel() for p in model.parameters()),
             "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "parameter_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
             "non_trainable_state": sum(b.numel() for b in model.buffers()),
+            "parallel": self.parallel,
         }
+        if self.parallel == "fsdp":
+            from tbdkit.adapters.pytorch_fsdp import sharded_info
+
+            info |= sharded_info(model)
+        return info
 
     def memory(self) -> dict[str, Any]:
         if self.cuda_index is None:

@@ -293,6 +293,7 @@ def _load_adapter(run: Run, budget: cpus.Budget) -> None:
         # --graph compiled: the adapter compiles its train step (standard is each framework's default)
         **({"graph": spec.graph} if spec.graph != "standard" else {}),
         **({"compile_cache": spec.compile_cache} if spec.compile_cache != "private" else {}),
+        **({"parallel": spec.parallel} if spec.parallel != "ddp" else {}),  # FSDP2 (PyTorch)
         # several replicas in this one process (--one-process): MirroredStrategy, MXNet's device kvstore
         **({"replicas": spec.replicas_per_process} if spec.replicas_per_process > 1 else {}),
     )

@@ -18,6 +18,7 @@ from tbdkit.cli.common import (
     CpusOpt,
     GraphOpt,
     OneProcessOpt,
+    ParallelOpt,
     PinOpt,
     PrecisionOpt,
     PriceOpt,
@@ -71,6 +72,7 @@ def bench(
     ] = 1,
     link_rate: Annotated[str | None, typer.Option(help="shape each node's link, e.g. 1gbit (--launcher netns)")] = None,
     one_process: OneProcessOpt = False,
+    parallel: ParallelOpt = "ddp",
     data: Annotated[str, typer.Option(help="'synthetic' or the path of the real dataset")] = "synthetic",
     seed: Annotated[int, typer.Option(help="random seed (recorded in env.json)")] = 0,
     max_measure_s: Annotated[float | None, typer.Option(help="cap on the sample window, seconds")] = None,
@@ -99,6 +101,7 @@ def bench(
     fields: dict[str, Any] = {"precision": precision, "graph": graph, "variant": variant, "seed": seed}
     fields["compile_cache"] = compile_cache
     fields |= {"nodes": nodes, "gpus_per_node": gpus_per_node, "link_rate": link_rate, "one_process": one_process}
+    fields["parallel"] = parallel
     fields |= {"memory_limit_mb": memory_limit_mb, "cpus": check_cpus(cpus), "pin": pin, "device": device}
     fields["measure"] = {k: v for k, v in caps.items() if v is not None}
 

@@ -15,6 +15,13 @@ from tbdkit.core.errors import UserError
 from tbdkit.spec import catalog
 
 ResultsOpt = Annotated[Path, typer.Option("--results", "-r", help="results folder")]
+ParallelOpt = Annotated[
+    str,
+    typer.Option(
+        help="PyTorch data-parallel jobs: ddp (each worker holds the whole model) | fsdp (FSDP2 shards parameters, "
+        "gradients and optimizer state over the workers; llama)"
+    ),
+]
 CpusOpt = Annotated[
     int | None,
     typer.Option(

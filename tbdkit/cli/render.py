@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from tbdkit.cli.common import ParallelOpt
 from tbdkit.cli.console import console
 from tbdkit.core.errors import UserError
 from tbdkit.launch.render import TARGETS, write
@@ -31,6 +32,7 @@ def render(
     preset: Annotated[str, typer.Option(help="smoke | paper")] = "paper",
     nodes: Annotated[int, typer.Option(help="machines")] = 2,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs (workers) per machine")] = 1,
+    parallel: ParallelOpt = "ddp",
     image: Annotated[str | None, typer.Option(help="container image (default: the kit's image of the stack)")] = None,
     out: Annotated[
         Path,
@@ -64,6 +66,7 @@ def render(
         launcher=launchers.resolve(launchers.AUTO, nodes),
         nodes=nodes,
         gpus_per_node=gpus_per_node,
+        parallel=parallel,
     )
     path = write(run_spec, target, out, image=image)
     console.print(

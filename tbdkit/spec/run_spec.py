@@ -102,6 +102,9 @@ TF_DATA_PARALLEL_MODELS = frozenset({"inception_v3", "resnet50"})
 # replica (workloads/_shared/keras_classifier.py, gluon_classifier.py).
 ONE_PROCESS_MODELS = TF_DATA_PARALLEL_MODELS
 ONE_PROCESS_FRAMEWORKS = ("tensorflow", "mxnet")
+# The models whose PyTorch workload names the layers FSDP2 shards (`shard_units`) and builds its optimizer over
+# the sharded parameters (`optimize`): --parallel fsdp (tbdkit.adapters.pytorch_fsdp).
+FSDP_MODELS = frozenset({"llama"})
 
 
 def link_bits(rate: str) -> int:
@@ -201,6 +204,11 @@ class RunSpec(BaseModel):
     # PyTorch: DDP through torchrun; TensorFlow: MultiWorkerMirroredStrategy; MXNet: kvstore dist_sync.
     nodes: int = Field(1, ge=1, le=MAX_NODES)
     gpus_per_node: int = Field(1, ge=1, le=MAX_GPUS_PER_NODE)
+    parallel: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="PyTorch jobs: ddp replicates the model on each worker (DistributedDataParallel); fsdp shards "
+        "parameters, gradients and optimizer state over the workers (FSDP2's fully_shard)",
+    )
     link_rate: str | None = Field(
         None, description="shape each node's link to this rate with tc (netns launcher), e.g. 1gbit"
     )
@@ -274,9 +282,20 @@ class RunSpec(BaseModel):
             raise ValueError("link_rate: shaping the link needs --launcher netns")
         if self.one_process:
             self._check_one_process()
+        if self.parallel == "fsdp":
+            self._check_fsdp()
         if self.precision == "fp8" and self.framework != "pytorch":
             raise ValueError("precision: fp8 trains through PyTorch's torchao float8 layers; use --framework pytorch")
         return self
+
+    def _check_fsdp(self) -> None:
+        if self.framework != "pytorch" or self.model not in FSDP_MODELS:
+            raise ValueError(
+                f"parallel: fsdp (PyTorch's FSDP2) is built for {', '.join(sorted(FSDP_MODELS))} on PyTorch; "
+                f"run {self.model} on {self.framework} with --parallel ddp"
+            )
+        if self.world_size < 2:
+            raise ValueError("parallel: fsdp shards over the workers of a job: use --gpus-per-node 2 or more")
 
     def _check_one_process(self) -> None:
         if self.framework not in ONE_PROCESS_FRAMEWORKS:

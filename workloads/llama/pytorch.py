@@ -66,13 +66,24 @@ class Training:
     max_grad_norm: float
 
 
-def build(hp: dict[str, Any], device: torch.device) -> Training:
-    model = make_model(hp).to(device)
+def optimize(hp: dict[str, Any], model: nn.Module) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """AdamW and its schedule over the model's Parameters as they are now: FSDP2 (--parallel fsdp) replaces them
+    with sharded DTensors, so the kit builds these again after sharding."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=hp["learning_rate"], betas=(hp["adam_beta1"], hp["adam_beta2"]),
                                   eps=hp["adam_epsilon"], weight_decay=hp["weight_decay"])
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, warmup_cosine(hp["warmup_steps"], hp["num_train_steps"], hp["min_lr_ratio"]))
-    return Training(model, optimizer, schedule, hp["max_grad_norm"])
+    return optimizer, schedule
+
+
+def shard_units(model: nn.Module) -> list[nn.Module]:
+    """The modules FSDP2 shards one by one before the whole model (--parallel fsdp): the decoder layers, as torchtitan."""
+    return list(model.model.layers)
+
+
+def build(hp: dict[str, Any], device: torch.device) -> Training:
+    model = make_model(hp).to(device)
+    return Training(model, *optimize(hp, model), hp["max_grad_norm"])
 
 
 def to_device(batch: Any, device: torch.device) -> dict[str, torch.Tensor]:
