@@ -127,7 +127,7 @@ def test_max_point_lowers_itself_when_its_measured_run_runs_out(tmp_path):
 
 
 @pytest.mark.parametrize("over, words", [
-    ({"precisions": ["fp16"]}, ["precisions.0", "'fp32', 'tf32', 'amp' or 'bf16'"]),
+    ({"precisions": ["fp16"]}, ["precisions.0", "'fp32', 'tf32', 'amp', 'bf16' or 'fp8'"]),
     ({"batches": [0]}, ["batches", "whole numbers from 1 to 65,536 or 'max'"]),
     ({"batches": [2**62]}, ["batches", "whole numbers from 1 to 65,536 or 'max'"]),
     ({"batches": list(range(1, 100))}, ["batches", "at most 64 of them"]),

@@ -83,7 +83,13 @@ TENSOR_METHOD = (
 
 AGENT_NEEDS = ("torch", "torchvision", "numpy", "psutil", "pydantic", "pynvml")
 # Modules a model's PyTorch workload imports beyond the agent's (pyproject's pytorch extra installs them).
-MODEL_NEEDS = {"a3c": ("gymnasium", "ale_py"), "bert": ("transformers",), "efficientdet": ("effdet",)}
+MODEL_NEEDS = {
+    "a3c": ("gymnasium", "ale_py"),
+    "bert": ("transformers",),
+    "efficientdet": ("effdet",),
+    "llama": ("transformers",),
+    "dit": ("diffusers",),
+}
 PIP_NAMES = {"pynvml": "nvidia-ml-py", "ale_py": "ale-py"}
 
 
