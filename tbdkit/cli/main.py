@@ -25,6 +25,7 @@ from tbdkit.cli import (
     render,
     report,
     runs,
+    slurm,
     sweep,
 )
 from tbdkit.cli.common import friendly
@@ -56,6 +57,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "reference": reference.reference,
     "compare": compare.compare,
     "kick-the-tires": kick.kick_the_tires,
+    "gather": slurm.gather,
 }
 GROUPS: dict[str, typer.Typer] = {"images": images.app, "data": data.app}
 
