@@ -146,6 +146,7 @@ def render(
 
 
 def write(spec: RunSpec, target: str, out_dir: Path, **kwargs: object) -> Path:
+    spec = spec.model_copy(update={"rendered_for": target})  # spec.json says what it was written for
     text = render(spec, target, **kwargs)  # type: ignore[arg-type]  # checked before anything is written
     beside = {name: render(spec, target, template=t, **kwargs) for name, t in EXTRA.get(target, {}).items()}  # type: ignore[arg-type]
     out_dir.mkdir(parents=True, exist_ok=True)

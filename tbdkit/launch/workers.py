@@ -34,6 +34,8 @@ def name_failed_workers(
         return summary["status"], summary
     codes: dict[int, int] = {}
     for log in rd.worker_logs():
+        if not log.is_file():  # a rendered job's node 0 writes no log.txt: its output is the scheduler's
+            continue
         for rank, _, code in _REPORT.findall(log.read_text(errors="replace")):
             codes.setdefault(int(rank), int(code))
     node = {r: r // spec.gpus_per_node for r in range(spec.world_size)}

@@ -163,6 +163,9 @@ class RunSpec(BaseModel):
     variant: str | None = Field(None, description="one of the model's [setting.<name>] tables, under the preset")
     device: str = "auto"
     launcher: Launcher = "native"
+    # the `tbdkit render` target the job's files were written for (slurm, k8s, compose, torchrun); None when a
+    # launcher of the kit started it
+    rendered_for: Literal["torchrun", "slurm", "k8s", "compose"] | None = None
     data: str = "synthetic"
     seed: int = 0
     memory_limit_mb: int | None = Field(
