@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -128,16 +129,16 @@ def test_two_node_tensorflow_and_mxnet(slurm, tmp_path, framework, backend):
     assert json.loads((run_dir / "workers" / "rank1" / "summary.json").read_text())["status"] in MEASURED
 
 
-def _started(proc: subprocess.Popen, word: str, timeout: float = 400) -> str:
-    """stderr until `word` shows (the live progress), read without blocking the run."""
-    seen, deadline = "", time.monotonic() + timeout
+def _started(proc: subprocess.Popen, word: str, timeout: float = 600) -> list[str]:
+    """Wait until `word` shows in the live progress (stderr), read by a thread; the rest is read on."""
+    lines: list[str] = []
     assert proc.stderr is not None
-    os.set_blocking(proc.stderr.fileno(), False)
-    while word not in seen and time.monotonic() < deadline and proc.poll() is None:
-        seen += proc.stderr.read() or ""
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()  # type: ignore[arg-type]
+    deadline = time.monotonic() + timeout
+    while not any(word in line for line in lines) and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.5)
-    assert word in seen, seen
-    return seen
+    assert any(word in line for line in lines), "".join(lines)
+    return lines
 
 
 def test_ctrl_c_in_warm_up_cancels_the_job(slurm, tmp_path):
@@ -146,7 +147,8 @@ def test_ctrl_c_in_warm_up_cancels_the_job(slurm, tmp_path):
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm.env)
     _started(proc, "warm-up")
     proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=300)
+    out = proc.stdout.read()  # type: ignore[union-attr]
+    proc.wait(timeout=300)
     (s,) = json.loads(out)
     assert proc.returncode == 130 and s["status"] == "interrupted", s.get("error")
     assert "scancel" in s["error"] and queue_empty(slurm)
@@ -168,7 +170,8 @@ def test_a_node_killed_mid_run_fails_the_job_naming_it(slurm, tmp_path):
     try:
         _started(proc, "warm-up")
         slurm.kill_node(1)
-        out, _ = proc.communicate(timeout=300)
+        out = proc.stdout.read()  # type: ignore[union-attr]
+        proc.wait(timeout=300)
     finally:
         if "n1" not in slurm.daemons:
             slurm.start_slurmd(1)  # the machine comes back (ReturnToService=2) for the tests after this one
