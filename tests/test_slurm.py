@@ -78,7 +78,7 @@ def test_one_node_bench(slurm, tmp_path):
     assert s["slurm"]["state"] == "COMPLETED" and s["slurm"]["nodes"] == "n0"
     run_dir = complete(results, s)
     assert "# Slurm job" in (run_dir / "log.txt").read_text()
-    assert "phase" in proc.stderr  # the agent's events reached the live progress
+    assert "warm-up" in proc.stderr and "measuring" in proc.stderr  # the agent's events reached the live progress
 
 
 def _shape(path: Path) -> object:
@@ -145,10 +145,14 @@ def test_ctrl_c_in_warm_up_cancels_the_job(slurm, tmp_path):
     results = tmp_path / "results"
     cmd = command(results, "pytorch", "--max-warmup-s", "600")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm.env)
-    _started(proc, "warm-up")
-    proc.send_signal(signal.SIGINT)
-    out = proc.stdout.read()  # type: ignore[union-attr]
-    proc.wait(timeout=300)
+    try:
+        _started(proc, "warm-up")
+        proc.send_signal(signal.SIGINT)
+        out = proc.stdout.read()  # type: ignore[union-attr]
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
     (s,) = json.loads(out)
     assert proc.returncode == 130 and s["status"] == "interrupted", s.get("error")
     assert "scancel" in s["error"] and queue_empty(slurm)
@@ -173,6 +177,8 @@ def test_a_node_killed_mid_run_fails_the_job_naming_it(slurm, tmp_path):
         out = proc.stdout.read()  # type: ignore[union-attr]
         proc.wait(timeout=300)
     finally:
+        if proc.poll() is None:
+            proc.kill()
         if "n1" not in slurm.daemons:
             slurm.start_slurmd(1)  # the machine comes back (ReturnToService=2) for the tests after this one
     (s,) = json.loads(out)
