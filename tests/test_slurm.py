@@ -23,6 +23,7 @@ from tbdkit.results.index import Index
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 from tests.slurm_cluster import Cluster, cluster
 
+pytestmark = pytest.mark.slow  # real training loops, through a real scheduler
 ROOT = Path(__file__).resolve().parents[1]
 TBDKIT = ".venv/bin/tbdkit"
 FAST = ["--preset", "smoke", "--device", "cpu", "--batch", "2", "--max-warmup-s", "3", "--max-measure-s", "6"]
