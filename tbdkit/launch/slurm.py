@@ -357,11 +357,16 @@ class SlurmLauncher(StackLauncher):
         return summary
 
 
-class Submitted(Exception):
-    """--no-wait: the job is submitted and the command returns; `tbdkit gather JOBID` finishes it."""
+class Submitted(UserError):
+    """--no-wait: the job is submitted and the command returns; `tbdkit gather JOBID` finishes it. `tbdkit bench`
+    says so and goes on; any other command stops with this sentence (a sweep follows its points' jobs)."""
 
     def __init__(self, job: Job, run_dir: Path) -> None:
-        super().__init__(f"Slurm job {job.job_id} submitted for {run_dir}")
+        super().__init__(
+            f"Slurm job {job.job_id} was submitted without waiting (--no-wait, or wait = false in slurm.toml): "
+            f"`tbdkit gather {job.job_id} --results {run_dir.parent}` finishes its run folder; set wait = true "
+            "for a sweep."
+        )
         self.job, self.run_dir = job, run_dir
 
 
