@@ -61,8 +61,8 @@ def run_all(
 def gather(job_id: str, results: Path, quiet_stdout: bool = False) -> dict[str, Any]:
     """A Slurm job submitted with --no-wait: followed to its end (at once if it ended), its run folder
     finished as a followed job's is, and indexed."""
-    slurm.preflight()
     run_dir, job = slurm.find_job(results, job_id)
+    slurm.preflight()
     spec = specs.load(RunDir(run_dir).spec)
     chosen = LAUNCHERS["slurm"]
     assert isinstance(chosen, slurm.SlurmLauncher)
