@@ -19,6 +19,8 @@ _REPORT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcod
 def name_failed_workers(
     run_dir: Path, spec: RunSpec, exit_code: int, summary: dict[str, Any]
 ) -> tuple[str, dict[str, Any]]:
+    if summary.get("failed_worker"):  # named already (a rendered job's own finishing step): said once
+        return summary["status"], summary
     rd = RunDir(run_dir)
     missing, failed = [], []
     for rank in range(spec.world_size):
