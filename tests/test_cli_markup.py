@@ -47,6 +47,9 @@ BASE: dict[str, dict[str, str]] = {
     "images lock": {"names": "pytorch"},
     "data prepare": {"model": "deepspeech2", "source": "{work}", "preset": "smoke"},
     "kick-the-tires": {"device": "cpu", "framework": "pytorch", "results": "{work}/k"},
+    "gather": {"job_id": "1", "results": "{work}/r"},  # no such job there: one sentence naming both
+    # a folder that holds no workload.toml: refused on the host, before any stack starts
+    "check-workload": {"target": "{work}", "framework": "pytorch", "graph": "standard"},
 }
 # Text parameters not driven here, and why: each would do real work before it printed the text.
 NOT_DRIVEN = {("calibrate", "results"): "the probes run for a minute before the results folder is written",

@@ -12,7 +12,7 @@ from tbdkit.report import reference_table
 runner = CliRunner()
 EXPECTED = {"bench", "list", "sweep", "show", "runs", "report", "bundle", "reproduce", "render", "describe",
             "overhead", "doctor", "setup", "calibrate", "reference", "compare", "kick-the-tires", "images", "data",
-            "check-workload"}
+            "check-workload", "gather"}
 
 
 def test_every_command_is_registered_once_under_its_name():

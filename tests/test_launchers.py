@@ -20,7 +20,7 @@ from tbdkit.spec import launchers
 from tbdkit.spec import run_spec as specs
 
 ROOT = Path(__file__).resolve().parent.parent / "tbdkit"
-NAMES = {"native", "docker", "netns"}
+NAMES = {"native", "docker", "netns", "slurm"}
 
 
 def test_every_launcher_is_one_row_of_each_table():
@@ -32,8 +32,8 @@ def test_the_auto_rule():
     assert launchers.resolve("auto") == "native" and launchers.resolve("auto", nodes=2) == "netns"
     assert launchers.resolve("docker", nodes=2) == "docker"  # the spec refuses it, naming why
     assert launch.get("auto", 2).name == "netns"
-    with pytest.raises(UserError, match="Unknown launcher 'slurm'"):
-        launch.get("slurm")
+    with pytest.raises(UserError, match="Unknown launcher 'k8s'"):
+        launch.get("k8s")
 
 
 def test_only_the_launcher_tables_ask_for_a_launcher_by_name():

@@ -28,7 +28,7 @@ def test_defaults_and_preset_policy():
     ({"precision": "fp8", "framework": "tensorflow"}, ["precision: fp8 trains through PyTorch's torchao", "--framework pytorch"]),
     ({"graph": "jit"}, ["graph", "'standard' or 'compiled'"]),
     ({"preset": "huge"}, ["preset", "'smoke', 'paper' or 'converge'"]),
-    ({"launcher": "slurm"}, ["launcher", "'native', 'docker' or 'netns'"]),
+    ({"launcher": "k8s"}, ["launcher", "'native', 'docker', 'netns' or 'slurm'"]),
     ({"device": "tpu"}, ["device", "auto, cpu, cuda or cuda:N"]),
     ({"data": "/no/such/LibriSpeech"}, ["data", "/no/such/LibriSpeech", "does not exist"]),
     ({"measure": {"target_ci": 2}}, ["measure.target_ci"]),

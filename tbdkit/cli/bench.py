@@ -13,6 +13,7 @@ from rich.text import Text
 from tbdkit.analysis import cost
 from tbdkit.bench.plan import Plan, parse_batches, plan, prepare
 from tbdkit.bench.run_list import run_all
+from tbdkit.cli import slurm
 from tbdkit.cli.common import (
     CompileCacheOpt,
     CpusOpt,
@@ -64,7 +65,7 @@ def bench(
     ] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
     launcher: Annotated[
-        str, typer.Option(help="auto (netns for several nodes, else native) | native | docker | netns")
+        str, typer.Option(help="auto (netns for several nodes, else native) | native | docker | netns | slurm")
     ] = "auto",
     nodes: Annotated[int, typer.Option(help="machines of a data-parallel job (with --launcher netns here)")] = 1,
     gpus_per_node: Annotated[
@@ -90,9 +91,17 @@ def bench(
     setup: Annotated[bool, typer.Option("--setup/--no-setup", help="install missing framework stacks first")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
     price_per_hour: PriceOpt = None,
+    partition: slurm.PartitionOpt = None,
+    account: slurm.AccountOpt = None,
+    time_limit: slurm.TimeLimitOpt = None,
+    sbatch: slurm.SbatchOpt = None,
+    container_image: slurm.ContainerOpt = None,
+    wait: slurm.WaitOpt = True,
+    slurm_config: slurm.ConfigOpt = None,
 ) -> None:
     """Train MODEL on each framework and batch size, measuring throughput and utilization."""
     prices = cost.resolve(price_per_hour)  # a wrong price is said before anything runs
+    slurm.configure(partition, account, time_limit, sbatch, container_image, wait, slurm_config)
     p = plan(model, framework, preset, device, launcher, nodes, data)
     hp = p.hp(variant)
     batches = parse_batches(batch) or [int(hp["default_batch"])]

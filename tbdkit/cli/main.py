@@ -26,6 +26,7 @@ from tbdkit.cli import (
     render,
     report,
     runs,
+    slurm,
     sweep,
 )
 from tbdkit.cli.common import friendly
@@ -58,6 +59,7 @@ COMMANDS: dict[str, Callable[..., Any]] = {
     "reference": reference.reference,
     "compare": compare.compare,
     "kick-the-tires": kick.kick_the_tires,
+    "gather": slurm.gather,
 }
 GROUPS: dict[str, typer.Typer] = {"images": images.app, "data": data.app}
 

@@ -33,7 +33,13 @@ def render(
     nodes: Annotated[int, typer.Option(help="machines")] = 2,
     gpus_per_node: Annotated[int, typer.Option(help="GPUs (workers) per machine")] = 1,
     parallel: ParallelOpt = "ddp",
-    image: Annotated[str | None, typer.Option(help="container image (default: the kit's image of the stack)")] = None,
+    image: Annotated[
+        str | None,
+        typer.Option(
+            help="container image (default: the kit's image of the stack); for slurm, the job runs it through "
+            "pyxis/enroot, and without it runs the stack's venv from a path the nodes share"
+        ),
+    ] = None,
     out: Annotated[
         Path,
         typer.Option(
@@ -54,7 +60,7 @@ def render(
         )
     outputs.check_folder(out, "-o")
     hp = catalog.get(model).hp(preset)
-    # Validated as a job on real machines; the launcher field is not used by rendered files.
+    # Validated as a job on real machines; spec.json records the target (rendered_for) and, for Slurm, the launcher.
     run_spec = specs.build(
         model=model,
         framework=framework,
@@ -63,12 +69,12 @@ def render(
         graph=graph,
         preset=preset,
         device="auto",
-        launcher=launchers.resolve(launchers.AUTO, nodes),
+        launcher=target if target in launchers.LAUNCHERS else launchers.resolve(launchers.AUTO, nodes),
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         parallel=parallel,
     )
-    path = write(run_spec, target, out, image=image)
+    path = write(run_spec, target, out, image=image, native=image is None)
     console.print(
         f"wrote {path} and {out / runfiles.SPEC} ({nodes} node(s) x {gpus_per_node} worker(s), "
         f"per-worker batch {run_spec.batch_size})",

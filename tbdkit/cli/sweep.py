@@ -98,7 +98,9 @@ def sweep(
     repeat: Annotated[int, typer.Option(help="runs per grid point (their spread is reported)")] = 1,
     preset: Annotated[str, typer.Option(help="smoke | paper | auto (paper with a GPU, else smoke)")] = "auto",
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:N")] = "auto",
-    launcher: Annotated[str, typer.Option(help="native | docker (auto: native)")] = "native",
+    launcher: Annotated[
+        str, typer.Option(help="native | docker | slurm (settings from slurm.toml; auto: native)")
+    ] = "native",
     data: Annotated[str, typer.Option(help="'synthetic' or the path of the real dataset")] = "synthetic",
     seed: Annotated[int, typer.Option(help="random seed")] = 0,
     cv_limit: Annotated[float, typer.Option(help="flag a point unstable above this coefficient of variation")] = 0.05,

@@ -12,6 +12,7 @@ from tbdkit.launch.docker import DockerLauncher
 from tbdkit.launch.native import NativeLauncher
 from tbdkit.launch.netns import NetnsLauncher
 from tbdkit.launch.outcome import Outcome, finalize, new_run_dir
+from tbdkit.launch.slurm import SlurmLauncher
 from tbdkit.results import files as runfiles
 from tbdkit.results.rundir import RunDir
 from tbdkit.spec import launchers
@@ -21,6 +22,7 @@ LAUNCHERS: dict[str, Launcher] = {
     "native": NativeLauncher(),
     "docker": DockerLauncher(),
     "netns": NetnsLauncher(),
+    "slurm": SlurmLauncher(),
 }
 
 
@@ -56,11 +58,17 @@ def launch(spec: RunSpec, results: Path, on_event: EventHandler, launcher: Launc
     run_dir = new_run_dir(results, spec)
     on_event({"event": "run_dir", "run_dir": str(run_dir)})  # a sweep records it before the run goes on
     exit_code = start(spec, run_dir, on_event, chosen)
+    return conclude(spec, run_dir, exit_code, on_event, chosen)
+
+
+def conclude(spec: RunSpec, run_dir: Path, exit_code: int, on_event: EventHandler, chosen: Launcher) -> Outcome:
+    """After the agent (or the job) ended: its run folder's summary finished, the failed worker named,
+    then what only the launcher knows."""
     by_agent = RunDir(run_dir).summary.is_file()
     status, summary = finalize(run_dir, spec, exit_code, on_event)
-    summary = chosen.finish(spec, run_dir, exit_code, summary, by_agent)
     if spec.processes > 1:
         from tbdkit.launch.workers import name_failed_workers
 
         status, summary = name_failed_workers(run_dir, spec, exit_code, summary)
-    return Outcome(run_dir, status, summary)
+    summary = chosen.finish(spec, run_dir, exit_code, summary, by_agent)  # last: what only the launcher knows
+    return Outcome(run_dir, summary.get("status", status), summary)

@@ -154,13 +154,19 @@ def _write_mllog(run_dir: Path, spec: RunSpec, summary: dict[str, Any], on_event
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m tbdkit.launch.outcome --run-dir D --exit-code N`: finish the run folder of a job that a
-    rendered script launched (torchrun.sh) as the kit's launchers finish theirs."""
+    rendered script launched (torchrun.sh, the Slurm job) as the kit's launchers finish theirs."""
     parser = argparse.ArgumentParser(prog="python -m tbdkit.launch.outcome", description=main.__doc__)
     parser.add_argument("--run-dir", type=Path, required=True, help="the run folder, holding its spec.json")
     parser.add_argument("--exit-code", type=int, required=True, help="the job's exit code on this node")
     args = parser.parse_args(argv)
     spec = specs.load(RunDir(args.run_dir).spec)
-    status, _ = finalize(args.run_dir, spec, args.exit_code, lambda e: print(e.get("message", e), file=sys.stderr))
+    status, summary = finalize(
+        args.run_dir, spec, args.exit_code, lambda e: print(e.get("message", e), file=sys.stderr)
+    )
+    if spec.processes > 1:  # the worker that failed first, named as the kit's launchers name it
+        from tbdkit.launch.workers import name_failed_workers
+
+        status, _ = name_failed_workers(args.run_dir, spec, args.exit_code, summary)
     written = RunDir(args.run_dir).mllog.is_file()
     print(f"{args.run_dir}: {status}" + (f"; {runfiles.MLLOG} written" if written else ""))
     return 0

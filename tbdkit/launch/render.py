@@ -21,6 +21,7 @@ import jinja2
 import yaml
 
 from tbdkit.core.errors import UserError
+from tbdkit.core.paths import KIT_ROOT
 from tbdkit.env import images, stacks
 from tbdkit.env.oci import validate_image_reference
 from tbdkit.launch.node import PORT as NODE_PORT
@@ -35,6 +36,7 @@ TEMPLATES = {
     "k8s": "k8s.yaml.j2",
     "compose": "compose.yaml.j2",
 }
+NATIVE_SLURM = "slurm-native.sbatch.j2"  # the stack's venv from a shared path, no container
 # Files a target needs beside its launch file: Kubernetes' results volume, applied once and kept
 # across jobs (in the job's own manifest, `kubectl delete -f` would delete the results with it).
 EXTRA = {"k8s": {"results-pvc.yaml": "results-pvc.yaml.j2"}}
@@ -92,10 +94,14 @@ def render(
     python: str | None = None,
     run_id: str | None = None,
     template: str | None = None,
+    native: bool = False,
+    slurm: dict[str, object] | None = None,
 ) -> str:
     """TARGET's launch text (or, with `template`, one of the files it needs beside it). `python`: the
     interpreter the torchrun script runs, by default the framework stack's (`tbdkit setup`), as the
-    native launcher runs it; $TBDKIT_PYTHON overrides it on a node where the stack lives elsewhere."""
+    native launcher runs it; $TBDKIT_PYTHON overrides it on a node where the stack lives elsewhere.
+    `native`: the Slurm job runs that interpreter from a shared path instead of the image through pyxis;
+    `slurm`: its sbatch settings (tbdkit.launch.slurm.SlurmOptions.values)."""
     if target == "torchrun" and spec.framework != "pytorch":
         raise UserError(
             f"The torchrun target is PyTorch's; a {spec.framework} job renders for --target slurm, "
@@ -127,14 +133,21 @@ def render(
         "spec_json": json.dumps(spec.model_dump(), indent=2),
         "cpus_per_task": CPUS_PER_GPU * spec.gpus_per_node,
         "time_limit": "01:00:00",
+        "kit": str(KIT_ROOT),
+        "gpus": spec.device != "cpu",
+        "sbatch_options": [],
+        "output": f"{run_id}-%j.log",
         # TensorFlow and MXNet jobs: the workers' control-channel key, fresh for each rendered file
         "control_key": secrets.token_hex(16),
         "port": NODE_PORT,
     }
-    return _env().get_template(template or TEMPLATES[target]).render(**values)
+    values.update(slurm or {})
+    chosen = template or (NATIVE_SLURM if native and target == "slurm" else TEMPLATES[target])
+    return _env().get_template(chosen).render(**values)
 
 
 def write(spec: RunSpec, target: str, out_dir: Path, **kwargs: object) -> Path:
+    spec = spec.model_copy(update={"rendered_for": target})  # spec.json says what it was written for
     text = render(spec, target, **kwargs)  # type: ignore[arg-type]  # checked before anything is written
     beside = {name: render(spec, target, template=t, **kwargs) for name, t in EXTRA.get(target, {}).items()}  # type: ignore[arg-type]
     with outputs.staged(out_dir, "The launch files") as stage:  # a full disk leaves out_dir as it was

@@ -20,6 +20,8 @@ _REPORT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcod
 def name_failed_workers(
     run_dir: Path, spec: RunSpec, exit_code: int, summary: dict[str, Any]
 ) -> tuple[str, dict[str, Any]]:
+    if summary.get("failed_worker"):  # named already (a rendered job's own finishing step): said once
+        return summary["status"], summary
     rd = RunDir(run_dir)
     missing, failed = [], []
     for rank in range(spec.world_size):
@@ -35,6 +37,8 @@ def name_failed_workers(
         return summary["status"], summary
     codes: dict[int, int] = {}
     for log in rd.worker_logs():
+        if not log.is_file():  # a rendered job's node 0 writes no log.txt: its output is the scheduler's
+            continue
         for rank, _, code in _REPORT.findall(log.read_text(errors="replace")):
             codes.setdefault(int(rank), int(code))
     node = {r: r // spec.gpus_per_node for r in range(spec.world_size)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Name = Literal["native", "docker", "netns"]  # netns: several "machines" as network namespaces here
+Name = Literal["native", "docker", "netns", "slurm"]  # netns: several "machines" as network namespaces here
 AUTO = "auto"
 
 
@@ -22,12 +22,16 @@ class Traits:
     nodes_here: bool  # several nodes, all on this machine (each one a network namespace)
     shapes_links: bool  # each node's link shaped to a rate (tc)
     one_process: bool  # several replicas trained in one process on this machine
+    elsewhere: bool = False  # the job runs on a scheduler's machines (Slurm), not on this one's cores
 
 
 LAUNCHERS: dict[str, Traits] = {
     "native": Traits("native", several_workers=True, nodes_here=False, shapes_links=False, one_process=True),
     "docker": Traits("docker", several_workers=False, nodes_here=False, shapes_links=False, one_process=False),
     "netns": Traits("netns", several_workers=True, nodes_here=True, shapes_links=True, one_process=False),
+    "slurm": Traits(
+        "slurm", several_workers=True, nodes_here=False, shapes_links=False, one_process=False, elsewhere=True
+    ),
 }
 
 

@@ -184,6 +184,9 @@ class RunSpec(BaseModel):
     variant: str | None = Field(None, description="one of the model's [setting.<name>] tables, under the preset")
     device: str = "auto"
     launcher: Launcher = "native"
+    # the `tbdkit render` target the job's files were written for (slurm, k8s, compose, torchrun); None when a
+    # launcher of the kit started it
+    rendered_for: Literal["torchrun", "slurm", "k8s", "compose"] | None = None
     data: str = "synthetic"
     seed: int = 0
     memory_limit_mb: int | None = Field(
@@ -273,10 +276,10 @@ class RunSpec(BaseModel):
                 "launcher: several workers run natively (one process each) or over network namespaces "
                 "(--launcher netns); for containers on a cluster use `tbdkit render`"
             )
-        if self.nodes > 1 and not traits.nodes_here:
+        if self.nodes > 1 and not (traits.nodes_here or traits.elsewhere):
             raise ValueError(
                 "launcher: several nodes on this machine need --launcher netns (one network namespace per "
-                "node); for real machines use `tbdkit render --target slurm|k8s`"
+                "node); on a cluster use --launcher slurm (or `tbdkit render --target slurm|k8s`)"
             )
         if self.link_rate is not None and not traits.shapes_links:
             raise ValueError("link_rate: shaping the link needs --launcher netns")
@@ -450,6 +453,8 @@ def fits_here(spec: RunSpec) -> str | None:
     from tbdkit.env import cpus
     from tbdkit.env.machine import gpu_count
 
+    if launchers.LAUNCHERS[spec.launcher].elsewhere:
+        return None  # the scheduler places the job on machines it knows
     why = cpus.check_request(spec.cpus)
     if why:
         return why[0].upper() + why[1:]

@@ -1,0 +1,68 @@
+"""Every rendered cluster job finishes its run folder as the kit's launchers do: node 0's script of each
+target (torchrun, Kubernetes, compose; Slurm's runs on a real cluster in test_slurm.py) is run here with
+a `python` whose training step dies at once (exit 3), and leaves a summary that says so, names the failed
+worker, an mllog.txt, and a spec.json that records the target it was rendered for."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tbdkit.launch import render
+from tbdkit.spec import run_spec as specs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def dying_python(folder: Path) -> Path:
+    """`python` whose training (torchrun, the node's roles) exits 3 at once; everything else is the kit's Python."""
+    shim = folder / "bin" / "python"
+    shim.parent.mkdir(parents=True)
+    shim.write_text(
+        "#!/usr/bin/env bash\n"
+        'case "$*" in *torch.distributed.run*|*tbdkit.launch.node*) echo "training died" >&2; exit 3;; esac\n'
+        f'PYTHONPATH={ROOT} exec {sys.executable} "$@"\n'
+    )
+    shim.chmod(0o755)
+    return shim
+
+
+def node0_script(target: str, path: Path, tmp: Path) -> str:
+    """What node 0 runs, with the container's /results and /spec mounts pointed at folders here."""
+    if target == "torchrun":
+        return path.read_text()
+    docs = list(yaml.safe_load_all(path.read_text()))
+    if target == "k8s":
+        job = next(d for d in docs if d and d.get("kind") == "Job")
+        script = job["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    else:
+        script = docs[0]["services"]["node0"]["command"][2].replace("$$", "$")
+    return script.replace("/results/", f"{tmp}/results/").replace("/spec/", f"{tmp / 'spec'}/")
+
+
+@pytest.mark.parametrize("target", ["torchrun", "k8s", "compose"])
+def test_a_rendered_job_finishes_its_run_folder(tmp_path, target):
+    spec = specs.build(model="resnet50", batch_size=2, launcher="netns", nodes=2, gpus_per_node=1, device="cpu")
+    path = render.write(spec, target, tmp_path / "job", image="tbdkit/pytorch:0.1.0", run_id="r1",
+                        results=str(tmp_path / "results"))
+    (tmp_path / "spec").mkdir()
+    (tmp_path / "spec" / "spec.json").write_text((tmp_path / "job" / "spec.json").read_text())
+    python = dying_python(tmp_path)
+    env = {**os.environ, "PATH": f"{python.parent}:{os.environ['PATH']}", "TBDKIT_PYTHON": str(python),
+           "NODE_RANK": "0", "JOB_COMPLETION_INDEX": "0", "RESULTS": str(tmp_path / "results")}
+    proc = subprocess.run(["bash", "-c", node0_script(target, path, tmp_path)], cwd=tmp_path / "job", env=env,
+                          capture_output=True, text=True, timeout=120)
+    run_dir = tmp_path / "results" / "r1"
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["exit_code"] == 3
+    assert "worker rank 0 (node 0) died before writing its results" in summary["error"], summary["error"]
+    assert summary["failed_worker"]["rank"] == 0
+    assert (run_dir / "mllog.txt").read_text().count(":::MLLOG") > 0
+    assert json.loads((run_dir / "spec.json").read_text())["rendered_for"] == target

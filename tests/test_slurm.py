@@ -1,0 +1,208 @@
+"""`tbdkit bench --launcher slurm` against a real Slurm cluster on this machine (tests/slurm_cluster.py: munged,
+slurmctld and two slurmd "machines", each in its own network namespace with its own host name), typed as a
+user types it from the repo root: a one-node run, two-node PyTorch DDP (srun starting torchrun on each node)
+whose run folder matches a two-node netns run's in every file's keys and columns, two-node TensorFlow and
+MXNet, a job cancelled with Ctrl-C in warm-up, a job past its time limit, a node killed mid-run, and a job
+submitted with --no-wait then gathered. Each ends with a complete, honest run folder in the index."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tbdkit.results.index import Index
+from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
+from tests.slurm_cluster import Cluster, cluster
+
+pytestmark = pytest.mark.slow  # real training loops, through a real scheduler
+ROOT = Path(__file__).resolve().parents[1]
+TBDKIT = ".venv/bin/tbdkit"
+FAST = ["--preset", "smoke", "--device", "cpu", "--batch", "2", "--max-warmup-s", "3", "--max-measure-s", "6"]
+CELLS = {"pytorch": "resnet50", "tensorflow": "inception_v3", "mxnet": "resnet50"}
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory) -> Cluster:
+    """One cluster for every Slurm test; its daemons stopped by their PIDs at the end, whatever happened."""
+    missing = [c for c in ("munged", "slurmctld", "slurmd", "sbatch") if shutil.which(c) is None]
+    if os.geteuid() != 0 or missing or shutil.which("ip") is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs as root with slurm-wlm, munge and iproute2 (.ci/run installs them); missing {missing}")
+        pytest.skip("a Slurm cluster here needs root, iproute2, slurm-wlm and munge")
+    with cluster(tmp_path_factory.mktemp("slurm")) as c:
+        yield c
+
+
+def command(results: Path, framework: str, *args: str) -> list[str]:
+    return [TBDKIT, "bench", "--model", CELLS[framework], "--framework", framework, *FAST,
+            "--launcher", "slurm", "--results", str(results), "--json", *args]
+
+
+def bench(slurm: Cluster, results: Path, framework: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = subprocess.run(command(results, framework, *args), cwd=ROOT, capture_output=True, text=True,
+                          timeout=900, env=slurm.env)
+    try:
+        (summary,) = json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail(f"no summary: {proc.stdout[-2000:]}{proc.stderr[-4000:]}\n{slurm.logs()[-3000:]}")
+    return proc, summary
+
+
+def complete(results: Path, summary: dict) -> Path:
+    """The run folder is in the index, with its summary, mllog and the job's record."""
+    run_dir = results / summary["run_id"]
+    for name in ("spec.json", "summary.json", "mllog.txt", "log.txt"):
+        assert (run_dir / name).is_file(), name
+    assert json.loads((run_dir / "spec.json").read_text())["launcher"] == "slurm"
+    assert summary["slurm"]["job_id"] and summary["slurm"]["state"]
+    assert Index(results).find(summary["run_id"]) == run_dir
+    return run_dir
+
+
+def queue_empty(slurm: Cluster) -> bool:
+    return subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=slurm.env).stdout.strip() == ""
+
+
+def test_one_node_bench(slurm, tmp_path):
+    results = tmp_path / "results"
+    proc, s = bench(slurm, results, "pytorch")
+    assert proc.returncode == 0 and s["status"] in MEASURED, s.get("error")
+    assert s["slurm"]["state"] == "COMPLETED" and s["slurm"]["nodes"] == "n0"
+    run_dir = complete(results, s)
+    assert "# Slurm job" in (run_dir / "log.txt").read_text()
+    assert "warm-up" in proc.stderr and "measuring" in proc.stderr  # the agent's events reached the live progress
+
+
+def _shape(path: Path) -> object:
+    """A file's keys (JSON, nested) or columns (CSV); None for text."""
+    if path.suffix == ".json":
+        def keys(v: object) -> object:
+            return {k: keys(x) for k, x in v.items()} if isinstance(v, dict) else None
+        return keys(json.loads(path.read_text()))
+    if path.suffix == ".csv":
+        with path.open() as f:
+            return next(csv.reader(f), [])
+    return None
+
+
+def shapes(run_dir: Path) -> dict[str, object]:
+    return {str(p.relative_to(run_dir)): _shape(p) for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def test_two_node_pytorch_ddp_matches_a_netns_run(slurm, tmp_path):
+    results = tmp_path / "results"
+    proc, s = bench(slurm, results, "pytorch", "--nodes", "2")
+    assert proc.returncode == 0 and s["status"] in MEASURED, s.get("error")
+    assert s["world_size"] == 2 and s["slurm"]["nodes"] == "n[0-1]"
+    run_dir = complete(results, s)
+    assert (run_dir / "workers" / "rank1" / "summary.json").is_file() and (run_dir / "workers" / "node1.log").is_file()
+    assert s["metrics"]["scaling_efficiency"]["value"] is not None or s["metrics"]["scaling_efficiency"]["reason"]
+    local = tmp_path / "netns"
+    netns = subprocess.run([TBDKIT, "bench", "--model", "resnet50", "--framework", "pytorch", *FAST, "--nodes", "2",
+                            "--launcher", "netns", "--results", str(local), "--json"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=900)
+    (other,) = json.loads(netns.stdout)
+    mine, theirs = shapes(run_dir), shapes(local / other["run_id"])
+    # the Slurm job's own record is the one key a netns run has no counterpart for (docker adds its container's)
+    mine["summary.json"].pop("slurm")  # type: ignore[union-attr]
+    # env.json's launch_env is a map of the variables the launcher set (the netns launcher's NCCL_* and node,
+    # which make namespaces act as machines; Slurm's nodes are machines): compared as a key, not by its variables
+    for shape in (mine, theirs):
+        for name in ("env.json", "workers/rank1/env.json"):
+            shape[name]["launch_env"] = "the launcher's variables"  # type: ignore[index]
+    assert set(mine) == set(theirs)
+    for name in mine:
+        assert mine[name] == theirs[name], name
+
+
+@pytest.mark.parametrize("framework,backend", [("tensorflow", "MultiWorkerMirroredStrategy"),
+                                               ("mxnet", "kvstore dist_sync")])
+def test_two_node_tensorflow_and_mxnet(slurm, tmp_path, framework, backend):
+    results = tmp_path / "results"
+    proc, s = bench(slurm, results, framework, "--nodes", "2")
+    assert proc.returncode == 0 and s["status"] in MEASURED, s.get("error")
+    assert s["world_size"] == 2 and s["interconnect"]["backend"].startswith(backend)
+    run_dir = complete(results, s)
+    assert json.loads((run_dir / "workers" / "rank1" / "summary.json").read_text())["status"] in MEASURED
+
+
+def _started(proc: subprocess.Popen, word: str, timeout: float = 600) -> list[str]:
+    """Wait until `word` shows in the live progress (stderr), read by a thread; the rest is read on."""
+    lines: list[str] = []
+    assert proc.stderr is not None
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()  # type: ignore[arg-type]
+    deadline = time.monotonic() + timeout
+    while not any(word in line for line in lines) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    assert any(word in line for line in lines), "".join(lines)
+    return lines
+
+
+def test_ctrl_c_in_warm_up_cancels_the_job(slurm, tmp_path):
+    results = tmp_path / "results"
+    cmd = command(results, "pytorch", "--max-warmup-s", "600")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm.env)
+    try:
+        _started(proc, "warm-up")
+        proc.send_signal(signal.SIGINT)
+        out = proc.stdout.read()  # type: ignore[union-attr]
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (s,) = json.loads(out)
+    assert proc.returncode == 130 and s["status"] == "interrupted", s.get("error")
+    assert "scancel" in s["error"] and queue_empty(slurm)
+    complete(results, s)
+
+
+def test_a_job_past_its_time_limit_says_so(slurm, tmp_path):
+    results = tmp_path / "results"
+    proc, s = bench(slurm, results, "pytorch", "--max-warmup-s", "600", "--time-limit", "1")
+    assert proc.returncode == 1 and s["status"] == "failed"
+    assert s["slurm"]["state"] == "TIMEOUT" and "TIMEOUT" in s["error"] and "time limit" in s["error"], s["error"]
+    complete(results, s)
+
+
+def test_a_node_killed_mid_run_fails_the_job_naming_it(slurm, tmp_path):
+    results = tmp_path / "results"
+    cmd = command(results, "pytorch", "--nodes", "2", "--max-warmup-s", "600")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm.env)
+    try:
+        _started(proc, "warm-up")
+        slurm.kill_node(1)
+        out = proc.stdout.read()  # type: ignore[union-attr]
+        proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if "n1" not in slurm.daemons:
+            slurm.start_slurmd(1)  # the machine comes back (ReturnToService=2) for the tests after this one
+    (s,) = json.loads(out)
+    assert proc.returncode == 1 and s["status"] == "failed"
+    assert s["slurm"]["state"] in ("NODE_FAIL", "FAILED"), s["slurm"]
+    assert "rank 1 (node 1)" in s["error"] or "NODE_FAIL" in s["error"], s["error"]
+    complete(results, s)
+    slurm.wait_idle(120)
+
+
+def test_no_wait_then_gather(slurm, tmp_path):
+    results = tmp_path / "results"
+    proc = subprocess.run(command(results, "pytorch", "--no-wait"), cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=slurm.env)
+    assert proc.returncode == 0 and "tbdkit gather" in proc.stderr, proc.stderr[-2000:]
+    job_id = proc.stderr.split("Slurm job ")[1].split()[0]
+    gathered = subprocess.run([TBDKIT, "gather", job_id, "--results", str(results), "--json"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=900, env=slurm.env)
+    s = json.loads(gathered.stdout)
+    assert gathered.returncode == 0 and s["status"] in MEASURED and s["slurm"]["job_id"] == job_id
+    complete(results, s)
