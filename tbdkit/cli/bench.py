@@ -11,7 +11,16 @@ from rich.table import Table
 from tbdkit.analysis import cost
 from tbdkit.bench.plan import parse_batches, plan, prepare
 from tbdkit.bench.run_list import run_all
-from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, ResultsOpt, check_cpus, cost_table
+from tbdkit.cli.common import (
+    CpusOpt,
+    PinOpt,
+    PriceOpt,
+    ResultsOpt,
+    WorkloadsOpt,
+    check_cpus,
+    cost_table,
+    use_workloads,
+)
 from tbdkit.cli.console import console, convergence_table, results_table, styled
 from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.core.paths import default_results_dir
@@ -88,8 +97,10 @@ def bench(
     setup: Annotated[bool, typer.Option("--setup/--no-setup", help="install missing framework stacks first")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
     price_per_hour: PriceOpt = None,
+    workloads: WorkloadsOpt = None,
 ) -> None:
     """Train MODEL on each framework and batch size, measuring throughput and utilization."""
+    use_workloads(workloads)
     prices = cost.resolve(price_per_hour)  # a wrong price is said before anything runs
     p = plan(model, framework, preset, device, launcher, nodes, data)
     hp = p.hp(variant)
@@ -143,8 +154,9 @@ def bench(
     raise typer.Exit(0 if statuses <= set(MEASURED) else 130 if "interrupted" in statuses else 1)
 
 
-def list_models() -> None:
+def list_models(workloads: WorkloadsOpt = None) -> None:
     """Models × frameworks × presets the kit can run, and which stacks are installed here."""
+    use_workloads(workloads)
     table = Table(title="Models")
     table.add_column("model")
     table.add_column("application")

@@ -23,8 +23,10 @@ import yaml
 from tbdkit.core.errors import UserError
 from tbdkit.env import images, stacks
 from tbdkit.env.oci import validate_image_reference
+from tbdkit.launch.docker import CONTAINER_WORKLOADS_DIR
 from tbdkit.launch.node import PORT as NODE_PORT
 from tbdkit.results import files as runfiles
+from tbdkit.spec import catalog
 from tbdkit.spec.run_spec import RunSpec
 
 TARGETS = {"torchrun": "torchrun.sh", "slurm": "job.sbatch", "k8s": "job.yaml", "compose": "compose.yaml"}
@@ -75,6 +77,19 @@ def _env() -> jinja2.Environment:
     )
     env.filters.update(sh=lambda v: shlex.quote(str(v)), yaml=yaml_scalar, compose=compose_literal, enroot=enroot_uri)
     return env
+
+
+def outside_workload(spec: RunSpec) -> dict[str, str] | None:
+    """A model from outside the kit, as a rendered job names it: its folder here (`host`), where a container
+    mounts it read-only (`mount`) and the variable the agent reads it from (`env`); None for the kit's own."""
+    model = catalog.get(spec.model)
+    if model.origin == catalog.KIT:
+        return None
+    return {
+        "host": str(model.folder.resolve()),
+        "mount": f"{CONTAINER_WORKLOADS_DIR}/{model.name}",
+        "env": catalog.env_of(model),
+    }
 
 
 def job_name(spec: RunSpec) -> str:
@@ -129,6 +144,7 @@ def render(
         # TensorFlow and MXNet jobs: the workers' control-channel key, fresh for each rendered file
         "control_key": secrets.token_hex(16),
         "port": NODE_PORT,
+        "outside": outside_workload(spec),
     }
     return _env().get_template(template or TEMPLATES[target]).render(**values)
 
@@ -137,7 +153,7 @@ def write(spec: RunSpec, target: str, out_dir: Path, **kwargs: object) -> Path:
     text = render(spec, target, **kwargs)  # type: ignore[arg-type]  # checked before anything is written
     beside = {name: render(spec, target, template=t, **kwargs) for name, t in EXTRA.get(target, {}).items()}  # type: ignore[arg-type]
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / runfiles.SPEC).write_text(json.dumps(spec.model_dump(), indent=2) + "\n")
+    (out_dir / runfiles.SPEC).write_text(json.dumps(spec.recorded().model_dump(), indent=2) + "\n")
     for name, extra in beside.items():
         (out_dir / name).write_text(extra)
     path = out_dir / TARGETS[target]

@@ -1,0 +1,110 @@
+"""What a run records of the workload it trained: the hyperparameters it resolved and a sha256 of every
+file of the model's folder and of the kit's `_shared` files those import, so a bundle of the run says
+exactly which code and values made its numbers (spec.json's `workload`).
+
+The files of a model's folder are every regular file in it and its folders, except its committed
+reference results (`reference/`), byte-code caches and hidden files. The `_shared` files are found by
+reading the folder's Python files' imports (`from _shared import x`, `from _shared.x import y`,
+`import _shared.x`), and those files' own imports of each other, without running anything.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tbdkit.core.paths import workloads_dir
+from tbdkit.spec import catalog
+
+SHARED = "_shared"
+LEFT_OUT = ("reference", "__pycache__")  # folders of a model's that are not its code or settings
+MAX_FILES = 10_000
+
+
+class WorkloadRecord(BaseModel):
+    """spec.json's `workload`: written by the launcher for each run (never typed by a user)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    origin: str = Field(description="kit, outside (--workloads, TBDKIT_WORKLOAD_PATH) or bundled (reproduce)")
+    folder: str = Field(description="the model's folder where the run was launched")
+    hparams: dict[str, Any] = Field(description="the resolved hyperparameters the run trained with")
+    files: dict[str, str] = Field(max_length=MAX_FILES, description="file below the folder -> sha256")
+    shared: dict[str, str] = Field(
+        default_factory=dict, max_length=MAX_FILES, description="_shared/<file> it imports -> sha256"
+    )
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def folder_files(folder: Path) -> list[PurePosixPath]:
+    """The files of a model's folder that are its code and settings (the module's docstring), sorted."""
+    out = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if any(p.startswith(".") or p in LEFT_OUT for p in rel.parts) or path.is_symlink() or not path.is_file():
+            continue
+        out.append(PurePosixPath(rel.as_posix()))
+    return out
+
+
+def _shared_imports(source: str) -> set[str]:
+    """The `_shared` modules a Python file imports (`torch_amp`, `batches`, ...; `__init__` for the package)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level == 0 and module == SHARED:
+                found.add("__init__")
+                found.update(a.name for a in node.names)
+            elif node.level == 0 and module.startswith(f"{SHARED}."):
+                found.update(("__init__", module.split(".")[1]))
+            elif node.level == 1:  # inside _shared: `from . import x`, `from .x import y`
+                found.update([module.split(".")[0]] if module else [a.name for a in node.names])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == SHARED or alias.name.startswith(f"{SHARED}."):
+                    found.update(("__init__", *alias.name.split(".")[1:2]))
+    return found
+
+
+def shared_files(sources: list[str], shared_dir: Path) -> list[Path]:
+    """The files of `shared_dir` the sources import, and those they import in turn."""
+    todo = set().union(*(_shared_imports(s) for s in sources)) if sources else set()
+    seen: dict[str, Path] = {}
+    while todo:
+        name = todo.pop()
+        path = shared_dir / f"{name}.py"
+        if name in seen or not path.is_file():
+            continue
+        seen[name] = path
+        todo |= _shared_imports(path.read_text(errors="replace"))
+    return [seen[n] for n in sorted(seen)]
+
+
+def record(model: catalog.Model, hparams: dict[str, Any]) -> WorkloadRecord:
+    """The record of `model` as it is on disk now, with the hyperparameters a run resolved."""
+    files = {str(rel): sha256_file(model.folder / rel) for rel in folder_files(model.folder)}
+    sources = [(model.folder / rel).read_text(errors="replace") for rel in map(Path, files) if rel.suffix == ".py"]
+    shared_dir = workloads_dir() / SHARED
+    shared = {f"{SHARED}/{p.name}": sha256_file(p) for p in shared_files(sources, shared_dir)}
+    return WorkloadRecord(origin=model.origin, folder=str(model.folder), hparams=hparams, files=files, shared=shared)
+
+
+def differences(recorded: dict[str, str], here: dict[str, str]) -> list[str]:
+    """The files that differ between two {file: sha256} maps: changed, only recorded, only here."""
+    return sorted(n for n in set(recorded) | set(here) if recorded.get(n) != here.get(n))
