@@ -217,3 +217,60 @@ def test_an_unreadable_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "is_file", denied)
     said = refused("--workloads", str(folder))
     assert f"{folder} cannot be read (Permission denied)" in said and f"chmod -R u+rX {folder}" in said
+
+
+# ---------------------------------------------------------------------------------------------------
+# Every launcher carries the folder: docker mounts it read-only, rendered files name it
+
+
+@pytest.fixture
+def outside(tmp_path, monkeypatch):
+    """The example as a model of the user's, on TBDKIT_WORKLOAD_PATH, and a run spec of it."""
+    from tbdkit.spec import run_spec
+
+    mine = tmp_path / "mine" / "covtype_mlp"
+    shutil.copytree(EXAMPLE, mine, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setenv(WORKLOAD_PATH_ENV, str(mine.parent))
+    return mine, lambda **kw: run_spec.build(**{"model": "covtype_mlp", "batch_size": 4, **kw})
+
+
+def test_docker_mounts_the_folder_read_only(outside, tmp_path):
+    from tbdkit.env import images
+    from tbdkit.launch import docker
+
+    mine, build = outside
+    image = {"ref": "tbdkit/pytorch:0.1.0", "id": "sha256:" + "ab" * 32, "repo_digests": [],
+             "labels": {"org.opencontainers.image.base.name": "nvcr.io/nvidia/pytorch:25.12-py3",
+                        "org.opencontainers.image.revision": "c0ffee"}}
+    argv = docker.render(build(launcher="docker", device="cpu"), tmp_path / "run", image,
+                         images.GpuAccess(None, "none"))
+    volumes = [argv[i + 1] for i, a in enumerate(argv) if a == "--volume"]
+    envs = [argv[i + 1] for i, a in enumerate(argv) if a == "--env"]
+    assert f"{mine}:/tbdkit/workloads-outside/covtype_mlp:ro" in volumes
+    assert f"{WORKLOAD_PATH_ENV}=/tbdkit/workloads-outside/covtype_mlp" in envs
+    kit_argv = docker.render(build(model="deepspeech2", launcher="docker", device="cpu"), tmp_path / "r2", image,
+                             images.GpuAccess(None, "none"))
+    assert not [a for a in kit_argv if "workloads-outside" in a]  # the image holds the kit's own models
+
+
+def test_rendered_files_name_the_folder(outside, tmp_path):
+    from tbdkit.launch import render
+
+    mine, build = outside
+    spec = build(nodes=2, launcher="netns", preset="paper")
+    mount = "/tbdkit/workloads-outside/covtype_mlp"
+    torchrun = render.render(spec, "torchrun", python="/usr/bin/python3")
+    assert f"DEFAULT_WORKLOAD_DIR={mine}" in torchrun
+    assert f'export {WORKLOAD_PATH_ENV}="${{WORKLOAD_DIR:-$DEFAULT_WORKLOAD_DIR}}"' in torchrun
+    slurm = render.render(spec, "slurm")
+    assert f"DEFAULT_WORKLOAD_DIR={mine}" in slurm and f"export {WORKLOAD_PATH_ENV}={mount}" in slurm
+    assert f'MOUNTS="$RESULTS:/results,$WORKLOAD_DIR:"{mount}":ro"' in slurm and slurm.count('"$MOUNTS"') == 1
+    compose = render.render(spec, "compose")
+    assert compose.count(f'"{mine}:{mount}:ro"') == 2 and compose.count(f'{WORKLOAD_PATH_ENV}: "{mount}"') == 2
+    k8s = render.render(spec, "k8s")
+    assert f'path: "{mine}"' in k8s and f'mountPath: "{mount}"' in k8s and f'value: "{mount}"' in k8s
+    out = render.write(spec, "slurm", tmp_path / "job")
+    assert json.loads((out.parent / "spec.json").read_text())["workload"]["origin"] == "outside"
+    for target in ("torchrun", "slurm", "compose", "k8s"):  # the kit's own model: nothing of the kind
+        assert "workloads-outside" not in render.render(build(model="resnet50", nodes=2, launcher="netns",
+                                                               preset="paper"), target, python="/usr/bin/python3")

@@ -173,4 +173,7 @@ def list_models(workloads: WorkloadsOpt = None) -> None:
                 cells.append(styled("[green]installed[/]" if stacks.is_installed(fw) else "[yellow]not installed[/]"))
         presets = ", ".join(f"{p} ({m.default_batch(p)})" for p in m.presets)
         table.add_row(m.name, m.info.get("application", ""), m.throughput_unit, *cells, presets)
+    yours = [f"{m.name} ({m.origin}): {m.folder}" for m in catalog.models().values() if m.origin != catalog.KIT]
+    if yours:
+        table.caption = "not the kit's: " + "; ".join(yours)
     console.print(table)
