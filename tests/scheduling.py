@@ -79,6 +79,7 @@ LONGEST_FIRST: dict[str, float] = {
     "test_detection_frameworks.py": 139,
     "test_adopt.py": 138,
     "test_bench_cli.py": 104,
+    "test_own_model.py": 120,  # a bench, a report, a bundle and a reproduce (231 s on 2 cores under a load of 28)
     "test_efficientdet_frameworks.py": 84,
     "test_distributed_tf_mxnet.py": 78,
     "test_parity_rl.py": 76,
