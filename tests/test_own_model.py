@@ -110,6 +110,8 @@ def test_bundle_carries_it_and_reproduce_runs_the_bundled_copy(benched, tmp_path
     assert manifest["workloads"]["covtype_mlp"]["same_as_runs"] == [run.name]
     recorded = json.loads(members[f"results/{run.name}/spec.json"])["workload"]["files"]
     assert recorded == {n: hashlib.sha256(members[f"workloads/covtype_mlp/{n}"]).hexdigest() for n in FILES}
+    assert "MODEL=covtype_mlp" in members["ARTIFACT.md"].decode() and \
+        "WORKLOADS=tbdkit-artifact/workloads" in members["ARTIFACT.md"].decode()
 
     # the evaluator's side: the user's folder is gone and on no path; only the bundle holds the model
     gone = mine.with_name(mine.name + "-moved")

@@ -90,6 +90,8 @@ def _sweep_command(spec: dict[str, Any], batches: list[int]) -> str:
         f"PRESET={spec.get('preset')}",
         f"PRECISION={spec.get('precision')}",
     ]
+    if _obj(spec.get("workload")).get("origin") not in (None, "kit"):  # a model from outside the kit: the bundle's copy
+        words.append("WORKLOADS=tbdkit-artifact/workloads")
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -303,8 +305,14 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
         "```",
     ]
     out += [_sweep_command(spec, batches) for spec, batches in grid.values()]
+    out.append("```")
+    if any(name.startswith("workloads/") for name in files):
+        out += [
+            "",
+            "A `WORKLOADS=` above is the bundle's copy of a model from outside the kit: unpack the "
+            "bundle in the kit's folder first (`tar xzf artifact.tar.gz`).",
+        ]
     out += [
-        "```",
         "",
         "## Expected run time and hardware",
         "",
