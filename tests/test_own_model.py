@@ -276,3 +276,14 @@ def test_rendered_files_name_the_folder(outside, tmp_path):
     for target in ("torchrun", "slurm", "compose", "k8s"):  # the kit's own model: nothing of the kind
         assert "workloads-outside" not in render.render(build(model="resnet50", nodes=2, launcher="netns",
                                                                preset="paper"), target, python="/usr/bin/python3")
+
+
+def test_the_agents_environment_carries_the_folders(tmp_path, monkeypatch):
+    """native, netns and the rendered TensorFlow/MXNet node runner start the agent with this environment."""
+    from tbdkit.env import stacks
+
+    mine = a_model(tmp_path / "mine" / "m", "m")
+    monkeypatch.setenv(WORKLOAD_PATH_ENV, str(tmp_path / "earlier"))
+    (tmp_path / "earlier").mkdir()
+    catalog.add_outside([tmp_path / "mine", mine.parent])  # the same folder twice is kept once, first
+    assert stacks.agent_env()[WORKLOAD_PATH_ENV] == f"{tmp_path / 'mine'}:{tmp_path / 'earlier'}"
