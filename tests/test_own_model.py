@@ -287,3 +287,28 @@ def test_the_agents_environment_carries_the_folders(tmp_path, monkeypatch):
     (tmp_path / "earlier").mkdir()
     catalog.add_outside([tmp_path / "mine", mine.parent])  # the same folder twice is kept once, first
     assert stacks.agent_env()[WORKLOAD_PATH_ENV] == f"{tmp_path / 'mine'}:{tmp_path / 'earlier'}"
+
+
+def test_a_run_of_a_kit_model_recorded_on_other_files_is_said():
+    from tbdkit.artifact import workloads as carried
+
+    spec = {"model": "deepspeech2", "workload": {"origin": "kit", "files": {"pytorch.py": "0" * 64}}}
+    (line,) = carried.differences_here({"results/r1/spec.json": json.dumps(spec).encode()}, [])
+    assert line.startswith("model deepspeech2: this kit's files differ") and "pytorch.py" in line
+
+
+def test_the_record_of_a_model_that_imports_nothing_shared(tmp_path):
+    """An outside model need not use the kit's _shared package: its record then lists no _shared file."""
+    from tbdkit.spec import provenance
+
+    mine = a_model(tmp_path / "m", "plain")
+    (mine / "data.py").write_text("import numpy as np\n")
+    (mine / "pytorch.py").write_text("from _shared import torch_amp as amp\n")
+    (mine / "reference").mkdir()
+    (mine / "reference" / "summary.json").write_text("{}")
+    model = catalog._load(mine, catalog.OUTSIDE)
+    record = provenance.record(model, {"lr": 0.1})
+    assert sorted(record.files) == ["data.py", "pytorch.py", "workload.toml"]  # reference/ results are not code
+    assert sorted(record.shared) == ["_shared/__init__.py", "_shared/torch_amp.py"]
+    (mine / "pytorch.py").write_text("import torch\n")
+    assert provenance.record(model, {}).shared == {}
