@@ -297,7 +297,7 @@ def test_a_run_of_a_kit_model_recorded_on_other_files_is_said():
     assert line.startswith("model deepspeech2: this kit's files differ") and "pytorch.py" in line
 
 
-def test_the_record_of_a_model_that_imports_nothing_shared(tmp_path):
+def test_the_record_of_a_model_that_imports_nothing_shared(tmp_path, monkeypatch):
     """An outside model need not use the kit's _shared package: its record then lists no _shared file."""
     from tbdkit.spec import provenance
 
@@ -312,3 +312,6 @@ def test_the_record_of_a_model_that_imports_nothing_shared(tmp_path):
     assert sorted(record.shared) == ["_shared/__init__.py", "_shared/torch_amp.py"]
     (mine / "pytorch.py").write_text("import torch\n")
     assert provenance.record(model, {}).shared == {}
+    monkeypatch.setattr(provenance, "MAX_FILES", 2)  # a dataset kept in the model's folder: one sentence
+    with pytest.raises(catalog.UserError, match=f"The model folder {mine} holds 3 files .* --data"):
+        provenance.record(model, {})

@@ -17,12 +17,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tbdkit.core.errors import UserError
 from tbdkit.core.paths import workloads_dir
 from tbdkit.spec import catalog
 
 SHARED = "_shared"
 LEFT_OUT = ("reference", "__pycache__")  # folders of a model's that are not its code or settings
-MAX_FILES = 10_000
+MAX_FILES = 1_000  # a model's code and settings; a dataset lives elsewhere (--data)
+MAX_BYTES = 64 * 2**20
 
 
 class WorkloadRecord(BaseModel):
@@ -98,7 +100,15 @@ def shared_files(sources: list[str], shared_dir: Path) -> list[Path]:
 
 def record(model: catalog.Model, hparams: dict[str, Any]) -> WorkloadRecord:
     """The record of `model` as it is on disk now, with the hyperparameters a run resolved."""
-    files = {str(rel): sha256_file(model.folder / rel) for rel in folder_files(model.folder)}
+    found = folder_files(model.folder)
+    size = sum((model.folder / rel).stat().st_size for rel in found)
+    if len(found) > MAX_FILES or size > MAX_BYTES:
+        raise UserError(
+            f"The model folder {model.folder} holds {len(found):,} files of {size / 2**20:,.0f} MiB, more than a model's "
+            f"code and settings ({MAX_FILES:,} files, {MAX_BYTES // 2**20} MiB, every run records and every bundle "
+            "carries them): move its data out of it and pass the data with --data."
+        )
+    files = {str(rel): sha256_file(model.folder / rel) for rel in found}
     sources = [(model.folder / rel).read_text(errors="replace") for rel in map(Path, files) if rel.suffix == ".py"]
     shared_dir = workloads_dir() / SHARED
     shared = {f"{SHARED}/{p.name}": sha256_file(p) for p in shared_files(sources, shared_dir)}
