@@ -33,7 +33,7 @@ class WorkloadRecord(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     origin: str = Field(description="kit, outside (--workloads, TBDKIT_WORKLOAD_PATH) or bundled (reproduce)")
-    folder: str = Field(description="the model's folder where the run was launched")
+    folder: str = Field(description="workloads/<model> for the kit's own, else the folder's path where it ran")
     hparams: dict[str, Any] = Field(description="the resolved hyperparameters the run trained with")
     files: dict[str, str] = Field(max_length=MAX_FILES, description="file below the folder -> sha256")
     shared: dict[str, str] = Field(
@@ -112,7 +112,9 @@ def record(model: catalog.Model, hparams: dict[str, Any]) -> WorkloadRecord:
     sources = [(model.folder / rel).read_text(errors="replace") for rel in map(Path, files) if rel.suffix == ".py"]
     shared_dir = workloads_dir() / SHARED
     shared = {f"{SHARED}/{p.name}": sha256_file(p) for p in shared_files(sources, shared_dir)}
-    return WorkloadRecord(origin=model.origin, folder=str(model.folder), hparams=hparams, files=files, shared=shared)
+    # the kit's own model by its place in the kit (a spec.json that holds nothing of this machine's); a user's by its path
+    folder = f"workloads/{model.folder.name}" if model.origin == catalog.KIT else str(model.folder)
+    return WorkloadRecord(origin=model.origin, folder=folder, hparams=hparams, files=files, shared=shared)
 
 
 def differences(recorded: dict[str, str], here: dict[str, str]) -> list[str]:
