@@ -31,10 +31,13 @@ define TBDKIT_NL
 endef
 export TBDKIT_NL
 quote = '$(subst $(TBDKIT_NL),'"$$TBDKIT_NL"',$(subst ','\'',$(1)))'
-USER_VARIABLES := MODEL FRAMEWORK BATCH PRESET PRECISION GRAPH LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA \
+USER_VARIABLES := MODEL FRAMEWORK BATCH PRESET PRECISION GRAPH LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA WORKLOADS \
 	PYTHON REPEAT REPORT CPUS PIN ONE_PROCESS RETRY_DISTURBED INCLUDE_DISTURBED KICK_RESULTS DEVICE QUICK \
 	ADOPT WHEELS BUDGET TEST_WORKERS TEST_WORKERS_host TEST_WORKERS_pytorch TEST_WORKERS_tensorflow TEST_WORKERS_mxnet
 unexport $(USER_VARIABLES)
+
+# WORKLOADS=dir[:dir...]: folders of your own models, added to the kit's (docs/your-own-model.md).
+WORKLOADS_OPT = $(if $(value WORKLOADS),--workloads $(call quote,$(value WORKLOADS)))
 
 VENV := .venv
 TBDKIT := $(VENV)/bin/tbdkit
@@ -77,7 +80,7 @@ bench: $(KIT_STAMP)
 		--data $(call quote,$(value DATA)) \
 		--results $(call quote,$(value RESULTS)) --setup --nodes $(call quote,$(value NODES)) \
 		--gpus-per-node $(call quote,$(value GPUS_PER_NODE)) $(if $(value LINK_RATE),--link-rate $(call quote,$(value LINK_RATE))) \
-		$(if $(value CPUS),--cpus $(call quote,$(value CPUS))) $(if $(value PIN),--pin) $(if $(value ONE_PROCESS),--one-process)
+		$(if $(value CPUS),--cpus $(call quote,$(value CPUS))) $(if $(value PIN),--pin) $(if $(value ONE_PROCESS),--one-process) $(WORKLOADS_OPT)
 
 # A grid (BATCH may hold `max`: the largest batch that fits); run again to resume.
 sweep: $(KIT_STAMP)
@@ -86,15 +89,15 @@ sweep: $(KIT_STAMP)
 		--precision $(call quote,$(value PRECISION)) --graph $(call quote,$(value GRAPH)) --repeat $(call quote,$(value REPEAT)) --launcher $(call quote,$(value LAUNCHER)) \
 		--data $(call quote,$(value DATA)) --results $(call quote,$(value RESULTS)) --setup \
 		$(if $(value CPUS),--cpus $(call quote,$(value CPUS))) $(if $(value PIN),--pin) \
-		$(if $(value RETRY_DISTURBED),--retry-disturbed $(call quote,$(value RETRY_DISTURBED)))
+		$(if $(value RETRY_DISTURBED),--retry-disturbed $(call quote,$(value RETRY_DISTURBED))) $(WORKLOADS_OPT)
 
 # The paper's figures, tables and claim checks over everything in RESULTS; and the artifact for reviewers.
 report: $(KIT_STAMP)
 	$(TBDKIT) report $(call quote,$(value RESULTS)) --out $(call quote,$(value REPORT)) \
-		$(if $(value INCLUDE_DISTURBED),--include-disturbed)
+		$(if $(value INCLUDE_DISTURBED),--include-disturbed) $(WORKLOADS_OPT)
 
 bundle: $(KIT_STAMP)
-	$(TBDKIT) bundle $(call quote,$(value RESULTS)) -o artifact.tar.gz
+	$(TBDKIT) bundle $(call quote,$(value RESULTS)) -o artifact.tar.gz $(WORKLOADS_OPT)
 
 # An artifact evaluator's first check (docs/artifact.md): every instrument once inside BUDGET seconds (default
 # 420, which fits an H100), in a folder of its own; its logic is `tbdkit kick-the-tires` (tbdkit/bench/kick.py). On
@@ -174,7 +177,7 @@ calibrate: $(KIT_STAMP)
 # Collectors' cost: throughput with every collector on / a bare loop, measured in one run.
 bench-overhead: $(KIT_STAMP)
 	$(TBDKIT) setup $(call quote,$(or $(value FRAMEWORK),pytorch))
-	$(TBDKIT) overhead --model $(call quote,$(value MODEL)) $(if $(value FRAMEWORK),--framework $(call quote,$(value FRAMEWORK)))
+	$(TBDKIT) overhead --model $(call quote,$(value MODEL)) $(if $(value FRAMEWORK),--framework $(call quote,$(value FRAMEWORK))) $(WORKLOADS_OPT)
 
 clean:
 	rm -rf $(VENV) .venvs

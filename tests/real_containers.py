@@ -111,7 +111,7 @@ def user_kit():
                            *installer.pip_index_options(installer.pip_config()), "--target", str(top / "site"),
                            str(source)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    shutil.copytree(ROOT / "workloads", top / "workloads")
+    shutil.copytree(ROOT / "workloads", top / "site" / "workloads")  # the kit's own, beside its installed code
     subprocess.run(["chmod", "-R", "a+rX", str(top)], check=True)
     yield top
     shutil.rmtree(top, ignore_errors=True)
@@ -141,7 +141,7 @@ def bench_as_user(kit: Path, results: Path, image: str, stack: str = "pytorch",
     os.chown(results, UID, GID)
     docker_gid = os.stat("/var/run/docker.sock").st_gid
     env = {**os.environ, f"TBDKIT_IMAGE_{stack.upper()}": image, "HOME": str(results),
-           "PYTHONPATH": str(kit / "site"), "TBDKIT_WORKLOADS": str(kit / "workloads")}
+           "PYTHONPATH": str(kit / "site")}
     env.pop("VIRTUAL_ENV", None)
     cmd = [user_python(), "-m", "tbdkit.cli", "bench", *FAST, "--framework", stack, "--launcher", "docker",
            "--results", str(results)]

@@ -85,6 +85,7 @@ LONGEST_FIRST: dict[str, float] = {
     "test_adopt.py": 138,
     "test_adopt_fakes.py": 100,  # fake interpreters over the kit's own Python: 20 CPU s, 100-200 s of wall on 2 busy cores
     "test_bench_cli.py": 104,
+    "test_own_model.py": 120,  # a bench, a report, a bundle and a reproduce (231 s on 2 cores under a load of 28)
     "test_efficientdet_frameworks.py": 84,
     "test_distributed_tf_mxnet.py": 78,
     "test_parity_rl.py": 76,

@@ -142,13 +142,13 @@ def test_data_folder_without_utterances(tmp_path):
 
 
 def test_framework_without_an_implementation(tmp_path):
-    folder = tmp_path / "workloads" / "deepspeech2"
+    folder = tmp_path / "workloads" / "ds2_pytorch"  # a model of the user's: Deep Speech 2 on PyTorch only
     folder.mkdir(parents=True)
     source = Path(__file__).parents[1] / "workloads" / "deepspeech2"
     for name in ("workload.toml", "data.py", "pytorch.py"):
-        (folder / name).write_text((source / name).read_text())
-    proc = tbdkit("bench", *FAST, "--results", str(tmp_path / "r"), "--framework", "mxnet",
-                  env={"TBDKIT_WORKLOADS": str(tmp_path / "workloads")})
+        (folder / name).write_text((source / name).read_text().replace('name = "deepspeech2"', 'name = "ds2_pytorch"'))
+    proc = tbdkit("bench", *FAST, "--model", "ds2_pytorch", "--results", str(tmp_path / "r"), "--framework", "mxnet",
+                  "--workloads", str(tmp_path / "workloads"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "no 'mxnet' implementation; it has pytorch" in proc.stderr.replace("\n", " ")
 

@@ -30,6 +30,7 @@ BASE: dict[str, dict[str, str]] = {
               "device": "cpu", "launcher": "native", "results": "{work}/r"},
     "sweep": {"model": "deepspeech2", "frameworks": "pytorch", "batch": "2", "precision": "fp32", "preset": "smoke",
               "device": "cpu", "launcher": "native", "results": "{work}/r"},
+    "list": {},
     "show": {"run": "{run}", "results": "{results}"},
     "runs": {"results": "{results}"},
     "report": {"results": "{results}", "out": "{work}/report"},

@@ -52,6 +52,9 @@ def test_makefile_passes_each_path_as_one_argument(tmp_path, odd):
     assert argv[argv.index("--data") + 1] == odd and argv[argv.index("--batch") + 1] == "8,16"
     assert _make(tmp_path, "report", RESULTS=odd, REPORT=odd) == ["report", odd, "--out", odd]
     assert _make(tmp_path, "bundle", RESULTS=odd)[1] == odd
+    for target in ("bench", "sweep", "report", "bundle"):  # your own models' folders, one argument however named
+        argv = _make(tmp_path, target, WORKLOADS=f"/mine/{odd}:/also")
+        assert argv[argv.index("--workloads") + 1] == f"/mine/{odd}:/also"
     assert not list(tmp_path.rglob("PWNED"))
 
 
@@ -81,11 +84,11 @@ def test_log_txt_records_the_command_as_a_shell_reads_it(tmp_path, monkeypatch):
 
 
 # Every variable a user sets on make's command line (or in the environment); the others are the Makefile's own.
-USER_VARIABLES = ("MODEL FRAMEWORK BATCH PRESET PRECISION GRAPH LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA PYTHON "
+USER_VARIABLES = ("MODEL FRAMEWORK BATCH PRESET PRECISION GRAPH LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA WORKLOADS PYTHON "
                   "REPEAT REPORT CPUS PIN ONE_PROCESS RETRY_DISTURBED INCLUDE_DISTURBED KICK_RESULTS DEVICE QUICK ADOPT WHEELS BUDGET "
                   "TEST_WORKERS TEST_WORKERS_host TEST_WORKERS_pytorch TEST_WORKERS_tensorflow TEST_WORKERS_mxnet").split()
 MAKEFILE_OWN = {"VENV", "TBDKIT", "KIT_STAMP", "KIT_LOCK", "FRAMEWORK_TESTS", "MAKE", "USER_VARIABLES", "ONE_THREAD", "TBDKIT_NL",
-                "ONE_CORE"}
+                "ONE_CORE", "WORKLOADS_OPT"}
 
 
 def test_every_variable_the_makefile_reads_is_its_own_or_a_user_one():

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from report_fixtures import make_run
 
+from tbdkit.core import paths
 from tbdkit.analysis import cost
 from tbdkit.core.errors import UserError
 from tbdkit.report import build_report
@@ -112,7 +113,7 @@ def test_report_shows_energy_cost_and_the_reference_comparison(tmp_path, monkeyp
         _with_energy(make_run(results, "resnet50", "pytorch", batch, thr), spk)
     _with_energy(make_run(results, "resnet50", "tensorflow", 2, 9.0), None)
     workloads = tmp_path / "workloads"
-    monkeypatch.setenv("TBDKIT_WORKLOADS", str(workloads))
+    monkeypatch.setattr(paths, "KIT_WORKLOADS", workloads)
     build_report(results, tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
     assert "## Energy over the sample window" in md and "4,000 samples/kJ" in md

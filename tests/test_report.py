@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tbdkit.core import paths
 from tbdkit.report import build_report, claims, figures, runs as runs_mod
 from report_fixtures import make_run
 
@@ -187,7 +188,7 @@ def test_the_reference_sentence_names_each_models_folder(tmp_path, monkeypatch):
     """No committed reference: the sentence names workloads/<model>/reference/ with the model in it, in the
     HTML as in the Markdown (a `<model>` placeholder read as an HTML tag printed `workloads//reference/`)."""
     workloads = tmp_path / "workloads"
-    monkeypatch.setenv("TBDKIT_WORKLOADS", str(workloads))
+    monkeypatch.setattr(paths, "KIT_WORKLOADS", workloads)
     make_run(tmp_path / "results", "resnet50", "pytorch", 8, 100.0)
     make_run(tmp_path / "results", "deepspeech2", "pytorch", 2, 10.0)
     html = build_report(tmp_path / "results", tmp_path / "out").read_text()

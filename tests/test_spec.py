@@ -51,13 +51,13 @@ def test_round_trip_through_json(tmp_path):
 
 
 def test_framework_the_model_lacks_names_the_field(tmp_path, monkeypatch):
-    folder = tmp_path / "deepspeech2"
+    folder = tmp_path / "ds2_pytorch"  # a model of the user's: Deep Speech 2 on PyTorch only
     folder.mkdir()
     source = catalog.get("deepspeech2").folder
     for name in ("workload.toml", "data.py", "pytorch.py"):
-        (folder / name).write_text((source / name).read_text())
-    monkeypatch.setenv("TBDKIT_WORKLOADS", str(tmp_path))
+        (folder / name).write_text((source / name).read_text().replace('name = "deepspeech2"', 'name = "ds2_pytorch"'))
+    monkeypatch.setenv("TBDKIT_WORKLOAD_PATH", str(tmp_path))
     with pytest.raises(UserError) as err:
-        build(framework="tensorflow")
+        build(model="ds2_pytorch", framework="tensorflow")
     for word in ("framework", "no 'tensorflow' implementation", "pytorch"):
         assert word in str(err.value)

@@ -51,14 +51,15 @@ def test_each_paper_models_workload_toml_names_the_papers_dominant_layer() -> No
 
 
 def test_the_reports_model_families_come_from_each_workload_toml(tmp_path, monkeypatch) -> None:
+    from tbdkit.core import paths
     from tbdkit.report import runs
 
     for name, layer in (("gru_net", "RNN (GRU)"), ("lstm_net", "LSTM"), ("conv_net", "CONV")):
         (tmp_path / name).mkdir()
         (tmp_path / name / "workload.toml").write_text(f'[model]\nname = "{name}"\ndominant_layer = "{layer}"\n')
-    monkeypatch.setenv("TBDKIT_WORKLOADS", str(tmp_path))
+    monkeypatch.setattr(paths, "KIT_WORKLOADS", tmp_path)
     assert runs.layer_family("RNN", "LSTM") == {"gru_net", "lstm_net"} and runs.layer_family("LSTM") == {"lstm_net"}
-    monkeypatch.delenv("TBDKIT_WORKLOADS")
+    monkeypatch.undo()
     assert runs.rnn_models() == {"deepspeech2", "seq2seq"} and runs.lstm_models() == {"seq2seq"}
 
 
@@ -70,7 +71,7 @@ def test_a_workload_toml_without_its_dominant_layer_is_one_clear_error(tmp_path,
 
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "workload.toml").write_text('[model]\nname = "m"\n')
-    monkeypatch.setenv("TBDKIT_WORKLOADS", str(tmp_path))
+    monkeypatch.setenv("TBDKIT_WORKLOAD_PATH", str(tmp_path))
     with pytest.raises(UserError, match="dominant_layer"):
         catalog.models()
 

@@ -10,6 +10,8 @@ Layout (every member under `tbdkit-artifact/`):
   locks/<lock>.txt      the hashed lock of each environment the runs ran in (env.json's `lock`), so a
                         reviewer recreates it: `pip install --require-hashes --no-deps -r locks/<lock>.txt`
   report/...            the HTML report, when `tbdkit.report.build_report` is importable
+  workloads/<model>/... the folder of each model from outside the kit the runs trained (their spec.json
+                        records a sha256 of each file; tbdkit.artifact.workloads)
 
 What a bundle never carries: files the kit did not write (a `.env`, keys, notes: listed as
 excluded), anything reached through a symbolic link (links are listed, never followed), the
@@ -46,6 +48,7 @@ from typing import Any
 from tbdkit import __version__
 from tbdkit.analysis.trace import TRACES_DIR
 from tbdkit.artifact import doc as artifact_doc
+from tbdkit.artifact import workloads as carried_workloads
 from tbdkit.artifact.layout import (
     COMPRESS_ABOVE,
     FORMAT,
@@ -432,6 +435,8 @@ def contents(files: Mapping[str, bytes]) -> tuple[dict[str, str], list[dict[str,
         "manifest.json": "every member's sha256 and size; what was left out and why",
         "results/": "each run folder's files (spec, env, iterations, samples, summary, trace, mllog, ...)",
     }
+    if any(n.startswith(f"{carried_workloads.FOLDER}/") for n in files):
+        held[f"{carried_workloads.FOLDER}/"] = "the folder of each model from outside the kit that the runs trained"
     if any(n.startswith("report/") for n in files):
         held["report/"] = "the HTML and Markdown report, its figures, summary.csv"
     missing = []
@@ -456,6 +461,8 @@ def bundle(results: Path, out: Path) -> dict[str, Any]:
     scrub = Scrubber(results)
     collected = collect(results, scrub)
     files = collected.files
+    models = carried_workloads.carry(files)  # outside models' folders, as they are (code is never scrubbed)
+    files.update(models.files)
     with tempfile.TemporaryDirectory(prefix="tbdkit-report-") as tmp:
         report = build_report_into(results, Path(tmp))
         if report["included"]:
@@ -465,6 +472,7 @@ def bundle(results: Path, out: Path) -> dict[str, Any]:
         if not report["included"]:
             report["reason"] = scrub.text(report["reason"])
     held, missing = contents(files)
+    missing += [{"path": m["path"], "reason": scrub.text(m["reason"])} for m in models.missing]
     try:
         files[ARTIFACT_MD] = scrub.file(ARTIFACT_MD, artifact_doc.render(results, files, held).encode())
     except Exception as exc:  # a guide that cannot be made must not lose the bundle of results
@@ -493,6 +501,7 @@ def bundle(results: Path, out: Path) -> dict[str, Any]:
         "broken_runs": [
             {"run": scrub.text(b["run"]), "reason": scrub.text(b["reason"])} for b in collected.broken_runs
         ],
+        "workloads": models.models,
         "placeholders": PLACEHOLDERS,
         "compressed": collected.compressed,
         "files": {name: {"sha256": sha256(data), "bytes": len(data)} for name, data in sorted(files.items())},

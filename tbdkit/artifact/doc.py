@@ -92,6 +92,8 @@ def _sweep_command(spec: dict[str, Any], batches: list[int]) -> str:
         # a compiled run remade without it would be another run (the standard graph)
         *([f"GRAPH={spec.get('graph')}"] if spec.get("graph") not in (None, "standard") else []),
     ]
+    if _obj(spec.get("workload")).get("origin") not in (None, "kit"):  # a model from outside the kit: the bundle's copy
+        words.append("WORKLOADS=tbdkit-artifact/workloads")
     return " ".join(shlex.quote(w) for w in words)
 
 
@@ -323,8 +325,14 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
         "```",
     ]
     out += [_sweep_command(spec, batches) for spec, batches in grid.values()]
+    out.append("```")
+    if any(name.startswith("workloads/") for name in files):
+        out += [
+            "",
+            "A `WORKLOADS=` above is the bundle's copy of a model from outside the kit: unpack the "
+            "bundle in the kit's folder first (`tar xzf artifact.tar.gz`).",
+        ]
     out += [
-        "```",
         "",
         "## Expected run time and hardware",
         "",

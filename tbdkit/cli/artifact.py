@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,6 +15,8 @@ from rich.table import Table
 from tbdkit.artifact import bundle as artifact
 from tbdkit.artifact import doc as artifact_doc
 from tbdkit.artifact import plan as reproduce_plan
+from tbdkit.artifact import workloads as carried_workloads
+from tbdkit.cli.common import WorkloadsOpt, use_workloads
 from tbdkit.cli.console import console, err_console, styled
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import default_results_dir, existing_results_dir
@@ -28,9 +32,11 @@ SHOWN = 10  # excluded files printed by `tbdkit bundle`; the manifest lists all
 def bundle(
     results: Annotated[Path | None, typer.Argument(help="results folder (default: results)")] = None,
     out: Annotated[Path, typer.Option("--output", "-o", help="the bundle to write")] = Path("artifact.tar.gz"),
+    workloads: WorkloadsOpt = None,
 ) -> None:
     """Bundle RESULTS as an artifact package: ARTIFACT.md, runs, sweeps, report, calibration, lock files,
     images.lock, CITATION.cff, .zenodo.json, LICENSE, with a sha256 manifest."""
+    use_workloads(workloads)
     results = existing_results_dir(results or default_results_dir())
     outputs.check_file(out, "-o", replaceable=artifact.is_bundle(out))  # an earlier bundle, nothing else
     manifest = artifact.bundle(results, out)
@@ -76,17 +82,41 @@ def reproduce(
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="run the plan without asking (it is printed all the same)")
     ] = False,
+    workloads: WorkloadsOpt = None,
 ) -> None:
     """Re-run every run of ARTIFACT that finished (ok or disturbed: its ARTIFACT.md lists them) with the same spec
     here; report new / recorded, point by point, and per run and per claim: reproduced / not reproduced / not
     comparable (different GPU). A disturbed run's verdict is flagged with what that means for it. Prints its plan
-    (runs, caps, expected time) and asks before running, unless --yes."""
-    from tbdkit.bench.run_list import run_all
-
+    (runs, caps, expected time) and asks before running, unless --yes. A model from outside the kit runs from
+    the bundle's copy of its folder."""
+    use_workloads(workloads)
     results = results or default_results_dir()
     if not bundle_path.is_file():
         raise UserError(f"No bundle at {bundle_path}: pass the path of a file made by `tbdkit bundle`.")
     manifest, files = artifact.read(bundle_path)
+    bundled_dir = Path(tempfile.mkdtemp(prefix="tbdkit-bundled-workloads-"))
+    try:
+        _reproduce(manifest, files, bundle_path, bundled_dir, results, as_json, force, yes)
+    finally:
+        shutil.rmtree(bundled_dir, ignore_errors=True)
+
+
+def _reproduce(
+    manifest: dict[str, Any],
+    files: Any,
+    bundle_path: Path,
+    bundled_dir: Path,
+    results: Path,
+    as_json: bool,
+    force: bool,
+    yes: bool,
+) -> None:
+    from tbdkit.bench.run_list import run_all
+
+    bundled = carried_workloads.unpack(files, bundled_dir)  # the bundle's own models run, not those installed here
+    for line in carried_workloads.differences_here(files, bundled):
+        (err_console if as_json else console).print(styled("[yellow]differs[/]: {}", line), highlight=False)
+    catalog.use_bundled(bundled)
     recorded = artifact.recorded_runs(files)
     if not recorded:
         raise UserError(

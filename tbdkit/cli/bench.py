@@ -24,8 +24,10 @@ from tbdkit.cli.common import (
     PrecisionOpt,
     PriceOpt,
     ResultsOpt,
+    WorkloadsOpt,
     check_cpus,
     cost_table,
+    use_workloads,
 )
 from tbdkit.cli.console import console, convergence_table, results_table, styled
 from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
@@ -98,8 +100,10 @@ def bench(
     container_image: slurm.ContainerOpt = None,
     wait: slurm.WaitOpt = True,
     slurm_config: slurm.ConfigOpt = None,
+    workloads: WorkloadsOpt = None,
 ) -> None:
     """Train MODEL on each framework and batch size, measuring throughput and utilization."""
+    use_workloads(workloads)
     prices = cost.resolve(price_per_hour)  # a wrong price is said before anything runs
     slurm.configure(partition, account, time_limit, sbatch, container_image, wait, slurm_config)
     p = plan(model, framework, preset, device, launcher, nodes, data)
@@ -150,8 +154,9 @@ STACK_STATE = {
 }
 
 
-def list_models() -> None:
+def list_models(workloads: WorkloadsOpt = None) -> None:
     """Models × frameworks × presets the kit can run, and which stacks are installed here."""
+    use_workloads(workloads)
     table = Table(title="Models")
     table.add_column("model")
     table.add_column("application")
@@ -168,6 +173,9 @@ def list_models() -> None:
                 cells.append(styled(STACK_STATE[stacks.state(fw)]))
         presets = ", ".join(f"{p} ({m.default_batch(p)})" for p in m.presets)
         table.add_row(m.name, m.info.get("application", ""), m.throughput_unit, *cells, presets)
+    yours = [f"{m.name} ({m.origin}): {m.folder}" for m in catalog.models().values() if m.origin != catalog.KIT]
+    if yours:
+        table.caption = "not the kit's: " + "; ".join(yours)
     console.print(table)
     for fw in stacks.STACKS:
         try:

@@ -59,6 +59,23 @@ OneProcessOpt = Annotated[
         "the `device` kvstore), as the paper's single-machine runs did",
     ),
 ]
+WorkloadsOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--workloads",
+        help="a folder of your own models, added to the kit's (repeatable; also TBDKIT_WORKLOAD_PATH, ':'-separated): "
+        "a model's folder holding workload.toml, or a folder whose folders are models (docs/your-own-model.md)",
+    ),
+]
+
+
+def use_workloads(folders: list[Path] | None) -> None:
+    """Add `--workloads` folders to the models this command and the agents it starts see; a folder that
+    holds no model, cannot be read or names a model twice is one sentence with the fix."""
+    catalog.add_outside(list(folders or []))
+    catalog.models()  # a clash or a broken workload.toml is said now, before the command's work
+
+
 PinOpt = Annotated[bool, typer.Option("--pin", help="pin each run's process to its --cpus cores (sched_setaffinity)")]
 
 

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from tbdkit.cli.common import WorkloadsOpt, use_workloads
 from tbdkit.cli.console import console, styled
 from tbdkit.core.errors import UserError
 from tbdkit.env import stacks
@@ -20,8 +21,10 @@ def describe(
     framework: Annotated[str, typer.Option("--framework", "-f", help="pytorch | tensorflow | mxnet")] = "pytorch",
     preset: Annotated[str, typer.Option(help="smoke | paper")] = "smoke",
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    workloads: WorkloadsOpt = None,
 ) -> None:
     """The network as FRAMEWORK builds it: parameters, per-layer shapes (canonical order), FLOPs per sample."""
+    use_workloads(workloads)
     from tbdkit.describe import in_stack
 
     info = in_stack(model, framework, preset)
@@ -55,9 +58,11 @@ def overhead(
     min_rounds: Annotated[int, typer.Option(help="bare/instrumented block pairs at least", min=2)] = 6,
     max_rounds: Annotated[int, typer.Option(help="bare/instrumented block pairs at most", min=2)] = 30,
     max_s: Annotated[float, typer.Option(help="no new round after this many seconds", min=1)] = 300.0,
+    workloads: WorkloadsOpt = None,
 ) -> None:
     """Benchmark the collectors' cost: instrumented throughput / bare loop throughput with its 95%
     interval over paired rounds, run until the interval is narrow enough or a cap."""
+    use_workloads(workloads)
     import subprocess
 
     from tbdkit.launch.base import parse_event

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tbdkit.cli.common import ParallelOpt
+from tbdkit.cli.common import ParallelOpt, WorkloadsOpt, use_workloads
 from tbdkit.cli.console import console
 from tbdkit.core.errors import UserError
 from tbdkit.launch.render import TARGETS, write
@@ -49,8 +49,10 @@ def render(
             "spec.json it reads; the file's name is the target's",
         ),
     ] = Path("render"),
+    workloads: WorkloadsOpt = None,
 ) -> None:
     """Write TARGET's launch file for MODEL on NODES x GPUS_PER_NODE workers (and the spec.json it runs)."""
+    use_workloads(workloads)
     if target not in TARGETS:
         raise UserError(f"Unknown render target '{target}': choose one of {', '.join(TARGETS)}.")
     if out.is_file() or (not out.is_dir() and out.suffix.lower() in FILE_SUFFIXES):

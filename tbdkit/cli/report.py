@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from tbdkit.analysis import cost
-from tbdkit.cli.common import PriceOpt
+from tbdkit.cli.common import PriceOpt, WorkloadsOpt, use_workloads
 from tbdkit.cli.console import console, err_console, styled
 from tbdkit.core.paths import default_results_dir, existing_results_dir
 from tbdkit.results import outputs
@@ -37,8 +37,10 @@ def report(
             "own); by default they keep the paper's settings, standard graphs",
         ),
     ] = False,
+    workloads: WorkloadsOpt = None,
 ) -> None:
     """The paper's figures, tables and claim checks for the runs in RESULTS."""
+    use_workloads(workloads)
     from tbdkit.report import make_report
 
     results = existing_results_dir(results or default_results_dir())  # before anything is written

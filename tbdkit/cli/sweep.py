@@ -13,7 +13,7 @@ from rich.text import Text
 from tbdkit.analysis import cost
 from tbdkit.bench.plan import plan, prepare, split_list
 from tbdkit.bench.sweep import run_sweep
-from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, check_cpus, cost_table
+from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, WorkloadsOpt, check_cpus, cost_table, use_workloads
 from tbdkit.cli.console import console
 from tbdkit.core.paths import default_results_dir
 from tbdkit.results import files as runfiles
@@ -122,8 +122,10 @@ def sweep(
     setup: Annotated[bool, typer.Option("--setup/--no-setup", help="install missing framework stacks first")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the sweep's state as JSON")] = False,
     price_per_hour: PriceOpt = None,
+    workloads: WorkloadsOpt = None,
 ) -> None:
     """Run MODEL over a grid of frameworks x precisions x batch sizes (x repeats); rerun to resume."""
+    use_workloads(workloads)
     prices = cost.resolve(price_per_hour)  # a wrong price is said before anything runs
     outputs.check_name(results, "--results")
     p = plan(model, frameworks, preset, device, launcher, data=data)  # a sweep's points run on one machine

@@ -11,9 +11,18 @@ KIT_ROOT = Path(__file__).resolve().parents[2]
 SWEEPS = "sweeps"  # a results folder's sweeps/<sweep-id>/ (tbdkit.results.files.SWEEPS)
 
 
+KIT_WORKLOADS = KIT_ROOT / "workloads"
+# A user's own model folders, added to the kit's (tbdkit.spec.catalog): a `:`-separated list of folders,
+# each a model's folder (holding workload.toml) or a folder of model folders (`--workloads DIR` adds to it).
+WORKLOAD_PATH_ENV = "TBDKIT_WORKLOAD_PATH"
+# Set by `tbdkit reproduce` for the runs it starts: the bundle's own copies of its models' folders, run
+# instead of a same-named model installed here (the agent reads it as the host does).
+BUNDLED_WORKLOADS_ENV = "TBDKIT_BUNDLED_WORKLOADS"
+
+
 def workloads_dir() -> Path:
-    """The folder holding workloads/<model>/ (TBDKIT_WORKLOADS overrides)."""
-    return Path(os.environ.get("TBDKIT_WORKLOADS", KIT_ROOT / "workloads"))
+    """The kit's own folder of models, workloads/<model>/ (and workloads/_shared/)."""
+    return KIT_WORKLOADS
 
 
 SYSTEM_FOLDERS = ("/proc", "/sys", "/dev")  # the kernel's: nothing of the kit's is ever made there

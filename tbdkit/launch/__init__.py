@@ -38,7 +38,7 @@ def start(spec: RunSpec, run_dir: Path, on_event: EventHandler, launcher: Launch
     """Write the spec into an existing run folder and run the agent there; the agent's exit code.
     (`launch` below does this for a new run folder and finishes its summary.)"""
     try:
-        RunDir(run_dir).write_json(runfiles.SPEC, spec.model_dump())
+        RunDir(run_dir).write_json(runfiles.SPEC, spec.recorded().model_dump())
     except OSError as exc:
         raise UserError(
             f"The run folder {run_dir} cannot be written ({exc.strerror or exc}): free some space "

@@ -32,6 +32,7 @@ from tbdkit.spec.run_spec import RunSpec
 
 CONTAINER_RUN_DIR = "/tbdkit/run"
 CONTAINER_DATA_DIR = "/tbdkit/data"
+CONTAINER_WORKLOADS_DIR = "/tbdkit/workloads-outside"  # a model from outside the kit, read-only (tbdkit.spec.catalog)
 CONTAINER_SPEC = runfiles.CONTAINER_SPEC
 SHM_SIZE = "8g"
 # The container's user when the launcher runs as root without sudo: no account on the host or
@@ -152,6 +153,11 @@ def render(
     ]
     if spec.data != "synthetic":
         argv += ["--volume", f"{_mount_path(str(Path(spec.data).resolve()))}:{CONTAINER_DATA_DIR}:ro"]
+    model = catalog.get(spec.model)
+    if model.origin != catalog.KIT:  # the image holds the kit's models; a user's own is mounted, read-only
+        mount = f"{CONTAINER_WORKLOADS_DIR}/{model.name}"
+        argv += ["--volume", f"{_mount_path(str(model.folder.resolve()))}:{mount}:ro"]
+        env[catalog.env_of(model)] = mount
     for key, value in env.items():
         argv += ["--env", f"{key}={value}"]
     return argv + [

@@ -135,9 +135,11 @@ def _write_mllog(run_dir: Path, spec: RunSpec, summary: dict[str, Any], on_event
     """mllog.txt beside the summary (MLPerf-style lines, tbdkit.results.mllog); a log that cannot be made is
     a warning, never a reason to lose the run."""
     try:
-        from tbdkit.results import mllog
+        from tbdkit.results import mllog, readers
 
-        mllog.write(run_dir, summary, spec.model_dump())
+        # the spec as the run recorded it (spec.json: its resolved hyperparameters among it)
+        recorded = readers.json_object(RunDir(run_dir).spec) or spec.model_dump()
+        mllog.write(run_dir, summary, recorded)
     except ImportError as exc:  # the kit's environment lacks mlperf-logging (`pip install -e .` adds it)
         message = f"mllog.txt not written: {exc}"
     except OSError as exc:

@@ -24,9 +24,11 @@ from tbdkit.core.errors import UserError
 from tbdkit.core.paths import KIT_ROOT
 from tbdkit.env import images, stacks
 from tbdkit.env.oci import validate_image_reference
+from tbdkit.launch.docker import CONTAINER_WORKLOADS_DIR
 from tbdkit.launch.node import PORT as NODE_PORT
 from tbdkit.results import files as runfiles
 from tbdkit.results import outputs
+from tbdkit.spec import catalog
 from tbdkit.spec.run_spec import RunSpec
 
 TARGETS = {"torchrun": "torchrun.sh", "slurm": "job.sbatch", "k8s": "job.yaml", "compose": "compose.yaml"}
@@ -78,6 +80,19 @@ def _env() -> jinja2.Environment:
     )
     env.filters.update(sh=lambda v: shlex.quote(str(v)), yaml=yaml_scalar, compose=compose_literal, enroot=enroot_uri)
     return env
+
+
+def outside_workload(spec: RunSpec) -> dict[str, str] | None:
+    """A model from outside the kit, as a rendered job names it: its folder here (`host`), where a container
+    mounts it read-only (`mount`) and the variable the agent reads it from (`env`); None for the kit's own."""
+    model = catalog.get(spec.model)
+    if model.origin == catalog.KIT:
+        return None
+    return {
+        "host": str(model.folder.resolve()),
+        "mount": f"{CONTAINER_WORKLOADS_DIR}/{model.name}",
+        "env": catalog.env_of(model),
+    }
 
 
 def job_name(spec: RunSpec) -> str:
@@ -140,6 +155,7 @@ def render(
         # TensorFlow and MXNet jobs: the workers' control-channel key, fresh for each rendered file
         "control_key": secrets.token_hex(16),
         "port": NODE_PORT,
+        "outside": outside_workload(spec),
     }
     values.update(slurm or {})
     chosen = template or (NATIVE_SLURM if native and target == "slurm" else TEMPLATES[target])
@@ -151,7 +167,7 @@ def write(spec: RunSpec, target: str, out_dir: Path, **kwargs: object) -> Path:
     text = render(spec, target, **kwargs)  # type: ignore[arg-type]  # checked before anything is written
     beside = {name: render(spec, target, template=t, **kwargs) for name, t in EXTRA.get(target, {}).items()}  # type: ignore[arg-type]
     with outputs.staged(out_dir, "The launch files") as stage:  # a full disk leaves out_dir as it was
-        (stage / runfiles.SPEC).write_text(json.dumps(spec.model_dump(), indent=2) + "\n")
+        (stage / runfiles.SPEC).write_text(json.dumps(spec.recorded().model_dump(), indent=2) + "\n")
         for name, extra in beside.items():
             (stage / name).write_text(extra)
         (stage / TARGETS[target]).write_text(text)

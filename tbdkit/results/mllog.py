@@ -146,6 +146,19 @@ def _samples(rows: Iterable[dict[str, Any]]) -> int:
     return int(sum(_number(r.get("samples")) or 0.0 for r in rows))
 
 
+def recorded_hparams(summary: dict[str, Any], spec: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+    """The run's model, the hyperparameters it trained with, and where they were read: the run's own record
+    (spec.json's workload.hparams, written when it was launched); a run recorded before the kit wrote one
+    reads its model's workload.toml as it is now."""
+    name = str(summary.get("model") or spec.get("model"))
+    record = spec.get("workload")
+    if isinstance(record, dict) and isinstance(record.get("hparams"), dict):
+        return name, record["hparams"], f"{runfiles.SPEC} workload.hparams (resolved when the run was launched)"
+    model = catalog.get(name)
+    hp = model.hp(str(spec.get("preset") or summary.get("preset")), spec.get("variant"))
+    return name, hp, f"{model.folder.name}/workload.toml (the run recorded no hyperparameters)"
+
+
 def lines(summary: dict[str, Any], spec: dict[str, Any], rows: Iterable[dict[str, Any]] = ()) -> str:
     """The log's text, every line made by mlperf_logging's MLLogger; `rows`: iterations.csv's."""
     from mlperf_logging.mllog import constants as k  # type: ignore[import-untyped]
@@ -162,15 +175,14 @@ def lines(summary: dict[str, Any], spec: dict[str, Any], rows: Iterable[dict[str
         ml = MLLogger(logger=logger, default_stack_offset=1, root_dir=re.escape(str(KIT_ROOT)))
         when = Timeline(summary, rows)
         start_ms = when.start
-        model = catalog.get(str(summary.get("model") or spec.get("model")))
-        hp = model.hp(str(spec.get("preset") or summary.get("preset")), spec.get("variant"))
+        name, hp, hp_from = recorded_hparams(summary, spec)
         meta = {"source": "tbdkit " + __version__}
 
         def event(key: str, value: Any, metadata: dict[str, Any] | None = None, time_ms: int | None = start_ms) -> None:
             ml.event(key=key, value=value, time_ms=time_ms, metadata={**meta, **(metadata or {})})
 
         ml.start(key=k.INIT_START, value=None, time_ms=start_ms, metadata={**meta, "what": "the agent started"})
-        event(k.SUBMISSION_BENCHMARK, f"tbd_{model.name}")
+        event(k.SUBMISSION_BENCHMARK, f"tbd_{name}")
         event(k.SUBMISSION_ORG, "tbdkit")
         event(k.SUBMISSION_DIVISION, "open")  # the TBD suite is not an MLPerf benchmark: open division
         event(k.SUBMISSION_STATUS, "research")
@@ -223,7 +235,7 @@ def lines(summary: dict[str, Any], spec: dict[str, Any], rows: Iterable[dict[str
         )
         event("config_filename", runfiles.SPEC, {"what": "the run's spec in its run folder"})
         for key, value in optimizer_hparams(hp).items():
-            event(key, value, {"from": f"workloads/{model.name}/workload.toml"})
+            event(key, value, {"from": hp_from})
         loop_ms = when.loop
         if loop_ms is None and when.rows:  # a summary written before the loop's start was recorded
             loop_ms, note = start_ms, {"note": "the training loop's start was not recorded: the agent's start"}

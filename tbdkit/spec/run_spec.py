@@ -25,6 +25,7 @@ from tbdkit.core.errors import UserError
 from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
 from tbdkit.core.statistics import DRIFT_PROJECTION
 from tbdkit.spec import catalog, launchers
+from tbdkit.spec.provenance import WorkloadRecord
 
 # bf16: bfloat16 autocast, no loss scaling; fp8: PyTorch only, torchao's float8 linear layers under bf16 autocast
 Precision = Literal["fp32", "tf32", "amp", "bf16", "fp8"]
@@ -230,6 +231,11 @@ class RunSpec(BaseModel):
         "affinity mask and cgroup quota",
     )
     pin: bool = Field(False, description="pin the agent to the first `cpus` cores of its affinity mask")
+    workload: WorkloadRecord | None = Field(
+        None,
+        description="written by the launcher into the run's spec.json (never typed): the hyperparameters the run "
+        "resolved and a sha256 of every file of the model's folder and of the _shared files it imports",
+    )
 
     @property
     def world_size(self) -> int:
@@ -395,6 +401,13 @@ class RunSpec(BaseModel):
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(), indent=2)
+
+    def recorded(self) -> RunSpec:
+        """This spec as a run records it: with its workload's hyperparameters and files' hashes as they are now."""
+        from tbdkit.spec import provenance
+
+        model = catalog.get(self.model)
+        return self.model_copy(update={"workload": provenance.record(model, model.hp(self.preset, self.variant))})
 
 
 def build(**fields: Any) -> RunSpec:
