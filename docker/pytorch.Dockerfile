@@ -17,7 +17,7 @@ FROM ${BASE_IMAGE}
 # Installed only when the base has no torch/torchvision at all (a plain CUDA base): pyproject's pins.
 ARG FRAMEWORK_REQUIREMENTS="torch==2.14.1 torchvision==0.29.1"
 # The workloads' own libraries: the rest of pyproject.toml's pytorch extra (a test keeps them equal).
-ARG WORKLOAD_REQUIREMENTS="transformers>=4.40 gymnasium>=1.0 ale-py>=0.9 effdet==0.4.1 scikit-learn>=1.3 num2words>=0.5 zeus>=0.16"
+ARG WORKLOAD_REQUIREMENTS="transformers>=4.40 gymnasium>=1.0 ale-py>=0.9 effdet==0.4.1 scikit-learn>=1.3 num2words>=0.5 zeus>=0.16 diffusers==0.42.1 torchao==0.18.0"
 # Extra pip options, e.g. "--no-index --find-links=/tmp/wheels" for an offline build from
 # wheels put in docker/wheels/ beforehand.
 ARG PIP_OPTIONS=""

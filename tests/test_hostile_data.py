@@ -83,14 +83,14 @@ def test_a_workload_toml_nested_1500_deep_in_a_workloads_folder_is_one_sentence(
     (tmp_path / "mine" / "deep").mkdir(parents=True)
     (tmp_path / "mine" / "deep" / "workload.toml").write_text(
         _nested_toml('[model]\nname = "deep"\ndominant_layer = "CONV"\n'))
-    one_sentence(tbdkit("list", cwd=tmp_path, env={"TBDKIT_WORKLOADS": "mine"}),
+    one_sentence(tbdkit("list", cwd=tmp_path, env={"TBDKIT_WORKLOAD_PATH": "mine"}),
                  "mine/deep/workload.toml nests arrays or tables deeper than a TOML reader can follow")
 
 
 def test_a_workload_toml_that_is_a_fifo_is_one_sentence(tmp_path):
     (tmp_path / "mine" / "fifo").mkdir(parents=True)
     os.mkfifo(tmp_path / "mine" / "fifo" / "workload.toml")
-    one_sentence(tbdkit("list", cwd=tmp_path, env={"TBDKIT_WORKLOADS": "mine"}),
+    one_sentence(tbdkit("list", cwd=tmp_path, env={"TBDKIT_WORKLOAD_PATH": "mine"}),
                  "workload.toml is a FIFO, not a regular file")
 
 

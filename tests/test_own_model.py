@@ -62,6 +62,18 @@ def test_listed_beside_the_kits_models(benched):
     assert "covtype_mlp" not in typed("list").stdout  # added only where asked for
 
 
+def test_it_passes_check_workload_as_the_docs_say(benched):
+    """docs/your-own-model.md's step 3 as typed: every check runs in the PyTorch stack and passes; the table says
+    what each found (the smoke count from [checks], the learning check's losses)."""
+    mine, _, _ = benched
+    proc = typed("check-workload", str(mine / "covtype_mlp"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {cells[1].strip(): cells[3].strip() for line in proc.stdout.splitlines()
+            if (cells := line.split("│")) and len(cells) > 4 and cells[1].strip()}
+    assert {rows[c] for c in ("contract", "model code only", "parameters", "learning", "math modes")} == {"passed"}
+    assert "5,831 on the smoke preset" in proc.stdout and "in 10 steps" in proc.stdout
+
+
 def test_its_run_records_the_files_and_hyperparameters_it_trained(benched):
     mine, _, run = benched
     summary = json.loads((run / "summary.json").read_text())
@@ -201,7 +213,7 @@ def test_a_broken_workload_toml(tmp_path):
     said = refused("--workloads", str(mine))
     assert f"{mine / 'workload.toml'} is not valid TOML" in said
     (mine / "workload.toml").write_text("a = " + "[" * 5000 + "]" * 5000 + "\n")
-    assert "is not valid TOML" in refused("--workloads", str(mine))
+    assert "nests arrays or tables deeper than a TOML reader can follow" in refused("--workloads", str(mine))
     (mine / "workload.toml").write_text('[model]\nname = "../m"\ndominant_layer = "FC"\n')
     assert "letters, digits and '_'" in refused("--workloads", str(mine))
 

@@ -70,7 +70,11 @@ def test_shell_values_reach_the_command_as_one_word_each(tmp_path):
     """The torchrun script run for real, with a results path and python full of shell syntax."""
     results = tmp_path / "res $(touch PWNED1); touch PWNED2 `id` 'q\""
     python = tmp_path / "py thon; touch PWNED3"
-    python.write_text(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    # the stand-in python prints its argv; as the script's progress printer (tbdkit.launch.human) it passes
+    # what it reads through, so the torchrun line reaches stdout as it was
+    python.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                      "if 'tbdkit.launch.human' in sys.argv: sys.stdout.write(sys.stdin.read())\n"
+                      "else: print(json.dumps(sys.argv[1:]))\n")
     python.chmod(python.stat().st_mode | stat.S_IXUSR)
     path = render.write(_spec(), "torchrun", tmp_path / "job", results=str(results), python=str(python),
                         run_id="job-1")

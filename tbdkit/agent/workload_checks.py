@@ -103,7 +103,7 @@ class Checker:
 
     def missing(self, check: str, table: str) -> Outcome:
         path = self.model.folder / "workload.toml"
-        return Outcome(check, self.framework, "failed", f"{path} has no [checks{table}]: add it ({_TABLES[check]}).")
+        return Outcome(check, self.framework, "failed", f"{path} has no {table}: add it ({_TABLES[check]}).")
 
     def contract(self) -> Outcome:
         gaps = contract.data_gaps(self.model) + contract.framework_gaps(self.model, self.framework)
@@ -116,7 +116,7 @@ class Checker:
     def parameters(self) -> Outcome:
         expected = self.settings.smoke_parameters
         if expected is None:
-            return self.missing("parameters", "] smoke_parameters")
+            return self.missing("parameters", "[checks] smoke_parameters")
         counted = adapter(self.model, self.framework, self.smoke).model_info()["parameters"]
         failure = None if counted == expected else f"counted {counted:,} parameters, [checks] says {expected:,}"
         return self.outcome("parameters", failure, f"{counted:,} on the smoke preset, as [checks] says")
@@ -124,7 +124,7 @@ class Checker:
     def learning(self) -> Outcome:
         spec = self.settings.learning
         if spec is None:
-            return self.missing("learning", ".learning")
+            return self.missing("learning", "[checks.learning]")
         if isinstance(spec, check_settings.Elsewhere):
             return self.skipped("learning", f"the model's own test {spec.test} checks it")
         details = []
@@ -143,7 +143,7 @@ class Checker:
     def math_modes(self) -> Outcome:
         spec = self.settings.math_modes
         if spec is None:
-            return self.missing("math modes", ".math_modes")
+            return self.missing("math modes", "[checks.math_modes]")
         if isinstance(spec, check_settings.Elsewhere):
             return self.skipped("math modes", f"the model's own test {spec.test} checks them")
         hp = {**self.smoke, **spec.hp}

@@ -30,7 +30,7 @@ from tbdkit.launch import render
 from tbdkit.launch.base import Busy, EventHandler, parse_event, quiet
 from tbdkit.launch.native import StackLauncher
 from tbdkit.launch.outcome import _write_mllog
-from tbdkit.results import files as runfiles
+from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
 from tbdkit.spec.run_spec import RunSpec
 
@@ -351,8 +351,7 @@ class SlurmLauncher(StackLauncher):
         job = self.jobs.pop(run_dir, None)
         if job is None:
             return summary
-        summary = verdict(job, summary)
-        RunDir(run_dir).write_json(runfiles.SUMMARY, summary)
+        summary = summaries.record(run_dir, verdict(job, summary))
         _write_mllog(run_dir, spec, summary, None)
         return summary
 

@@ -17,15 +17,18 @@ META = torch.device("meta")
 
 
 def test_dit_xl_2_size():
-    """DiT-XL/2 has 675.1 M parameters with one timestep and class embedder; diffusers' DiTTransformer2DModel
-    (as facebook/DiT-XL-2-256 is converted) gives each of the 28 blocks its own, 2.78 M each: 749.8 M."""
+    """DiT-XL/2 has 675.1 M parameters (the DiT repository's count: one timestep and class embedder, and its fixed
+    sin-cos position table, a Parameter that does not learn). diffusers' DiTTransformer2DModel (as facebook/DiT-XL-2-256
+    is converted) gives each of the 28 blocks its own embedders, 2.78 M each, and keeps the position table as a
+    buffer: 749.8 M."""
     hp = MODEL.hp("paper")
     with META:
         model = WORKLOAD.make_model(hp)
     total = sum(p.numel() for p in model.parameters())
     d = hp["num_attention_heads"] * hp["attention_head_dim"]
     embedders = (hp["num_classes"] + 1) * d + (256 * d + d) + (d * d + d)
-    assert total == 749_826_464 and total - (hp["num_layers"] - 1) * embedders == 675_129_632
+    positions = (hp["sample_size"] // hp["patch_size"]) ** 2 * d
+    assert total == 749_826_464 and total - (hp["num_layers"] - 1) * embedders + positions == 675_129_632
 
 
 def test_flops_per_image_match_the_dit_papers_118_6_gflops():
