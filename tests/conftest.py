@@ -122,3 +122,18 @@ def _pong_frames(data, hp, seed: int = 5, steps: int = 6) -> np.ndarray:
 @pytest.fixture
 def pong_frames():
     return _pong_frames
+
+
+@pytest.fixture(autouse=True)
+def _user_model_folders_stay_with_their_test():
+    """`--workloads` and `reproduce` add model folders to the process's environment (TBDKIT_WORKLOAD_PATH,
+    TBDKIT_BUNDLED_WORKLOADS) for the agents they start; a command run in-process (CliRunner) must not leave
+    them to the next test of the worker."""
+    names = ("TBDKIT_WORKLOAD_PATH", "TBDKIT_BUNDLED_WORKLOADS")
+    saved = {name: os.environ.get(name) for name in names}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

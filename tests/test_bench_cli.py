@@ -121,7 +121,7 @@ def test_runs_and_show(one_run):
     (["--batch", "0"], ["batch_size", "whole number from 1 to 65,536"]),
     (["--batch", "4,x"], ["'x' is not a whole number"]),
     (["--framework", "jax"], ["unknown framework 'jax'", "pytorch, tensorflow, mxnet"]),
-    (["--precision", "fp16"], ["precision", "'fp32', 'tf32', 'amp' or 'bf16'"]),
+    (["--precision", "fp16"], ["precision", "'fp32', 'tf32', 'amp', 'bf16' or 'fp8'"]),
     (["--data", "/no/such/LibriSpeech"], ["does not exist"]),
 ])
 def test_bad_input_is_one_clear_error(tmp_path, args, words):

@@ -28,7 +28,7 @@ def state_of(results: Path) -> dict:
 
 def fingerprint(run_dir: Path) -> dict[str, tuple[int, str]]:
     return {p.name: (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(run_dir.iterdir())}
+            for p in sorted(run_dir.iterdir()) if p.is_file()}
 
 
 @pytest.mark.slow
