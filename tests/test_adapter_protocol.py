@@ -64,6 +64,12 @@ def test_one_process_replicas_are_a_capability() -> None:
     class Mirrored(Core):
         backend = "MirroredStrategy/RING"
         comm_reason = "inside the compiled step"
+        replica_devices = ["/CPU:0", "/CPU:1"]
+
+    class Worker(Core):  # a data-parallel worker's adapter: a backend and a reason, no replicas in its process
+        backend = "gloo"
+        comm_reason = "FSDP2's collectives run inside its hooks"
 
     a = Mirrored()
     assert adapters.capabilities(a).replicas is a and adapters.capabilities(Core()).replicas is None
+    assert adapters.capabilities(Worker()).replicas is None

@@ -109,10 +109,12 @@ class ParameterSync(Protocol):
 @runtime_checkable
 class Replicas(Protocol):
     """Several replicas in one process (--one-process: MirroredStrategy, MXNet's device kvstore): how
-    they exchange gradients, and why that exchange is not timed."""
+    they exchange gradients, and why that exchange is not timed; `replica_devices` names the replicas' devices
+    (a data-parallel worker's adapter has a backend and a reason too, but no replicas of its own)."""
 
     backend: str | None
     comm_reason: str | None
+    replica_devices: list[Any]
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,8 @@ def capabilities(adapter: Any) -> Capabilities:
         inference=of(Inference),
         graph_compile=of(GraphCompile),
         distributed=of(Distributed),
-        parameter_sync=of(ParameterSync),
+        # an adapter that carries the workers' decisions itself (Distributed) needs no control channel
+        parameter_sync=None if of(Distributed) else of(ParameterSync),
         replicas=of(Replicas),
     )
 
