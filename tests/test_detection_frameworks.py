@@ -17,6 +17,8 @@ from tbdkit.spec import catalog
 # EfficientDet's TensorFlow and MXNet pairs are tests/test_efficientdet_frameworks.py.
 FRAMEWORKS = {"faster_rcnn": ("pytorch", "tensorflow", "mxnet"), "mask_rcnn": ("pytorch", "tensorflow", "mxnet")}
 MODELS = list(FRAMEWORKS)
+# The RPN outputs of one set of weights agree to this fraction of their largest value (see the RPN test)
+RPN_ATOL = 2e-4
 PAIRS = [(m, a, b) for m in MODELS for a, b in itertools.combinations(FRAMEWORKS[m], 2)]
 # Forward FLOPs of the smoke reference image (500x375, resized to 341x256, padded to 352x256) as both
 # frameworks' training-mode forward passes run it: 2 per multiply-accumulate of every convolution and
@@ -113,11 +115,13 @@ def test_same_weights_same_rpn_outputs(described, model):
     for key in keys:
         np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
     assert all(np.isfinite(ours[k]).all() for k in ours.files if k.startswith("loss_"))
-    # the deterministic half of the network: resize and normalization, conv1-conv4, the RPN head
+    # the deterministic half of the network: resize and normalization, conv1-conv4, the RPN head; through Mask
+    # R-CNN's 53 convolutions and FPN the two frameworks' oneDNN kernels sum in their own order, which on a CPU
+    # with AMX moves a few of 18,432 objectness logits by up to 1.14e-4 (of a largest 1.0)
     for key in ("rpn_objectness", "rpn_deltas"):
         assert ours[key].shape == theirs[key].shape, key
         scale = float(np.abs(theirs[key]).max())
-        np.testing.assert_allclose(ours[key], theirs[key], atol=1e-4 * max(scale, 1.0), err_msg=key)
+        np.testing.assert_allclose(ours[key], theirs[key], atol=RPN_ATOL * max(scale, 1.0), err_msg=key)
 
 
 @pytest.mark.slow
@@ -146,6 +150,6 @@ def test_mask_rcnn_same_weights_same_outputs(described, framework):
     for key in ("rpn_objectness", "rpn_deltas"):
         assert ours[key].shape == theirs[key].shape, key
         scale = float(np.abs(theirs[key]).max())
-        np.testing.assert_allclose(ours[key], theirs[key], atol=1e-4 * max(scale, 1.0), err_msg=key)
+        np.testing.assert_allclose(ours[key], theirs[key], atol=RPN_ATOL * max(scale, 1.0), err_msg=key)
     for key in ("loss_box_reg", "loss_rpn_box_reg", "loss_mask"):
         np.testing.assert_allclose(ours[key], theirs[key], rtol=1e-3, err_msg=key)
