@@ -73,4 +73,5 @@ def test_a_loss_scale_wrapper_and_its_inner_optimizer_count_each_gradient_once()
 def test_the_tensorflow_adapter_has_the_core_and_its_capabilities() -> None:
     from model_checks import assert_capabilities
 
-    assert_capabilities("tensorflow", {"graph_compile", "memory_breakdown", "optimizer_state", "parameter_sync", "peak_reset"})
+    assert_capabilities("tensorflow", {"graph_compile", "memory_breakdown", "optimizer_state", "parameter_sync", "peak_reset",
+                                       "replicas"})
