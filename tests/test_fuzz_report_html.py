@@ -49,10 +49,14 @@ def injected(html: str) -> list[str]:
     page = Elements()
     page.feed(html)
     written = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "p", "code", "span", "table",
-               "tr", "th", "td", "div", "i", "b", "figure", "img", "figcaption"}
+               "tr", "th", "td", "div", "i", "b", "figure", "img", "figcaption", "ul", "li"}
     bad = [tag for tag, _ in page.tags if tag not in written]
     bad += [f"{tag} {name}" for tag, attrs in page.tags for name, _ in attrs if name not in {"lang", "charset", "id",
-                                                                                            "class", "src", "alt"}]
+                                                                                            "class", "src", "alt"}
+            and not (tag == "meta" and name in {"name", "content"})]  # the phone viewport's meta
+    # the one meta with a name is the viewport the template writes, its content the template's own
+    bad += [f"meta {dict(attrs)}" for tag, attrs in page.tags if tag == "meta" and ("name" in dict(attrs))
+            and dict(attrs) != {"name": "viewport", "content": "width=device-width, initial-scale=1"}]
     bad += [f"img src={v[:30]}" for tag, attrs in page.tags for n, v in attrs
             if tag == "img" and n == "src" and not (v or "").startswith("data:image/png;base64,")]
     return bad

@@ -213,6 +213,7 @@ class MXNetAdapter:
         self.workload = workload
         # one process, several replicas (--one-process): a context each, the `device` kvstore between them
         self.contexts = replica_contexts(replicas, self.cuda_index is not None) if replicas > 1 else [self.ctx]
+        self.replica_devices: list[Any] = self.contexts if replicas > 1 else []  # the Replicas capability's
         self.training = workload.build(hp, self.contexts if replicas > 1 else self.ctx)
         self._stepped = False
         # --graph compiled: the hybridized blocks with static shapes too, where the inputs' shapes are fixed
