@@ -13,6 +13,7 @@ import contextlib
 import os
 import random
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -35,6 +36,22 @@ BF16_FAILED = (
     "one by one, and this network mixes float32 and bfloat16 where an operator needs one type, or builds a "
     "fused RNN's initial state (which has no input to cast); run --precision fp32 on MXNet"
 )
+
+BF16_NO_AVX512 = (
+    "MXNet 1.9's bfloat16 AMP could not run this model's step ({error}): its oneDNN bfloat16 operators need a CPU "
+    "with AVX-512, and this one has none (no avx512f in /proc/cpuinfo); run --precision fp32 on MXNet here, or bf16 "
+    "on a CPU with AVX-512"
+)
+
+
+def cpu_has_avx512() -> bool:
+    """Whether this CPU has AVX-512 (Linux's /proc/cpuinfo flags), which MXNet 1.9's oneDNN bfloat16 kernels need;
+    True where the flags cannot be read (the failure's own message is then the one said)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True
+    return " avx512f " in f" {flags} ".replace("\n", " ")
 
 
 class Precision:
@@ -269,7 +286,8 @@ class MXNetAdapter:
             if self._stepped or self.precision.mode != "bf16" or self.is_oom(exc):
                 raise
             last = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:200]
-            raise RuntimeError(BF16_FAILED.format(error=f"{type(exc).__name__}: {last}")) from exc
+            why = BF16_FAILED if cpu_has_avx512() else BF16_NO_AVX512
+            raise RuntimeError(why.format(error=f"{type(exc).__name__}: {last}")) from exc
         self._stepped = True
         return loss
 
