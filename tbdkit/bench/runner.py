@@ -5,9 +5,10 @@
         runner = Runner(results, index)             # launcher of each spec from the one registry
         outcome = runner.run(spec, on_event)        # preflight once per launcher/framework/device, launch, index
 
-The launcher comes from tbdkit.launch's one registry (or is handed in: reference's native launcher with ncu
-in front); its preflight runs once per launcher, framework and device, unless the command's plan ran it
-already (tbdkit.bench.plan.prepare, which can also install a stack). A run is added to the index as it ends.
+The launcher comes from tbdkit.launch's one registry (or is handed in: reference's native launcher in its own
+Python); its preflight runs once per launcher, framework and device, unless the command's plan ran it already
+(tbdkit.bench.plan.prepare, which can also install a stack). The launcher finishes each run folder against the
+same index (a job's scaling efficiency, tbdkit.launch.conclude); the run is added to the index as it ends.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tbdkit.spec.run_spec import RunSpec, fits_here
 
 @dataclass(frozen=True)
 class Checked:
-    """Run specs that every one fits this machine (`check`): a runner's input, checked once."""
+    """Run specs each of which fits this machine (`check`): a runner's input, checked once."""
 
     specs: tuple[RunSpec, ...]
 
