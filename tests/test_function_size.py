@@ -11,14 +11,6 @@ LONGEST = 100
 STAGE_LONGEST = 60
 STAGES = ("execute", "begin", "prepare", "train_to_target", "compile_step", "warm_up", "measure", "analyse",
           "finish", "failed", "write")
-# Still longer than LONGEST, each to split: the list only shrinks (a new long function fails the test).
-NOT_YET = {
-    "artifact/doc.py:render",
-    "describe/mxnet.py:canonical_layers",
-    "describe/pytorch.py:canonical_layers",
-    "describe/tensorflow.py:canonical_layers",
-    "results/mllog.py:lines",
-}
 
 
 def lengths(path: Path) -> dict[str, int]:
@@ -36,8 +28,7 @@ def test_no_function_is_over_a_hundred_lines():
         for name, n in lengths(path).items()
         if n > LONGEST
     }
-    assert {k: n for k, n in long.items() if k not in NOT_YET} == {}
-    assert set(long) == NOT_YET, f"shorter now, take them off NOT_YET: {sorted(NOT_YET - set(long))}"
+    assert long == {}
 
 
 def test_the_agent_runs_short_named_stages():

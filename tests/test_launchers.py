@@ -24,8 +24,8 @@ NAMES = {"native", "docker", "netns", "slurm"}
 
 
 def test_every_launcher_is_one_row_of_each_table():
-    assert set(get_args(launchers.Name)) == set(launchers.LAUNCHERS) == set(launch.LAUNCHERS) == NAMES
-    assert all(launch.LAUNCHERS[name].name == name == launchers.LAUNCHERS[name].name for name in NAMES)
+    assert set(get_args(launchers.Name)) == set(launchers.TRAITS) == set(launch.LAUNCHERS) == NAMES
+    assert all(launch.LAUNCHERS[name].name == name == launchers.TRAITS[name].name for name in NAMES)
 
 
 def test_the_auto_rule():

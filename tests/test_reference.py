@@ -292,7 +292,7 @@ def test_reference_runs_are_indexed_as_bench_runs_are(monkeypatch, tmp_path) -> 
     monkeypatch.setattr(reference, "missing_modules", lambda python, modules=(): [])
     monkeypatch.setattr(reference, "destination", lambda m, b, p: tmp_path / "committed" / f"{m}-b{b}-{p}")
 
-    def fake_launch(spec, where, on_event, chosen=None):
+    def fake_launch(spec, where, on_event, chosen=None, **options):
         run_dir = Path(where) / f"20260101-00000{spec.batch_size}-{spec.model}"
         run_dir.mkdir(parents=True)
         summary = {"run_id": run_dir.name, "status": "failed", "model": spec.model, "framework": "pytorch",

@@ -123,13 +123,14 @@ def test_add_takes_that_run_only_without_scanning_the_folder(tmp_path, monkeypat
 
 
 def test_a_sweep_of_fifty_points_opens_the_index_once(tmp_path, monkeypatch):
+    from tbdkit import launch as launch_module
     from tbdkit.bench import sweep as sweep_module
 
     spec = parse({"model": "deepspeech2", "frameworks": ["pytorch"], "batches": [2], "precisions": ["fp32"],
                   "device": "cpu", "results": str(tmp_path / "results"), "repeat": 50})
     launched: list[Path] = []
 
-    def fake_launch(run_spec, where, handler):  # a finished run folder, no training
+    def fake_launch(run_spec, where, handler, *launcher, **options):  # a finished run folder, no training
         run_dir = make_run(Path(where), f"20260101-{len(launched):06d}-p", throughput=10.0 + len(launched))
         launched.append(run_dir)
         handler({"event": "run_dir", "run_dir": str(run_dir)})
@@ -142,7 +143,7 @@ def test_a_sweep_of_fifty_points_opens_the_index_once(tmp_path, monkeypatch):
         opened.append(self.path)
         return real_open(self)
 
-    monkeypatch.setattr(sweep_module, "launch", fake_launch)
+    monkeypatch.setattr(launch_module, "launch", fake_launch)
     monkeypatch.setattr(Index, "_on_disk", counted)
     state = sweep_module.run_sweep(spec, "audio_s/s", quiet_stdout=True)
     assert len(launched) == 50 and len(state["points"]) == 50

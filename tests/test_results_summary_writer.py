@@ -24,19 +24,46 @@ def _names_the_summary(node: ast.AST) -> bool:
     )
 
 
+def _summary_paths(tree: ast.AST) -> set[str]:
+    """Names bound to a path that is summary.json (`path = run_dir / SUMMARY`), to follow them to a write."""
+    return {
+        target.id
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+        and any((isinstance(sub, ast.Name) and sub.id == "SUMMARY")
+                or (isinstance(sub, ast.Attribute) and sub.attr == "SUMMARY")
+                or (isinstance(sub, ast.Constant) and sub.value == "summary.json") for sub in ast.walk(node.value))
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+
+
+# A call that writes or moves a file to the path of its first argument (or its second: os.replace, shutil's).
+WRITES_FIRST = {"open", "replace", "rename"}
+WRITES_SECOND = {"replace", "rename", "move", "copy", "copy2", "copyfile"}
+
+
 def summary_writes(tree: ast.AST) -> list[int]:
+    paths = _summary_paths(tree)
+
+    def names(node: ast.AST) -> bool:
+        return _names_the_summary(node) or any(isinstance(sub, ast.Name) and sub.id in paths for sub in ast.walk(node))
+
     lines = []
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+        if not isinstance(node, ast.Call):
             continue
-        name = node.func.attr
-        if not (name.startswith("write") or name in {"open", "replace", "rename"}):
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+        if not (name.startswith("write") or name in WRITES_FIRST | WRITES_SECOND):
             continue
         if name == "open" and not any(isinstance(a, ast.Constant) and "w" in str(a.value) for a in node.args):
             continue
-        if any(_names_the_summary(a) for a in node.args[:1]) or _names_the_summary(node.func.value):
+        targets = node.args[:1] if name not in WRITES_SECOND else node.args[:2]
+        receiver = func.value if isinstance(func, ast.Attribute) and (name.startswith("write") or name in WRITES_FIRST) else None
+        if any(names(a) for a in targets) or (receiver is not None and names(receiver)):
             lines.append(node.lineno)
-    return lines
+    return sorted(set(lines))
 
 
 def test_no_module_but_the_results_layer_writes_summary_json():
@@ -52,6 +79,10 @@ def test_no_module_but_the_results_layer_writes_summary_json():
 def test_the_scan_finds_a_hand_written_summary():
     code = "rd.write_json(runfiles.SUMMARY, s)\nRunDir(d).write_json(SUMMARY, s)\n(d / 'summary.json').write_text(t)\nrd.summary.write_text(t)\n"
     assert summary_writes(ast.parse(code)) == [1, 2, 3, 4]
+    # through a name, a function imported by name, a rename onto it, a copy: each a write of summary.json
+    code = ("target = run_dir / SUMMARY\nsink.write_json(target, s)\nwrite_json_atomic(run_dir / SUMMARY, s)\n"
+            "os.replace(tmp, target)\nshutil.copy2(elsewhere, d / 'summary.json')\nf.write(json.dumps(summary))\n")
+    assert summary_writes(ast.parse(code)) == [2, 3, 4, 5]
 
 
 def test_record_merges_what_the_launcher_knows(tmp_path):

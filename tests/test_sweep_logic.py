@@ -264,11 +264,12 @@ def test_compare_gives_ratios_and_says_why_not():
 
 def test_a_sweep_that_does_not_fit_this_machine_stops_before_any_run(tmp_path, monkeypatch):
     """fits_here, as bench checks it, for every framework and precision of the grid, before a run starts."""
+    from tbdkit import launch as launch_module
     from tbdkit.bench import sweep as sweep_module
     from tbdkit.env import cpus
 
     monkeypatch.setattr(cpus, "available", lambda: 1)
-    monkeypatch.setattr(sweep_module, "launch", lambda *a, **k: pytest.fail("a run was launched"))
+    monkeypatch.setattr(launch_module, "launch", lambda *a, **k: pytest.fail("a run was launched"))
     with pytest.raises(UserError, match=r"--cpus 2 asks for more cores than this process may use \(1"):
         sweep_module.run_sweep(sweep_spec(tmp_path, cpus=2), "audio_s/s", quiet_stdout=True)
     assert not (tmp_path / "results").exists()

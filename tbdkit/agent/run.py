@@ -35,7 +35,7 @@ from tbdkit.analysis import trace
 from tbdkit.env import cpus
 from tbdkit.env import machine as envinfo
 from tbdkit.results import files as runfiles
-from tbdkit.results import sink
+from tbdkit.results import oom, sink
 from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
 from tbdkit.spec import catalog
@@ -74,27 +74,13 @@ def limit_memory(extra_mb: int) -> None:
     log.info("memory limit: %d MiB above the %d MiB of address space held after setup", extra_mb, held // 2**20)
 
 
-# Under --memory-limit-mb (an address-space cap) allocations fail inside native code too, and some
-# of it says so in its own words: a thread whose stack cannot be mapped ("can't start new thread"),
-# oneDNN unable to allocate a kernel's scratch ("could not create a primitive"), C++'s bad_alloc.
-CAPPED_ALLOCATION_FAILURES = ("can't start new thread", "could not create a primitive", "bad_alloc")
-
-
 def _classify(exc: BaseException, adapter: Any, memory_limited: bool = False) -> tuple[str, str]:
     if isinstance(exc, (StopRequested, KeyboardInterrupt)):
         return "interrupted", "the run was interrupted by the user (Ctrl-C / SIGTERM)"
-    # Before the adapter exists (building a large model), recognise the frameworks' OOM messages.
-    text = str(exc).lower()
-    oom = (
-        isinstance(exc, MemoryError)
-        or (adapter is not None and adapter.is_oom(exc))
-        or "out of memory" in text
-        or "can't allocate memory" in text
-        or (memory_limited and any(m in text for m in CAPPED_ALLOCATION_FAILURES))
-    )
-    if oom:
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return "oom", f"out of memory ({detail})"
+    # Before the adapter exists (building a large model), the frameworks' OOM messages are recognised.
+    oom_error = oom.of_error(exc, adapter is not None and adapter.is_oom(exc), memory_limited)
+    if oom_error:
+        return "oom", oom_error
     if catalog.is_data_error(exc):
         return "failed", str(exc)
     return "failed", f"{type(exc).__name__}: {exc}"

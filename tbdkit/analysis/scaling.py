@@ -1,32 +1,34 @@
 """Scaling efficiency of a data-parallel run against the single-worker run it grows from
 (paper Sec. IV-E): aggregate throughput / (workers x single-worker throughput), the single run
 being the latest one in the results index with the same model, framework, per-worker batch,
-precision and device. Host side: it reads the index, so the agent does not have to."""
+precision and device. Host side, a plain function of the job's summary and the index's rows: the
+launcher's finishing step (tbdkit.launch.conclude) records it as the run folder is written."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from tbdkit.core.metric import metric
-from tbdkit.results import summary as summaries
-from tbdkit.results.index import Index
-from tbdkit.results.rundir import RunDir
 from tbdkit.results.summary import MEASURED
 
+RULE = (
+    "aggregate throughput / (workers x throughput of the latest single-worker run of the same model, "
+    "framework, per-worker batch, precision and device in this results folder)"
+)
 
-def add_scaling_efficiency(run_dir: Path, index: Index) -> dict[str, Any]:
-    """Write `scaling_efficiency` into the run's summary.json (atomically) and return the summary."""
-    rd = RunDir(run_dir)
-    summary = rd.read_summary()  # checked: a damaged summary is not rewritten
+
+def scaling_efficiency(summary: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The job's `scaling_efficiency` metric against `runs` (rows of the results index), or None for a run
+    of one worker or one that measured nothing."""
     world = int(summary.get("world_size") or 1)
     if world <= 1 or summary.get("status") not in MEASURED:
-        return summary
+        return None
     aggregate = ((summary.get("metrics") or {}).get("aggregate_throughput") or {}).get("value")
     singles = [
         r
-        for r in index.runs(model=summary["model"])
+        for r in runs
         if r["status"] in MEASURED
+        and r["model"] == summary["model"]
         and r["framework"] == summary["framework"]
         and r["batch_size"] == summary["batch_size"]
         and r["precision"] == summary["precision"]
@@ -34,27 +36,20 @@ def add_scaling_efficiency(run_dir: Path, index: Index) -> dict[str, Any]:
         and (r.get("world_size") or 1) == 1
         and r.get("throughput")
     ]
-    unit = "%"
-    rule = (
-        "aggregate throughput / (workers x throughput of the latest single-worker run of the same model, "
-        "framework, per-worker batch, precision and device in this results folder)"
-    )
     if aggregate is None or not singles:
-        value = metric(
+        return metric(
             None,
-            unit,
-            rule,
+            "%",
+            RULE,
             reason="no single-worker run of the same model, framework, batch, precision "
             "and device in this results folder: run it with --gpus-per-node 1 first",
         )
-    else:
-        single = max(singles, key=lambda r: r["started_utc"] or "")
-        value = metric(
-            100.0 * aggregate / (world * single["throughput"]),
-            unit,
-            rule,
-            baseline_run=single["run_id"],
-            baseline_throughput=single["throughput"],
-            baseline_status=single["status"],
-        )
-    return summaries.record(run_dir, summary, metrics={"scaling_efficiency": value})
+    single = max(singles, key=lambda r: r["started_utc"] or "")
+    return metric(
+        100.0 * aggregate / (world * single["throughput"]),
+        "%",
+        RULE,
+        baseline_run=single["run_id"],
+        baseline_throughput=single["throughput"],
+        baseline_status=single["status"],
+    )

@@ -173,8 +173,19 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
     left = [(rid, f"ended {r.status}" if r is not None else f"unreadable ({why})") for rid, r, why in bundled]
     left = [(rid, why) for rid, why in left if rid not in rerun_ids]
     created = created or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    verdicts, why_no_claims = _claims(results, [r.path.name for r in ok])
-    out = [
+    out = _how_to_evaluate(runs, ok, disturbed, created)
+    out += _claims_section(results, ok, disturbed)
+    out += _runs_section(runs, disturbed)
+    out += _rerun_section(runs, left, files)
+    out += _hardware_section(runs)
+    out += _contents_section(contents, files)
+    out.append("")
+    return "\n".join(out)
+
+
+def _how_to_evaluate(runs: list[Any], ok: list[Any], disturbed: list[Any], created: str) -> list[str]:
+    """The title, what the bundle holds, the badges, and each command with where to type it."""
+    return [
         f"# Artifact: TBD training benchmark results (tbdkit {__version__})",
         "",
         f"Generated {created} by `tbdkit bundle` from {len(runs)} run(s) that finished: {len(ok)} ok, "
@@ -231,7 +242,11 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
         "",
     ]
 
-    out += [
+
+def _claims_section(results: Path, ok: list[Any], disturbed: list[Any]) -> list[str]:
+    """The report's claim checks on the runs that finished ok, per figure and per observation."""
+    verdicts, why_no_claims = _claims(results, [r.path.name for r in ok])
+    out = [
         "## Claims, figures and tables",
         "",
         f"The verdicts below are the report's claim checks on the {len(ok)} run(s) that finished ok"
@@ -251,7 +266,12 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
         out += [f"| {v.n} | {v.claim} | {v.verdict} | {v.rule} |" for v in verdicts.values()]
     out.append("")
 
-    out += [
+    return out
+
+
+def _runs_section(runs: list[Any], disturbed: list[Any]) -> list[str]:
+    """Each run with its throughput, 95% CI, tolerance and wall time; then what a disturbed run means."""
+    out = [
         "## Runs and tolerances",
         "",
         "A reproduction of a run meets its tolerance when new / recorded throughput is within 1 ± t, "
@@ -261,22 +281,11 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
         "| run | status | model | framework | batch | precision | device | throughput | 95% CI | t (a re-run as precise) | wall time |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    by_device: dict[str, float] = defaultdict(float)
-    software: dict[str, set[str]] = defaultdict(set)
-    grid: dict[tuple[str, ...], tuple[dict[str, Any], list[int]]] = {}
     for r in runs:
         s = r.summary
-        spec = {
-            **{k: s.get(k) for k in ("model", "framework", "preset", "precision")},
-            **{k: v for k, v in r.spec.items() if v is not None},
-        }
         device = device_of(s, r.env)
         value, rel, unit = _ci(s)
         wall = readers.finite(s.get("wall_s"))
-        by_device[device] += wall or 0.0
-        software[device].add(_software(r.env))
-        series = tuple(str(spec.get(k)) for k in ("model", "framework", "preset", "precision", "graph"))
-        grid.setdefault(series, (spec, []))[1].append(_int(s.get("batch_size")) or _int(spec.get("batch_size")))
         out.append(
             f"| {r.run_id} | {_status(r)} | {s.get('model')} | {s.get('framework')} | {s.get('batch_size')} | "
             f"{s.get('precision')} | {device} | "
@@ -291,7 +300,32 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
             f"{len(disturbed)} of the {len(runs)} run(s) ended `disturbed`. {DISTURBED_MEANING}",
         ]
 
-    out += [
+    return out
+
+
+def _spec_of(r: Any) -> dict[str, Any]:
+    """A bundled run's spec, its summary's model, framework, preset and precision where the spec lacks them."""
+    s = r.summary
+    return {
+        **{k: s.get(k) for k in ("model", "framework", "preset", "precision")},
+        **{k: v for k, v in r.spec.items() if v is not None},
+    }
+
+
+def _grid(runs: list[Any]) -> dict[tuple[str, ...], tuple[dict[str, Any], list[int]]]:
+    """The runs as series (model, framework, preset, precision, graph), each with its batch sizes."""
+    grid: dict[tuple[str, ...], tuple[dict[str, Any], list[int]]] = {}
+    for r in runs:
+        spec = _spec_of(r)
+        series = tuple(str(spec.get(k)) for k in ("model", "framework", "preset", "precision", "graph"))
+        grid.setdefault(series, (spec, []))[1].append(_int(r.summary.get("batch_size")) or _int(spec.get("batch_size")))
+    return grid
+
+
+def _rerun_section(runs: list[Any], left: list[tuple[str, str]], files: Mapping[str, bytes]) -> list[str]:
+    """What `tbdkit reproduce` re-runs and what it leaves, and the sweeps that make the runs anew as a grid."""
+    grid = _grid(runs)
+    out = [
         "",
         "## What reproduce re-runs",
         "",
@@ -332,7 +366,18 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
             "A `WORKLOADS=` above is the bundle's copy of a model from outside the kit: unpack the "
             "bundle in the kit's folder first (`tar xzf artifact.tar.gz`).",
         ]
-    out += [
+    return out
+
+
+def _hardware_section(runs: list[Any]) -> list[str]:
+    """The bundled runs' wall time and software per device."""
+    by_device: dict[str, float] = defaultdict(float)
+    software: dict[str, set[str]] = defaultdict(set)
+    for r in runs:
+        device = device_of(r.summary, r.env)
+        by_device[device] += readers.finite(r.summary.get("wall_s")) or 0.0
+        software[device].add(_software(r.env))
+    out = [
         "",
         "## Expected run time and hardware",
         "",
@@ -344,7 +389,12 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
     ]
     for device, seconds in by_device.items():
         out.append(f"| {device} | {seconds / 60:,.1f} min | {'; '.join(sorted(software[device]))} |")
-    out += ["", "## Contents", ""]
+    return out
+
+
+def _contents_section(contents: dict[str, str], files: Mapping[str, bytes]) -> list[str]:
+    """Every member of the bundle with what it is; a missing calibration said, with how to add it."""
+    out = ["", "## Contents", ""]
     out += [f"- `{name}`: {what}" for name, what in contents.items()]
     if CALIBRATION_MEMBER not in files:
         out += [
@@ -354,5 +404,4 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
             "flags their runs `uncalibrated`). To add it, run `tbdkit calibrate` on that machine into the results "
             "folder before the runs, then bundle again.",
         ]
-    out.append("")
-    return "\n".join(out)
+    return out

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from tbdkit.core.errors import UserError
+from tbdkit.bench.runner import Checked, check
 from tbdkit.spec import catalog
 from tbdkit.spec import run_spec as specs
 
@@ -47,6 +47,7 @@ class PlannedRun:
 @dataclass(frozen=True)
 class Plan:
     runs: list[PlannedRun]
+    checked: Checked  # every run fits this machine (tbdkit.bench.runner.check), handed to the runner as it is
 
     @property
     def expected_s(self) -> float:
@@ -90,11 +91,7 @@ def _duration(seconds: float) -> str:
 
 def plan(recorded: list[tuple[dict[str, Any], dict[str, Any]]], run_specs: list[specs.RunSpec]) -> Plan:
     """The runs `reproduce` would make; a UserError naming the first that cannot run on this machine."""
-    runs = []
-    for (_, summary), spec in zip(recorded, run_specs):
-        run_id = str(summary.get("run_id"))
-        why = specs.fits_here(spec)
-        if why:
-            raise UserError(f"The bundle's run {run_id} cannot run here: {why}.")
-        runs.append(PlannedRun(run_id, spec, _wall(summary)))
-    return Plan(runs)
+    ids = [str(summary.get("run_id")) for _, summary in recorded]
+    checked = check(run_specs, lambda n, why: f"The bundle's run {ids[n]} cannot run here: {why}.")
+    runs = [PlannedRun(run_id, spec, _wall(summary)) for run_id, spec, (_, summary) in zip(ids, run_specs, recorded)]
+    return Plan(runs, checked)

@@ -22,7 +22,6 @@ from tbdkit.core.errors import UserError
 from tbdkit.env.machine import gpu_count
 from tbdkit.launch.base import Launcher
 from tbdkit.spec import catalog
-from tbdkit.spec.run_spec import RunSpec, fits_here
 
 __all__ = [
     "Plan",
@@ -35,15 +34,6 @@ __all__ = [
     "resolve_auto_preset",
     "split_list",
 ]
-
-
-def check_fits(run_specs: list[RunSpec]) -> None:
-    """UserError (one sentence with the fix) unless every run fits this machine (tbdkit.spec.run_spec.fits_here):
-    checked once, before the first run starts, for bench, sweep and reproduce alike."""
-    for s in run_specs:
-        why = fits_here(s)
-        if why:
-            raise UserError(f"{why}.")
 
 
 def split_list(values: list[str] | None) -> list[str]:

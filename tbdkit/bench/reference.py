@@ -34,6 +34,7 @@ from tbdkit import launch
 from tbdkit.analysis import ncu
 from tbdkit.analysis.peak import Device, peak_flops
 from tbdkit.analysis.timeline import merge_utilization
+from tbdkit.bench.runner import Runner
 from tbdkit.core.errors import UserError
 from tbdkit.core.metric import metric, missing
 from tbdkit.core.paths import KIT_ROOT
@@ -419,7 +420,9 @@ def reference(
             "or point TBDKIT_VENVS at a stack that has them."
         )
     copied = []
+    chosen = launcher([], agent_env(), timeout_s=max_measure_s + max_warmup_s + 600)
     with Index(results) as index:
+        runner = Runner(results, index, chosen)
         for model in models:
             for batch in batches or two_batches(model):
                 spec = specs.build(
@@ -431,8 +434,7 @@ def reference(
                     device="cuda",
                     measure={"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s},
                 )
-                chosen = launcher([], agent_env(), timeout_s=max_measure_s + max_warmup_s + 600)
-                outcome = launch.launch(spec, results, shown(chosen, spec), chosen)
+                outcome = runner.run(spec, shown(chosen, spec), indexed=False)  # indexed with its ncu metrics
                 run_dir, status, summary = outcome.run_dir, outcome.status, outcome.summary
                 print(f"{model} b{batch}: {status} {summary.get('error') or ''}", flush=True)
                 if status in MEASURED:
@@ -445,7 +447,7 @@ def reference(
                         }
                     )
                     summary = summaries.record(run_dir, summary, metrics=extra)
-                index.add(run_dir)  # a reference run is listed by `tbdkit runs` as a bench run is
+                runner.add(outcome)  # a reference run is listed by `tbdkit runs` as a bench run is
                 dest = destination(model, batch, precision)
                 dest.mkdir(parents=True, exist_ok=True)
                 for name in COPIED:

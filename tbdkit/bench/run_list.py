@@ -1,5 +1,6 @@
-"""Running a list of run specs one after another with live progress (tbdkit.bench.progress), each added to
-the results index; and gathering a Slurm job submitted with --no-wait into the same index."""
+"""Running a list of run specs one after another with live progress (tbdkit.bench.progress) through the one
+runner (tbdkit.bench.runner: checked, launched, indexed); and gathering a Slurm job submitted with --no-wait
+into the same index."""
 
 from __future__ import annotations
 
@@ -7,49 +8,47 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit.bench import progress
-from tbdkit.bench.plan import check_fits
-from tbdkit.launch import LAUNCHERS, Outcome, conclude, launch, slurm
+from tbdkit.bench.runner import Checked, Runner, check
+from tbdkit.launch import LAUNCHERS, conclude, slurm
 from tbdkit.results.index import Index
 from tbdkit.results.rundir import RunDir
+from tbdkit.results.summary import Status
 from tbdkit.spec import catalog
 from tbdkit.spec import run_spec as specs
 
 
-def _indexed(outcome: Outcome, spec: specs.RunSpec, index: Index) -> dict[str, Any]:
-    """The run's summary, with its scaling efficiency where it had several workers, added to the index."""
-    summary = outcome.summary
-    if spec.world_size > 1:
-        from tbdkit.analysis.scaling import add_scaling_efficiency
-
-        summary = add_scaling_efficiency(outcome.run_dir, index)
-    index.add(outcome.run_dir)
-    return summary
-
-
 def run_all(
-    run_specs: list[specs.RunSpec], results: Path, unit: str, quiet_stdout: bool = False
+    run_specs: list[specs.RunSpec] | Checked,
+    results: Path,
+    unit: str | None = None,
+    quiet_stdout: bool = False,
+    preflighted: bool = False,
 ) -> list[dict[str, Any]]:
-    check_fits(run_specs)  # every run fits this machine before the first starts
+    """Each run to its end, in order, and its summary; `run_specs` checked here unless the caller's plan did
+    (tbdkit.bench.runner.check); `unit`: the throughput's, else each model's; `preflighted`: the caller's plan ran
+    the launchers' preflights."""
+    checked = run_specs if isinstance(run_specs, Checked) else check(run_specs)  # before the first starts
     summaries = []
     with progress.live(quiet_stdout) as notify, Index(results) as index:
-        for s in run_specs:
+        runner = Runner(results, index, preflighted=preflighted)
+        for s in checked.specs:
             label = f"{s.model}/{s.framework}/b{s.batch_size}"
             try:
-                outcome = launch(s, results, notify.run(label, unit))
+                outcome = runner.run(s, notify.run(label, unit or catalog.get(s.model).throughput_unit))
             except slurm.Submitted as submitted:
                 notify.say(
                     f"{label}: Slurm job {submitted.job.job_id} submitted; `tbdkit gather {submitted.job.job_id} "
                     f"--results {results}` finishes its run folder {submitted.run_dir.name} when it ends"
                 )
                 continue
-            summary = _indexed(outcome, s, index)
+            summary = outcome.summary
             summaries.append(summary)
-            if outcome.status == "interrupted":
+            if outcome.status == Status.INTERRUPTED:
                 notify.say("interrupted: the remaining runs were not started", "warning")
                 break
-            if outcome.status == "disturbed":
+            if outcome.status == Status.DISTURBED:
                 notify.say(f"{label}: disturbed: " + "; ".join(summary.get("disturbed_reasons") or []), "warning")
-            elif outcome.status != "ok":
+            elif outcome.status != Status.OK:
                 notify.say(f"{label}: {outcome.status}: {outcome.summary.get('error')}", "error")
     return summaries
 
@@ -67,6 +66,7 @@ def gather(job_id: str, results: Path, quiet_stdout: bool = False) -> dict[str, 
         handler = notify.run(f"{spec.model}/{spec.framework}/b{spec.batch_size}", unit)
         chosen.jobs[run_dir] = job
         code = slurm.follow(job, run_dir, handler)
-        outcome = conclude(spec, run_dir, code, handler, chosen)
         with Index(results) as index:
-            return _indexed(outcome, spec, index)
+            outcome = conclude(spec, run_dir, code, handler, chosen, index)
+            Runner(results, index, chosen, preflighted=True).add(outcome)
+            return outcome.summary

@@ -32,8 +32,8 @@ from typing import Any, Protocol
 
 from tbdkit import __version__
 from tbdkit.bench import progress
-from tbdkit.bench.plan import check_fits
-from tbdkit.launch import launch
+from tbdkit.bench.runner import Runner as OneRunner
+from tbdkit.bench.runner import check
 from tbdkit.launch.base import EventHandler
 from tbdkit.results import files as runfiles
 from tbdkit.results import readers, sink
@@ -563,10 +563,10 @@ class Shown:
         self.bar.update(note=f"max-batch search {framework}/{precision}: probing batch {batch_size}")
 
 
-def bench_runner(index: Index, shown: Shown, run_dir_created: Callable[[Path], None] | None = None) -> Runner:
-    """Each point through the bench machinery: the spec's launcher, then the results index (one index
-    for the whole sweep). `run_dir_created` hears each measured point's run folder as soon as the
-    launcher makes it."""
+def bench_runner(runner: OneRunner, shown: Shown, run_dir_created: Callable[[Path], None] | None = None) -> Runner:
+    """Each point through the one runner (tbdkit.bench.runner: the spec's launcher, then the results index,
+    one for the whole sweep; a probe is not indexed). `run_dir_created` hears each measured point's run
+    folder as soon as the launcher makes it."""
 
     def run(spec: RunSpec, where: Path, probe: bool) -> RunResult:
         label = f"{'probe ' if probe else ''}{spec.framework}/{spec.precision}/b{spec.batch_size}"
@@ -579,24 +579,24 @@ def bench_runner(index: Index, shown: Shown, run_dir_created: Callable[[Path], N
                 return
             show(event)
 
-        outcome = launch(spec, where, handler)
-        if not probe:
-            index.add(outcome.run_dir)
+        outcome = runner.run(spec, handler, where, indexed=not probe)
         return RunResult(outcome.status, outcome.run_id, outcome.run_dir, outcome.summary)
 
     return run
 
 
-def run_sweep(spec: SweepSpec, unit: str, quiet_stdout: bool = False) -> dict[str, Any]:
+def run_sweep(spec: SweepSpec, unit: str, quiet_stdout: bool = False, preflighted: bool = False) -> dict[str, Any]:
     """Run (or resume) the sweep with live progress; returns its state, which the results index holds too.
-    The sweep's state is written before any run: a read-only, full or mistaken results path fails first."""
+    The sweep's state is written before any run: a read-only, full or mistaken results path fails first.
+    `preflighted`: the command's plan ran the launcher's preflights (tbdkit.bench.plan.prepare)."""
     first = (spec.int_batches or [1])[0]
-    check_fits([spec.run_spec(fw, precision, first) for fw in spec.frameworks for precision in spec.precisions])
+    check([spec.run_spec(fw, precision, first) for fw in spec.frameworks for precision in spec.precisions])
     check_results_folder(spec.results, spec.run_spec(spec.frameworks[0], spec.precisions[0], first))
     run = SweepRun(spec)
     with progress.live(quiet_stdout, eta=True) as notify, Index(spec.results) as index:
         shown = Shown(notify, run, unit)
-        run.runner, run.observer = bench_runner(index, shown, run.run_dir_created), shown
+        one = OneRunner(spec.results, index, preflighted=preflighted)
+        run.runner, run.observer = bench_runner(one, shown, run.run_dir_created), shown
         for note in run.state.recovered:
             notify.say(f"resuming: {note}", "warning")
         counts = run.state.counts(run.keys())

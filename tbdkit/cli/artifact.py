@@ -22,7 +22,7 @@ from tbdkit.core.errors import UserError
 from tbdkit.core.paths import default_results_dir, existing_results_dir
 from tbdkit.results import files as runfiles
 from tbdkit.results import outputs, readers, sink
-from tbdkit.results.summary import MEASURED
+from tbdkit.results.summary import exit_code_of
 from tbdkit.spec import catalog
 from tbdkit.spec import run_spec as specs
 
@@ -145,8 +145,7 @@ def _reproduce(
         confirm(f"Run these {len(planned.runs)} run(s) here, into {results}?")
     points: list[dict[str, Any]] = []
     new_dirs: list[Path] = []
-    for (_, old), run_spec in zip(recorded, run_specs):
-        (new,) = run_all([run_spec], results, catalog.get(run_spec.model).throughput_unit, quiet_stdout=as_json)
+    for (_, old), new in zip(recorded, run_all(planned.checked, results, None, quiet_stdout=as_json)):
         point = artifact.compare(old, new)
         new_dir = results / str(new.get("run_id"))
         new_dirs.append(new_dir)
@@ -158,8 +157,6 @@ def _reproduce(
             )
         )
         points.append(point)
-        if new.get("status") == "interrupted":
-            break
     claim_verdicts = artifact.claim_verdicts(files, new_dirs)
     report = {
         "bundle": str(bundle_path),
@@ -179,7 +176,7 @@ def _reproduce(
         console.print(ratio_table(points, str(bundle_path)))
         console.print(claims_table(claim_verdicts))
     (err_console if as_json else console).print(f"comparison written to {out}", highlight=False)
-    raise typer.Exit(0 if all(p["new_status"] in MEASURED for p in points) and len(points) == len(recorded) else 1)
+    raise typer.Exit(exit_code_of(p["new_status"] for p in points) if len(points) == len(recorded) else 1)
 
 
 def plan_table(planned: reproduce_plan.Plan) -> Table:

@@ -129,7 +129,7 @@ def bench(
             make(fw, b)
     frameworks = prepare(p, device, setup, variant)
     run_specs = [make(fw, b) for fw in frameworks for b in batches]
-    summaries = run_all(run_specs, results, p.model.throughput_unit, quiet_stdout=as_json)
+    summaries = run_all(run_specs, results, p.model.throughput_unit, quiet_stdout=as_json, preflighted=True)
     _print(summaries, p, model, results, prices, as_json)
     # a disturbed run finished and kept its numbers (flagged, with reasons): not a failure
     raise typer.Exit(exit_code_of({s["status"] for s in summaries}))

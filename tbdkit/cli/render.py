@@ -71,7 +71,7 @@ def render(
         graph=graph,
         preset=preset,
         device="auto",
-        launcher=target if target in launchers.LAUNCHERS else launchers.resolve(launchers.AUTO, nodes),
+        launcher=target if target in launchers.TRAITS else launchers.resolve(launchers.AUTO, nodes),
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         parallel=parallel,

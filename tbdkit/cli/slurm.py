@@ -15,7 +15,7 @@ from tbdkit.cli.common import ResultsOpt
 from tbdkit.cli.console import console, results_table
 from tbdkit.core.paths import default_results_dir
 from tbdkit.launch.slurm import SlurmLauncher
-from tbdkit.results.summary import MEASURED
+from tbdkit.results.summary import exit_code_of
 
 PartitionOpt = Annotated[str | None, typer.Option(help="Slurm: the partition (slurm.toml's partition)")]
 AccountOpt = Annotated[str | None, typer.Option(help="Slurm: the account to charge (slurm.toml's account)")]
@@ -71,4 +71,4 @@ def gather(
         print(json.dumps(summary, indent=2))
     else:
         console.print(results_table([summary], title=f"Slurm job {job_id} — results in {results}"))
-    raise typer.Exit(0 if summary.get("status") in MEASURED else 130 if summary.get("status") == "interrupted" else 1)
+    raise typer.Exit(exit_code_of([str(summary.get("status"))]))

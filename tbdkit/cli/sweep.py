@@ -154,7 +154,7 @@ def sweep(
     }
     parse(fields)  # the whole grid is valid before anything installs or runs
     spec = parse({**fields, "frameworks": prepare(p, device, setup)})
-    state = run_sweep(spec, p.model.throughput_unit, quiet_stdout=as_json)
+    state = run_sweep(spec, p.model.throughput_unit, quiet_stdout=as_json, preflighted=True)
     if as_json:
         print(json.dumps(state, indent=2))
     else:

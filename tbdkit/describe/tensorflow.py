@@ -34,38 +34,59 @@ def _positions(layer: Any, out: Any) -> int:
     return 0
 
 
+KINDS = (
+    keras.layers.Conv2D,
+    keras.layers.Conv2DTranspose,
+    keras.layers.DepthwiseConv2D,
+    keras.layers.BatchNormalization,
+    keras.layers.GRU,
+    keras.layers.Dense,
+    keras.layers.Embedding,
+    keras.layers.LayerNormalization,
+    keras.layers.GroupNormalization,
+)
+# canonical name: (variable, to canonical layout, back)
+Canon = dict[str, tuple[Any, Any, Any]]
+
+
 def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
     """The model's layers in forward order, parameters in tbdkit.describe.canonical's layouts, with the output
     positions each layer's weights were applied at during `forward()` (run eagerly on one sample),
     summed over the layer's calls. A layer with a `tied_to` embedding is a dense layer using that
     embedding's table as its weight (BERT's decoder). Learned scalars held by the model itself come
     last ("scale")."""
-    from tbdkit.describe.canonical import Layer, gates_from_canonical, reorder_gates
+    from tbdkit.describe.canonical import Layer
 
-    kinds = (
-        keras.layers.Conv2D,
-        keras.layers.Conv2DTranspose,
-        keras.layers.DepthwiseConv2D,
-        keras.layers.BatchNormalization,
-        keras.layers.GRU,
-        keras.layers.Dense,
-        keras.layers.Embedding,
-        keras.layers.LayerNormalization,
-        keras.layers.GroupNormalization,
-    )
     everything = list(model._flatten_layers(include_self=True, recursive=True))
     # An LSTM cell inside a keras RNN is counted by the RNN's output (the RNN calls it once more
     # than there are steps, to learn its output's shape); a cell called directly, by its calls.
     wrapped = {id(x.cell) for x in everything if isinstance(x, keras.layers.RNN) and _is_lstm_cell(x.cell)}
-    # (an RNN over an LSTM cell counts even when it is the model handed in, as a test's lone layer)
-    sublayers = [
+    in_bidirectional = {id(b.forward_layer) for b in everything if isinstance(b, keras.layers.Bidirectional)}
+    seen = _calls(_sublayers(model, everything, wrapped), forward)
+    layers: list[Any] = []
+    for layer, positions in seen.values():
+        if isinstance(layer, keras.layers.RNN) and id(layer.cell) in wrapped:
+            layer = layer.cell
+        layers.append(_layer_of(layer, positions, id(layer) in in_bidirectional))
+    held = {id(w) for layer in everything if layer is not model for w in layer.trainable_weights}
+    for w in model.trainable_weights:
+        if id(w) not in held and int(np.prod(w.shape)) == 1:
+            canon = {"value": (w, lambda a: np.reshape(a, ()), lambda a, shape=tuple(w.shape): np.reshape(a, shape))}
+            layers.append(Layer("scale", {"value": np.reshape(w.numpy(), ())}, assign=_setter(canon)))
+    return layers
+
+
+def _sublayers(model: keras.Model, everything: list[Any], wrapped: set[int]) -> list[Any]:
+    """The layers whose calls are counted (an RNN over an LSTM cell counts even when it is the model handed in,
+    as a test's lone layer)."""
+    return [
         x
         for x in everything
         if (
             (
                 x is not model
                 and (
-                    isinstance(x, kinds)
+                    isinstance(x, KINDS)
                     or hasattr(x, "tied_to")
                     or _is_fusion(x)
                     or (_is_lstm_cell(x) and id(x) not in wrapped)
@@ -74,7 +95,10 @@ def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
             or (isinstance(x, keras.layers.RNN) and id(getattr(x, "cell", None)) in wrapped)
         )
     ]
-    in_bidirectional = {id(b.forward_layer) for b in everything if isinstance(b, keras.layers.Bidirectional)}
+
+
+def _calls(sublayers: list[Any], forward: Any) -> dict[int, tuple[Any, int]]:
+    """Each of `sublayers` that `forward()` called, in order of its first call, with its positions summed."""
     seen: dict[int, tuple[Any, int]] = {}  # insertion order = order of first call
 
     def hook(layer: Any) -> None:
@@ -98,109 +122,72 @@ def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
     finally:
         for layer in sublayers:
             object.__delattr__(layer, "call")
-    layers: list[Any] = []
-    canon: dict[str, tuple[Any, Any, Any]]  # canonical name: (variable, to canonical layout, back)
-    for layer, positions in seen.values():
-        if isinstance(layer, keras.layers.RNN) and id(layer.cell) in wrapped:
-            layer = layer.cell
-        if hasattr(layer, "tied_to"):  # with a bias of its own (BERT's decoder) or none (the Transformer's)
-            canon = {"bias": (layer.bias, None, None)} if getattr(layer, "bias", None) is not None else {}
-            layers.append(
-                Layer(
-                    "dense",
-                    {k: v.numpy() for k, (v, _, _) in canon.items()},
-                    positions=positions,
-                    tied={"weight": tuple(layer.tied_to.embeddings.shape)},
-                    assign=_setter(canon),
-                )
-            )
-            continue
-        if _is_fusion(layer):  # fusion weights (BiFPN's edge_weights): one per input
-            canon = {"weights": (layer.edge_weights, None, None)}
-            layers.append(Layer("fusion", {"weights": layer.edge_weights.numpy()}, assign=_setter(canon)))
-            continue
-        if isinstance(layer, keras.layers.Conv2D):
-            canon = {
-                "weight": (
-                    layer.kernel,
-                    lambda a: np.transpose(a, (3, 2, 0, 1)),
-                    lambda a: np.transpose(a, (2, 3, 1, 0)),
-                )
-            }
-            kind = "conv2d"
-        elif isinstance(layer, keras.layers.Conv2DTranspose):  # (kh, kw, out, in) -> PyTorch's (in, out, kh, kw)
-            canon = {
-                "weight": (
-                    layer.kernel,
-                    lambda a: np.transpose(a, (3, 2, 0, 1)),
-                    lambda a: np.transpose(a, (2, 3, 1, 0)),
-                )
-            }
-            kind = "conv_transpose2d"
-        elif isinstance(layer, keras.layers.DepthwiseConv2D):  # PyTorch's grouped conv: (C x M, 1, kh, kw)
-            canon = {
-                "weight": (
-                    layer.kernel,
-                    _depthwise_to_canonical,
-                    lambda a, shape=tuple(layer.kernel.shape): _depthwise_from_canonical(a, shape),
-                )
-            }
-            kind = "conv2d"
-        elif isinstance(layer, keras.layers.BatchNormalization):  # scale/center off: no gamma/beta
-            canon = {k: (v, None, None) for k, v in (("gamma", layer.gamma), ("beta", layer.beta)) if v is not None}
-            kind, positions = "batchnorm", 0
-        elif isinstance(layer, (keras.layers.LayerNormalization, keras.layers.GroupNormalization)):
-            if isinstance(layer, keras.layers.GroupNormalization) and layer.groups != 1:
-                raise ValueError(
-                    f"{layer.name}: only GroupNormalization(groups=1), a layer norm, has a canonical layout"
-                )
-            canon = {"gamma": (layer.gamma, None, None), "beta": (layer.beta, None, None)}
-            kind, positions = "layernorm", 0
-        elif isinstance(layer, keras.layers.Dense):
-            canon = {"weight": (layer.kernel, np.transpose, np.transpose)}
-            kind = "dense"
-        elif isinstance(layer, keras.layers.Embedding):
-            canon, kind = {"weight": (layer.embeddings, None, None)}, "embedding"
-        elif _is_lstm_cell(layer):
-            canon = {
-                "w_input": (layer.kernel, np.transpose, np.transpose),
-                "w_hidden": (layer.recurrent_kernel, np.transpose, np.transpose),
-                "b_input": (layer.bias_input, None, None),
-                "b_hidden": (layer.bias_hidden, None, None),
-            }
-            layers.append(
-                Layer(
-                    "lstm",
-                    {k: (to(v.numpy()) if to else v.numpy()) for k, (v, to, _) in canon.items()},
-                    positions=positions,
-                    direction=getattr(layer, "direction", None),
-                    assign=_setter(canon),
-                )
-            )
-            continue
-        else:
-            layers.append(
-                _canonical_gru(
-                    layer, positions, id(layer) in in_bidirectional, Layer, reorder_gates, gates_from_canonical
-                )
-            )
-            continue
-        if kind in ("conv2d", "conv_transpose2d", "dense") and layer.use_bias:
+    return seen
+
+
+def _layer_of(layer: Any, positions: int, in_bidirectional: bool) -> Any:
+    """One Keras layer (or LSTM cell) applied at `positions` as a canonical layer."""
+    from tbdkit.describe.canonical import Layer, gates_from_canonical, reorder_gates
+
+    if hasattr(layer, "tied_to"):  # with a bias of its own (BERT's decoder) or none (the Transformer's)
+        canon: Canon = {"bias": (layer.bias, None, None)} if getattr(layer, "bias", None) is not None else {}
+        tied = {"weight": tuple(layer.tied_to.embeddings.shape)}
+        return Layer("dense", _arrays(canon), positions=positions, tied=tied, assign=_setter(canon))
+    if _is_fusion(layer):  # fusion weights (BiFPN's edge_weights): one per input
+        canon = {"weights": (layer.edge_weights, None, None)}
+        return Layer("fusion", {"weights": layer.edge_weights.numpy()}, assign=_setter(canon))
+    weights = _weights(layer)
+    if weights is not None:
+        kind, canon, weighted = weights
+        if kind in ("batchnorm", "layernorm"):
+            positions = 0
+        if weighted and layer.use_bias:
             canon["bias"] = (layer.bias, None, None)
-        layers.append(
-            Layer(
-                kind,
-                {k: (to(v.numpy()) if to else v.numpy()) for k, (v, to, _) in canon.items()},
-                positions=positions,
-                assign=_setter(canon),
-            )
-        )
-    held = {id(w) for layer in everything if layer is not model for w in layer.trainable_weights}
-    for w in model.trainable_weights:
-        if id(w) not in held and int(np.prod(w.shape)) == 1:
-            canon = {"value": (w, lambda a: np.reshape(a, ()), lambda a, shape=tuple(w.shape): np.reshape(a, shape))}
-            layers.append(Layer("scale", {"value": np.reshape(w.numpy(), ())}, assign=_setter(canon)))
-    return layers
+        return Layer(kind, _arrays(canon), positions=positions, assign=_setter(canon))
+    if _is_lstm_cell(layer):
+        canon = {
+            "w_input": (layer.kernel, np.transpose, np.transpose),
+            "w_hidden": (layer.recurrent_kernel, np.transpose, np.transpose),
+            "b_input": (layer.bias_input, None, None),
+            "b_hidden": (layer.bias_hidden, None, None),
+        }
+        direction = getattr(layer, "direction", None)
+        return Layer("lstm", _arrays(canon), positions=positions, direction=direction, assign=_setter(canon))
+    return _canonical_gru(layer, positions, in_bidirectional, Layer, reorder_gates, gates_from_canonical)
+
+
+def _arrays(canon: Canon) -> dict[str, np.ndarray]:
+    return {k: (to(v.numpy()) if to else v.numpy()) for k, (v, to, _) in canon.items()}
+
+
+def _transposed(kernel: Any) -> Canon:
+    """A (kh, kw, in, out) kernel (a transposed convolution's (kh, kw, out, in)) as PyTorch's layout."""
+    return {"weight": (kernel, lambda a: np.transpose(a, (3, 2, 0, 1)), lambda a: np.transpose(a, (2, 3, 1, 0)))}
+
+
+def _weights(layer: Any) -> tuple[str, Canon, bool] | None:
+    """A layer's canonical kind, its variables in canonical layouts, and whether it may have a bias of its own;
+    None for a recurrent layer or cell."""
+    if isinstance(layer, keras.layers.Conv2D):
+        return "conv2d", _transposed(layer.kernel), True
+    if isinstance(layer, keras.layers.Conv2DTranspose):  # (kh, kw, out, in) -> PyTorch's (in, out, kh, kw)
+        return "conv_transpose2d", _transposed(layer.kernel), True
+    if isinstance(layer, keras.layers.DepthwiseConv2D):  # PyTorch's grouped conv: (C x M, 1, kh, kw)
+        shape = tuple(layer.kernel.shape)
+        back = lambda a, shape=shape: _depthwise_from_canonical(a, shape)  # noqa: E731
+        return "conv2d", {"weight": (layer.kernel, _depthwise_to_canonical, back)}, True
+    if isinstance(layer, keras.layers.BatchNormalization):  # scale/center off: no gamma/beta
+        canon = {k: (v, None, None) for k, v in (("gamma", layer.gamma), ("beta", layer.beta)) if v is not None}
+        return "batchnorm", canon, False
+    if isinstance(layer, (keras.layers.LayerNormalization, keras.layers.GroupNormalization)):
+        if isinstance(layer, keras.layers.GroupNormalization) and layer.groups != 1:
+            raise ValueError(f"{layer.name}: only GroupNormalization(groups=1), a layer norm, has a canonical layout")
+        return "layernorm", {"gamma": (layer.gamma, None, None), "beta": (layer.beta, None, None)}, False
+    if isinstance(layer, keras.layers.Dense):
+        return "dense", {"weight": (layer.kernel, np.transpose, np.transpose)}, True
+    if isinstance(layer, keras.layers.Embedding):
+        return "embedding", {"weight": (layer.embeddings, None, None)}, False
+    return None
 
 
 def _depthwise_to_canonical(kernel: np.ndarray) -> np.ndarray:

@@ -21,6 +21,7 @@ from tbdkit.core.errors import UserError
 from tbdkit.env import stacks
 from tbdkit.launch.base import EventHandler, stream
 from tbdkit.launch.roles import MXNET_SERVER_CODE, Role, roles
+from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
 from tbdkit.spec.run_spec import RunSpec
 
@@ -28,7 +29,7 @@ POLL_S = 0.5
 WORKERS_GRACE_S = 180.0  # after rank 0 ends: the others finish writing their own results
 SERVERS_GRACE_S = 30.0  # after the workers: MXNet's servers and scheduler end with them
 END_GRACE_S = 20.0  # after a failure: the others' clean stop before they are killed
-INTERRUPTED = 130  # a worker stopped by Ctrl-C (the agent's exit code): not a failure
+INTERRUPTED = summaries.exit_code(summaries.Status.INTERRUPTED)  # a worker stopped by Ctrl-C: not a failure
 
 
 def host_gpus() -> list[str]:

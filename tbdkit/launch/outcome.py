@@ -14,8 +14,10 @@ from typing import Any
 
 from tbdkit.launch.base import EventHandler
 from tbdkit.results import files as runfiles
+from tbdkit.results import oom
 from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
+from tbdkit.results.summary import Status
 from tbdkit.spec import run_spec as specs
 from tbdkit.spec.run_spec import RunSpec
 
@@ -104,7 +106,10 @@ def finalize(
             _keep(run_dir, summary, on_event)
         _write_mllog(run_dir, spec, summary, on_event)
         return summary["status"], summary
-    status, error = "failed", f"the agent exited with code {exit_code} before writing its results; see log.txt"
+    status, error = (
+        Status.FAILED.value,
+        f"the agent exited with code {exit_code} before writing its results; see log.txt",
+    )
     extra: dict[str, Any] = {}
     if exit_code < 0:  # killed by a signal: whatever it measured before is kept in iterations.csv
         rows = _measured_rows(run_dir)
@@ -113,18 +118,9 @@ def finalize(
             f"the agent was killed by {extra['signal']} before writing its results; iterations.csv keeps "
             f"the {rows} iteration(s) it measured; see log.txt"
         )
-    if spec.memory_limit_mb and exit_code < 0:
-        # Under the address-space cap, native code whose allocation fails (an OpenMP thread's stack,
-        # a kernel's scratch buffer) often dies by a signal instead of raising: the cap ran out.
-        sig = _signal_name(exit_code)
-        status, error = (
-            "oom",
-            (
-                f"out of memory (the agent died by {sig} under --memory-limit-mb "
-                f"{spec.memory_limit_mb}: native code that cannot allocate crashes rather than "
-                "raising); see log.txt"
-            ),
-        )
+    oom_error = oom.of_signal(extra.get("signal"), spec.memory_limit_mb)
+    if oom_error:
+        status, error = Status.OOM.value, oom_error
     summary = summaries.start(run_dir.name, spec, status, error, exit_code=exit_code, **extra)
     _keep(run_dir, summary, on_event)
     _write_mllog(run_dir, spec, summary, on_event)

@@ -39,7 +39,7 @@ POLL_S = 1.0
 CANCEL_GRACE_S = 30.0  # after the first Ctrl-C: the agents' clean stop before the job is cancelled
 SUBMIT_FOLDER = ".slurm"  # <results>/.slurm/<run id>/: the job file, its spec.json, Slurm's output
 COMMANDS = ("sbatch", "squeue", "scontrol", "scancel")
-INTERRUPTED = 130
+INTERRUPTED = summaries.exit_code(summaries.Status.INTERRUPTED)  # the agent's, and a job cancelled here
 # Slurm's own ends of a job: the state, what the summary's status becomes, and the sentence that says why.
 KILLED = {
     "TIMEOUT": ("failed", "its time limit ran out"),

@@ -161,7 +161,6 @@ def recorded_hparams(summary: dict[str, Any], spec: dict[str, Any]) -> tuple[str
 
 def lines(summary: dict[str, Any], spec: dict[str, Any], rows: Iterable[dict[str, Any]] = ()) -> str:
     """The log's text, every line made by mlperf_logging's MLLogger; `rows`: iterations.csv's."""
-    from mlperf_logging.mllog import constants as k  # type: ignore[import-untyped]
     from mlperf_logging.mllog.mllog import MLLogger  # type: ignore[import-untyped]
 
     text = io.StringIO()
@@ -173,69 +172,87 @@ def lines(summary: dict[str, Any], spec: dict[str, Any], rows: Iterable[dict[str
     try:
         # root_dir: call sites are named inside the kit (tbdkit/results/mllog.py), never by this machine's path
         ml = MLLogger(logger=logger, default_stack_offset=1, root_dir=re.escape(str(KIT_ROOT)))
-        when = Timeline(summary, rows)
-        start_ms = when.start
-        name, hp, hp_from = recorded_hparams(summary, spec)
-        meta = {"source": "tbdkit " + __version__}
+        log = _Log(ml, Timeline(summary, rows), summary, spec)
+        log.submission()
+        log.hyperparameters()
+        log.loop()
+        log.stop()
+    finally:
+        logger.removeHandler(handler)
+    return text.getvalue()
 
-        def event(key: str, value: Any, metadata: dict[str, Any] | None = None, time_ms: int | None = start_ms) -> None:
-            ml.event(key=key, value=value, time_ms=time_ms, metadata={**meta, **(metadata or {})})
 
-        ml.start(key=k.INIT_START, value=None, time_ms=start_ms, metadata={**meta, "what": "the agent started"})
-        event(k.SUBMISSION_BENCHMARK, f"tbd_{name}")
-        event(k.SUBMISSION_ORG, "tbdkit")
-        event(k.SUBMISSION_DIVISION, "open")  # the TBD suite is not an MLPerf benchmark: open division
-        event(k.SUBMISSION_STATUS, "research")
-        event(k.SUBMISSION_PLATFORM, summary.get("device") or spec.get("device") or "unknown")
-        event(f"{CUSTOM_PREFIX}framework", summary.get("framework") or spec.get("framework"))
-        event(f"{CUSTOM_PREFIX}precision", summary.get("precision") or spec.get("precision"))
-        event(f"{CUSTOM_PREFIX}preset", summary.get("preset") or spec.get("preset"))
-        compiled = (summary.get("compile") or {}).get("graph") or spec.get("graph") or "standard"
-        compiling = [r for r in when.rows if r.get("phase") == "compile"]
-        event(
-            f"{CUSTOM_PREFIX}graph",
-            compiled,
-            {
-                "what": "how the training step ran: standard (eager) or compiled"
-                + (
-                    f"; its compile phase (iterations {compiling[0].get('iteration')}-"
-                    f"{compiling[-1].get('iteration')}) is counted in init, before run_start, as MLPerf counts compilation"
-                    if compiling
-                    else ""
-                ),
-                **{f: v for f, v in _compile_metric(summary).items()},
-            },
+class _Log:
+    """One run's log as MLLogger writes it: submission, hyperparameters, the loop and its window, the stop."""
+
+    def __init__(self, ml: Any, when: Timeline, summary: dict[str, Any], spec: dict[str, Any]) -> None:
+        from mlperf_logging.mllog import constants  # type: ignore[import-untyped]
+
+        self.ml, self.k, self.when, self.summary, self.spec = ml, constants, when, summary, spec
+        self.meta = {"source": "tbdkit " + __version__}
+        self.world = summary.get("world_size") or 1
+        self.processes = max(1, self.world // (summary.get("replicas_per_process") or 1))
+        self.compiling = [r for r in when.rows if r.get("phase") == "compile"]
+
+    def event(self, key: str, value: Any, metadata: dict[str, Any] | None = None, **at: int | None) -> None:
+        """One event at the agent's start, or at `time_ms` (None: MLLogger's clock, as it reads None)."""
+        time_ms = at.get("time_ms", self.when.start)
+        self.ml.event(key=key, value=value, time_ms=time_ms, metadata={**self.meta, **(metadata or {})})
+
+    def field(self, name: str) -> Any:
+        """The summary's value of `name`, else the spec's."""
+        return self.summary.get(name) or self.spec.get(name)
+
+    def submission(self) -> None:
+        """The agent's start, then what ran: benchmark, organisation, platform, framework, precision, graph."""
+        k, summary = self.k, self.summary
+        name, _, _ = recorded_hparams(summary, self.spec)
+        started = {**self.meta, "what": "the agent started"}
+        self.ml.start(key=k.INIT_START, value=None, time_ms=self.when.start, metadata=started)
+        self.event(k.SUBMISSION_BENCHMARK, f"tbd_{name}")
+        self.event(k.SUBMISSION_ORG, "tbdkit")
+        self.event(k.SUBMISSION_DIVISION, "open")  # the TBD suite is not an MLPerf benchmark: open division
+        self.event(k.SUBMISSION_STATUS, "research")
+        self.event(k.SUBMISSION_PLATFORM, self.field("device") or "unknown")
+        self.event(f"{CUSTOM_PREFIX}framework", self.field("framework"))
+        self.event(f"{CUSTOM_PREFIX}precision", self.field("precision"))
+        self.event(f"{CUSTOM_PREFIX}preset", self.field("preset"))
+        compiled = (summary.get("compile") or {}).get("graph") or self.spec.get("graph") or "standard"
+        phase = (
+            f"; its compile phase (iterations {self.compiling[0].get('iteration')}-"
+            f"{self.compiling[-1].get('iteration')}) is counted in init, before run_start, as MLPerf counts compilation"
+            if self.compiling
+            else ""
         )
-        event(k.SEED, summary.get("seed", spec.get("seed")))
+        what = "how the training step ran: standard (eager) or compiled" + phase
+        self.event(f"{CUSTOM_PREFIX}graph", compiled, {"what": what, **_compile_metric(summary)})
+
+    def hyperparameters(self) -> None:
+        """Seed, batch sizes, parallelism, numerical precisions, the config file and the optimizer's settings."""
+        k, summary, spec, world = self.k, self.summary, self.spec, self.world
+        _, hp, hp_from = recorded_hparams(summary, spec)
+        self.event(k.SEED, summary.get("seed", spec.get("seed")))
         batch = summary.get("batch_size") or spec.get("batch_size")
-        world = summary.get("world_size") or 1
-        processes = max(1, world // (summary.get("replicas_per_process") or 1))
-        event(
-            k.GLOBAL_BATCH_SIZE,
-            batch * world if isinstance(batch, int) else batch,
-            {"per_worker_batch_size": batch, "workers": world},
-        )
-        event("micro_batch_size", batch, {"what": "each replica's batch (no gradient accumulation)"})
+        per_worker = {"per_worker_batch_size": batch, "workers": world}
+        self.event(k.GLOBAL_BATCH_SIZE, batch * world if isinstance(batch, int) else batch, per_worker)
+        self.event("micro_batch_size", batch, {"what": "each replica's batch (no gradient accumulation)"})
         for key in ("tensor_parallelism", "pipeline_parallelism", "context_parallelism", "expert_parallelism"):
-            event(key, 1, {"what": "tbdkit trains data-parallel only"})
+            self.event(key, 1, {"what": "tbdkit trains data-parallel only"})
         precision, source = lowest_precision(summary, spec)
-        event("lowest_numerical_precision_in_linear", precision, {"from": source})
-        event(
-            "lowest_numerical_precision_in_attn",
-            precision,
-            {"from": source, "what": "the precision of the model's matrix multiplications, attention's among them"},
+        self.event("lowest_numerical_precision_in_linear", precision, {"from": source})
+        attention = "the precision of the model's matrix multiplications, attention's among them"
+        self.event("lowest_numerical_precision_in_attn", precision, {"from": source, "what": attention})
+        exchanged = "the gradients' precision: the kit's data-parallel jobs exchange fp32 gradients" + (
+            "" if world > 1 else "; a run of one replica exchanges none"
         )
-        event(
-            "lowest_numerical_precision_in_comm",
-            "fp32",
-            {
-                "what": "the gradients' precision: the kit's data-parallel jobs exchange fp32 gradients"
-                + ("" if world > 1 else "; a run of one replica exchanges none")
-            },
-        )
-        event("config_filename", runfiles.SPEC, {"what": "the run's spec in its run folder"})
+        self.event("lowest_numerical_precision_in_comm", "fp32", {"what": exchanged})
+        self.event("config_filename", runfiles.SPEC, {"what": "the run's spec in its run folder"})
         for key, value in optimizer_hparams(hp).items():
-            event(key, value, {"from": hp_from})
+            self.event(key, value, {"from": hp_from})
+
+    def loop(self) -> None:
+        """Init's end and the run's start (after a compile phase, as MLPerf counts compilation), the window."""
+        k, when, start_ms, compiling = self.k, self.when, self.when.start, self.compiling
         loop_ms = when.loop
         if loop_ms is None and when.rows:  # a summary written before the loop's start was recorded
             loop_ms, note = start_ms, {"note": "the training loop's start was not recorded: the agent's start"}
@@ -245,65 +262,61 @@ def lines(summary: dict[str, Any], spec: dict[str, Any], rows: Iterable[dict[str
         else:
             note = {"what": "the training loop started"}
         if loop_ms is not None:
-            ml.end(key=k.INIT_STOP, value=None, time_ms=loop_ms, metadata={**meta, **note})
-        ml.start(key=k.RUN_START, value=None, time_ms=loop_ms or start_ms, metadata={**meta, **note})
+            self.ml.end(key=k.INIT_STOP, value=None, time_ms=loop_ms, metadata={**self.meta, **note})
+        self.ml.start(key=k.RUN_START, value=None, time_ms=loop_ms or start_ms, metadata={**self.meta, **note})
         if when.window and when.loop is not None:
-            first, last = when.window[0], when.window[-1]
-            before = _samples(when.rows[: next(i for i, r in enumerate(when.rows) if r is first)])
-            ml.start(
-                key=k.BLOCK_START,
-                value=None,
-                time_ms=when.at(_number(first.get("start_s")) or 0.0),
-                metadata={
-                    **meta,
-                    "samples_count": before * processes,
-                    "what": "the sample window starts",
-                    "first_iteration": int(_number(first.get("iteration")) or 0),
-                },
-            )
-            ml.end(
-                key=k.BLOCK_STOP,
-                value=None,
-                time_ms=when.at(when.end_s(last)),
-                metadata={
-                    **meta,
-                    "samples_count": (before + _samples(when.window)) * processes,
-                    "what": "the sample window ends",
-                    "last_iteration": int(_number(last.get("iteration")) or 0),
-                },
-            )
+            self.window()
+
+    def window(self) -> None:
+        """The sample window as one block, its samples counted over every worker."""
+        k, when, processes = self.k, self.when, self.processes
+        first, last = when.window[0], when.window[-1]
+        before = _samples(when.rows[: next(i for i, r in enumerate(when.rows) if r is first)])
+        self.ml.start(
+            key=k.BLOCK_START,
+            value=None,
+            time_ms=when.at(_number(first.get("start_s")) or 0.0),
+            metadata={
+                **self.meta,
+                "samples_count": before * processes,
+                "what": "the sample window starts",
+                "first_iteration": int(_number(first.get("iteration")) or 0),
+            },
+        )
+        self.ml.end(
+            key=k.BLOCK_STOP,
+            value=None,
+            time_ms=when.at(when.end_s(last)),
+            metadata={
+                **self.meta,
+                "samples_count": (before + _samples(when.window)) * processes,
+                "what": "the sample window ends",
+                "last_iteration": int(_number(last.get("iteration")) or 0),
+            },
+        )
+
+    def stop(self) -> None:
+        """The samples trained, every metric of the summary, and the run's stop with its status."""
+        k, when, summary, meta = self.k, self.when, self.summary, self.meta
         stop_ms = when.stop()
         if when.rows:
-            event(
-                k.TRAIN_SAMPLES,
-                _samples(when.rows) * processes,
-                {
-                    "what": "samples this run trained (warm-up, sample window, analysis; every worker); an MLPerf "
-                    "log gives its training set's size here"
-                },
-                time_ms=stop_ms,
+            what = (
+                "samples this run trained (warm-up, sample window, analysis; every worker); an MLPerf "
+                "log gives its training set's size here"
             )
+            self.event(k.TRAIN_SAMPLES, _samples(when.rows) * self.processes, {"what": what}, time_ms=stop_ms)
         for name, m in (summary.get("metrics") or {}).items():
             if isinstance(m, dict) and "value" in m:
                 detail = {f: m[f] for f in ("unit", "method", "reason", "ci95_half_width") if m.get(f) is not None}
-                ml.event(key=f"{CUSTOM_PREFIX}{name}", value=m["value"], time_ms=stop_ms, metadata={**meta, **detail})
+                self.ml.event(
+                    key=f"{CUSTOM_PREFIX}{name}", value=m["value"], time_ms=stop_ms, metadata={**meta, **detail}
+                )
         # A disturbed run finished its measurement (its numbers kept, flagged): MLPerf's "success" says the
         # run completed; tbdkit_status beside it says how.
         status = k.SUCCESS if summary.get("status") in MEASURED else k.ABORTED
-        ml.end(
-            key=k.RUN_STOP,
-            value=None,
-            time_ms=stop_ms,
-            metadata={
-                **meta,
-                k.STATUS: status,
-                "tbdkit_status": summary.get("status"),
-                **({"error": summary["error"]} if summary.get("error") else {}),
-            },
-        )
-    finally:
-        logger.removeHandler(handler)
-    return text.getvalue()
+        error = {"error": summary["error"]} if summary.get("error") else {}
+        ended = {**meta, k.STATUS: status, "tbdkit_status": summary.get("status"), **error}
+        self.ml.end(key=k.RUN_STOP, value=None, time_ms=stop_ms, metadata=ended)
 
 
 def write(run_dir: Path, summary: dict[str, Any], spec: dict[str, Any]) -> Path:

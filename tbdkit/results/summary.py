@@ -47,7 +47,7 @@ STATUSES = tuple(s.value for s in Status)
 EXIT_CODES = {Status.OK: 0, Status.DISTURBED: 0, Status.INTERRUPTED: 130, Status.OOM: 3}
 
 
-def exit_code(status: str) -> int:
+def exit_code(status: str | Status) -> int:
     """The exit code of one run that ended with `status` (the agent's)."""
     return next((code for s, code in EXIT_CODES.items() if s.value == status), 1)
 

@@ -1,6 +1,6 @@
-"""The launchers a RunSpec may name, what each can run, and the `auto` rule: one table.
+"""The launchers a RunSpec may name, what each can run (TRAITS), and the `auto` rule.
 
-How a launcher starts the agent lives in tbdkit/launch/ (one class per row of this table, behind one interface);
+How a launcher starts the agent lives in tbdkit/launch/ (its one registry, LAUNCHERS: a class per row of TRAITS);
 what a spec may ask of a launcher (several worker processes, several nodes on this machine, a shaped link,
 several replicas in one process) is read from here: by the spec's own validation, by the CPU budget the
 launcher and the agent give each worker, and by the planner of `tbdkit bench` and `tbdkit sweep`.
@@ -25,7 +25,7 @@ class Traits:
     elsewhere: bool = False  # the job runs on a scheduler's machines (Slurm), not on this one's cores
 
 
-LAUNCHERS: dict[str, Traits] = {
+TRAITS: dict[str, Traits] = {
     "native": Traits("native", several_workers=True, nodes_here=False, shapes_links=False, one_process=True),
     "docker": Traits("docker", several_workers=False, nodes_here=False, shapes_links=False, one_process=False),
     "netns": Traits("netns", several_workers=True, nodes_here=True, shapes_links=True, one_process=False),
@@ -49,5 +49,5 @@ def workers_here(processes: int, processes_per_node: int, launcher: str) -> int:
     training several replicas, --one-process)."""
     if processes <= 1:
         return 1
-    traits = LAUNCHERS.get(launcher)
+    traits = TRAITS.get(launcher)
     return processes if traits is not None and traits.nodes_here else processes_per_node

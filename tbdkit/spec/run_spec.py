@@ -276,7 +276,7 @@ class RunSpec(BaseModel):
                 f"{', '.join(sorted(only))}, whose shared training step averages the replicas' gradients; "
                 f"run {self.model} with --framework pytorch or mxnet, or with --nodes 1 --gpus-per-node 1"
             )
-        traits = launchers.LAUNCHERS[self.launcher]
+        traits = launchers.TRAITS[self.launcher]
         if self.world_size > 1 and not traits.several_workers:
             raise ValueError(
                 "launcher: several workers run natively (one process each) or over network namespaces "
@@ -322,7 +322,7 @@ class RunSpec(BaseModel):
                 "one_process: it is for several GPUs of one machine: use --nodes 1 --gpus-per-node 2 or more "
                 "(across machines every node runs its own workers)"
             )
-        if not launchers.LAUNCHERS[self.launcher].one_process:
+        if not launchers.TRAITS[self.launcher].one_process:
             raise ValueError("one_process: one process on this machine runs with --launcher native")
 
     @field_validator("model")
@@ -466,7 +466,7 @@ def fits_here(spec: RunSpec) -> str | None:
     from tbdkit.env import cpus
     from tbdkit.env.machine import gpu_count
 
-    if launchers.LAUNCHERS[spec.launcher].elsewhere:
+    if launchers.TRAITS[spec.launcher].elsewhere:
         return None  # the scheduler places the job on machines it knows
     why = cpus.check_request(spec.cpus)
     if why:
