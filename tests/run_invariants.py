@@ -29,6 +29,7 @@ from typing import Any
 
 from tbdkit.results import files
 from tbdkit.results import summary as summaries
+from tbdkit.results.index import row_of
 
 MEASURED = set(summaries.MEASURED)
 ITERATION_COLUMNS = ("iteration", "phase", "start_s", "seconds", "data_wait_s", "samples", "work", "loss")
@@ -90,18 +91,20 @@ def _number(run_dir: Path, where: str, text: str | None, positive: bool = False)
 # ---------------------------------------------------------------------------------------------------- files
 
 
-def expected_files(run_dir: Path, summary: dict[str, Any], spec: dict[str, Any] | None, worker: bool) -> set[str]:
+def expected_files(run_dir: Path, summary: dict[str, Any], spec: dict[str, Any] | None, launched: bool) -> set[str]:
     """The files a run folder must hold, by what its summary says it got to (files its summary names as not
     written, with the reason, excepted)."""
     need = {files.SUMMARY}
-    if not worker:  # a launcher's run folder: its spec, its log, the MLPerf log written after the run
+    if launched:  # a launcher's run folder: its spec, its log, the MLPerf log written after the run
         need |= {files.SPEC, files.LOG, files.MLLOG}
     if "math_mode" in summary or summary.get("status") in MEASURED:  # the agent got past setup: env.json
         need.add(files.ENV)
     if "loop_started_utc" in summary:  # the training loop ran: its rows, its samples, its timeline
         need |= {files.ITERATIONS, files.SAMPLES, files.TRACE}
-    analysed = bool((spec or {}).get("analyses", True)) and not summary.get("world_size", 1) > 1
-    if summary.get("status") in MEASURED and analysed and not summary.get("profiled_iterations"):
+    # analyses after the window, as its spec asked (a folder without its spec.json: not known, not required)
+    analysed = spec is not None and spec.get("analyses", True) is True and not (summary.get("world_size") or 1) > 1
+    windowed = summary.get("preset") != "converge" and not summary.get("profiled_iterations")  # a sample window ran
+    if summary.get("status") in MEASURED and analysed and windowed:
         need.add(files.MEMORY)  # the memory breakdown after the window (tbdkit.agent.after_window)
     return need - set(summary.get("files_not_written") or {})
 
@@ -339,33 +342,12 @@ def check_index(run_dir: Path, summary: dict[str, Any], required: bool) -> None:
     row = index_row(results, run_dir.name)
     _check(run_dir, row is not None, f"{INDEX} has no row for it")
     assert row is not None
-    metrics = summary.get("metrics") or {}
-
-    def value(name: str, key: str = "value") -> Any:
-        m = metrics.get(name)
-        return m.get(key) if isinstance(m, dict) else None
-
-    expected = {
-        "status": summary.get("status"),
-        "model": summary.get("model"),
-        "framework": summary.get("framework"),
-        "batch_size": summary.get("batch_size"),
-        "precision": summary.get("precision"),
-        "graph": summary.get("graph") or "standard",
-        "preset": summary.get("preset"),
-        "device": summary.get("device"),
-        "throughput": value("throughput"),
-        "throughput_unit": value("throughput", "unit"),
-        "ci95_relative": value("throughput", "ci95_relative"),
-        "sample_throughput": value("sample_throughput"),
-        "gpu_utilization": value("gpu_utilization"),
-        "cpu_utilization": value("cpu_utilization"),
-        "started_utc": summary.get("started_utc"),
-        "error": summary.get("error"),
-        "world_size": summary.get("world_size") or 1,
-        "nodes": summary.get("nodes") or 1,
-        "link_rate": summary.get("link_rate"),
-    }
+    # the row the kit makes of the summary (tbdkit.results.index.row_of), and its main fields read here again
+    expected = {k: v for k, v in (row_of(run_dir) or {}).items() if k != "path"}
+    throughput = (summary.get("metrics") or {}).get("throughput") or {}
+    direct = {"status": summary.get("status"), "framework": summary.get("framework"),
+              "batch_size": summary.get("batch_size"), "throughput": throughput.get("value")}
+    _check(run_dir, {k: expected.get(k) for k in direct} == direct, f"the index's row of its summary is {expected}")
     differ = {k: (row.get(k), v) for k, v in expected.items() if row.get(k) != v}
     _check(run_dir, not differ, f"its {INDEX} row differs from its summary (index, summary): {differ}")
 
@@ -373,12 +355,15 @@ def check_index(run_dir: Path, summary: dict[str, Any], required: bool) -> None:
 # ---------------------------------------------------------------------------------------------------- the run
 
 
-def assert_run_holds(run_dir: Path | str, *, indexed: bool | None = None, worker: bool = False) -> dict[str, Any]:
+def assert_run_holds(
+    run_dir: Path | str, *, indexed: bool | None = None, launched: bool = True, worker: bool = False
+) -> dict[str, Any]:
     """Every invariant of a run folder (the module's docstring); returns its checked summary.
 
     `indexed`: True when its results folder must hold an index with its row (a run made by `bench` or `sweep`),
-    None to check the row where there is an index, False to skip it. `worker`: a data-parallel job's
-    workers/rank<N>/ (no launcher files of its own). Raises RunBroken (an AssertionError) on the first problem."""
+    None to check the row where there is an index, False to skip it. `launched`: False for a folder the agent
+    made alone (tbdkit.agent.run.execute in a test: no launcher's spec.json, log.txt, mllog.txt). `worker`: a
+    data-parallel job's workers/rank<N>/ (no launcher's files, no index). Raises RunBroken (an AssertionError) on the first problem."""
     run_dir = Path(run_dir)
     _check(run_dir, run_dir.is_dir(), "is not a folder")
     try:
@@ -398,7 +383,7 @@ def assert_run_holds(run_dir: Path | str, *, indexed: bool | None = None, worker
         for key in ("model", "framework", "batch_size", "precision", "preset"):
             _check(run_dir, spec.get(key) == summary.get(key),
                    f"spec.json's {key} is {spec.get(key)!r}, the summary's {summary.get(key)!r}")
-    need = expected_files(run_dir, summary, spec, worker)
+    need = expected_files(run_dir, summary, spec, launched and not worker)
     missing = sorted(need - present)
     _check(run_dir, not missing, f"a {status} run lacks {', '.join(missing)}")
     _check(run_dir, not [n for n in present if n.endswith(".tmp")], "holds a .tmp file (a write that did not finish)")
@@ -409,7 +394,7 @@ def assert_run_holds(run_dir: Path | str, *, indexed: bool | None = None, worker
         check_window(run_dir, summary, rows)
         if files.TRACE in present:
             check_trace(run_dir, summary, rows)
-    elif status in MEASURED:
+    elif status in MEASURED and summary.get("preset") != "converge":  # converge trains without the loop's rows
         _fail(run_dir, f"a {status} run has no {files.ITERATIONS}")
     if files.MLLOG in present:
         check_mllog(run_dir, summary, rows)
@@ -418,5 +403,5 @@ def assert_run_holds(run_dir: Path | str, *, indexed: bool | None = None, worker
     ranks = sorted((run_dir / files.WORKERS).glob("rank*")) if (run_dir / files.WORKERS).is_dir() else []
     for rank in ranks:
         if rank.is_dir() and (rank / files.SUMMARY).is_file():
-            assert_run_holds(rank, indexed=False, worker=True)
+            assert_run_holds(rank, indexed=False, launched=False, worker=True)
     return summary
