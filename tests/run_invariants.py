@@ -277,6 +277,8 @@ def check_trace(run_dir: Path, summary: dict[str, Any], rows: list[dict[str, Any
     info = doc.get("distributedInfo") or {}
     _check(run_dir, info.get("world_size") == int(summary.get("world_size") or 1),
            f"{files.TRACE} names world size {info.get('world_size')}, the summary {summary.get('world_size') or 1}")
+    rank = int(run_dir.name[4:]) if run_dir.parent.name == files.WORKERS and run_dir.name[4:].isdigit() else 0
+    _check(run_dir, info.get("rank") == rank, f"{files.TRACE} names rank {info.get('rank')}, its folder rank {rank}")
 
 
 # ---------------------------------------------------------------------------------------------------- mllog

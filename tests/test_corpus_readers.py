@@ -54,6 +54,7 @@ def test_the_index_lists_every_run_as_its_summary_says(results):
     assert rows[runs["mxnet-disturbed"].name]["status"] == "disturbed"
     assert {rows[runs[r].name]["graph"] for r in corpus_runs.roles() if r.endswith("compiled")} == {"compiled"}
     assert rows[runs["pytorch-data-parallel"].name]["world_size"] == 2
+    assert {rows[runs[r].name]["precision"] for r in corpus_runs.roles() if r.endswith("bf16")} == {"bf16"}
     last = max(runs.values(), key=lambda p: (summary_of(p)["started_utc"], p.name))
     assert Index(results).find("last") == results / last.name
 
@@ -210,5 +211,9 @@ def test_every_mllog_parses_and_passes_the_checker_but_for_a_submissions_rules()
             assert got["run_stop"]["metadata"]["status"] == "aborted"
             continue
         assert got["tbdkit_throughput"]["value"] == summary["metrics"]["throughput"]["value"]
+        # the precision of the matrix multiplications, read from the math mode the framework reported
+        assert got["lowest_numerical_precision_in_linear"]["value"] == \
+            ("bfloat16" if summary["precision"] == "bf16" else "fp32"), role
+        assert got["tbdkit_graph"]["value"] == summary["graph"], role
         expected, other = mllog.verdict(mllog.compliance(run / "mllog.txt"))
         assert other == [] and expected == sorted(mllog.SUBMISSION_ONLY), (role, other)

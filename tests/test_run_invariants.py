@@ -193,3 +193,29 @@ def test_a_broken_run_is_refused(breakage, tmp_path):
     breaks(run)
     with pytest.raises(RunBroken, match=says):
         assert_run_holds(run, indexed=True)
+
+
+def _job_aggregate_off(run: Path) -> None:
+    _json(run / "summary.json", lambda s: s["metrics"]["aggregate_throughput"]["per_worker"].__setitem__(1, 1e-3))
+
+
+def _rank_window_off(run: Path) -> None:
+    _json(run / "workers" / "rank1" / "summary.json", lambda s: s["window"].update(iterations=99))
+
+
+def _failed_without_spec(run: Path) -> None:
+    (run / "spec.json").unlink()
+
+
+@pytest.mark.parametrize("role, breaks, says", [
+    ("pytorch-data-parallel", _job_aggregate_off, "aggregate_throughput .* is not the sum of its 2 workers'"),
+    ("pytorch-data-parallel", _rank_window_off, "rank1: the summary's window has 99 iterations"),
+    ("mxnet-disturbed", _scale_throughput, "throughput is .* the window's rows give"),
+    ("pytorch-failed", _failed_without_spec, "a failed run lacks spec.json"),
+])
+def test_a_broken_job_disturbed_or_failed_run_is_refused(role, breaks, says, tmp_path):
+    run = corpus_runs.copy(role, tmp_path / "results")
+    assert_run_holds(run, indexed=True)
+    breaks(run)
+    with pytest.raises(RunBroken, match=says):
+        assert_run_holds(run, indexed=True)
