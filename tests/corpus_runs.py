@@ -95,6 +95,11 @@ def schema_of(run_dir: Path) -> dict[str, Any]:
     return out
 
 
+# What the machine decides, not the kit: samples.csv has a column per instrument this machine has (a GPU's, RAPL's),
+# and trace.json a counter per column, so a fresh run on another machine may add some; it may not lose one.
+MACHINE_ADDS = frozenset({"samples.csv columns", "trace.json event names"})
+
+
 def schema_differences(fresh: Path, corpus: Path) -> list[str]:
     """Where a fresh run folder's schema differs from a corpus run's: one line per part, naming what the
     fresh run added and lost (a unit changed is named with both)."""
@@ -102,6 +107,8 @@ def schema_differences(fresh: Path, corpus: Path) -> list[str]:
     out = []
     for part in sorted(set(new) | set(old)):
         a, b = new.get(part), old.get(part)
+        if part in MACHINE_ADDS and isinstance(a, list) and isinstance(b, list) and set(b) <= set(a):
+            a = [c for c in a if c in b]  # the corpus' columns, in the fresh run's order
         if a == b:
             continue
         if isinstance(a, dict) and isinstance(b, dict):
