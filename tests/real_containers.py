@@ -20,6 +20,7 @@ import pytest
 
 from tbdkit.env import cpus, images, installer
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
+from run_invariants import assert_run_holds
 
 ROOT = Path(__file__).resolve().parents[1]
 UID = GID = 4242  # an unprivileged user that owns nothing on this machine
@@ -166,7 +167,9 @@ def assert_removed(name: str, within_s: float = 300) -> None:
 
 
 def only_run(results: Path) -> Path:
+    """The one run folder of `results`, checked whole (tests/run_invariants.py)."""
     (run,) = [p for p in results.iterdir() if p.is_dir()]
+    assert_run_holds(run)
     return run
 
 

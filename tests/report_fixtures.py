@@ -1,5 +1,9 @@
 """Run directories made by hand for the report's tests: exactly the files a run writes
-(summary.json, env.json, spec.json, and memory.json / kernels.csv where given), then indexed."""
+(summary.json, env.json, spec.json, and memory.json / kernels.csv where given), then indexed.
+
+They are for what a run on this project's CPU machines cannot give: GPU devices and their metrics (utilization,
+FP32, kernels, memory on a GPU), multi-node jobs, chosen throughputs that make a paper's claim hold or fail.
+A test about reading the files a run writes reads the corpus of real run folders (tests/corpus_runs.py)."""
 
 from __future__ import annotations
 

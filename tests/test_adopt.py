@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from model_checks import tbdkit
+from run_invariants import assert_run_holds
 
 from tbdkit.core.errors import UserError
 from tbdkit.env import adopt, doctor, locks, stacks
@@ -124,6 +125,7 @@ def test_a_bench_through_the_adopted_stacks_records_how_they_differ_and_setup_re
     assert sorted(s["framework"] for s in summaries) == sorted(HELD)
     for s in summaries:
         stack = s["framework"]
+        assert_run_holds(results / s["run_id"], indexed=True)
         env = json.loads((results / s["run_id"] / "env.json").read_text())
         lock = env["lock"]
         assert lock["name"] == f"{stack}-image" and lock["adopted"]["python"] == records[stack]["adopted"]["python"]

@@ -27,6 +27,7 @@ import pytest
 
 from tbdkit.bench import kick
 from tbdkit.core.paths import KIT_ROOT
+from run_invariants import assert_run_holds
 
 TIMEOUT_S = 1500
 STAMP = ".tbdkit-installed"  # the Makefile's mark that .venv is installed (KIT_STAMP)
@@ -120,9 +121,10 @@ def kicked(kit) -> str:
 
 
 def finished_runs(results: Path) -> list[str]:
-    """The runs of a results folder that finished with their numbers (ok or disturbed)."""
-    return sorted(p.parent.name for p in results.glob("*/summary.json")
-                  if json.loads(p.read_text()).get("status") in ("ok", "disturbed"))
+    """The runs of a results folder that finished with their numbers (ok or disturbed), each run of it
+    (finished or cut by the budget) checked whole (tests/run_invariants.py)."""
+    runs = {p.parent.name: assert_run_holds(p.parent)["status"] for p in results.glob("*/summary.json")}
+    return sorted(name for name, status in runs.items() if status in ("ok", "disturbed"))
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import json
 import pytest
 
 from model_checks import tbdkit
+from run_invariants import assert_run_holds
 from tbdkit.spec import catalog, check_settings
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
@@ -46,3 +47,4 @@ def test_smoke_preset_benches(model, framework, tmp_path):
     assert row["metrics"]["throughput"]["value"] > 0
     assert row["metrics"]["throughput"]["unit"] == catalog.get(model).throughput_unit
     assert row["loss"]["last"] is not None
+    assert assert_run_holds(tmp_path / row["run_id"], indexed=True)["status"] == row["status"]

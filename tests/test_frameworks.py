@@ -14,6 +14,7 @@ from trace_readers import ARGS, IMPORT_ERRORS, SLICES, hta_parents, perfetto
 from framework_parity import (assert_same_network, assert_same_sequence_outputs, assert_smoke_flops, describe_smoke,
                               listed_smoke_state, pytorch_weights_fixture)
 from model_checks import tbdkit
+from run_invariants import assert_run_holds
 from tbdkit.spec import catalog
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
@@ -105,6 +106,8 @@ def test_bench_all_frameworks_prints_one_table(tmp_path):
     # in headless Chromium) imports trace.json without an error, and it and HTA find every iteration
     # inside its phase; MLCommons' checker passes mllog.txt but for the rules only a submission meets.
     runs = [results / s["run_id"] for s in summaries]
+    for run in runs:
+        assert_run_holds(run, indexed=True)
     read = perfetto([run / "trace.json" for run in runs], {"errors": IMPORT_ERRORS, "slices": SLICES, "args": ARGS})
     phases = {"warm-up", "sample window", "analysis"}
     for run in runs:

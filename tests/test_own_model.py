@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from tbdkit.cli.main import app
 from tbdkit.core.paths import BUNDLED_WORKLOADS_ENV, WORKLOAD_PATH_ENV
 from tbdkit.spec import catalog
+from run_invariants import assert_run_holds
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "docs" / "examples" / "covtype_mlp"
@@ -49,6 +50,7 @@ def benched(tmp_path_factory):
                  "--workloads", str(mine))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run,) = [p for p in results.iterdir() if p.is_dir()]
+    assert_run_holds(run, indexed=True)
     return mine, results, run
 
 
@@ -138,7 +140,7 @@ def test_bundle_carries_it_and_reproduce_runs_the_bundled_copy(benched, tmp_path
     record = json.loads((new_run / "spec.json").read_text())["workload"]
     assert record["origin"] == "bundled" and record["files"] == recorded
     assert "tbdkit-bundled-workloads-" in record["folder"] and not Path(record["folder"]).exists()  # removed after
-    assert json.loads((new_run / "summary.json").read_text())["status"] in ("ok", "disturbed")
+    assert assert_run_holds(new_run)["status"] in ("ok", "disturbed")
     reports = list(again.glob("reproduce-*.json"))
     assert [p["model"] for p in json.loads(reports[0].read_text())["points"]] == ["covtype_mlp"]
 

@@ -120,6 +120,7 @@ def test_a_capped_bench_reads_a_real_dataset_through_the_prefetcher(tmp_path):
     from PIL import Image
 
     from model_checks import tbdkit
+    from run_invariants import assert_run_holds
 
     train = tmp_path / "imagenet" / "train"
     for k, (wnid, rgb) in enumerate({"n01440764": (220, 30, 30), "n01443537": (30, 200, 40)}.items()):
@@ -132,5 +133,6 @@ def test_a_capped_bench_reads_a_real_dataset_through_the_prefetcher(tmp_path):
                   "--data", str(train), "--results", str(results), "--json")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     (summary,) = json.loads(proc.stdout)
+    assert_run_holds(results / summary["run_id"], indexed=True)
     assert summary["status"] in {"ok", "disturbed"} and summary["metrics"]["throughput"]["value"] > 0
     assert str(train) in json.dumps(summary["data_source"]), summary["data_source"]

@@ -1,6 +1,10 @@
 """trace.json (a run's Chrome trace-event timeline) read by a real consumer, Holistic Trace Analysis's
 trace parser, and mllog.txt read by mlperf-logging's own log parser; both from constructed run
-folders (tests/test_bench_cli.py checks both in a real smoke run, with `tbdkit show --trace`)."""
+folders (tests/test_bench_cli.py checks both in a real smoke run, with `tbdkit show --trace`). Real run
+folders of every stack (tests/corpus/) are read by HTA and MLCommons' parser and checker in
+tests/test_corpus_readers.py; the folders built here hold what a real run does not give on demand: an end
+rounded 1 µs past the next start, a profiler trace and its anchor, a run without samples_origin_s, known
+times to the millisecond, a compile phase of a known length."""
 
 from __future__ import annotations
 

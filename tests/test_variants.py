@@ -14,6 +14,7 @@ from tbdkit.spec import catalog
 from tbdkit.spec import run_spec as spec
 from tbdkit.core.errors import UserError
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
+from run_invariants import assert_run_holds
 
 BERT = catalog.get("bert")
 
@@ -67,7 +68,7 @@ def test_bench_trains_bert_squad_smoke(tmp_path):
                           capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (run,) = [d for d in (tmp_path / "r").iterdir() if d.is_dir()]
-    summary = json.loads((run / "summary.json").read_text())
+    summary = assert_run_holds(run, indexed=True)
     assert summary["status"] in MEASURED and summary["variant"] == "squad"
     assert json.loads((run / "spec.json").read_text())["variant"] == "squad"
     hp = BERT.hp("smoke", "squad")

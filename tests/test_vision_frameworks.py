@@ -6,7 +6,6 @@ Needs every stack installed (`make test` sets them up)."""
 from __future__ import annotations
 
 import itertools
-import json
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from framework_parity import (assert_same_network, assert_smoke_flops, described_with_pytorch_weights,
                               listed_smoke_state)
 from model_checks import tbdkit
+from run_invariants import assert_run_holds
 from tbdkit.spec import catalog
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
@@ -95,7 +95,7 @@ def test_resnet50_bench_reads_synthetic_crops_and_counts_images(tmp_path):
                   "--batch", "2", "--max-warmup-s", "1", "--max-measure-s", "2", "--results", str(results))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert proc.stdout.count("ResNet-50 v1.5 (smoke preset)") == 1 and "mxnet" in proc.stdout
-    (s,) = [json.loads(p.read_text()) for p in sorted(results.glob("*/summary.json"))]
+    (s,) = [assert_run_holds(p.parent, indexed=True) for p in sorted(results.glob("*/summary.json"))]
     assert s["status"] in MEASURED and s["metrics"]["throughput"]["value"] > 0, s
     assert s["model_info"]["parameters"] == 25_557_032 and s["loss"]["last"] is not None
     assert s["model"] == "resnet50" and s["batch_size"] == 2 and s["framework"] == "mxnet"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from model_checks import tbdkit
+from run_invariants import assert_run_holds
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +25,7 @@ def compiled_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                   "--results", str(results), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     [run] = [p for p in results.iterdir() if p.is_dir()]
+    assert_run_holds(run, indexed=True)
     return run
 
 

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import json
-
 from tbdkit.spec import run_spec as specs
 from tbdkit.agent.run import STABILITY_RULE, execute
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
+from run_invariants import assert_run_holds
 
 
 def test_a_three_iteration_window_is_unstable(tmp_path):
@@ -16,7 +15,7 @@ def test_a_three_iteration_window_is_unstable(tmp_path):
                                                 "max_warmup_iterations": 2, "min_measure_iterations": 2,
                                                 "max_measure_iterations": 3, "target_ci": 1e-9})
     assert execute(spec, tmp_path) == 0
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = assert_run_holds(tmp_path, launched=False)
     assert summary["status"] in MEASURED and summary["window"]["stop_reason"] == "iteration_cap"
     assert summary["window"]["iterations"] == 3
     assert summary["unstable"] is True and summary["stability_rule"] == STABILITY_RULE
