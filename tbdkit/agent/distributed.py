@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from tbdkit.adapters import ParameterSync
+from tbdkit.adapters import ChannelSync, ParameterSync
 from tbdkit.agent.control import Control
 from tbdkit.core.metric import metric
 from tbdkit.results.rundir import RunDir
@@ -89,6 +89,8 @@ class WithControl:
 
     def join(self, world_size: int) -> None:
         self.control.join()
+        if isinstance(self.sync, ChannelSync):  # its gradients travel over the channel too
+            self.sync.use_channel(self.control.gather)
         self.sync.join(world_size)
         self.backend, self.comm = self.sync.backend, self.sync.comm  # known once joined
         self.comm_method = f"time in the gradient exchange of {self.backend}"
