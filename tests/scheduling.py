@@ -36,7 +36,7 @@ SERIAL: dict[str, str] = {
     "test_distributed.py::test_two_namespaces_and_a_1gbit_link": "network namespaces (none may be left), and "
     "the shaped link's throughput against the unshaped one's",
     "test_distributed_tf_mxnet.py::test_two_workers_on_one_machine": "every worker's run is expected ok",
-    "test_distributed_tf_mxnet.py::test_mxnet_on_two_namespaces": "network namespaces (none may be left); "
+    "test_distributed_tf_mxnet.py::test_group_job_on_two_namespaces": "network namespaces (none may be left); "
     "every worker's run is expected ok",
     "test_sweep_cli.py::test_small_sweep_runs_the_grid": "its sweep's points are indexed ok",
     "test_sweep_cli.py::test_bundle_and_reproduce_round_trip": "shares the small sweep (a session fixture) "

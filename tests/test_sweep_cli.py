@@ -1,11 +1,13 @@
-"""`tbdkit sweep`, `bundle` and `reproduce` for real on this machine's CPU: a small sweep, a
-sweep killed mid-grid and resumed, the max-batch search under a memory limit, and a bundle's
-round trip through reproduce."""
+"""`tbdkit sweep`, `bundle` and `reproduce` for real on this machine's CPU: a small sweep, a sweep killed
+mid-grid and resumed, and a bundle's round trip through reproduce, on the machinery check's stack (NumPy in
+the kit's own environment: the sweep's machinery, not a framework, is tested); the max-batch search under a
+memory limit on PyTorch, whose adapter tells an out-of-memory failure from the others."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import signal
 import subprocess
 import time
@@ -16,9 +18,11 @@ import pytest
 from tbdkit.artifact import bundle as artifact
 from tbdkit.results.index import Index
 from model_checks import SMALL_SWEEP, tbdkit, tbdkit_command
+from tests.test_distributed import slow_steps
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 FAST = ["--framework", "pytorch", "--preset", "smoke", "--device", "cpu", "--max-warmup-s", "2", "--max-measure-s", "3"]
+MACHINERY = ["mlp_numpy", "--framework", "numpy", *FAST[2:]]
 
 
 def state_of(results: Path) -> dict:
@@ -36,7 +40,7 @@ def test_small_sweep_runs_the_grid(small_sweep):
     results, proc = small_sweep
     assert proc.returncode == 0, proc.stdout + proc.stderr
     state = state_of(results)
-    assert list(state["points"]) == ["pytorch/fp32/b1/r0", "pytorch/fp32/b2/r0"]
+    assert list(state["points"]) == ["numpy/fp32/b1/r0", "numpy/fp32/b2/r0"]
     runs = {r["run_id"]: r for r in Index(results).runs()}
     for key, point in state["points"].items():
         assert point["status"] in MEASURED and runs[point["run_id"]]["status"] in MEASURED
@@ -94,8 +98,11 @@ def test_bundle_and_reproduce_round_trip(small_sweep, tmp_path):
 @pytest.mark.slow
 def test_killed_sweep_resumes(tmp_path):
     results = tmp_path / "results"
-    args = ["sweep", "deepspeech2", *FAST, "--batch", "1,2,3", "--results", str(results)]
-    proc = subprocess.Popen(tbdkit_command(*args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    args = ["sweep", *MACHINERY, "--batch", "1,2,3", "--results", str(results)]
+    # each step 20 ms longer: every point warms up for 2 s (its cap) and measures for up to 3 s, so the test sees
+    # the second point's sample window before it ends
+    env = {**os.environ, **slow_steps(0.02)}
+    proc = subprocess.Popen(tbdkit_command(*args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.time() + 240
     victim = None
     while time.time() < deadline and victim is None:
@@ -104,7 +111,7 @@ def test_killed_sweep_resumes(tmp_path):
             points = state_of(results)["points"]
         except (ValueError, OSError):
             continue
-        if points["pytorch/fp32/b2/r0"]["status"] == "running":
+        if points["numpy/fp32/b2/r0"]["status"] == "running":
             for log in results.glob("*-b2-*/log.txt"):
                 if '"measuring"' in log.read_text():
                     victim = log.parent
@@ -114,8 +121,8 @@ def test_killed_sweep_resumes(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     before = state_of(results)
-    done = before["points"]["pytorch/fp32/b1/r0"]
-    assert done["status"] in MEASURED and before["points"]["pytorch/fp32/b2/r0"]["status"] == "running"
+    done = before["points"]["numpy/fp32/b1/r0"]
+    assert done["status"] in MEASURED and before["points"]["numpy/fp32/b2/r0"]["status"] == "running"
     kept = fingerprint(results / done["run_id"])
     # The killed sweep's agent stops too (it is told when its launcher dies) and says so.
     for _ in range(60):
@@ -123,15 +130,15 @@ def test_killed_sweep_resumes(tmp_path):
             break
         time.sleep(0.5)
     assert json.loads((victim / "summary.json").read_text())["status"] == "interrupted"
-    rerun = subprocess.run(tbdkit_command(*args), capture_output=True, text=True, timeout=400)
+    rerun = subprocess.run(tbdkit_command(*args), capture_output=True, text=True, timeout=400, env=env)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "resuming sweep" in rerun.stdout and "1 point(s) done are kept" in rerun.stdout
     after = state_of(results)["points"]
-    assert after["pytorch/fp32/b1/r0"] == done  # skipped, same run
+    assert after["numpy/fp32/b1/r0"] == done  # skipped, same run
     assert fingerprint(results / done["run_id"]) == kept  # not touched
-    retried = after["pytorch/fp32/b2/r0"]
+    retried = after["numpy/fp32/b2/r0"]
     assert retried["status"] in MEASURED and retried["run_id"] != victim.name
-    assert after["pytorch/fp32/b3/r0"]["status"] in MEASURED
+    assert after["numpy/fp32/b3/r0"]["status"] in MEASURED
     # the finished run stays indexed as it ended (ok, or disturbed beside a neighbour test)
     assert {r["run_id"]: r["status"] for r in Index(results).runs()}[done["run_id"]] == done["status"]
 
