@@ -109,6 +109,7 @@ def test_a_data_parallel_job_of_the_machinery_stack_averages_its_gradients(tmp_p
     assert summary["world_size"] == 2 and summary["status"] in MEASURED, summary.get("error")
     assert m["aggregate_throughput"]["value"] == pytest.approx(sum(m["aggregate_throughput"]["per_worker"]), rel=1e-4)
     assert m["communication_time"]["value"] > 0 and "control channel" in m["communication_time"]["method"]
+    assert "it follows the backward pass" in m["communication_time"]["method"]  # the exchange is not overlapped
     assert "control channel" in summary["interconnect"]["backend"]
     run = tmp_path / summary["run_id"]
     assert (run / "workers" / "rank1" / "iterations.csv").read_text().count(",measure,") >= 1
