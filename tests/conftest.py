@@ -82,7 +82,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 @pytest.fixture(scope="session")
 def small_sweep(tmp_path_factory):
     """model_checks.SMALL_SWEEP: (its results folder, the finished `tbdkit sweep` process), run once for
-    the session (tests/test_sweep_cli.py checks the sweep, bundles it and reproduces the bundle);
+    the session (tests/test_sweep_cli.py checks the sweep, tests/test_report_e2e.py reports over it);
     a test that adds runs works on a copy."""
     from model_checks import SMALL_SWEEP, tbdkit
 

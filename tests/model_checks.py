@@ -50,9 +50,9 @@ def tbdkit(*args: str, env: dict[str, str] | None = None, timeout: float = 600) 
                           env={**os.environ, **(env or {})})
 
 
-# A small sweep of the machinery check's stack (NumPy in the kit's own environment) at batches 1 and 2:
-# conftest.py's `small_sweep` runs it once for the session
-SMALL_SWEEP = ["sweep", "mlp_numpy", "--framework", "numpy", "--preset", "smoke", "--device", "cpu",
+# A small sweep, Deep Speech 2 on PyTorch at batches 1 and 2 on this CPU: conftest.py's `small_sweep`
+# runs it once for the session
+SMALL_SWEEP = ["sweep", "deepspeech2", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu",
                "--max-warmup-s", "2", "--max-measure-s", "3", "--batch", "1,2", "--cv-limit", "0.5"]
 
 

@@ -10,6 +10,7 @@ import itertools
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from model_checks import tbdkit
@@ -96,3 +97,61 @@ def test_the_loop_and_the_sampler_read_the_clock_they_are_handed():
     assert estimate.throughput == 32.0 and loop.result.warmup["seconds"] == 0.5
     assert (len(window), loop.result.window["seconds"], loop.result.window["stop_reason"]) == (3, 0.75, "converged")
     assert loop.result.window["samples_origin_s"] == 0.5  # the sampler started on the loop's clock, after warm-up
+
+
+def test_a_data_parallel_job_of_the_machinery_stack_averages_its_gradients(tmp_path):
+    """Two workers through the native launcher (processes of their own, the control channel between them): the
+    job's throughput is the sum of the workers', the gradient exchange is timed, each worker writes its rows."""
+    proc = tbdkit("bench", *MACHINERY, "--batch", "8", "--gpus-per-node", "2", "--results", str(tmp_path), "--json")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (summary,) = json.loads(proc.stdout)
+    m = summary["metrics"]
+    assert summary["world_size"] == 2 and summary["status"] in MEASURED, summary.get("error")
+    assert m["aggregate_throughput"]["value"] == pytest.approx(sum(m["aggregate_throughput"]["per_worker"]), rel=1e-4)
+    assert m["communication_time"]["value"] > 0 and "control channel" in m["communication_time"]["method"]
+    assert "it follows the backward pass" in m["communication_time"]["method"]  # the exchange is not overlapped
+    assert "control channel" in summary["interconnect"]["backend"]
+    run = tmp_path / summary["run_id"]
+    assert (run / "workers" / "rank1" / "iterations.csv").read_text().count(",measure,") >= 1
+
+
+def test_the_workers_step_with_the_mean_of_their_gradients():
+    """In-process, two adapters whose exchange is a two-party gather: after a step on different batches their
+    parameters are equal, and equal to one model's after a step on both batches."""
+    import threading
+
+    from tbdkit.adapters import numpy as adapter
+    from tbdkit.spec import catalog
+
+    model = catalog.get("mlp_numpy")
+    hp, workload = model.hp("smoke"), catalog.load_module(model, "numpy")
+    data = catalog.load_module(model, "data")
+    barrier, slots = threading.Barrier(2), [None, None]
+
+    def gather_as(rank):
+        def gather(value):
+            slots[rank] = value
+            barrier.wait()
+            return list(slots)
+        return gather
+
+    workers = [adapter.make(workload=workload, hp=hp, device="cpu", precision="fp32", seed=0) for _ in range(2)]
+    for rank, a in enumerate(workers):
+        a.use_channel(gather_as(rank))
+        a.join(2)
+    batches = [a.prepare(next(data.batches("synthetic", hp, 8, seed))) for a, seed in zip(workers, (1, 2))]
+    threads = [threading.Thread(target=a.step, args=(b,)) for a, b in zip(workers, batches)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    one, two = (list(a.training.model.parameters()) for a in workers)
+    assert all(np.array_equal(p, q) for p, q in zip(one, two))
+    assert workers[0].comm.seconds > 0
+    # the mean of two equal batches' mean gradients is the gradient over their union: one model, both batches
+    single = adapter.make(workload=workload, hp=hp, device="cpu", precision="fp32", seed=0)
+    single.step({k: np.concatenate([b[k] for b in batches]) for k in batches[0]})
+    assert all(np.allclose(p, q, rtol=0, atol=1e-6) for p, q in zip(one, single.training.model.parameters()))
+    alone = adapter.make(workload=workload, hp=hp, device="cpu", precision="fp32", seed=0)
+    alone.step(batches[0])  # a worker that did not average would have stepped like this
+    assert not all(np.allclose(p, q, rtol=0, atol=1e-6) for p, q in zip(one, alone.training.model.parameters()))

@@ -446,6 +446,7 @@ def _job_metrics(run: Run, measured: Measured) -> None:
             getattr(dist.comm, "method", None),
             getattr(dist, "comm_reason", None),
             getattr(dist, "comm_method", None),
+            getattr(dist, "overlaps_backward", True),
         )
     )
     metrics["worker0_throughput"] = metrics["throughput"]
