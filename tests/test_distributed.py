@@ -1,6 +1,7 @@
-"""Data-parallel runs for real on this machine's CPU: torchrun with 2 and 4 gloo
-workers, two "machines" as network namespaces over veth with and without a 1 Gbit/s link, a
-worker that dies, and the rendered Slurm, Kubernetes and compose files checked by their tools."""
+"""Data-parallel runs for real on this machine's CPU: torchrun with 2 gloo workers (PyTorch's DDP), 4 workers of
+the machinery check's stack (NumPy in the kit's own environment, gradients over the agent's control channel)
+against their single-worker baseline, two "machines" as network namespaces over veth with and without a
+1 Gbit/s link, a worker that dies, and the rendered Slurm, Kubernetes and compose files checked by their tools."""
 
 from __future__ import annotations
 
@@ -20,15 +21,29 @@ from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) 
 
 FAST = ["--model", "resnet50", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu", "--batch", "2",
         "--max-warmup-s", "3", "--max-measure-s", "6", "--json"]
+# the machinery check's stack: a run in about a second of its own, with the same caps' flags
+MACHINERY = ["--model", "mlp_numpy", "--framework", "numpy", "--preset", "smoke", "--device", "cpu",
+             "--max-warmup-s", "1", "--max-measure-s", "1", "--json"]
 
 
 FAULTS = Path(__file__).with_name("agent_faults")  # its sitecustomize patches the agent's warm-up stage
 
 
-def kill_rank(rank: int) -> dict[str, str]:
-    """The environment in which the agent of worker `rank` dies after its warm-up (tests/agent_faults)."""
+def faults(**variables: str) -> dict[str, str]:
+    """The environment in which the agent takes the faults `variables` name (tests/agent_faults)."""
     path = os.pathsep.join(p for p in (str(FAULTS), os.environ.get("PYTHONPATH", "")) if p)
-    return {"TBDKIT_TEST_KILL_RANK": str(rank), "PYTHONPATH": path}
+    return {**variables, "PYTHONPATH": path}
+
+
+def kill_rank(rank: int) -> dict[str, str]:
+    """The environment in which the agent of worker `rank` dies after its warm-up."""
+    return faults(TBDKIT_TEST_KILL_RANK=str(rank))
+
+
+def slow_steps(seconds: float) -> dict[str, str]:
+    """The environment in which every training step from the warm-up on takes `seconds` more: a run of the
+    machinery check's stack is then in warm-up for 100 steps (MeasurePolicy.min_warmup_iterations) or more."""
+    return faults(TBDKIT_TEST_STEP_SLEEP_S=str(seconds))
 
 
 def bench(results: Path, *args: str, env: dict | None = None,
@@ -70,13 +85,16 @@ def test_spec_rules_for_several_workers():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [2, 4])
-def test_workers_on_one_machine(tmp_path, workers):
+@pytest.mark.parametrize("framework,workers", [("pytorch", 2), ("numpy", 4)])
+def test_workers_on_one_machine(tmp_path, framework, workers):
+    """PyTorch: torchrun's 2 workers, DDP over gloo, no single-worker run to scale against. The machinery check's
+    stack: 4 workers (the group launcher's processes), scaled against the single-worker run made first."""
     results = tmp_path / "results"
-    if workers == 2:  # the single-worker baseline that scaling efficiency is measured against
-        proc, single = bench(results)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    proc, s = bench(results, "--gpus-per-node", str(workers))
+    base = FAST if framework == "pytorch" else MACHINERY
+    if framework == "numpy":  # the single-worker baseline that scaling efficiency is measured against
+        proc, single = bench(results, base=base)
+        assert proc.returncode == 0 and single is not None, proc.stderr[-3000:]
+    proc, s = bench(results, "--gpus-per-node", str(workers), base=base)
     assert proc.returncode == 0 and s is not None, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert s["status"] in MEASURED and s["world_size"] == workers and s["worker"].startswith("rank 0")
     m = s["metrics"]
@@ -84,17 +102,19 @@ def test_workers_on_one_machine(tmp_path, workers):
     assert len(per) == workers and m["aggregate_throughput"]["value"] == pytest.approx(sum(per), rel=1e-4)
     assert m["throughput"]["value"] == m["aggregate_throughput"]["value"]
     assert 0 < m["communication_time"]["value"] <= 100
-    assert s["interconnect"]["backend"] == "gloo" and s["interconnect"]["gpu_link"] is None
+    backend = "gloo" if framework == "pytorch" else "the agent's control channel (mean of 4 workers' gradients"
+    assert s["interconnect"]["backend"].startswith(backend) and s["interconnect"]["gpu_link"] is None
     run = results / s["run_id"]
     for rank in range(1, workers):
         own = json.loads((run / "workers" / f"rank{rank}" / "summary.json").read_text())
         assert own["status"] in MEASURED and own["worker"].startswith(f"rank {rank}")
-        assert (run / "workers" / f"rank{rank}" / "log.txt").stat().st_size > 0
+        log = run / "workers" / (f"rank{rank}/log.txt" if framework == "pytorch" else f"rank{rank}.log")
+        assert log.stat().st_size > 0
     iterations = [(run / "iterations.csv").read_text().count("\n")] + [
         (run / "workers" / f"rank{r}" / "iterations.csv").read_text().count("\n") for r in range(1, workers)]
     assert len(set(iterations)) == 1  # the workers agreed on every stop: same number of iterations
     eff = m["scaling_efficiency"]
-    if workers == 2:
+    if framework == "numpy":
         assert eff["value"] > 0 and eff["baseline_run"] == single["run_id"]
     else:
         assert eff["value"] is None and "single-worker run" in eff["reason"]

@@ -3,6 +3,7 @@ one `tbdkit bench --framework all` table. Needs every stack installed (`make tes
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 import subprocess
@@ -102,6 +103,18 @@ def test_bench_all_frameworks_prints_one_table(tmp_path):
     assert envs["tensorflow"]["framework_version"] == "2.21.0" and envs["mxnet"]["framework_version"] == "1.9.1"
     assert envs["tensorflow"]["math_mode"]["tf32_matmul"] is False
     assert envs["mxnet"]["math_mode"]["nvidia_tf32_override"] == "0"
+    # PyTorch's own analyses after the window (tests/test_bench_cli.py benches the machinery check, which has none):
+    # the memory breakdown and the FLOP count, each in an iteration of its own after the window
+    assert envs["pytorch"]["framework_version"].startswith("2.") and envs["pytorch"]["math_mode"]["tf32_matmul"] is False
+    torch_run = results / summaries[0]["run_id"]
+    rows = list(csv.DictReader((torch_run / "iterations.csv").open()))
+    after = [r for r in rows if r["phase"] == "analysis"]
+    assert len(after) == 2 and rows[-2:] == after
+    assert len(rows) == summaries[0]["warmup"]["iterations"] + summaries[0]["window"]["iterations"] + 2
+    memory = json.loads((torch_run / "memory.json").read_text())
+    assert memory["unit"] == "bytes" and memory["categories"]["feature_maps"]["bytes"] > 0
+    torch_metrics = summaries[0]["metrics"]
+    assert torch_metrics["model_flops_per_sample"]["value"] > 0 and torch_metrics["mfu"]["value"] is None
     # Each run's files as real tools read them: Perfetto's trace processor (the Perfetto UI's, WebAssembly,
     # in headless Chromium) imports trace.json without an error, and it and HTA find every iteration
     # inside its phase; MLCommons' checker passes mllog.txt but for the rules only a submission meets.

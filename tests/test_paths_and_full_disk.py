@@ -43,7 +43,7 @@ def test_a_results_folder_name_too_long_is_one_sentence(tmp_path, command):
 
 
 def test_bench_into_a_results_folder_name_too_long_is_one_sentence(tmp_path):
-    proc = tbdkit("bench", "--model", "resnet50", "--framework", "pytorch", "--device", "cpu", "--batch", "2",
+    proc = tbdkit("bench", "--model", "mlp_numpy", "--framework", "numpy", "--device", "cpu", "--batch", "2",
                   "--results", f"{LONG}/x", cwd=tmp_path)
     _one_sentence(proc, "too long for this file system")
 

@@ -1,5 +1,6 @@
 """Faults around a run: a full disk, an agent killed by SIGKILL, a sweep killed mid-run. Each keeps
-what was measured and says where, in one sentence, without a traceback."""
+what was measured and says where, in one sentence, without a traceback. The runs are the machinery check's
+(`mlp_numpy` on the NumPy stack, the kit's own environment): the faults are the kit's, not a framework's."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ from tbdkit.spec.run_spec import RunSpec
 from tbdkit.bench.sweep import RunResult, SweepRun
 from tbdkit.spec.sweep_spec import parse
 
-SPEC = RunSpec(model="deepspeech2", batch_size=2, device="cpu", preset="smoke")
+SPEC = RunSpec(model="mlp_numpy", framework="numpy", batch_size=2, device="cpu", preset="smoke")
 
 
 def agents_summary(run_dir: Path, status: str = "ok") -> dict:
-    return {"run_id": run_dir.name, "status": status, "model": "deepspeech2", "framework": "pytorch",
+    return {"run_id": run_dir.name, "status": status, "model": "mlp_numpy", "framework": "numpy",
             "batch_size": 2, "error": None,
-            "metrics": {"throughput": {"value": 3.5, "unit": "audio_s/s", "method": "test"}}}
+            "metrics": {"throughput": {"value": 3.5, "unit": "samples/s", "method": "test"}}}
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def full_disk(monkeypatch, tmp_path):
 def test_a_summary_the_disk_refuses_is_kept_in_the_temp_folder_and_the_user_told(full_disk, tmp_path):
     from tbdkit.agent.run import _write_summary
 
-    run_dir = full_disk / "20260101-000000-deepspeech2-pytorch-b2-fp32-abcd"
+    run_dir = full_disk / "20260101-000000-mlp_numpy-numpy-b2-fp32-abcd"
     run_dir.mkdir(parents=True)
     _write_summary(run_dir, agents_summary(run_dir))  # the agent, at the end of its run
     kept = tmp_path / "tmp" / "tbdkit-unsaved" / run_dir.name / "summary.json"
@@ -107,7 +108,7 @@ def test_an_agent_killed_by_a_signal_is_failed_naming_it_and_the_rows_kept(tmp_p
 
 
 def sweep_spec(tmp_path: Path):
-    return parse({"model": "deepspeech2", "frameworks": ["pytorch"], "batches": [2, 4], "precisions": ["fp32"],
+    return parse({"model": "mlp_numpy", "frameworks": ["numpy"], "batches": [2, 4], "precisions": ["fp32"],
                   "device": "cpu", "results": str(tmp_path / "results")})
 
 
@@ -134,19 +135,19 @@ def test_a_sweep_killed_mid_run_records_the_attempt_and_a_resume_reports_it(tmp_
     with pytest.raises(Killed):
         sweep.run()
     on_disk = json.loads((spec.state_dir() / "sweep.json").read_text())
-    (attempt,) = on_disk["points"]["pytorch/fp32/b4/r0"]["attempts"]
+    (attempt,) = on_disk["points"]["numpy/fp32/b4/r0"]["attempts"]
     assert attempt["run_id"] == "run-b4" and attempt["status"] == "running"
     resumed = SweepRun(sweep_spec(tmp_path))
-    assert resumed.state.recovered == ["pytorch/fp32/b4/r0: the sweep was killed during run run-b4, marked killed "
+    assert resumed.state.recovered == ["numpy/fp32/b4/r0: the sweep was killed during run run-b4, marked killed "
                                        "(retried)"]
-    point = resumed.state.points["pytorch/fp32/b4/r0"]
+    point = resumed.state.points["numpy/fp32/b4/r0"]
     assert point["status"] == "killed" and point["attempts"][0]["note"].endswith("its run folder has no summary")
     # a run that finished before the sweep died is taken from its folder
     (made[-1] / "summary.json").write_text(json.dumps(agents_summary(made[-1])))
-    on_disk["points"]["pytorch/fp32/b4/r0"]["attempts"][0]["status"] = "running"
+    on_disk["points"]["numpy/fp32/b4/r0"]["attempts"][0]["status"] = "running"
     (spec.state_dir() / "sweep.json").write_text(json.dumps(on_disk))
     resumed = SweepRun(sweep_spec(tmp_path))
-    assert resumed.state.points["pytorch/fp32/b4/r0"]["status"] == "ok"
+    assert resumed.state.points["numpy/fp32/b4/r0"]["status"] == "ok"
     assert resumed.state.recovered[0].endswith("marked ok")
 
 
@@ -214,8 +215,8 @@ def runner(run_spec, where, probe):
     sweep.run_dir_created(run_dir)
     print("training", run_dir.name, flush=True)
     sys.stdin.readline()
-    summary = {"run_id": run_dir.name, "status": "ok", "model": "deepspeech2", "framework": "pytorch",
-               "batch_size": run_spec.batch_size, "metrics": {"throughput": {"value": 3.5, "unit": "audio_s/s"}}}
+    summary = {"run_id": run_dir.name, "status": "ok", "model": "mlp_numpy", "framework": "numpy",
+               "batch_size": run_spec.batch_size, "metrics": {"throughput": {"value": 3.5, "unit": "samples/s"}}}
     (run_dir / "summary.json").write_text(json.dumps(summary))
     return RunResult("ok", run_dir.name, run_dir, summary)
 
@@ -233,7 +234,7 @@ def test_a_second_sweep_of_a_live_sweep_is_refused_and_leaves_its_run_alone(tmp_
 
     from tbdkit.cli.sweep import run_sweep
 
-    fields = {"model": "deepspeech2", "frameworks": ["pytorch"], "batches": [2, 4], "precisions": ["fp32"],
+    fields = {"model": "mlp_numpy", "frameworks": ["numpy"], "batches": [2, 4], "precisions": ["fp32"],
               "device": "cpu", "results": str(tmp_path / "results")}
     live = subprocess.Popen([sys.executable, "-c", LIVE_SWEEP, json.dumps(fields)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
@@ -246,9 +247,9 @@ def test_a_second_sweep_of_a_live_sweep_is_refused_and_leaves_its_run_alone(tmp_
         with pytest.raises(UserError, match=refusal + "wait for it to end or stop it, then run the same command again"):
             SweepRun(sweep_spec(tmp_path))
         with pytest.raises(UserError, match=refusal):  # what `tbdkit sweep` runs, before it prints a note
-            run_sweep(sweep_spec(tmp_path), "audio_s/s")
+            run_sweep(sweep_spec(tmp_path), "samples/s")
         assert state.read_bytes() == before
-        attempt = json.loads(before)["points"]["pytorch/fp32/b2/r0"]["attempts"]
+        attempt = json.loads(before)["points"]["numpy/fp32/b2/r0"]["attempts"]
         assert [(a["run_id"], a["status"]) for a in attempt] == [("run-b2", "running")]
         live.stdin.write("\n")
         live.stdin.flush()
@@ -267,18 +268,15 @@ def test_a_second_sweep_of_a_live_sweep_is_refused_and_leaves_its_run_alone(tmp_
 
 @pytest.mark.slow
 def test_a_real_agent_killed_by_sigkill_keeps_its_iterations(tmp_path):
-    """deepspeech2 (smoke, CPU) through the native launcher; SIGKILL to the agent once it measures."""
+    """The machinery check (smoke, CPU) through the native launcher; SIGKILL to the agent once it measures."""
     import signal
 
     import psutil
 
-    from tbdkit.env import stacks
     from tbdkit.launch import launch
 
-    if not stacks.is_installed("pytorch"):
-        pytest.skip("the PyTorch stack is not installed (TBDKIT_VENVS)")
-    spec = RunSpec(model="deepspeech2", framework="pytorch", batch_size=2, device="cpu", preset="smoke",
-                   measure={"max_warmup_s": 3, "max_measure_s": 120, "target_ci": 0.0001})  # warm-up capped: the kill is what is tested
+    spec = RunSpec(model="mlp_numpy", framework="numpy", batch_size=2, device="cpu", preset="smoke",
+                   measure={"max_warmup_s": 0.5, "max_measure_s": 120, "target_ci": 0.0001})  # warm-up capped: the kill is what is tested
     seen = {"measuring": 0}
 
     def on_event(event: dict) -> None:
@@ -316,7 +314,6 @@ def test_a_tiny_disk_is_refused_before_training(tmp_path):
 def test_a_sweep_into_a_file_fails_before_writing_and_a_damaged_state_is_named(tmp_path):
     from typer.testing import CliRunner
 
-    from tbdkit.env import stacks
     from tbdkit.cli import app
 
     spec = sweep_spec(tmp_path)
@@ -324,10 +321,8 @@ def test_a_sweep_into_a_file_fails_before_writing_and_a_damaged_state_is_named(t
     (spec.state_dir() / "sweep.json").write_text('{"points": [1, 2]}')
     with pytest.raises(UserError, match=r"The sweep state .*sweep.json is damaged \(not a sweep state\): move it away"):
         SweepRun(spec)
-    if not stacks.is_installed("pytorch"):
-        pytest.skip("the PyTorch stack is not installed (TBDKIT_VENVS)")
     (tmp_path / "afile").write_text("x")
-    out = CliRunner().invoke(app, ["sweep", "deepspeech2", "-f", "pytorch", "--device", "cpu", "--preset", "smoke",
+    out = CliRunner().invoke(app, ["sweep", "mlp_numpy", "-f", "numpy", "--device", "cpu", "--preset", "smoke",
                                    "-b", "2", "-r", str(tmp_path / "afile")])
     assert out.exit_code == 2 and "is a file, not a folder" in out.output, out.output
     assert (tmp_path / "afile").read_text() == "x"

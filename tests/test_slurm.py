@@ -1,9 +1,12 @@
 """`tbdkit bench --launcher slurm` against a real Slurm cluster on this machine (tests/slurm_cluster.py: munged,
 slurmctld and two slurmd "machines", each in its own network namespace with its own host name), typed as a
-user types it from the repo root: a one-node run, two-node PyTorch DDP (srun starting torchrun on each node)
-whose run folder matches a two-node netns run's in every file's keys and columns, two-node TensorFlow and
-MXNet, a job cancelled with Ctrl-C in warm-up, a job past its time limit, a node killed mid-run, and a job
-submitted with --no-wait then gathered. Each ends with a complete, honest run folder in the index."""
+user types it from the repo root. The scheduler's machinery runs the machinery check's stack (NumPy in the
+kit's own environment, a step well under a millisecond): a one-node run, a two-node job whose run folder
+matches a two-node netns run's in every file's keys and columns, a job cancelled with Ctrl-C in warm-up, a
+job past its time limit, a node killed mid-run, and a job submitted with --no-wait then gathered. What each
+framework does on its own runs once per framework: two-node PyTorch DDP (srun starting torchrun on each
+node), TensorFlow's MultiWorkerMirroredStrategy and MXNet's kvstore dist_sync. Each ends with a complete,
+honest run folder in the index."""
 
 from __future__ import annotations
 
@@ -22,12 +25,16 @@ import pytest
 from tbdkit.results.index import Index
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 from tests.slurm_cluster import Cluster, cluster
+from tests.test_distributed import slow_steps
 
-pytestmark = pytest.mark.slow  # real training loops, through a real scheduler
+pytestmark = pytest.mark.slow  # training loops, through a real scheduler
 ROOT = Path(__file__).resolve().parents[1]
 TBDKIT = ".venv/bin/tbdkit"
 FAST = ["--preset", "smoke", "--device", "cpu", "--batch", "2", "--max-warmup-s", "3", "--max-measure-s", "6"]
-CELLS = {"pytorch": "resnet50", "tensorflow": "inception_v3", "mxnet": "resnet50"}
+CELLS = {"pytorch": "resnet50", "tensorflow": "resnet50", "mxnet": "resnet50", "numpy": "mlp_numpy"}
+MACHINERY = "numpy"  # the machinery check's stack (tbdkit.core.frameworks.MACHINERY)
+CAPS = {MACHINERY: ["--preset", "smoke", "--device", "cpu", "--max-warmup-s", "1", "--max-measure-s", "1"]}
+HELD = slow_steps(3.0)  # a machinery run in warm-up for 300 s or more: interrupted, timed out or a node lost in it
 
 
 @pytest.fixture(scope="session")
@@ -43,13 +50,14 @@ def slurm(tmp_path_factory) -> Cluster:
 
 
 def command(results: Path, framework: str, *args: str) -> list[str]:
-    return [TBDKIT, "bench", "--model", CELLS[framework], "--framework", framework, *FAST,
+    return [TBDKIT, "bench", "--model", CELLS[framework], "--framework", framework, *CAPS.get(framework, FAST),
             "--launcher", "slurm", "--results", str(results), "--json", *args]
 
 
-def bench(slurm: Cluster, results: Path, framework: str, *args: str) -> tuple[subprocess.CompletedProcess, dict]:
+def bench(slurm: Cluster, results: Path, framework: str, *args: str,
+          env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, dict]:
     proc = subprocess.run(command(results, framework, *args), cwd=ROOT, capture_output=True, text=True,
-                          timeout=900, env=slurm.env)
+                          timeout=900, env={**slurm.env, **(env or {})})
     try:
         (summary,) = json.loads(proc.stdout)
     except ValueError:
@@ -74,7 +82,7 @@ def queue_empty(slurm: Cluster) -> bool:
 
 def test_one_node_bench(slurm, tmp_path):
     results = tmp_path / "results"
-    proc, s = bench(slurm, results, "pytorch")
+    proc, s = bench(slurm, results, MACHINERY)
     assert proc.returncode == 0 and s["status"] in MEASURED, s.get("error")
     assert s["slurm"]["state"] == "COMPLETED" and s["slurm"]["nodes"] == "n0"
     run_dir = complete(results, s)
@@ -98,19 +106,29 @@ def shapes(run_dir: Path) -> dict[str, object]:
     return {str(p.relative_to(run_dir)): _shape(p) for p in sorted(run_dir.rglob("*")) if p.is_file()}
 
 
-def test_two_node_pytorch_ddp_matches_a_netns_run(slurm, tmp_path):
-    results = tmp_path / "results"
-    proc, s = bench(slurm, results, "pytorch", "--nodes", "2")
+def two_node_job(slurm: Cluster, results: Path, framework: str) -> tuple[dict, Path]:
+    """A two-node job that finished: rank 0's run folder in the index, rank 1's summary and the other node's
+    output in it (torchrun's on node 1, or rank 1's as tbdkit.launch.node starts it)."""
+    proc, s = bench(slurm, results, framework, "--nodes", "2")
     assert proc.returncode == 0 and s["status"] in MEASURED, s.get("error")
     assert s["world_size"] == 2 and s["slurm"]["nodes"] == "n[0-1]"
     run_dir = complete(results, s)
-    assert (run_dir / "workers" / "rank1" / "summary.json").is_file() and (run_dir / "workers" / "node1.log").is_file()
+    rank1 = json.loads((run_dir / "workers" / "rank1" / "summary.json").read_text())
+    assert rank1["status"] in MEASURED and rank1["worker"].startswith("rank 1")
+    assert (run_dir / "workers" / ("node1.log" if framework == "pytorch" else "rank1.log")).is_file()
     assert s["metrics"]["scaling_efficiency"]["value"] is not None or s["metrics"]["scaling_efficiency"]["reason"]
+    return s, run_dir
+
+
+def test_two_node_job_matches_a_netns_run(slurm, tmp_path):
+    results = tmp_path / "results"
+    s, run_dir = two_node_job(slurm, results, MACHINERY)
     local = tmp_path / "netns"
-    netns = subprocess.run([TBDKIT, "bench", "--model", "resnet50", "--framework", "pytorch", *FAST, "--nodes", "2",
-                            "--launcher", "netns", "--results", str(local), "--json"], cwd=ROOT,
+    netns = subprocess.run([TBDKIT, "bench", "--model", CELLS[MACHINERY], "--framework", MACHINERY, *CAPS[MACHINERY],
+                            "--nodes", "2", "--launcher", "netns", "--results", str(local), "--json"], cwd=ROOT,
                            capture_output=True, text=True, timeout=900)
     (other,) = json.loads(netns.stdout)
+    assert other["status"] in MEASURED, other.get("error")
     mine, theirs = shapes(run_dir), shapes(local / other["run_id"])
     # the Slurm job's own record is the one key a netns run has no counterpart for (docker adds its container's)
     mine["summary.json"].pop("slurm")  # type: ignore[union-attr]
@@ -124,15 +142,17 @@ def test_two_node_pytorch_ddp_matches_a_netns_run(slurm, tmp_path):
         assert mine[name] == theirs[name], name
 
 
+def test_two_node_pytorch_ddp(slurm, tmp_path):
+    """srun starts torchrun on each node, whose workers join over gloo across the nodes' link."""
+    s, _ = two_node_job(slurm, tmp_path / "results", "pytorch")
+    assert s["interconnect"]["backend"] == "gloo"
+
+
 @pytest.mark.parametrize("framework,backend", [("tensorflow", "MultiWorkerMirroredStrategy"),
                                                ("mxnet", "kvstore dist_sync")])
 def test_two_node_tensorflow_and_mxnet(slurm, tmp_path, framework, backend):
-    results = tmp_path / "results"
-    proc, s = bench(slurm, results, framework, "--nodes", "2")
-    assert proc.returncode == 0 and s["status"] in MEASURED, s.get("error")
-    assert s["world_size"] == 2 and s["interconnect"]["backend"].startswith(backend)
-    run_dir = complete(results, s)
-    assert json.loads((run_dir / "workers" / "rank1" / "summary.json").read_text())["status"] in MEASURED
+    s, _ = two_node_job(slurm, tmp_path / "results", framework)
+    assert s["interconnect"]["backend"].startswith(backend)
 
 
 def _started(proc: subprocess.Popen, word: str, timeout: float = 600) -> list[str]:
@@ -149,8 +169,9 @@ def _started(proc: subprocess.Popen, word: str, timeout: float = 600) -> list[st
 
 def test_ctrl_c_in_warm_up_cancels_the_job(slurm, tmp_path):
     results = tmp_path / "results"
-    cmd = command(results, "pytorch", "--max-warmup-s", "600")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm.env)
+    cmd = command(results, MACHINERY, "--max-warmup-s", "600")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**slurm.env, **HELD})
     try:
         _started(proc, "warm-up")
         proc.send_signal(signal.SIGINT)
@@ -167,7 +188,7 @@ def test_ctrl_c_in_warm_up_cancels_the_job(slurm, tmp_path):
 
 def test_a_job_past_its_time_limit_says_so(slurm, tmp_path):
     results = tmp_path / "results"
-    proc, s = bench(slurm, results, "pytorch", "--max-warmup-s", "600", "--time-limit", "1")
+    proc, s = bench(slurm, results, MACHINERY, "--max-warmup-s", "600", "--time-limit", "1", env=HELD)
     assert proc.returncode == 1 and s["status"] == "failed"
     assert s["slurm"]["state"] == "TIMEOUT" and "TIMEOUT" in s["error"] and "time limit" in s["error"], s["error"]
     complete(results, s)
@@ -175,8 +196,9 @@ def test_a_job_past_its_time_limit_says_so(slurm, tmp_path):
 
 def test_a_node_killed_mid_run_fails_the_job_naming_it(slurm, tmp_path):
     results = tmp_path / "results"
-    cmd = command(results, "pytorch", "--nodes", "2", "--max-warmup-s", "600")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=slurm.env)
+    cmd = command(results, MACHINERY, "--nodes", "2", "--max-warmup-s", "600")
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**slurm.env, **HELD})
     try:
         _started(proc, "warm-up")
         slurm.kill_node(1)
@@ -197,7 +219,7 @@ def test_a_node_killed_mid_run_fails_the_job_naming_it(slurm, tmp_path):
 
 def test_no_wait_then_gather(slurm, tmp_path):
     results = tmp_path / "results"
-    proc = subprocess.run(command(results, "pytorch", "--no-wait"), cwd=ROOT, capture_output=True, text=True,
+    proc = subprocess.run(command(results, MACHINERY, "--no-wait"), cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env=slurm.env)
     assert proc.returncode == 0 and "tbdkit gather" in proc.stderr, proc.stderr[-2000:]
     job_id = proc.stderr.split("Slurm job ")[1].split()[0]

@@ -107,6 +107,14 @@ class ParameterSync(Protocol):
 
 
 @runtime_checkable
+class ChannelSync(Protocol):
+    """A ParameterSync whose gradients travel over the agent's control channel itself (the NumPy stack, which has
+    no communication library): WithControl hands it the channel's gather before it joins."""
+
+    def use_channel(self, exchange: Callable[[Any], list[Any]]) -> None: ...
+
+
+@runtime_checkable
 class Replicas(Protocol):
     """Several replicas in one process (--one-process: MirroredStrategy, MXNet's device kvstore): how
     they exchange gradients, and why that exchange is not timed; `replica_devices` names the replicas' devices

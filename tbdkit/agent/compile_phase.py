@@ -17,7 +17,6 @@ runs for the warm cost; the run's spec.json and compile_s say which (CACHE).
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from tbdkit.agent import events
@@ -61,7 +60,7 @@ def run(loop: Any, adapter: Any, distinct_batches: int | None) -> dict[str, Any]
     """The compile phase over `loop` (a TrainingLoop); what it did, for summary.json's `compile_phase`."""
     events.emit("phase", phase="compile")
     first = len(loop.result.iterations)
-    start = time.perf_counter()
+    start = loop.clock()
     wanted = max(MIN_ITERATIONS, distinct_batches or 0)
     reason = "iteration_cap"
     for n in range(1, MAX_ITERATIONS + 1):
@@ -77,7 +76,7 @@ def run(loop: Any, adapter: Any, distinct_batches: int | None) -> dict[str, Any]
         "first_iteration": first,
         "last_iteration": len(loop.result.iterations) - 1,
         "iterations": len(done),
-        "seconds": round(time.perf_counter() - start, 4),
+        "seconds": round(loop.clock() - start, 4),
         "work": sum(i.work for i in done),
         "end_reason": reason,
         "compilations": adapter.compilations(),

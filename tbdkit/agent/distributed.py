@@ -19,7 +19,7 @@ from typing import Any
 
 import psutil
 
-from tbdkit.adapters import ParameterSync
+from tbdkit.adapters import ChannelSync, ParameterSync
 from tbdkit.agent.control import Control
 from tbdkit.core.metric import metric
 from tbdkit.results.rundir import RunDir
@@ -86,9 +86,13 @@ class WithControl:
         self.comm: Any = sync.comm
         self.comm_reason: str | None = sync.comm_reason
         self.comm_method = "time in the framework's gradient exchange"
+        # a framework's exchange overlaps the backward pass; gradients over the channel are exchanged after it
+        self.overlaps_backward = not isinstance(sync, ChannelSync)
 
     def join(self, world_size: int) -> None:
         self.control.join()
+        if isinstance(self.sync, ChannelSync):  # its gradients travel over the channel too
+            self.sync.use_channel(self.control.gather)
         self.sync.join(world_size)
         self.backend, self.comm = self.sync.backend, self.sync.comm  # known once joined
         self.comm_method = f"time in the gradient exchange of {self.backend}"
@@ -136,6 +140,7 @@ def job_metrics(
     comm_timing: str | None = None,
     comm_reason: str | None = None,
     comm_method: str | None = None,
+    overlaps_backward: bool = True,
 ) -> dict[str, Any]:
     """Rank 0's metrics over the job: each worker's window throughput, gathered from all of them."""
     n = len(per_worker)
@@ -161,8 +166,12 @@ def job_metrics(
         "communication_time": metric(
             sum(shares) / len(shares) if shares else None,
             "%",
-            f"{method} over the window / window wall time ({window_s:.1f} s), mean over workers; it overlaps the backward pass, "
-            "so it is time in communication, not time added by it",
+            f"{method} over the window / window wall time ({window_s:.1f} s), mean over workers; "
+            + (
+                "it overlaps the backward pass, so it is time in communication, not time added by it"
+                if overlaps_backward
+                else "it follows the backward pass, so it is time the step waits for it"
+            ),
             **({"timing": comm_timing} if comm_timing else {}),
             **({} if shares else {"reason": comm_reason or "no worker timed its all-reduces"}),
         ),

@@ -133,8 +133,12 @@ class TrainingLoop:
         agree: Callable[[list[bool]], list[bool]] | None = None,
         caps: Capabilities | None = None,
         sampler: Sampler | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.adapter = adapter
+        # every time the loop reads (iterations, warm-up's and the window's caps, progress): the real
+        # time.perf_counter unless a test hands it a clock it controls
+        self.clock = clock
         # the allocator's peak restarts with the window where the adapter can (caps: checked by the caller, else here)
         self._peaks = (caps if caps is not None else capabilities(adapter)).peak_reset
         # Workers of a data-parallel job must stop at the same iteration: each decision (stop
@@ -148,11 +152,11 @@ class TrainingLoop:
         # else here, where its thread starts before warm-up.
         if sampler is None:
             sampler = Sampler(
-                collectors if collectors is not None else default_collectors(adapter), policy.sample_interval_s
+                collectors if collectors is not None else default_collectors(adapter), policy.sample_interval_s, clock
             )
         self.sampler = sampler
         self.result = LoopResult()
-        self._t0 = time.perf_counter()
+        self._t0 = self.clock()
         self._last_end = self._t0
         self._last_emit = 0.0
 
@@ -163,7 +167,8 @@ class TrainingLoop:
 
     @property
     def t0(self) -> float:
-        """time.perf_counter() when the loop started: iterations.csv's start_s counts from it."""
+        """The loop's clock when it started: iterations.csv's start_s counts from it (a Sampler handed in
+        must read the same clock: samples.csv's origin is placed on it)."""
         return self._t0
 
     def _decide(self, *flags: bool) -> list[bool]:
@@ -186,11 +191,11 @@ class TrainingLoop:
     def _one(self, phase: str) -> Iteration:
         if self.agree is None and self.stop_requested():
             raise StopRequested()
-        t_fetch = time.perf_counter()
+        t_fetch = self.clock()
         batch = next(self.batches)
-        t_data = time.perf_counter()
+        t_data = self.clock()
         loss = self.adapter.step(self.adapter.prepare(batch))
-        end = time.perf_counter()
+        end = self.clock()
         it = Iteration(
             index=len(self.result.iterations),
             phase=phase,
@@ -212,7 +217,7 @@ class TrainingLoop:
         return self._one(phase)
 
     def _progress(self, phase: str, it: Iteration, est: Estimate | None = None, elapsed: float = 0.0) -> None:
-        now = time.perf_counter()
+        now = self.clock()
         if now - self._last_emit < 0.25:
             return
         self._last_emit = now
@@ -230,13 +235,13 @@ class TrainingLoop:
     def warm_up(self) -> None:
         p = self.policy
         events.emit("phase", phase="warmup", cap_s=p.max_warmup_s)
-        start = time.perf_counter()
+        start = self.clock()
         costs: list[float] = []
         reason = "iteration_cap"
         for _ in range(p.max_warmup_iterations):
             it = self._one("warmup")
             costs.append(it.cost)
-            elapsed = time.perf_counter() - start
+            elapsed = self.clock() - start
             self._progress("warmup", it, elapsed=elapsed)
             stable, capped = self._decide(
                 warmup_done(
@@ -256,7 +261,7 @@ class TrainingLoop:
                 break
         self.result.warmup = {
             "iterations": len(costs),
-            "seconds": round(time.perf_counter() - start, 4),
+            "seconds": round(self.clock() - start, 4),
             "end_reason": reason,
             "rule": (
                 f"stable when the seconds per unit of work (padding included) stop drifting over the later half "
@@ -283,14 +288,14 @@ class TrainingLoop:
         if self._peaks is not None:
             self._peaks.reset_peaks()
         sampler.start()
-        start = time.perf_counter()
+        start = self.clock()
         reason = "iteration_cap"
         try:
             while running.n < p.max_measure_iterations:
                 it = self._one("measure")
                 running.add(it.work, it.seconds)
                 est = running.estimate()
-                elapsed = time.perf_counter() - start
+                elapsed = self.clock() - start
                 self._progress("measuring", it, est, elapsed)
                 converged, capped = self._decide(
                     running.n >= p.min_measure_iterations and est.relative < p.target_ci, elapsed >= p.max_measure_s

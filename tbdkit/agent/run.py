@@ -432,6 +432,7 @@ def _job_metrics(run: Run, measured: Measured) -> None:
             getattr(dist.comm, "method", None),
             getattr(dist, "comm_reason", None),
             getattr(dist, "comm_method", None),
+            getattr(dist, "overlaps_backward", True),
         )
     )
     metrics["worker0_throughput"] = metrics["throughput"]
@@ -518,7 +519,7 @@ def write(run: Run) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if loop is not None:
         # the wall-clock time of iterations.csv's start_s = 0 (mllog.txt's run_start and blocks stand on it)
-        loop_start = time.time() - (time.perf_counter() - loop.t0)
+        loop_start = time.time() - (loop.clock() - loop.t0)
         summary["loop_started_utc"] = dt.datetime.fromtimestamp(loop_start, dt.timezone.utc).isoformat(
             timespec="milliseconds"
         )

@@ -20,8 +20,9 @@ from tbdkit.spec import catalog, check_settings, contract
 
 # The math modes each stack has on a CPU: PyTorch fp32, TF32 (fp32 there) and AMP (bfloat16 autocast);
 # TensorFlow's AMP is mixed_bfloat16 without loss scaling; MXNet 1.9's AMP is float16 with loss scaling, a GPU's
-# (its adapter refuses it on a CPU), and its TF32 is fp32 with NVIDIA_TF32_OVERRIDE unset
-CPU_MATH_MODES = {"pytorch": ("fp32", "tf32", "amp"), "tensorflow": ("amp",), "mxnet": ("tf32",)}
+# (its adapter refuses it on a CPU), and its TF32 is fp32 with NVIDIA_TF32_OVERRIDE unset; the NumPy stack (the
+# kit's machinery check) trains in float32 only
+CPU_MATH_MODES = {"pytorch": ("fp32", "tf32", "amp"), "tensorflow": ("amp",), "mxnet": ("tf32",), "numpy": ("fp32",)}
 # PyTorch's compiled check compiles with TorchDynamo and AOTAutograd and runs the graphs eagerly: inductor's C++
 # code generation costs one to several CPU minutes per model on 2 cores
 TORCH_COMPILE_BACKEND_ON_A_CPU = "aot_eager"

@@ -62,6 +62,9 @@ def setup(
         raise UserError("--wheels goes with --adopt PYTHON (a lock's install takes its packages from the index).")
     for name in [n for raw in split_list(names) or ["pytorch"] for n in (stacks.STACKS if raw == "all" else [raw])]:
         stack = stacks.get(name)
+        if stack.kit_env:
+            console.print(f"{stack.title} stack: {stacks.KIT_ENV_NOTE} ({stacks.venv_path(name)})", highlight=False)
+            continue
         if adopt is not None:
             with console.status(f"adopting {adopt} as the {stack.title} stack in {stacks.venv_path(name)} ..."):
                 record = adopt_stack(name, adopt, wheels, force=force)

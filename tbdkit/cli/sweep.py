@@ -107,6 +107,9 @@ def sweep(
     max_batch_limit: Annotated[int, typer.Option(help="the max-batch search doubles no further than this")] = 4096,
     max_measure_s: Annotated[float | None, typer.Option(help="cap on each sample window, seconds")] = None,
     max_warmup_s: Annotated[float | None, typer.Option(help="cap on each warm-up, seconds")] = None,
+    target_ci: Annotated[
+        float | None, typer.Option(help="stop each window when the 95% CI half-width is below this fraction")
+    ] = None,
     memory_limit_mb: Annotated[
         int | None, typer.Option(help="fail as out-of-memory past this many MiB of growth (CPU runs)")
     ] = None,
@@ -129,7 +132,8 @@ def sweep(
     prices = cost.resolve(price_per_hour)  # a wrong price is said before anything runs
     outputs.check_name(results, "--results")
     p = plan(model, frameworks, preset, device, launcher, data=data)  # a sweep's points run on one machine
-    measure = {k: v for k, v in {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s}.items() if v is not None}
+    caps = {"max_measure_s": max_measure_s, "max_warmup_s": max_warmup_s, "target_ci": target_ci}
+    measure = {k: v for k, v in caps.items() if v is not None}
     fields: dict[str, Any] = {
         "model": model,
         "frameworks": p.requested or list(p.model.frameworks),

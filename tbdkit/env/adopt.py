@@ -534,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         description="`tbdkit setup STACK --adopt PYTHON` with the standard library only: the stack's environment "
         "over PYTHON (default: this one), what the kit lacks from --wheels DIR.",
     )
-    parser.add_argument("stack", choices=sorted(stacks.STACKS))
+    parser.add_argument("stack", choices=sorted(n for n in stacks.STACKS if not stacks.is_kit_env(n)))
     parser.add_argument("--python", default=sys.executable, help="the interpreter to adopt (default: this one)")
     parser.add_argument("--wheels", type=Path, help="a folder of wheels of what the kit lacks (no network)")
     parser.add_argument("--force", action="store_true", help="replace a stack installed from the kit's lock")

@@ -392,6 +392,10 @@ def framework_check(name: str) -> Check:
     check_name = f"{title} stack"
     if stack is None:
         return Check("frameworks", check_name, None, "not supported by this version of the kit yet", None)
+    if stack.kit_env:
+        kit = stacks.marker(name) or {}
+        return Check("frameworks", check_name, True, f"numpy {kit.get('framework_version')} in "
+                     f"{stacks.venv_path(name)}: {stacks.KIT_ENV_NOTE}", None)  # fmt: skip
     try:
         record = stacks.marker(name)
     except Exception as exc:

@@ -8,6 +8,9 @@ in a container the image is the environment. A stack counts as installed once it
 holds the marker file written after a successful install, and current while the lock it was
 installed from is the lock in force. A stack can also adopt an interpreter that already holds its
 framework (tbdkit.env.adopt): its record says `adopted`, and the kit never reinstalls over it.
+
+The NumPy stack (the kit's machinery check, tbdkit.core.frameworks.MACHINERY) is the kit's own environment:
+nothing to install, no lock of its own, always installed and current.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tbdkit.core import atomic
 from tbdkit.core.errors import UserError
-from tbdkit.core.frameworks import KNOWN_FRAMEWORKS
+from tbdkit.core.frameworks import KNOWN_FRAMEWORKS, MACHINERY
 from tbdkit.core.paths import KIT_ROOT, venvs_dir
 from tbdkit.env import installer, locks
 
@@ -36,6 +40,7 @@ class Stack:
     extra: str  # the pyproject optional-dependency group installed into its environment
     module: str  # the framework's import name, to read its version
     disk_gb: float  # what its environment takes on disk, measured (a fresh install, Python 3.11)
+    kit_env: bool = False  # the kit's own environment (the machinery check): nothing to install, no lock
 
 
 STACKS: dict[str, Stack] = {
@@ -44,7 +49,22 @@ STACKS: dict[str, Stack] = {
     "tensorflow": Stack("tensorflow", "TensorFlow", "tensorflow", "tensorflow", 2.6),
     # Apache MXNet is archived; 1.9.1's wheel is py3-none (ctypes), so it runs on Python 3.11.
     "mxnet": Stack("mxnet", "MXNet", "mxnet", "mxnet", 0.8),
+    MACHINERY: Stack(MACHINERY, "NumPy", "", "numpy", 0.0, kit_env=True),
 }
+KIT_ENV_NOTE = "the kit's own environment (the machinery check, no framework): nothing to install"
+
+
+def is_kit_env(name: str) -> bool:
+    """The stack that is the kit's own environment (tbdkit.core.frameworks.MACHINERY)."""
+    return name in STACKS and STACKS[name].kit_env
+
+
+def _kit_record() -> dict:
+    """The NumPy stack's install record: the interpreter running the kit, as it is."""
+    import numpy
+
+    return {"stack": MACHINERY, "kit_environment": True, "framework_version": numpy.__version__,
+            "python": sys.executable, "note": KIT_ENV_NOTE}  # fmt: skip
 
 
 def get(name: str) -> Stack:
@@ -58,11 +78,11 @@ def get(name: str) -> Stack:
 
 
 def venv_path(name: str) -> Path:
-    return venvs_dir() / name
+    return Path(sys.prefix) if is_kit_env(name) else venvs_dir() / name
 
 
 def python_of(name: str) -> Path:
-    return venv_path(name) / "bin" / "python"
+    return Path(sys.executable) if is_kit_env(name) else venv_path(name) / "bin" / "python"
 
 
 def lock_of(stack: Stack) -> locks.LockEnv:
@@ -85,6 +105,8 @@ def drift(name: str) -> list[dict[str, str | None]] | None:
     record = marker(name)
     if record is None:
         return None
+    if is_kit_env(name):
+        return []  # the kit's own environment: `tbdkit doctor` checks it against the kit's lock
     env = locks.get(record["lock"]) if is_adopted(record) and record.get("lock") in locks.ENVS else lock_of(get(name))
     paths = locks.site_packages(venv_path(name)) + adopted_site_dirs(record)
     return locks.differences(locks.pins(locks.read(env)), locks.installed(paths))
@@ -115,6 +137,8 @@ def damaged_fix(name: str) -> str:
 def marker(name: str) -> dict | None:
     """The install record of a stack's environment, or None when it is not (fully) installed; a DamagedStack
     (a UserError that says what is wrong and the fix) when the record or the environment's python is damaged."""
+    if is_kit_env(name):
+        return _kit_record()
     path = venv_path(name) / MARKER
     python = python_of(name)
     if not path.is_file() or not (python.exists() or python.is_symlink()):
@@ -154,7 +178,7 @@ def is_current(name: str) -> bool:
     """Installed, and from the lock in force now; an adopted stack always counts as current: its packages
     are the adopted interpreter's, which the kit never reinstalls (each run records how they differ)."""
     rec = marker(name)
-    if is_adopted(rec):
+    if is_adopted(rec) or is_kit_env(name):
         return True
     return rec is not None and rec.get("requirements_digest") == _requirements_digest(get(name))
 
@@ -174,6 +198,8 @@ def setup(name: str, log_path: Path | None = None, force: bool = False, how: str
     """Create or refresh the stack's virtual environment from its lock, exactly. Idempotent: a current
     install is kept. `how`: the installer, "auto" (uv when installed, else pip), "uv" or "pip"."""
     stack = get(name)
+    if stack.kit_env:
+        return _kit_record()
     try:
         old = marker(name)
     except DamagedStack:

@@ -182,7 +182,10 @@ def frameworks(model: catalog.Model, requested: list[str]) -> list[str]:
         catalog.check_framework(model, fw)
     chosen = requested or [fw for fw in model.frameworks if fw in stacks.STACKS]
     for fw in chosen:
-        stacks.get(fw)
+        if stacks.get(fw).kit_env:
+            raise UserError(
+                f"The {fw} stack is the kit's own environment and has no image: run it with --launcher native."
+            )
     return chosen
 
 

@@ -20,6 +20,7 @@ from tbdkit import __version__
 from tbdkit.analysis.cost import Prices
 from tbdkit.core import atomic
 from tbdkit.core.errors import UserError
+from tbdkit.core.frameworks import PAPER_FRAMEWORKS
 from tbdkit.core.paths import workloads_dir
 from tbdkit.report import claims, compiled, energy_cost, figures, tables
 from tbdkit.report import runs as runs_mod
@@ -71,8 +72,9 @@ def build(
         raise UserError(f"{results_dir} holds no run that finished ok: run `tbdkit bench` or `tbdkit sweep` first.")
     disturbed = sum(r.disturbed for r in runs)
     out_dir.mkdir(parents=True, exist_ok=True)
-    # the paper's figures and claims keep its settings: standard graphs, unless compiled runs are asked for
-    paper = compiled.paper_runs(runs, with_compiled)
+    # the paper's figures and claims keep its settings: standard graphs, unless compiled runs are asked for; and
+    # its frameworks: the machinery check's runs (numpy) are listed with the others, never compared or drawn
+    paper = compiled.paper_runs([r for r in runs if r.framework in PAPER_FRAMEWORKS], with_compiled)
     drawn = figures.draw(paper, out_dir)
     # CPU-only results: every claim needs GPU runs, whether or not their CPU runs were disturbed (leaving the
     # disturbed ones out would leave no run, and "not enough data" would hide why)

@@ -1,6 +1,9 @@
 """Fault injection for the kit's own tests, kept out of the agent: with this folder on PYTHONPATH and
 TBDKIT_TEST_KILL_RANK=N in the environment, the worker of rank N dies (exit 3, no summary written) right
-after its warm-up stage (tbdkit.agent.run.warm_up), as a worker whose process is killed would. Python
+after its warm-up stage (tbdkit.agent.run.warm_up), as a worker whose process is killed would; with
+TBDKIT_TEST_STEP_SLEEP_S=S, every training step from the warm-up on takes S seconds more, so a run of the
+machinery check's stack (a step well under a millisecond) is still in warm-up when a test interrupts it,
+passes a time limit or loses a node (min_warmup_iterations steps at least). Python
 imports this module at start-up (site's sitecustomize); it patches the stage once the agent's module
 loads, so processes that never load the agent are untouched."""
 
@@ -10,15 +13,27 @@ import importlib.abc
 import importlib.util
 import os
 import sys
+import time
 
 AGENT = "tbdkit.agent.run"
 RANK = os.environ.get("TBDKIT_TEST_KILL_RANK")
+STEP_SLEEP_S = os.environ.get("TBDKIT_TEST_STEP_SLEEP_S")
+
+
+def _slowed(step, seconds: float):
+    def slow_step(*args, **kwargs):
+        time.sleep(seconds)
+        return step(*args, **kwargs)
+
+    return slow_step
 
 
 def _patch(module) -> None:
     warm_up = module.warm_up
 
     def warm_up_then_die(run) -> None:
+        if STEP_SLEEP_S is not None:
+            run.loop.adapter.step = _slowed(run.loop.adapter.step, float(STEP_SLEEP_S))
         warm_up(run)
         if run.worker is not None and str(run.worker.rank) == RANK:
             os._exit(3)
@@ -44,5 +59,5 @@ class _AfterAgentLoads(importlib.abc.MetaPathFinder):
         return spec
 
 
-if RANK is not None:
+if RANK is not None or STEP_SLEEP_S is not None:
     sys.meta_path.insert(0, _AfterAgentLoads())

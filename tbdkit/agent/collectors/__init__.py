@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from tbdkit.agent.collectors.cpu import CpuCollector
@@ -38,8 +39,11 @@ class Sampler:
     and so would leave the run hanging at its window's start instead of ending it as out of memory.
     """
 
-    def __init__(self, collectors: list[Collector], interval_s: float) -> None:
+    def __init__(
+        self, collectors: list[Collector], interval_s: float, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         self.collectors = collectors
+        self.clock = clock  # samples.csv's t_s: the real time.perf_counter unless a test hands it another
         self.interval_s = interval_s
         self.rows: list[dict[str, Any]] = []
         self.errors: dict[str, str] = {}  # collector name -> its first sample() error
@@ -54,18 +58,18 @@ class Sampler:
             raise RuntimeError("a Sampler samples one window: make another")
         for c in self.collectors:
             c.start()
-        self._t0 = time.perf_counter()
+        self._t0 = self.clock()
         self._go.set()
 
     @property
     def t0(self) -> float:
-        """time.perf_counter() when sampling started: samples.csv's t_s counts from it."""
+        """The sampler's clock when sampling started: samples.csv's t_s counts from it."""
         return self._t0
 
     def _run(self) -> None:
         self._go.wait()
         while not self._stop.wait(self.interval_s):
-            row: dict[str, Any] = {"t_s": round(time.perf_counter() - self._t0, 4)}
+            row: dict[str, Any] = {"t_s": round(self.clock() - self._t0, 4)}
             for c in self.collectors:
                 try:
                     row.update(c.sample())
