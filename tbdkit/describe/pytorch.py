@@ -15,7 +15,8 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
     positions each layer's weights were applied at during `forward()` (run on one sample), summed over
     the layer's calls. A dense layer reusing an earlier layer's weight (BERT's decoder, tied to the word
     embeddings) lists that weight as tied, not as a parameter of its own. Learned scalars held by the
-    model itself come last, as "scale" layers."""
+    model itself come last, as "scale" layers, and after them the learned tensors no layer above holds
+    (ViT's class token and positions), as "tensor" layers in the order the model names them."""
     from tbdkit.describe.canonical import Layer
 
     seen: dict[int, tuple[torch.nn.Module, int]] = {}  # insertion order = order of first call
@@ -71,7 +72,13 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
     def fusion(mod: torch.nn.Module) -> bool:
         return isinstance(getattr(mod, "edge_weights", None), torch.nn.Parameter)
 
-    hooks = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, kinds) or fusion(m)]
+    # RMSNorm: torch's own, or a library's of that name holding a `weight` (transformers' LlamaRMSNorm)
+    def rms_norm(mod: torch.nn.Module) -> bool:
+        return type(mod).__name__.endswith("RMSNorm") and isinstance(getattr(mod, "weight", None), torch.nn.Parameter)
+
+    hooks = [
+        m.register_forward_hook(record) for m in model.modules() if isinstance(m, kinds) or fusion(m) or rms_norm(m)
+    ]
     try:
         with torch.no_grad():
             forward()
@@ -129,8 +136,10 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
             add("conv_transpose2d", {"weight": mod.weight} | with_bias(mod), n)
         elif isinstance(mod, torch.nn.BatchNorm2d):  # without scale/offset where the model has none (MiniGo's heads)
             add("batchnorm", {k: v for k, v in (("gamma", mod.weight), ("beta", mod.bias)) if v is not None}, n)
-        elif isinstance(mod, torch.nn.LayerNorm):
-            add("layernorm", {"gamma": mod.weight, "beta": mod.bias}, n)
+        elif rms_norm(mod):
+            add("rmsnorm", {"gamma": mod.weight}, n)
+        elif isinstance(mod, torch.nn.LayerNorm):  # without scale and shift where it has none (DiT's adaptive norms)
+            add("layernorm", {k: v for k, v in (("gamma", mod.weight), ("beta", mod.bias)) if v is not None}, n)
         elif isinstance(mod, torch.nn.GroupNorm):  # one group over (C, H, W) is a layer norm (WGAN-GP's critic)
             if mod.num_groups != 1:
                 raise ValueError(
@@ -163,4 +172,11 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
     for _, p in model.named_parameters(recurse=False):
         if p.numel() == 1:
             add("scale", {"value": p.reshape(())}, 0)
+    # a module of none of the kinds above holding a trainable tensor of its own (not a scalar of the model's)
+    for owner in model.modules():
+        if isinstance(owner, kinds) or fusion(owner) or rms_norm(owner):
+            continue
+        for p in owner.parameters(recurse=False):
+            if p.requires_grad and p.numel() > 1 and id(p) not in owned:
+                add("tensor", {"value": p}, 0)
     return layers
