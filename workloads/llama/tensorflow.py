@@ -6,9 +6,10 @@ The same network as pytorch.py (transformers' LlamaForCausalLM): RMSNorm before 
 MLP, grouped-query attention, RoPE with Llama 3.1's frequency scaling (keras-hub's frequency adjustment,
 low and high frequency factors and pre-training length are transformers' factor, low_freq_factor,
 high_freq_factor and original_max_position_embeddings), the output projection tied to the token
-embedding where tie_word_embeddings says so. keras-hub draws the token embedding with a standard
-deviation of 0.01; it is drawn again at initializer_range (transformers' init). Nothing here times, logs
-or profiles, and nothing is downloaded.
+embedding where tie_word_embeddings says so. Every weight matrix is drawn again, each on its own, at
+initializer_range (transformers' init): keras-hub draws the token embedding at 0.01, and its attention's four
+projections from one initializer, which gives them one draw. Nothing here times, logs or profiles, and nothing
+is downloaded.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ def network(hp: dict[str, Any]) -> keras.Model:
         num_query_heads=hp["num_attention_heads"], num_key_value_heads=hp["num_key_value_heads"],
         hidden_dim=hp["hidden_size"], intermediate_dim=hp["intermediate_size"], layer_norm_epsilon=hp["rms_norm_eps"],
         tie_word_embeddings=hp["tie_word_embeddings"], **rope(hp))
-    table = backbone.token_embedding.embeddings
-    table.assign(keras.random.normal(tuple(table.shape), stddev=hp["initializer_range"], dtype=table.dtype))
+    for weight in backbone.trainable_weights:  # every matrix its own draw at transformers' initializer_range
+        if len(weight.shape) >= 2:
+            weight.assign(keras.random.normal(tuple(weight.shape), stddev=hp["initializer_range"], dtype=weight.dtype))
     return keras_hub.models.LlamaCausalLM(backbone=backbone, preprocessor=None)
 
 
