@@ -21,6 +21,10 @@ ARG FRAMEWORK_REQUIREMENTS="tensorflow==2.21.0"
 ARG KERAS_REQUIREMENT="keras>=3.5"
 # The workloads' own libraries: the rest of pyproject.toml's tensorflow extra (a test keeps them equal).
 ARG WORKLOAD_REQUIREMENTS="gymnasium>=1.0 ale-py>=0.9 zeus>=0.16"
+# keras-hub (Llama's and ViT's Keras networks) without its declared dependencies: its tensorflow-text needs
+# TensorFlow >= 2.21 and the base brings NGC's own build under NVIDIA's constraints; keras_hub imports only regex
+# and tokenizers of them (tensorflow-text, kagglehub and sentencepiece serve its tokenizers and preset downloads).
+ARG KERAS_HUB_REQUIREMENTS="keras-hub==0.32.0 regex tokenizers"
 ARG KIT_REQUIREMENTS=""
 # 1: fail the build without Nsight Compute (the kit's hardware-counter pass calls it); 0: CI.
 ARG REQUIRE_NCU=1
@@ -49,7 +53,8 @@ COPY docker/wheels/ /tmp/wheels/
 COPY docker/stack-env.sh /opt/tbdkit/stack-env.sh
 # The image's lock pins every package the base lacks (docker/stack-env.sh; docs/environments.md).
 COPY locks/ /opt/tbdkit/locks/
-RUN WORKLOAD_REQUIREMENTS="${KERAS_REQUIREMENT} ${WORKLOAD_REQUIREMENTS}" /opt/tbdkit/stack-env.sh deps tensorflow
+RUN WORKLOAD_REQUIREMENTS="${KERAS_REQUIREMENT} ${WORKLOAD_REQUIREMENTS}" /opt/tbdkit/stack-env.sh deps tensorflow \
+    && python -m pip install ${PIP_OPTIONS} --no-deps -c /opt/tbdkit/lock-constraints.txt ${KERAS_HUB_REQUIREMENTS}
 
 COPY --from=kit /src /opt/tbdkit/src
 RUN /opt/tbdkit/stack-env.sh kit tensorflow && rm -rf /tmp/wheels

@@ -77,6 +77,7 @@ LONGEST_FIRST: dict[str, float] = {
     "test_every_cell_benches.py": 270,  # 307 s with Inception-v3 benched on TensorFlow (71 s)
     "test_frameworks.py": 254,
     "test_fsdp.py": 194,  # two Llama jobs of 2 gloo workers (FSDP2, DDP), on a busy machine
+    "test_modern_frameworks.py": 180,  # six describes (Llama, ViT on PyTorch and TensorFlow); 534 s under a load of 7
     "test_as_typed.py": 159,
     "test_distributed.py": 152,
     "test_vision_frameworks.py": 140,

@@ -391,10 +391,13 @@ def test_images_install_the_workloads_libraries_of_their_stack():
     import tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    framework = re.compile(r"^(torch|torchvision|tensorflow|mxnet|numpy)\b")
+    # keras-hub: installed in the TensorFlow image on its own, without its dependencies (KERAS_HUB_REQUIREMENTS)
+    framework = re.compile(r"^(torch|torchvision|tensorflow|mxnet|numpy|keras-hub)\b")
     for stack in ("pytorch", "tensorflow", "mxnet"):
         text = (ROOT / "docker" / f"{stack}.Dockerfile").read_text()
         (default,) = re.findall(r'^ARG WORKLOAD_REQUIREMENTS="([^"]*)"', text, flags=re.M)
         assert sorted(default.split()) == sorted(r for r in extras[stack] if not framework.match(r)), stack
         assert "stack-env.sh deps" in text  # which installs ${WORKLOAD_REQUIREMENTS}
+        for pin in (r for r in extras[stack] if r.startswith("keras-hub")):
+            assert pin in re.findall(r'^ARG KERAS_HUB_REQUIREMENTS="([^"]*)"', text, flags=re.M)[0].split(), stack
     assert "${WORKLOAD_REQUIREMENTS:-}" in (ROOT / "docker" / "stack-env.sh").read_text()

@@ -48,6 +48,14 @@ def test_fsdp_shards_llama_and_trains_as_ddp_does(tmp_path):
         assert info["local_parameters"] * 2 == info["parameters"]
         assert info["local_parameter_bytes"] * 2 == info["parameter_bytes"]
     assert ddp["model_info"]["parallel"] == "ddp" and "local_parameters" not in ddp["model_info"]
+    # Each rank's memory after the window: its weight and gradient shards (fp32, half the model each) and AdamW's
+    # state over its shard (two moments of each weight, and a step counter per parameter tensor); DDP records none.
+    shards = fsdp["shard_memory"]
+    assert shards["unit"] == "bytes" and len(shards["ranks"]) == 2 and "shard_memory" not in ddp
+    half = fsdp["model_info"]["local_parameter_bytes"]
+    for rank in shards["ranks"]:
+        assert rank["weights"] == rank["weight_gradients"] == half
+        assert 2 * half < rank["optimizer_state"] <= 2 * half + 8 * 64
     assert fsdp["metrics"]["communication_time"]["value"] is None
     assert "FSDP2" in fsdp["metrics"]["communication_time"]["reason"]
     # Same seed, same batches per rank, gradients averaged over the ranks either way: the same losses, step by

@@ -387,6 +387,14 @@ class PyTorchAdapter:
             info |= sharded_info(model)
         return info
 
+    def shard_memory(self) -> dict[str, Any] | None:
+        """Under --parallel fsdp, this rank's weights, gradients and optimizer state shards (bytes); else None."""
+        if self.parallel != "fsdp":
+            return None
+        from tbdkit.adapters.pytorch_fsdp import shard_memory
+
+        return shard_memory(self.training.model, self.training.optimizer)
+
     def memory(self) -> dict[str, Any]:
         if self.cuda_index is None:
             reason = "the run is on the CPU: PyTorch's CUDA caching allocator is not in use (see peak_rss)"

@@ -43,3 +43,26 @@ def sharded_info(model: torch.nn.Module) -> dict[str, Any]:
         "local_parameter_bytes": sum(local_numel(p) * p.element_size() for p in params),
         "local_method": "FSDP2: the elements of each parameter's DTensor shard on this rank (DTensor.to_local)",
     }
+
+
+SHARD_MEMORY_METHOD = (
+    "FSDP2, after the sample window: the bytes of this rank's shard of each parameter, of each gradient and of each "
+    "optimizer state tensor (DTensor.to_local; a plain tensor whole)"
+)
+
+
+def local_bytes(t: torch.Tensor) -> int:
+    return local_numel(t) * t.element_size()
+
+
+def shard_memory(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """This rank's memory breakdown under FSDP2: its weights', gradients' and optimizer state's shards, in bytes
+    (AdamW's two moments and step counters; gradients as the last step left them)."""
+    params = list(model.parameters())
+    state = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    return {
+        "weights": sum(local_bytes(p) for p in params),
+        "weight_gradients": sum(local_bytes(p.grad) for p in params if p.grad is not None),
+        "optimizer_state": sum(local_bytes(v) for v in state),
+        "method": SHARD_MEMORY_METHOD,
+    }

@@ -435,6 +435,10 @@ def _job_metrics(run: Run, measured: Measured) -> None:
             getattr(dist, "overlaps_backward", True),
         )
     )
+    shards = getattr(run.adapter, "shard_memory", lambda: None)()
+    if shards is not None:  # FSDP2: every rank's shards, in rank order (a collective: every rank has them or none)
+        method = shards.pop("method")
+        run.summary["shard_memory"] = {"unit": "bytes", "method": method, "ranks": dist.gather(shards)}
     metrics["worker0_throughput"] = metrics["throughput"]
     metrics["throughput"] = {**metrics["aggregate_throughput"], "ci95_half_width": None, "ci95_relative": None}
     run.summary["interconnect"] = interconnect(

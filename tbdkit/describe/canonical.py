@@ -42,6 +42,8 @@ LAYOUTS: dict[str, dict[str, str]] = {
         "gamma": "(dim,) or (channels,) for GroupNorm(1, C)",
         "beta": "(dim,) or (channels,) for GroupNorm(1, C)",
     },
+    # RMSNorm (Llama's): x / sqrt(mean(x^2) + eps) x gamma, over the last axis, no shift
+    "rmsnorm": {"gamma": "(dim,)"},
     "dense": {"weight": "(out_features, in_features)", "bias": "(out_features,)"},
     "gru": {  # one direction of one layer; gate blocks in the order reset, update, new (PyTorch's, cuDNN's)
         "w_input": "(3*hidden, input)",
@@ -60,6 +62,9 @@ LAYOUTS: dict[str, dict[str, str]] = {
     # learned weights of a weighted sum of same-shaped inputs, one per input (BiFPN's fast normalized
     # fusion: sum_i relu(w_i) x_i / (sum_i relu(w_i) + eps)); element-wise work, no FLOPs counted
     "fusion": {"weights": "(inputs,)"},
+    # a learned tensor the network adds or concatenates as it is (ViT's class token (1, 1, dim) and position
+    # embeddings (1, positions, dim)), held by no layer of the kinds above: the model's own shape, no FLOPs
+    "tensor": {"value": "(1, ..., dim)"},
 }
 GATES = ("r", "z", "n")
 TRAINING_FLOPS_PER_FORWARD = 3
@@ -90,7 +95,15 @@ class Layer:
             return 2 * weight * self.positions
         if self.kind in ("gru", "lstm"):
             return 2 * (int(p["w_input"].size) + int(p["w_hidden"].size)) * self.positions
-        if self.kind in ("batchnorm", "layernorm", "embedding", "scale", "fusion"):  # lookups and element-wise work
+        if self.kind in (
+            "batchnorm",
+            "layernorm",
+            "rmsnorm",
+            "embedding",
+            "scale",
+            "fusion",
+            "tensor",
+        ):  # lookups and element-wise work
             return 0
         raise ValueError(f"no FLOP rule for layer kind {self.kind!r}")
 
@@ -121,6 +134,7 @@ def name_layers(layers: Sequence[Layer]) -> list[Layer]:
         "embedding": "embedding",
         "scale": "scale",
         "layernorm": "ln",
+        "rmsnorm": "rms",
     }
     for layer in layers:
         if layer.direction == "backward":

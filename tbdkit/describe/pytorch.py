@@ -31,9 +31,10 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
     positions each layer's weights were applied at during `forward()` (run on one sample), summed over
     the layer's calls. A dense layer reusing an earlier layer's weight (BERT's decoder, tied to the word
     embeddings) lists that weight as tied, not as a parameter of its own. Learned scalars held by the
-    model itself come last, as "scale" layers."""
+    model itself come last, as "scale" layers, and after them the learned tensors no layer above holds
+    (ViT's class token and positions), as "tensor" layers in the order the model names them."""
     calls = _Calls()
-    hooks = [m.register_forward_hook(calls.record) for m in model.modules() if isinstance(m, KINDS) or fusion(m)]
+    hooks = [m.register_forward_hook(calls.record) for m in model.modules() if _is_layer(m)]
     try:
         with torch.no_grad():
             forward()
@@ -49,12 +50,29 @@ def canonical_layers(model: torch.nn.Module, forward: Callable[[], Any]) -> list
     for _, p in model.named_parameters(recurse=False):
         if p.numel() == 1:
             layers.append(_layer("scale", {"value": p.reshape(())}, 0))
+    # a module of none of the kinds above holding a trainable tensor of its own (not a scalar of the model's)
+    for owner in model.modules():
+        if _is_layer(owner):
+            continue
+        for p in owner.parameters(recurse=False):
+            if p.requires_grad and p.numel() > 1 and id(p) not in owned:
+                layers.append(_layer("tensor", {"value": p}, 0))
     return layers
+
+
+def _is_layer(mod: torch.nn.Module) -> bool:
+    """Whether `mod`'s weights are a canonical layer of their own."""
+    return isinstance(mod, KINDS) or fusion(mod) or rms_norm(mod)
 
 
 def fusion(mod: torch.nn.Module) -> bool:
     """A module holding fusion weights (effdet's FpnCombine.edge_weights): a "fusion" layer."""
     return isinstance(getattr(mod, "edge_weights", None), torch.nn.Parameter)
+
+
+def rms_norm(mod: torch.nn.Module) -> bool:
+    """RMSNorm: torch's own, or a library's of that name holding a `weight` (transformers' LlamaRMSNorm)."""
+    return type(mod).__name__.endswith("RMSNorm") and isinstance(getattr(mod, "weight", None), torch.nn.Parameter)
 
 
 def _positions(mod: torch.nn.Module, out: Any) -> int:
@@ -139,8 +157,10 @@ def _layers_of(mod: torch.nn.Module, n: int, tied: bool, key_positions: dict[int
         return [_layer("conv_transpose2d", {"weight": mod.weight} | _with_bias(mod), n)]
     if isinstance(mod, torch.nn.BatchNorm2d):  # without scale/offset where the model has none (MiniGo's heads)
         return [_layer("batchnorm", {k: v for k, v in (("gamma", mod.weight), ("beta", mod.bias)) if v is not None}, n)]
-    if isinstance(mod, torch.nn.LayerNorm):
-        return [_layer("layernorm", {"gamma": mod.weight, "beta": mod.bias}, n)]
+    if rms_norm(mod):
+        return [_layer("rmsnorm", {"gamma": mod.weight}, n)]
+    if isinstance(mod, torch.nn.LayerNorm):  # without scale and shift where it has none (DiT's adaptive norms)
+        return [_layer("layernorm", {k: v for k, v in (("gamma", mod.weight), ("beta", mod.bias)) if v is not None}, n)]
     if isinstance(mod, torch.nn.GroupNorm):  # one group over (C, H, W) is a layer norm (WGAN-GP's critic)
         if mod.num_groups != 1:
             raise ValueError(

@@ -19,7 +19,62 @@ def _is_fusion(layer: Any) -> bool:
     return isinstance(getattr(layer, "edge_weights", None), keras.Variable)
 
 
+def _is_rms_norm(layer: Any) -> bool:
+    """An RMSNorm holding one `scale` (keras-hub's LlamaLayerNorm): x / sqrt(mean(x^2) + eps) x scale."""
+    return isinstance(getattr(layer, "scale", None), keras.Variable) and hasattr(layer, "epsilon")
+
+
+def _learned_tensors(layer: Any) -> list[tuple[Any, Any, Any]]:
+    """A patch embedding's class token and position table (keras-hub's ViTPatchingAndEmbedding), each as
+    (variable, to canonical layout, back): torchvision's (1, 1, dim) and (1, positions, dim)."""
+    if not (isinstance(getattr(layer, "class_token", None), keras.Variable) and hasattr(layer, "position_embedding")):
+        return []
+    table = layer.position_embedding.embeddings
+    shape = tuple(table.shape)
+    return [
+        (layer.class_token, None, None),
+        (table, lambda a: np.reshape(a, (1, *a.shape)), lambda a, shape=shape: np.reshape(a, shape)),
+    ]
+
+
+def _einsum_dense(layer: Any) -> dict[str, tuple[Any, Any, Any]]:
+    """An EinsumDense (keras-hub's attention projections, Keras' MultiHeadAttention) as a dense layer: its kernel's
+    axes that the input shares are the input features, those the output shares the output features, each group
+    flattened in order; its bias flattened."""
+    lhs, rest = layer.equation.split(",")
+    kernel_axes, out = rest.split("->")
+    ins, outs = [a for a in kernel_axes if a in lhs], [a for a in kernel_axes if a in out and a not in lhs]
+    shape = tuple(layer.kernel.shape)
+    order = [kernel_axes.index(a) for a in outs + ins]
+    size = {a: shape[kernel_axes.index(a)] for a in kernel_axes}
+
+    def to(a: np.ndarray) -> np.ndarray:
+        return np.transpose(a, order).reshape(int(np.prod([size[x] for x in outs])), -1)
+
+    def back(a: np.ndarray) -> np.ndarray:
+        return np.transpose(np.reshape(a, [size[x] for x in outs + ins]), np.argsort(order))
+
+    bias_shape = tuple(layer.bias.shape) if getattr(layer, "bias", None) is not None else ()
+
+    def unravel(a: np.ndarray) -> np.ndarray:
+        return np.reshape(a, bias_shape)
+
+    canon: dict[str, tuple[Any, Any, Any]] = {"weight": (layer.kernel, to, back)}
+    if bias_shape:
+        canon["bias"] = (layer.bias, np.ravel, unravel)
+    return canon
+
+
+def _einsum_positions(layer: Any, out: Any) -> int:
+    """The output positions of an EinsumDense: its output's size over the axes its kernel does not produce."""
+    _, rest = layer.equation.split(",")
+    kernel_axes, spec = rest.split("->")
+    return int(np.prod([n for a, n in zip(spec, out.shape) if a not in kernel_axes]))
+
+
 def _positions(layer: Any, out: Any) -> int:
+    if isinstance(layer, keras.layers.EinsumDense):
+        return _einsum_positions(layer, out)
     if isinstance(layer, (keras.layers.Conv2D, keras.layers.DepthwiseConv2D)):
         return int(out.shape[0] * out.shape[1] * out.shape[2])  # every map in the batch (a detector head: one per RoI)
     if isinstance(layer, (keras.layers.Dense, keras.layers.Embedding)):
@@ -41,6 +96,7 @@ KINDS = (
     keras.layers.BatchNormalization,
     keras.layers.GRU,
     keras.layers.Dense,
+    keras.layers.EinsumDense,
     keras.layers.Embedding,
     keras.layers.LayerNormalization,
     keras.layers.GroupNormalization,
@@ -54,26 +110,51 @@ def canonical_layers(model: keras.Model, forward: Any) -> list[Any]:
     positions each layer's weights were applied at during `forward()` (run eagerly on one sample),
     summed over the layer's calls. A layer with a `tied_to` embedding is a dense layer using that
     embedding's table as its weight (BERT's decoder). Learned scalars held by the model itself come
-    last ("scale")."""
+    last ("scale"), and after them the learned tensors no layer holds (ViT's class token and positions, "tensor").
+    A reversible embedding called in reverse (keras-hub's output projection) is a dense layer of its own."""
     from tbdkit.describe.canonical import Layer
 
     everything = list(model._flatten_layers(include_self=True, recursive=True))
+    # position tables used as learned tensors (ViT's) are described with their class tokens, after the layers
+    tensors = [x for layer in everything for x in _learned_tensors(layer)]
+    as_tensor = {id(layer.position_embedding) for layer in everything if _learned_tensors(layer)}
     # An LSTM cell inside a keras RNN is counted by the RNN's output (the RNN calls it once more
     # than there are steps, to learn its output's shape); a cell called directly, by its calls.
     wrapped = {id(x.cell) for x in everything if isinstance(x, keras.layers.RNN) and _is_lstm_cell(x.cell)}
     in_bidirectional = {id(b.forward_layer) for b in everything if isinstance(b, keras.layers.Bidirectional)}
-    seen = _calls(_sublayers(model, everything, wrapped), forward)
+    seen = _calls([x for x in _sublayers(model, everything, wrapped) if id(x) not in as_tensor], forward)
     layers: list[Any] = []
-    for layer, positions in seen.values():
+    for key, (layer, positions) in seen.items():
         if isinstance(layer, keras.layers.RNN) and id(layer.cell) in wrapped:
             layer = layer.cell
-        layers.append(_layer_of(layer, positions, id(layer) in in_bidirectional))
+        if isinstance(key, tuple):
+            layers.append(_reverse_projection(layer, positions))
+        else:
+            layers.append(_layer_of(layer, positions, id(layer) in in_bidirectional))
     held = {id(w) for layer in everything if layer is not model for w in layer.trainable_weights}
     for w in model.trainable_weights:
         if id(w) not in held and int(np.prod(w.shape)) == 1:
             canon = {"value": (w, lambda a: np.reshape(a, ()), lambda a, shape=tuple(w.shape): np.reshape(a, shape))}
             layers.append(Layer("scale", {"value": np.reshape(w.numpy(), ())}, assign=_setter(canon)))
+    for variable, to, back in tensors:
+        canon = {"value": (variable, to, back)}
+        layers.append(
+            Layer("tensor", {"value": to(variable.numpy()) if to else variable.numpy()}, assign=_setter(canon))
+        )
     return layers
+
+
+def _reverse_projection(layer: Any, positions: int) -> Any:
+    """A ReversibleEmbedding called in reverse, the output projection: tied to its table, or its own
+    (dim, vocabulary) kernel."""
+    from tbdkit.describe.canonical import Layer
+
+    canon: Canon
+    if layer.tie_weights:
+        canon, tied = {}, {"weight": tuple(layer.embeddings.shape)}
+    else:
+        canon, tied = {"weight": (layer.reverse_embeddings, np.transpose, np.transpose)}, {}
+    return Layer("dense", _arrays(canon), positions=positions, tied=tied, assign=_setter(canon))
 
 
 def _sublayers(model: keras.Model, everything: list[Any], wrapped: set[int]) -> list[Any]:
@@ -87,6 +168,7 @@ def _sublayers(model: keras.Model, everything: list[Any], wrapped: set[int]) -> 
                 x is not model
                 and (
                     isinstance(x, KINDS)
+                    or _is_rms_norm(x)
                     or hasattr(x, "tied_to")
                     or _is_fusion(x)
                     or (_is_lstm_cell(x) and id(x) not in wrapped)
@@ -97,9 +179,10 @@ def _sublayers(model: keras.Model, everything: list[Any], wrapped: set[int]) -> 
     ]
 
 
-def _calls(sublayers: list[Any], forward: Any) -> dict[int, tuple[Any, int]]:
-    """Each of `sublayers` that `forward()` called, in order of its first call, with its positions summed."""
-    seen: dict[int, tuple[Any, int]] = {}  # insertion order = order of first call
+def _calls(sublayers: list[Any], forward: Any) -> dict[Any, tuple[Any, int]]:
+    """Each of `sublayers` that `forward()` called, in order of its first call, with its positions summed; a
+    ReversibleEmbedding called in reverse (the output projection) is keyed apart, as (id, "reverse")."""
+    seen: dict[Any, tuple[Any, int]] = {}  # insertion order = order of first call
 
     def hook(layer: Any) -> None:
         original = layer.call
@@ -110,7 +193,8 @@ def _calls(sublayers: list[Any], forward: Any) -> dict[int, tuple[Any, int]]:
                 n = int(np.prod(args[0].shape[:3]))
             else:
                 n = int(np.prod(out.shape[:-1])) if hasattr(layer, "tied_to") else _positions(layer, out)
-            seen[id(layer)] = (layer, seen.get(id(layer), (layer, 0))[1] + n)
+            key: Any = (id(layer), "reverse") if kwargs.get("reverse") or args[1:2] == (True,) else id(layer)
+            seen[key] = (layer, seen.get(key, (layer, 0))[1] + n)
             return out
 
         object.__setattr__(layer, "call", call)
@@ -133,6 +217,9 @@ def _layer_of(layer: Any, positions: int, in_bidirectional: bool) -> Any:
         canon: Canon = {"bias": (layer.bias, None, None)} if getattr(layer, "bias", None) is not None else {}
         tied = {"weight": tuple(layer.tied_to.embeddings.shape)}
         return Layer("dense", _arrays(canon), positions=positions, tied=tied, assign=_setter(canon))
+    if _is_rms_norm(layer):
+        canon = {"gamma": (layer.scale, None, None)}
+        return Layer("rmsnorm", {"gamma": layer.scale.numpy()}, assign=_setter(canon))
     if _is_fusion(layer):  # fusion weights (BiFPN's edge_weights): one per input
         canon = {"weights": (layer.edge_weights, None, None)}
         return Layer("fusion", {"weights": layer.edge_weights.numpy()}, assign=_setter(canon))
@@ -183,6 +270,8 @@ def _weights(layer: Any) -> tuple[str, Canon, bool] | None:
         if isinstance(layer, keras.layers.GroupNormalization) and layer.groups != 1:
             raise ValueError(f"{layer.name}: only GroupNormalization(groups=1), a layer norm, has a canonical layout")
         return "layernorm", {"gamma": (layer.gamma, None, None), "beta": (layer.beta, None, None)}, False
+    if isinstance(layer, keras.layers.EinsumDense):  # its bias, if any, comes with it
+        return "dense", _einsum_dense(layer), False
     if isinstance(layer, keras.layers.Dense):
         return "dense", {"weight": (layer.kernel, np.transpose, np.transpose)}, True
     if isinstance(layer, keras.layers.Embedding):

@@ -22,7 +22,7 @@ from tbdkit.core import atomic
 from tbdkit.core.errors import UserError
 from tbdkit.core.frameworks import PAPER_FRAMEWORKS
 from tbdkit.core.paths import workloads_dir
-from tbdkit.report import claims, compiled, energy_cost, figures, tables
+from tbdkit.report import claims, compiled, energy_cost, figures, modern, tables
 from tbdkit.report import runs as runs_mod
 from tbdkit.results import sink
 
@@ -108,6 +108,7 @@ def build(
         "env_rows": tables.environment_rows(runs),
         **energy_cost.context(runs, prices, workloads_dir()),
         **compiled.context(runs, paper),
+        **modern.context(runs),
     }
     # Every template here writes HTML, and every value it is handed is text (a run's files, a folder's name,
     # prices.toml): autoescaped always, whatever the template's file name ends with.
@@ -206,6 +207,11 @@ def _markdown(ctx: dict, drawn: list[figures.Result]) -> str:
     parts += ["## Compiled graphs against standard ones\n", *_table_or_missing(ctx, "compiled")]
     if ctx["compiled_left_out"]:
         parts += [ctx["compiled_left_out"], ""]
+    parts += ["## Modern workloads: throughput, MFU and memory per GPU\n", *_table_or_missing(ctx, "modern")]
+    if ctx["modern_comparison_rows"]:
+        parts += [tables.md_table(ctx["modern_comparison_header"], ctx["modern_comparison_rows"]), ""]
+    parts += [tables.md_table(ctx["modern_reference_header"], ctx["modern_reference_rows"]), ""]
+    parts += [f"{n}  " for n in ctx["modern_differs"]] + [""]
     parts.append("## Kernels: the longest below average FP32 utilization (paper Tables V/VI)\n")
     if ctx["kernel_missing"]:
         parts.append(f"Not measured here: {ctx['kernel_missing']}.\n")

@@ -1,0 +1,93 @@
+"""Llama and ViT-B/16 on PyTorch (transformers, torchvision) and TensorFlow (keras-hub) side by side: the same
+network (parity of `tbdkit describe`: the same parameters in the same canonical layers, the same FLOPs per
+sample, both equal to the hyperparameters' closed form) and, with the same weights moved through the canonical
+layout, the same outputs. Needs the PyTorch and TensorFlow stacks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from framework_parity import (assert_read_back, assert_same_network, assert_smoke_flops, describe_in_stack,
+                              framework_differences)
+from tbdkit.spec import catalog, check_settings
+
+MODELS = ("llama", "vit")
+
+
+def perturbed(reference: Path, out: Path) -> Path:
+    """`reference`'s canonical weights, each moved by Gaussian noise (std 0.1, seed 0): torchvision's ViT head
+    starts at zero and the norms' scales at one, so outputs of the weights as built would not tell a head or a
+    scale moved to the wrong place."""
+    rng = np.random.default_rng(0)
+    with np.load(reference) as ref:
+        np.savez(out, **{k: ref[k] + rng.normal(0.0, 0.1, ref[k].shape).astype(ref[k].dtype)
+                         for k in ref.files if "/" in k})
+    return out
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def described(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The model described on PyTorch (saving its weights), then on both frameworks from the same perturbed
+    weights (each reads them back unchanged and saves its outputs on the probe batch)."""
+    model, folder = request.param, tmp_path_factory.mktemp(request.param)
+    describe_in_stack(model, "pytorch", "--preset", "smoke", "--save", str(folder / "built.npz"))
+    given = perturbed(folder / "built.npz", folder / "given.npz")
+    out: dict[str, Any] = {"model": model}
+    for fw in ("pytorch", "tensorflow"):
+        path = folder / f"{fw}.npz"
+        out[fw] = describe_in_stack(model, fw, "--preset", "smoke", "--weights-from", str(given), "--save", str(path))
+        out[fw]["npz"] = assert_read_back(given, path)
+    return out
+
+
+def test_llama_and_vit_run_on_pytorch_and_tensorflow_only():
+    for model in MODELS:
+        assert list(catalog.get(model).frameworks) == ["pytorch", "tensorflow"], model
+        (entry,) = [d for d in framework_differences(model) if d["what"] == "frameworks"]
+        assert "archived" in entry["mxnet"] and "keras-hub" in entry["tensorflow"], model
+
+
+def expected_forward_flops(model: str) -> int:
+    """Forward FLOPs of one smoke sample from the hyperparameters alone, 2 per multiply-accumulate of every weight
+    product. Llama: q, k, v (grouped: kv_heads x head), output and the three SwiGLU projections per layer and the
+    tied output projection, at every token; ViT: the patch convolution at every patch, q, k, v, output and the MLP
+    at every token (patches + the class token), the head at the class token."""
+    hp = catalog.get(model).hp("smoke")
+    if model == "llama":
+        d, t = hp["hidden_size"], hp["seq_len"]
+        kv = d // hp["num_attention_heads"] * hp["num_key_value_heads"]
+        layer = 2 * d * d + 2 * d * kv + 3 * d * hp["intermediate_size"]
+        return 2 * t * (hp["num_hidden_layers"] * layer + d * hp["vocab_size"])
+    d, p = hp["hidden_dim"], hp["patch_size"]
+    patches = (hp["image_size"] // p) ** 2
+    layer = 4 * d * d + 2 * d * hp["mlp_dim"]
+    return 2 * (patches * 3 * p * p * d + (patches + 1) * hp["num_layers"] * layer + d * hp["num_classes"])
+
+
+@pytest.mark.slow
+def test_the_same_network(described):
+    assert_same_network(described["pytorch"], described["tensorflow"], also=("tied", "kind"))
+    model = catalog.get(described["model"])
+    assert described["pytorch"]["parameters"] == check_settings.of(model, "pytorch").smoke_parameters
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_flops_match_the_hyperparameters(described, framework):
+    assert_smoke_flops(described[framework]["flops_per_sample"], expected_forward_flops(described["model"]), rel=0)
+
+
+@pytest.mark.slow
+def test_same_weights_same_outputs(described):
+    """The same perturbed weights give the same logits (Llama: every token's over the vocabulary; ViT: each image's
+    classes) to 1e-4 of their largest value: RoPE's scaling, grouped-query attention, the tied projection, the
+    class token and positions, all mapped alike."""
+    ours, theirs = described["tensorflow"]["npz"], described["pytorch"]["npz"]
+    name = "logits" if described["model"] == "llama" else "output"
+    scale = float(np.abs(theirs[name]).max())
+    assert scale > 0.1  # not outputs that vanish whatever the weights
+    np.testing.assert_allclose(ours[name], theirs[name], rtol=0, atol=1e-4 * scale)
