@@ -48,19 +48,16 @@ def expected_forward_flops(hp) -> int:
     return 2 * macs
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("a, b", list(itertools.combinations(FRAMEWORKS, 2)))
 def test_the_same_network_on_each_pair(described, a, b):
     assert_same_network(described[a], described[b])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_flops_match_the_hyperparameters(described, framework):
     assert_smoke_flops(described[framework]["flops_per_sample"], expected_forward_flops(MODEL.hp("smoke")))
 
 
-@pytest.mark.slow
 def test_layer_order_is_canonical(described):
     names = [x["name"] for x in described["pytorch"]["layers"]]
     assert names == ["conv1", "bn1", "conv2", "bn2", "gru1.forward", "gru1.backward", "gru2.forward",
@@ -84,7 +81,6 @@ def test_describe_without_the_stack_says_how(tmp_path):
     assert proc.returncode == 2 and "tbdkit setup mxnet" in proc.stderr
 
 
-@pytest.mark.slow
 def test_bench_all_frameworks_prints_one_table(tmp_path):
     results = tmp_path / "r"
     proc = tbdkit("bench", "--model", "deepspeech2", "--framework", "all", "--preset", "smoke", "--device", "cpu",
@@ -120,7 +116,6 @@ def test_bench_all_frameworks_prints_one_table(tmp_path):
         assert check.returncode == 0, check.stdout + check.stderr
 
 
-@pytest.mark.slow
 def test_state_differences_are_the_listed_ones(described):
     assert {fw: described[fw]["framework_state"]["non_trainable_state"] for fw in FRAMEWORKS} == \
         listed_smoke_state("deepspeech2")
@@ -129,7 +124,6 @@ def test_state_differences_are_the_listed_ones(described):
 pytorch_weights = pytorch_weights_fixture("deepspeech2")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
 def test_same_weights_same_outputs(pytorch_weights, tmp_path, framework):
     """PyTorch's weights, moved through the canonical layout into the other framework, give the same

@@ -39,19 +39,16 @@ def expected_forward_flops(hp) -> int:
     return 2 * (encoder + decoder + t * d * v)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("a, b", list(itertools.combinations(FRAMEWORKS, 2)))
 def test_the_same_network_on_each_pair(described, a, b):
     assert_same_network(described[a], described[b], also=("tied",))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_flops_match_the_hyperparameters(described, framework):
     assert_smoke_flops(described[framework]["flops_per_sample"], expected_forward_flops(MODEL.hp("smoke")), rel=0)
 
 
-@pytest.mark.slow
 def test_layer_order_is_canonical(described):
     """Per encoder layer: q, k, v, out, norm1, ffn 1 and 2, norm2; per decoder layer self-attention,
     norm1, cross-attention, norm2, ffn, norm3; the projection tied to the one embedding table last."""
@@ -69,7 +66,6 @@ def test_framework_differences_are_listed():
     assert any("attention" in d["what"] for d in listed)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f != "pytorch"])
 def test_same_weights_same_outputs(described, framework):
     """PyTorch's weights, moved through the canonical layout (q, k and v cut from its packed in_proj; read
