@@ -81,6 +81,31 @@ def functions_defined(path: Path) -> set[str]:
     return {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
 
 
+def assert_run_holds_together(run: Path, row: dict[str, Any], model: str) -> None:
+    """The run folder agrees with itself and with the row the bench printed: its throughput is the window's work
+    over the window's seconds (iterations.csv), in the model's unit, and its sample throughput the samples over
+    the same seconds; the window's iterations are the measured rows; the last loss is the last step's; every metric
+    is a value with its unit and method, or null with the reason."""
+    import csv
+    import json
+
+    summary = json.loads((run / "summary.json").read_text())
+    assert {k: summary[k] for k in ("model", "framework", "status")} == {k: row[k] for k in ("model", "framework", "status")}
+    measured = [r for r in csv.DictReader((run / "iterations.csv").open()) if r["phase"] == "measure"]
+    window, m = summary["window"], summary["metrics"]
+    assert measured and len(measured) == window["iterations"], (len(measured), window)
+    seconds = sum(float(r["seconds"]) for r in measured)
+    assert seconds == pytest.approx(window["seconds"], rel=1e-3)
+    assert m["throughput"]["value"] == pytest.approx(sum(float(r["work"]) for r in measured) / seconds, rel=1e-3)
+    assert m["throughput"]["unit"] == catalog.get(model).throughput_unit
+    assert m["sample_throughput"]["value"] == pytest.approx(sum(float(r["samples"]) for r in measured) / seconds, rel=1e-3)
+    stepped = [r for r in csv.DictReader((run / "iterations.csv").open()) if r["loss"] not in ("", None)]
+    assert row["loss"]["last"] == pytest.approx(float(stepped[-1]["loss"]), rel=1e-5), (row["loss"], stepped[-1])
+    for key, value in m.items():
+        assert value["unit"] is not None and value["method"], (key, value)
+        assert value["value"] is not None or value["reason"], (key, value)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Loading a workload's files by path (workloads are files; the kit's venv has no framework)
 

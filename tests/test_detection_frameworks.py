@@ -43,11 +43,6 @@ def described(tmp_path_factory) -> dict[tuple[str, str], dict]:
         model, FRAMEWORKS[model], tmp_path_factory.mktemp(model)).items()}
 
 
-@pytest.mark.parametrize("model", MODELS)
-def test_the_frameworks_are_there(model):
-    assert catalog.get(model).frameworks == FRAMEWORKS[model]
-
-
 @pytest.mark.parametrize("model, a, b", PAIRS)
 def test_the_same_network_on_each_pair(described, model, a, b):
     assert_same_network(described[model, a], described[model, b])

@@ -22,10 +22,6 @@ def described(tmp_path_factory) -> dict[str, dict]:
     return described_with_pytorch_weights(MODEL, catalog.get(MODEL).frameworks, tmp_path_factory.mktemp(MODEL))
 
 
-def test_every_framework_is_there():
-    assert catalog.get(MODEL).frameworks == FRAMEWORKS
-
-
 @pytest.mark.parametrize("a, b", PAIRS)
 def test_the_same_network_on_each_pair(described, a, b):
     da, db = described[a], described[b]

@@ -11,13 +11,11 @@ the other cells are not benched again here. Needs every stack (`make test`)."""
 
 from __future__ import annotations
 
-import csv
 import json
-from pathlib import Path
 
 import pytest
 
-from model_checks import tbdkit
+from model_checks import assert_run_holds_together, tbdkit
 from tbdkit.spec import catalog, check_settings
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
@@ -36,28 +34,6 @@ def test_each_framework_benches_some_model_here():
     (else that agent would run no model of its own through the whole kit)."""
     assert all(f in catalog.get(m).frameworks for m, f in CELLS)
     assert {f for _, f in CELLS} == {"pytorch", "tensorflow", "mxnet"}
-
-
-def assert_run_holds_together(run: Path, row: dict, model: str) -> None:
-    """The run folder agrees with itself and with the row the bench printed: its throughput is the window's work
-    over the window's seconds (iterations.csv), in the model's unit, and its sample throughput the samples over
-    the same seconds; the window's iterations are the measured rows; the last loss is the last step's; every metric
-    is a value with its unit and method, or null with the reason."""
-    summary = json.loads((run / "summary.json").read_text())
-    assert {k: summary[k] for k in ("model", "framework", "status")} == {k: row[k] for k in ("model", "framework", "status")}
-    measured = [r for r in csv.DictReader((run / "iterations.csv").open()) if r["phase"] == "measure"]
-    window, m = summary["window"], summary["metrics"]
-    assert measured and len(measured) == window["iterations"], (len(measured), window)
-    seconds = sum(float(r["seconds"]) for r in measured)
-    assert seconds == pytest.approx(window["seconds"], rel=1e-3)
-    assert m["throughput"]["value"] == pytest.approx(sum(float(r["work"]) for r in measured) / seconds, rel=1e-3)
-    assert m["throughput"]["unit"] == catalog.get(model).throughput_unit
-    assert m["sample_throughput"]["value"] == pytest.approx(sum(float(r["samples"]) for r in measured) / seconds, rel=1e-3)
-    stepped = [r for r in csv.DictReader((run / "iterations.csv").open()) if r["loss"] not in ("", None)]
-    assert row["loss"]["last"] == pytest.approx(float(stepped[-1]["loss"]), rel=1e-5), (row["loss"], stepped[-1])
-    for key, value in m.items():
-        assert value["unit"] is not None and value["method"], (key, value)
-        assert value["value"] is not None or value["reason"], (key, value)
 
 
 @pytest.mark.parametrize("model, framework", CELLS)

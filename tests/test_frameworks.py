@@ -13,7 +13,7 @@ from trace_readers import ARGS, IMPORT_ERRORS, SLICES, hta_parents, perfetto
 
 from framework_parity import (assert_same_network, assert_same_sequence_outputs, assert_smoke_flops, describe_smoke,
                               listed_smoke_state, pytorch_weights_fixture)
-from model_checks import tbdkit
+from model_checks import assert_run_holds_together, tbdkit
 from tbdkit.spec import catalog
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
@@ -24,10 +24,6 @@ FRAMEWORKS = list(MODEL.frameworks)
 @pytest.fixture(scope="module")
 def described() -> dict[str, dict]:
     return {fw: describe_smoke("deepspeech2", fw) for fw in FRAMEWORKS}
-
-
-def test_deepspeech2_has_all_three_frameworks():
-    assert FRAMEWORKS == ["pytorch", "tensorflow", "mxnet"]
 
 
 def expected_forward_flops(hp) -> int:
@@ -89,9 +85,9 @@ def test_bench_all_frameworks_prints_one_table(tmp_path):
     summaries = json.loads(proc.stdout)  # --json: stdout is only the summaries (progress goes to stderr)
     assert [s["framework"] for s in summaries] == FRAMEWORKS
     for s in summaries:
-        assert s["status"] in MEASURED and s["metrics"]["throughput"]["value"] > 0, s
+        assert s["status"] in MEASURED, s
         assert s["model_info"]["parameters"] == summaries[0]["model_info"]["parameters"]
-        assert s["loss"]["last"] is not None
+        assert_run_holds_together(results / s["run_id"], s, "deepspeech2")
     envs = {s["framework"]: json.loads((results / s["run_id"] / "env.json").read_text())["framework"]
             for s in summaries}
     assert envs["tensorflow"]["framework_version"] == "2.21.0" and envs["mxnet"]["framework_version"] == "1.9.1"

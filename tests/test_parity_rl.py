@@ -51,11 +51,6 @@ def expected_forward_flops(model: str, hp: dict) -> int:
     raise AssertionError(f"no FLOP formula for {model}")
 
 
-@pytest.mark.parametrize("model", MODELS)
-def test_every_framework_is_there(model):
-    assert list(catalog.get(model).frameworks) == FRAMEWORKS
-
-
 @pytest.mark.parametrize("model, a, b", PAIRS)
 def test_the_same_network_on_each_pair(described, model, a, b):
     assert_same_network(described[model, a], described[model, b])

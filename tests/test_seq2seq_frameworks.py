@@ -22,10 +22,6 @@ def described(tmp_path_factory) -> dict[str, dict]:
     return described_with_pytorch_weights("seq2seq", FRAMEWORKS, tmp_path_factory.mktemp("seq2seq"))
 
 
-def test_seq2seq_has_all_three_frameworks():
-    assert FRAMEWORKS == ["pytorch", "tensorflow", "mxnet"]
-
-
 def expected_forward_flops(hp) -> int:
     """Forward FLOPs of the reference sentence pair from the hyperparameters alone (2 per multiply-
     accumulate of the weight products; attention scores and contexts hold no weights, not counted)."""

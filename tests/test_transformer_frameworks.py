@@ -23,10 +23,6 @@ def described(tmp_path_factory) -> dict[str, dict]:
     return described_with_pytorch_weights("transformer", FRAMEWORKS, tmp_path_factory.mktemp("transformer"))
 
 
-def test_transformer_has_all_three_frameworks():
-    assert FRAMEWORKS == ["pytorch", "tensorflow", "mxnet"]
-
-
 def expected_forward_flops(hp) -> int:
     """Forward FLOPs of the reference sentence pair from the hyperparameters alone: 2 per multiply-
     accumulate of every weight product (q, k, v, output and feed-forward dense layers; the tied
