@@ -48,8 +48,8 @@ KIT_STAMP := $(VENV)/.tbdkit-installed
 
 # The kit's environment is installed from its lock exactly (locks/kit-test-py311.txt, every file's hash
 # checked), then the kit itself, editable and without dependencies. pip installs the lock's own uv (its
-# hashes checked), and uv the rest: it unpacks and writes the bytecode on every core (pip took 98 s on CI's
-# two cores, one of them busy), looking where pip is configured to look (tbdkit/env/installer.py, which
+# hashes checked), and uv the rest: it unpacks and writes the bytecode on every core (pip's time on CI:
+# docs/measured-here.md), looking where pip is configured to look (tbdkit/env/installer.py, which
 # runs here on the standard library alone). The kit's own modules and the workloads are compiled too (an
 # editable install compiles nothing): where PYTHONDONTWRITEBYTECODE is set, every process would compile them.
 KIT_LOCK := locks/kit-test-py311.txt
@@ -132,21 +132,21 @@ test:
 # ones (they time things, need the machine to themselves or expect undisturbed runs) alone, collecting only
 # the files that hold them. A stack's workers run one framework thread each (ONE_THREAD): much of a stack
 # test is single-threaded (TorchDynamo's and XLA's compilation, graph traces), and two workers of two
-# threads each crowded two cores (PyTorch's suite with every compiled leg: 462 s on one worker, 418 s on
-# two of two threads, 291 s on two of one; TensorFlow's with three XLA legs 431 s on two threads each,
-# with four 353 s on one). The host suite's workers each run on one core (ONE_CORE; tests/conftest.py), so the
-# runs they start size their thread pools to one core, and it runs four: much of its work waits on processes
-# starting, images building and fixed windows. On CI's 2-core machine its parallel pass took 973 s on three
-# workers of both cores (the cores 99% busy, 27.7 CPU minutes) and 843 s on four of one core (22.2).
+# threads each crowded two cores. The host suite's workers each run on one core (ONE_CORE; tests/conftest.py),
+# so the runs they start size their thread pools to one core, and it runs four: much of its work waits on
+# processes starting, images building and fixed windows. The compiled and bf16 legs of the cells marked
+# compiled_matrix stay out (each outcome of the kit's compile logic keeps one cell per stack: tests/model_checks.py
+# OUTCOME_CELLS); `make test-compiled` runs them. The times behind these choices: docs/measured-here.md,
+# "Stacks' suites and the Makefile".
 # $(call two_passes,PYTEST COMMAND,FOLDER,DURATIONS,WORKERS[,PARALLEL ENV]): both passes run even when the
 # first fails; a folder with no serial test skips the second; PARALLEL ENV prefixes the first pass alone, and
 # only when it runs on several workers.
 define two_passes
 	@rc=0; \
-	$(if $(filter-out 1,$(4)),$(5)) $(1) $(2) -m "not serial" $(if $(filter-out 1,$(4)),-n $(call quote,$(4)) --dist loadfile --no-loadscope-reorder) \
+	$(if $(filter-out 1,$(4)),$(5)) $(1) $(2) -m "not serial and not compiled_matrix" $(if $(filter-out 1,$(4)),-n $(call quote,$(4)) --dist loadfile --no-loadscope-reorder) \
 		--durations=$(3) || rc=$$?; \
 	alone=$$($(call quote,$(value PYTHON)) tests/scheduling.py $(2)); \
-	if [ -n "$$alone" ]; then $(1) $$alone -m serial --durations=$(3) || rc=$$?; \
+	if [ -n "$$alone" ]; then $(1) $$alone -m "serial and not compiled_matrix" --durations=$(3) || rc=$$?; \
 	else echo "$(2): no test runs alone"; fi; \
 	exit $$rc
 endef
@@ -162,8 +162,8 @@ test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(TBDKIT) setup $*
 	$(call two_passes,.venvs/$*/bin/python -m pytest,tests/$*,5,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS)),$(ONE_THREAD))
 
-# Only the parity checks of every cell (tests/model_checks.py PARITY), each stack's in turn: its compiled step
-# and its bf16 steps against standard fp32 (`make test` runs them too, among the rest).
+# The parity checks of every cell (tests/model_checks.py parity), each stack's in turn: its compiled step and its
+# bf16 steps against standard fp32. `make test` runs those of one cell per outcome and stack (OUTCOME_CELLS).
 test-compiled: $(KIT_STAMP)
 	@rc=0; for s in $(FRAMEWORK_TESTS); do \
 		.venvs/$$s/bin/python -m pytest tests/$$s/test_every_model_$$s.py \

@@ -50,6 +50,26 @@ def tbdkit(*args: str, env: dict[str, str] | None = None, timeout: float = 600) 
                           env={**os.environ, **(env or {})})
 
 
+def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`tbdkit ARGS` in this process through Typer's CliRunner, for a test whose point is not a process: its exit
+    code, stdout and stderr as tbdkit() gives them, run from `cwd` (then back), `env` added to os.environ while it
+    runs. An exception the CLI let through (a traceback a user would see) is raised here, so the test fails."""
+    from typer.testing import CliRunner
+
+    from tbdkit.cli import app
+
+    before = Path.cwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        result = CliRunner().invoke(app, list(args), env=env)
+    finally:
+        os.chdir(before)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(["tbdkit", *args], result.exit_code, result.stdout, result.stderr)
+
+
 # A small sweep, Deep Speech 2 on PyTorch at batches 1 and 2 on this CPU: conftest.py's `small_sweep`
 # runs it once for the session
 SMALL_SWEEP = ["sweep", "deepspeech2", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu",
@@ -59,6 +79,22 @@ SMALL_SWEEP = ["sweep", "deepspeech2", "--framework", "pytorch", "--preset", "sm
 def functions_defined(path: Path) -> set[str]:
     """The names of the functions a test file defines (for checks that a test named elsewhere exists)."""
     return {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
+
+
+def assert_run_holds_together(run: Path, row: dict[str, Any], model: str) -> None:
+    """The run folder holds (run_invariants: every file, throughput = the window's work over its seconds, counts
+    agreeing across files, every metric a value with its unit and method or null with the reason, the index row
+    equal to the summary) and agrees with the row the bench printed: the same model, framework and status, the
+    model's unit, the last loss the last step's."""
+    import csv
+
+    from run_invariants import assert_run_holds
+
+    summary = assert_run_holds(run, indexed=True)
+    assert {k: summary[k] for k in ("model", "framework", "status")} == {k: row[k] for k in ("model", "framework", "status")}
+    assert summary["metrics"]["throughput"]["unit"] == catalog.get(model).throughput_unit
+    stepped = [r for r in csv.DictReader((run / "iterations.csv").open()) if r["loss"] not in ("", None)]
+    assert row["loss"]["last"] == pytest.approx(float(stepped[-1]["loss"]), rel=1e-5), (row["loss"], stepped[-1])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -144,9 +180,7 @@ def fp32_again(framework: str) -> None:
 # code generation costs one to several CPU minutes per model on 2 cores (docs/measurements.md, "Compiled
 # graphs and bfloat16"); tests/pytorch/test_compiled_bench_pytorch.py compiles with inductor itself.
 TORCH_COMPILE_BACKEND_IN_TESTS = TORCH_COMPILE_BACKEND_ON_A_CPU
-# The reasons a [checks.parity] not_compiled or bf16_refused quotes (TensorFlow's costliest compiled legs, in
-# seconds of their first step beside their rows, were measured alone with one TensorFlow thread, as a `make test`
-# worker runs, on a 2-core Xeon with AMX-BF16; TensorFlow's suite took 605 s there with them, 445 s without)
+# The reasons a [checks.parity] not_compiled or bf16_refused quotes
 NOT_COMPILED_REASONS = {
     "no tf.function",  # tensorflow_compile.NO_FUNCTION: the detectors' eager steps
     "XLA could not compile the step",  # tensorflow_compile.XlaStep.run's fallback
@@ -158,17 +192,56 @@ BF16_REFUSALS = {"MXNet 1.9's bfloat16 AMP could not run"}  # adapters.mxnet.BF1
 
 @dataclass
 class ParityRun:
-    """What a parity check leaves: each setting's losses (bf16's, or the refusal it met), the compiled adapter's
-    compile record, each leg's seconds, and the bf16 leg's adapter (in-process stacks)."""
-    standard: list[float]
-    compiled: list[float]
-    bf16: list[float] | str
-    record: dict[str, Any]
-    seconds: dict[str, float]
+    """What a cell's parity check has run so far, each leg once per process and only when a test asks for it
+    (TensorFlow's math-mode check asks for the bf16 leg alone): each leg's losses (bf16's, or the refusal it
+    met), the compiled adapter's compile record, each leg's seconds, and the bf16 leg's adapter (in-process
+    stacks)."""
+    standard: list[float] | None = None
+    compiled: list[float] | None = None
+    bf16: list[float] | str | None = None
+    record: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
     bf16_adapter: Any = None
 
 
 _PARITY: dict[tuple[str, str], ParityRun] = {}
+
+
+# The compiled and bf16 parity legs `make test` runs: each outcome of the kit's compile and bf16 logic (compiled;
+# trained as standard, with its reason; bf16 near fp32; bf16 refused, with its reason) once per stack, on the cheapest
+# model that shows it (docs/measured-here.md has the seconds). Every other cell's legs are marked `compiled_matrix`:
+# `make test` leaves them out, `make test-compiled` runs the whole matrix. TensorFlow's math-mode check runs every
+# cell's bf16 leg anyway (amp on a CPU is bf16), so every TensorFlow cell's bf16 test stays in `make test`.
+OUTCOME_CELLS: dict[str, dict[str, str]] = {
+    "pytorch": {"compiled": "deepspeech2", "not compiled: no double backward": "wgan_gp", "bf16": "minigo"},
+    "tensorflow": {"compiled": "minigo", "not compiled: no tf.function": "mask_rcnn",
+                   "not compiled: XLA could not compile the step": "seq2seq"},
+    "mxnet": {"compiled": "minigo", "not compiled: static_shape would re-plan": "deepspeech2", "bf16": "minigo",
+              "bf16 refused: MXNet 1.9's bfloat16 AMP could not run": "deepspeech2"},
+}
+BF16_IN_EVERY_CELL = {"tensorflow"}
+
+
+def outcome(name: str, framework: str, leg: str) -> str:
+    """The outcome a cell's `leg` ("compiled" or "bf16") checks, as OUTCOME_CELLS names it."""
+    spec = row("parity", framework, name)
+    if leg == "compiled":
+        return "compiled" if spec.not_compiled is None else f"not compiled: {spec.not_compiled}"
+    return "bf16" if spec.bf16_refused is None else f"bf16 refused: {spec.bf16_refused}"
+
+
+def in_make_test(name: str, framework: str, leg: str) -> bool:
+    """Whether `make test` runs the cell's `leg` (the rest is `make test-compiled`'s, marked compiled_matrix)."""
+    if leg == "bf16" and framework in BF16_IN_EVERY_CELL:
+        return True
+    return OUTCOME_CELLS[framework].get(outcome(name, framework, leg)) == name
+
+
+def legs_of(framework: str, leg: str) -> Any:
+    """The `name` fixture's models for a stack's `leg` test, the cells outside `make test` marked compiled_matrix."""
+    return pytest.mark.parametrize("name", [
+        pytest.param(m, marks=() if in_make_test(m, framework, leg) else pytest.mark.compiled_matrix)
+        for m in models_on(framework)], indirect=True)
 
 
 def parity_setting(name: str, framework: str) -> tuple[Parity, dict[str, Any], int, int]:
@@ -226,37 +299,39 @@ def mxnet_bf16_losses(name: str) -> list[float] | str:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def parity(name: str, framework: str) -> ParityRun:
-    """The model's parity check ([checks.parity]), run once per process: its learning check's losses (or a
-    standard run of its own), compiled and bf16.
-    Leaves the process in fp32."""
+def parity(name: str, framework: str, *legs: str) -> ParityRun:
+    """The model's parity check ([checks.parity]): the `legs` asked for ("standard", "compiled", "bf16"; none
+    named: all three), each run once per process: the learning check's losses (or a standard run of its own),
+    compiled, bf16. Leaves the process in fp32."""
     import time
 
-    key = (name, framework)
-    if key not in _PARITY:
-        spec, _, _, steps = parity_setting(name, framework)
+    run = _PARITY.setdefault((name, framework), ParityRun())
+    spec, _, _, steps = parity_setting(name, framework)
+    for leg in legs or ("standard", "compiled", "bf16"):
+        if leg in run.seconds:
+            continue
         t0 = time.perf_counter()
-        learning = row("learning", framework, name)
-        if isinstance(learning, Learning) and all(learning.hp.get(k) == v for k, v in spec.hp.items()):
-            standard = learned(name, framework).losses[:steps]  # the same settings: the learning check's losses
-        else:
-            standard = parity_losses(name, framework)[1]
-        t1 = time.perf_counter()
-        # a cell that trains as standard takes one compiled step: its record, and the same first loss
-        compiled_adapter, compiled = parity_losses(name, framework, 1 if spec.not_compiled else steps, graph="compiled")
-        record = compiled_adapter.compile_record()
-        t2 = time.perf_counter()
-        bf16_adapter: Any = None
-        try:
-            if framework == "mxnet":
-                bf16: list[float] | str = mxnet_bf16_losses(name)
+        if leg == "standard":
+            learning = row("learning", framework, name)
+            if isinstance(learning, Learning) and all(learning.hp.get(k) == v for k, v in spec.hp.items()):
+                run.standard = learned(name, framework).losses[:steps]  # the same settings: the learning check's
             else:
-                bf16_adapter, bf16 = bf16_leg(name, framework)
-        finally:
-            fp32_again(framework)
-        seconds = {"standard": t1 - t0, "compiled": t2 - t1, "bf16": time.perf_counter() - t2}
-        _PARITY[key] = ParityRun(standard, compiled, bf16, record, seconds, bf16_adapter)
-    return _PARITY[key]
+                run.standard = parity_losses(name, framework)[1]
+        elif leg == "compiled":
+            # a cell that trains as standard takes one compiled step: its record, and the same first loss
+            compiled_adapter, run.compiled = parity_losses(name, framework, 1 if spec.not_compiled else steps,
+                                                           graph="compiled")
+            run.record = compiled_adapter.compile_record()
+        else:
+            try:
+                if framework == "mxnet":
+                    run.bf16 = mxnet_bf16_losses(name)
+                else:
+                    run.bf16_adapter, run.bf16 = bf16_leg(name, framework)
+            finally:
+                fp32_again(framework)
+        run.seconds[leg] = time.perf_counter() - t0
+    return run
 
 
 def assert_close_losses(got: list[float], expected: list[float], tolerance: float | None, what: str) -> None:
@@ -412,7 +487,7 @@ def stepped(name: str, framework: str) -> dict[str, tuple[Any, float]]:
         spec = row("math_modes", framework, name)
         if framework == "tensorflow":  # amp on a CPU is bf16: the bf16 parity leg's first step
             assert_amp_is_bf16_here(framework)
-            run = parity(name, framework)
+            run = parity(name, framework, "bf16")
             assert run.bf16_adapter is not None and isinstance(run.bf16, list), run.bf16
             _STEPPED[key] = {"amp": (run.bf16_adapter, run.bf16[0])}
             return _STEPPED[key]
@@ -490,17 +565,33 @@ def parameters(module: Any, skip_prefix: str | None = None) -> int:
 
 def converge_briefly(name: str, hp: dict[str, Any], batch_size: int, run_dir: Any) -> dict[str, Any]:
     """PyTorch: a few seconds of the converge preset's loop (hp sets eval_every_s, max_train_s and an
-    unreachable target): the curve file has its header and at least three points, the target is
-    not reached, and the loop returns the summary's convergence, metrics and data source."""
+    unreachable target). The curve file agrees with the summary the loop returns: its first point is the
+    untrained network's (step 0, no loss yet), its steps and samples grow by whole batches, it ends once
+    max_train_s of training passed; first, best and final quality and the evaluations are the curve's; the target
+    is not reached and its time is null with the reason; the throughput is in the model's unit."""
+    import csv
+
     from tbdkit.adapters import load
     from tbdkit.agent import converge
 
     model, workload, data = modules(name)
     a = load("pytorch", workload=workload, hp=hp, device="cpu", precision="fp32", seed=0)
     out = converge.train(a, data, hp, "synthetic", batch_size, 0, run_dir, lambda: False, model.throughput_unit)
-    rows = (run_dir / "convergence.csv").read_text().splitlines()
-    assert rows[0] == "wall_s,train_s,step,samples,loss,quality" and len(rows) >= 3, rows
-    assert not out["convergence"]["reached"] and out["metrics"]["training_throughput"]["value"] > 0
+    text = (run_dir / "convergence.csv").read_text()
+    assert text.splitlines()[0] == "wall_s,train_s,step,samples,loss,quality", text[:200]
+    rows = list(csv.DictReader(text.splitlines()))
+    assert len(rows) >= 3 and rows[0]["step"] == rows[0]["samples"] == "0" and rows[0]["loss"] == "", rows[:2]
+    steps = [int(r["step"]) for r in rows]
+    assert steps == sorted(set(steps)) and all(int(r["samples"]) == int(r["step"]) * batch_size for r in rows), rows
+    assert all(math.isfinite(float(r["loss"])) for r in rows[1:]) and float(rows[-1]["train_s"]) >= hp["max_train_s"]
+    qualities = [float(r["quality"]) for r in rows]
+    c, metrics = out["convergence"], out["metrics"]
+    assert (c["first_quality"], c["best_quality"], c["final_quality"], c["evaluations"]) == (
+        qualities[0], max(qualities), qualities[-1], len(rows)), (c, qualities)
+    assert not c["reached"] and metrics["time_to_target"]["value"] is None
+    assert "not reached within max_train_s" in metrics["time_to_target"]["reason"], metrics["time_to_target"]
+    throughput = metrics["training_throughput"]
+    assert throughput["value"] > 0 and throughput["unit"] == model.throughput_unit, throughput
     return out
 
 
@@ -569,10 +660,11 @@ def generated_tests(framework: str) -> dict[str, Any]:
         else:
             assert not draws, f"{name} on {framework}: one draw gave these weights their initial values: {draws}"
 
+    @legs_of(framework, "compiled")
     def test_compiled_step_matches_standard(name: str) -> None:
         spec = row("parity", framework, name)
-        run = parity(name, framework)
-        assert run.record["graph"] == "compiled", run.record
+        run = parity(name, framework, "standard", "compiled")
+        assert run.record["graph"] == "compiled" and run.compiled is not None and run.standard is not None, run.record
         if spec.not_compiled is not None:  # trains as standard, and says why
             assert spec.not_compiled in str(run.record.get("reason")), run.record
         elif framework == "pytorch":
@@ -584,9 +676,11 @@ def generated_tests(framework: str) -> dict[str, Any]:
         expected = run.standard[: len(run.compiled)]
         assert_close_losses(run.compiled, expected, spec.compiled_tol, f"{name} compiled vs standard")
 
+    @legs_of(framework, "bf16")
     def test_bf16_stays_near_fp32(name: str) -> None:
         spec = row("parity", framework, name)
-        run = parity(name, framework)
+        run = parity(name, framework, "bf16")
+        assert run.bf16 is not None
         if spec.bf16_refused is not None:  # refused in one sentence, before or at its first step
             assert isinstance(run.bf16, str) and spec.bf16_refused in run.bf16, run.bf16
             return
@@ -594,7 +688,9 @@ def generated_tests(framework: str) -> dict[str, Any]:
                 and not cpu_has_avx512():
             pytest.skip("MXNet 1.9's oneDNN has bfloat16 kernels only for CPUs with AVX-512; this one has none")
         assert not isinstance(run.bf16, str), run.bf16
-        assert_close_losses(run.bf16, run.standard, spec.bf16_tol, f"{name} bf16 vs fp32")
+        standard = parity(name, framework, "standard").standard
+        assert standard is not None
+        assert_close_losses(run.bf16, standard, spec.bf16_tol, f"{name} bf16 vs fp32")
 
     return {"name": name, "test_learns_on_a_fixed_batch": test_learns_on_a_fixed_batch,
             "test_every_math_mode_steps": test_every_math_mode_steps,

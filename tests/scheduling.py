@@ -60,13 +60,11 @@ ALL_CORES: dict[str, str] = {
     "workers take the cores in turn",
 }
 
-# Seconds on one worker in a `make test` run on CI's 2-core machine (a worker's time for the whole unit).
+# Seconds on one worker in a `make test` run on CI's 2-core machine (a worker's time for the whole unit): the host
+# suite's files' durations summed, a stack's units' (where and when each was measured: docs/measured-here.md,
+# "Stacks' suites and the Makefile").
 LONGEST_FIRST: dict[str, float] = {
-    # the host suite (three workers, the serial tests left out): each file's durations summed, from a clean
-    # clone's `make test` on a quiet 2-core machine (parallel pass 1,009 s, its files' durations 2,960 s in all)
-    # each stack's real-container image built (an empty Docker) and benched, side by side: in a clean clone's
-    # `make test` (parallel pass 880 s, the cores 100% busy throughout), the image's fixture and the bench
-    # (the user's kit installed by uv, the cached downloads skipped); alone on three workers 284 s of wall
+    # the host suite
     "test_docker_real_tensorflow.py": 285,
     "test_docker_real.py": 207,
     "test_docker_real_mxnet.py": 179,
@@ -83,13 +81,13 @@ LONGEST_FIRST: dict[str, float] = {
     "test_vision_frameworks.py": 140,
     "test_detection_frameworks.py": 139,
     "test_adopt.py": 138,
-    "test_adopt_fakes.py": 100,  # fake interpreters over the kit's own Python: 20 CPU s, 100-200 s of wall on 2 busy cores
+    "test_adopt_fakes.py": 100,
     "test_bench_cli.py": 104,
-    "test_own_model.py": 120,  # a bench, a report, a bundle and a reproduce (231 s on 2 cores under a load of 28)
+    "test_own_model.py": 120,
     "test_efficientdet_frameworks.py": 84,
     "test_distributed_tf_mxnet.py": 78,
     "test_parity_rl.py": 76,
-    # PyTorch's suite (two workers of one thread each, every compiled leg: 608 s of durations)
+    # PyTorch's suite
     "pytorch/mask_rcnn": 137,
     "pytorch/compiled_bench": 73,
     "pytorch/efficientdet": 67,
@@ -98,7 +96,7 @@ LONGEST_FIRST: dict[str, float] = {
     "pytorch/transformer": 40,
     "pytorch/resnet50": 38,
     "pytorch/inception_v3": 37,
-    # TensorFlow's suite (two workers of one thread each, every compiled leg: 1,330 s of durations, 686 s of wall)
+    # TensorFlow's suite
     "tensorflow/efficientdet": 386,
     "tensorflow/inception_v3": 260,
     "tensorflow/wgan_gp": 177,
@@ -107,7 +105,7 @@ LONGEST_FIRST: dict[str, float] = {
     "tensorflow/deepspeech2": 67,
     "tensorflow/bert": 46,
     "tensorflow/mask_rcnn": 44,
-    "tensorflow/one_process": 34,  # MiniGo's network (ResNet-50's took 73 s)
+    "tensorflow/one_process": 34,
     # MXNet's
     "mxnet/mask_rcnn": 16,
     "mxnet/context_placement": 11,

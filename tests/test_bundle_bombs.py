@@ -197,9 +197,9 @@ def test_a_malformed_manifest_is_not_a_tbdkit_bundle(tmp_path, text, words):
 
 
 def test_a_malformed_manifest_through_reproduce_is_one_sentence(tmp_path):
-    from model_checks import tbdkit
+    from model_checks import cli
 
     path = _archive(tmp_path / "m.tgz", [_manifest_member(b'{"format": "tbdkit-artifact/1", "files": [1]}')])
-    proc = tbdkit("reproduce", str(path), "-r", str(tmp_path / "again"), "--yes")
+    proc = cli("reproduce", str(path), "-r", str(tmp_path / "again"), "--yes")
     assert proc.returncode == 2 and proc.stderr.startswith("error:") and "Traceback" not in proc.stderr
     assert not (tmp_path / "again").exists()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from model_checks import BF16_REFUSALS, NOT_COMPILED_REASONS, tbdkit
+from model_checks import BF16_REFUSALS, NOT_COMPILED_REASONS, cli
 from tbdkit.cli.main import app
 from tbdkit.spec import catalog, check_settings
 
@@ -60,7 +60,7 @@ def test_a_path_that_is_not_a_folder_is_one_sentence(tmp_path):
 
 
 def test_the_tiny_outside_model_passes_and_a_missing_train_step_fails_in_its_stack(tmp_path):
-    proc = tbdkit("check-workload", str(TINY), "--framework", "pytorch")
+    proc = cli("check-workload", str(TINY), "--framework", "pytorch")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for check in ("contract", "model code only", "parameters", "learning", "math modes"):
         assert any(line.split("│")[1].strip() == check and "passed" in line
@@ -69,14 +69,14 @@ def test_the_tiny_outside_model_passes_and_a_missing_train_step_fails_in_its_sta
     folder = _copy(tmp_path, "tiny_no_step")
     code = folder / "pytorch.py"
     code.write_text(code.read_text().replace("def train_step(", "def training_step("))
-    proc = tbdkit("check-workload", str(folder), "--framework", "pytorch")
+    proc = cli("check-workload", str(folder), "--framework", "pytorch")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     said = " ".join(proc.stdout.replace("│", " ").split())
     assert "pytorch.py has no function train_step: add `def train_step(training, inputs, precision) -> loss`" in said
 
 
 def test_resnet50_on_pytorch_passes_as_typed():
-    proc = tbdkit("check-workload", "resnet50", "--framework", "pytorch")
+    proc = cli("check-workload", "resnet50", "--framework", "pytorch")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "failed" not in proc.stdout and "learning" in proc.stdout, proc.stdout
 

@@ -1,4 +1,5 @@
-"""`tbdkit data prepare`: the layout it explains and the folder check it runs with the run's own reader."""
+"""`tbdkit data prepare`: the layout it explains and the folder check it runs with the run's own reader (through
+Typer's CliRunner: the reader's answer is the point, not a process)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import numpy as np
 import soundfile as sf
 from PIL import Image
 
-from model_checks import tbdkit, truncated_image
+from model_checks import cli, truncated_image
 
 
 def test_explains_the_layout_without_a_folder():
-    proc = tbdkit("data", "prepare", "deepspeech2")
+    proc = cli("data", "prepare", "deepspeech2")
     assert proc.returncode == 0, proc.stderr
     assert "LibriSpeech/<split>/<speaker>/<chapter>" in proc.stdout and "DATA=PATH" in proc.stdout
 
@@ -23,7 +24,7 @@ def test_checks_an_imagenet_folder(tmp_path):
         (tmp_path / wnid).mkdir()
         for i in range(2):
             Image.new("RGB", (40, 30), (i * 90, 20, 200)).save(tmp_path / wnid / f"{wnid}_{i}.JPEG")
-    proc = tbdkit("data", "prepare", "resnet50", "--from", str(tmp_path))
+    proc = cli("data", "prepare", "resnet50", "--from", str(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "ok: ImageNet folder" in proc.stdout and "4 images in 2 classes" in proc.stdout
     assert f"DATA={tmp_path}" in proc.stdout
@@ -32,10 +33,10 @@ def test_checks_an_imagenet_folder(tmp_path):
 def test_a_wrong_folder_is_one_sentence_and_exit_2(tmp_path):
     (tmp_path / "notes.txt").write_text("not a dataset")
     for model in ("resnet50", "deepspeech2", "seq2seq"):
-        proc = tbdkit("data", "prepare", model, "--from", str(tmp_path))
+        proc = cli("data", "prepare", model, "--from", str(tmp_path))
         out = proc.stdout + proc.stderr
         assert proc.returncode == 2 and "Traceback" not in out and "error:" in out, (model, out)
-    proc = tbdkit("data", "prepare", "resnet50", "--from", str(tmp_path / "missing"))
+    proc = cli("data", "prepare", "resnet50", "--from", str(tmp_path / "missing"))
     assert proc.returncode == 2 and "No file or folder" in proc.stderr
 
 
@@ -59,7 +60,7 @@ def test_prepare_names_a_truncated_flac(tmp_path):
     (chapter / "19-198.trans.txt").write_text("19-198-0000 HELLO\n19-198-0001 WORLD\n")
     flac = chapter / "19-198-0001.flac"
     flac.write_bytes(flac.read_bytes()[: flac.stat().st_size // 2])
-    proc = tbdkit("data", "prepare", "deepspeech2", "--from", str(tmp_path))
+    proc = cli("data", "prepare", "deepspeech2", "--from", str(tmp_path))
     _one_sentence_naming(proc, "19-198-0001.flac cannot be decoded", "remove the line 19-198-0001 from")
 
 
@@ -72,13 +73,13 @@ def _imagenet_with_a_truncated_jpeg(root):
 
 
 def test_prepare_names_a_truncated_jpeg(tmp_path):
-    proc = tbdkit("data", "prepare", "resnet50", "--from", str(_imagenet_with_a_truncated_jpeg(tmp_path)))
+    proc = cli("data", "prepare", "resnet50", "--from", str(_imagenet_with_a_truncated_jpeg(tmp_path)))
     _one_sentence_naming(proc, "1.JPEG cannot be decoded", "move 1.JPEG out of")
 
 
 def test_the_check_before_bench_names_a_truncated_jpeg_before_training(tmp_path):
     results = tmp_path / "results"
-    proc = tbdkit("bench", "-m", "resnet50", "-f", "pytorch", "--device", "cpu", "-r", str(results),
+    proc = cli("bench", "-m", "resnet50", "-f", "pytorch", "--device", "cpu", "-r", str(results),
                   "--data", str(_imagenet_with_a_truncated_jpeg(tmp_path / "inet")))
     _one_sentence_naming(proc, "1.JPEG cannot be decoded", "move 1.JPEG out of")
     assert not results.exists()  # nothing ran
@@ -90,10 +91,10 @@ def test_prepare_names_broken_coco_json(tmp_path):
     json_path = tmp_path / "annotations" / "instances_train2017.json"
     json_path.write_text(json.dumps({"images": [{"id": 1}], "annotations": [{"image_id": 1, "bbox": [0, 0, 4, 4],
                                      "segmentation": [[0, 0, 4, 0, 4, 4]]}], "categories": [{"id": 1}]}))
-    proc = tbdkit("data", "prepare", "mask_rcnn", "--from", str(tmp_path))
+    proc = cli("data", "prepare", "mask_rcnn", "--from", str(tmp_path))
     _one_sentence_naming(proc, f"{json_path} is not COCO instances JSON", "original file")
     json_path.write_text('{"images": [')
-    _one_sentence_naming(tbdkit("data", "prepare", "mask_rcnn", "--from", str(tmp_path)), "cannot parse")
+    _one_sentence_naming(cli("data", "prepare", "mask_rcnn", "--from", str(tmp_path)), "cannot parse")
 
 
 def test_every_reader_takes_the_full_check_that_data_prepare_asks_for():

@@ -43,24 +43,16 @@ def described(tmp_path_factory) -> dict[tuple[str, str], dict]:
         model, FRAMEWORKS[model], tmp_path_factory.mktemp(model)).items()}
 
 
-@pytest.mark.parametrize("model", MODELS)
-def test_the_frameworks_are_there(model):
-    assert catalog.get(model).frameworks == FRAMEWORKS[model]
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("model, a, b", PAIRS)
 def test_the_same_network_on_each_pair(described, model, a, b):
     assert_same_network(described[model, a], described[model, b])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("model, framework", [(m, fw) for m in MODELS for fw in FRAMEWORKS[m]])
 def test_flops_are_the_networks(described, model, framework):
     assert_smoke_flops(described[model, framework]["flops_per_sample"], SMOKE_FORWARD_FLOPS[model])
 
 
-@pytest.mark.slow
 def test_faster_rcnn_layers_in_canonical_order(described):
     """conv1-conv4 (ResNet-18: conv1, 4 convolutions in conv2, 5 in conv3 and conv4, the last two with
     their projection shortcut; each with its batch norm), the RPN head's three convolutions, conv5
@@ -70,7 +62,6 @@ def test_faster_rcnn_layers_in_canonical_order(described):
     assert kinds[-2:] == ["dense", "dense"] and kinds[30:33] == ["conv2d"] * 3
 
 
-@pytest.mark.slow
 def test_mask_rcnn_layers_in_canonical_order(described):
     """ResNet-50 (53 convolutions, each with its batch norm), the FPN's 8 (lateral and output, the
     coarsest level first), the RPN head's 3, the box head's 4 dense layers, then the mask head's four
@@ -87,7 +78,6 @@ def test_mask_rcnn_layers_in_canonical_order(described):
     assert positives >= 1 and [x["positions_per_sample"] for x in layers[-6:-1]] == [positives * 14**2] * 5
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_state_differences_are_the_listed_ones(described, model):
     listed = listed_smoke_state(model)
@@ -95,7 +85,6 @@ def test_state_differences_are_the_listed_ones(described, model):
         assert described[model, fw]["framework_state"]["non_trainable_state"] == listed[fw]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("model", [m for m in MODELS if "mxnet" in FRAMEWORKS[m]])
 def test_same_weights_same_rpn_outputs(described, model):
     """PyTorch's weights, moved through the canonical layout into MXNet, read back unchanged and give the
@@ -124,7 +113,6 @@ def test_same_weights_same_rpn_outputs(described, model):
         np.testing.assert_allclose(ours[key], theirs[key], atol=RPN_ATOL * max(scale, 1.0), err_msg=key)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_tensorflow_reads_back_pytorchs_weights(described, model):
     """PyTorch's weights, moved through the canonical layout into TensorFlow, read back unchanged and
@@ -137,7 +125,6 @@ def test_tensorflow_reads_back_pytorchs_weights(described, model):
     assert all(np.isfinite(ours[k]).all() for k in ours.files if "/" not in k)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("framework", [fw for fw in FRAMEWORKS["mask_rcnn"] if fw != "pytorch"])
 def test_mask_rcnn_same_weights_same_outputs(described, framework):
     """PyTorch's weights in TensorFlow and MXNet give the same RPN outputs on P2 (resize, normalization,

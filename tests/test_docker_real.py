@@ -36,7 +36,6 @@ from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) 
 TAG = "tbdkit-ci/pytorch:cpu"
 CRASH_TAG = "tbdkit-ci/pytorch:crash"
 
-pytestmark = pytest.mark.slow
 __all__ = ["results", "user_kit"]  # fixtures, used by name
 
 

@@ -15,7 +15,6 @@ from real_containers import build_ci_image, check_stack_bench, results, skip_wit
 
 from tbdkit.env import images
 
-pytestmark = pytest.mark.slow
 __all__ = ["results", "user_kit"]  # fixtures, used by name
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 from real_containers import build_ci_image, check_stack_bench, results, skip_without_daemon, storage_driver, user_kit
 
-pytestmark = pytest.mark.slow
 __all__ = ["results", "user_kit"]  # fixtures, used by name
 
 

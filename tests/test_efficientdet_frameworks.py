@@ -22,11 +22,6 @@ def described(tmp_path_factory) -> dict[str, dict]:
     return described_with_pytorch_weights(MODEL, catalog.get(MODEL).frameworks, tmp_path_factory.mktemp(MODEL))
 
 
-def test_every_framework_is_there():
-    assert catalog.get(MODEL).frameworks == FRAMEWORKS
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("a, b", PAIRS)
 def test_the_same_network_on_each_pair(described, a, b):
     da, db = described[a], described[b]
@@ -35,7 +30,6 @@ def test_the_same_network_on_each_pair(described, a, b):
     assert [x["positions_per_sample"] for x in da["layers"]] == [x["positions_per_sample"] for x in db["layers"]]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_flops_and_fusion_weights_are_effdets(described, framework):
     """Forward FLOPs of one 256x256 sample: effdet D0's 2.5 G multiply-adds at 512 px (Tan et al. Table 2)
@@ -46,13 +40,11 @@ def test_flops_and_fusion_weights_are_effdets(described, framework):
     assert fusion == [[2], [2], [2], [2], [3], [3], [3], [2]] * 3
 
 
-@pytest.mark.slow
 def test_state_differences_are_the_listed_ones(described):
     assert {fw: described[fw]["framework_state"]["non_trainable_state"] for fw in FRAMEWORKS} == \
         listed_smoke_state(MODEL)
 
 
-@pytest.mark.slow
 def test_same_weights_same_outputs(described):
     """PyTorch's weights, moved through the canonical layout into TensorFlow and MXNet (read back unchanged), give
     the same inference-mode class logits and box outputs on two synthetic images (scaled, padded and normalized
@@ -92,7 +84,6 @@ np.savez(sys.argv[2], anchors=anchors, cls=cls, box=box, n=n)
 """
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS[1:])
 def test_anchors_and_targets_are_effdets(tmp_path, framework):
     """tensorflow.py's and mxnet.py's NumPy anchors and target assignment give effdet's own AnchorLabeler's output exactly

@@ -15,8 +15,7 @@ import json
 
 import pytest
 
-from model_checks import tbdkit
-from run_invariants import assert_run_holds
+from model_checks import assert_run_holds_together, tbdkit
 from tbdkit.spec import catalog, check_settings
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
@@ -30,13 +29,13 @@ SHORT = ["--preset", "smoke", "--device", "cpu", "--max-warmup-s", "1", "--max-m
 CELLS = [(m, check_settings.bench_framework(catalog.get(m))) for m in MODELS]
 
 
-def test_each_model_and_each_framework_is_benched_somewhere():
-    assert sorted(m for m, _ in CELLS) == MODELS and not COVERED_ELSEWHERE & {m for m, _ in CELLS}
+def test_each_framework_benches_some_model_here():
+    """[checks] bench_framework names a framework the model has, and every framework's agent benches a model here
+    (else that agent would run no model of its own through the whole kit)."""
     assert all(f in catalog.get(m).frameworks for m, f in CELLS)
     assert {f for _, f in CELLS} == {"pytorch", "tensorflow", "mxnet"}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("model, framework", CELLS)
 def test_smoke_preset_benches(model, framework, tmp_path):
     proc = tbdkit("bench", "--model", model, "--framework", framework, *SHORT, "--results", str(tmp_path), "--json")
@@ -44,7 +43,5 @@ def test_smoke_preset_benches(model, framework, tmp_path):
     (row,) = json.loads(proc.stdout)
     assert row["framework"] == framework and row["model"] == model
     assert row["status"] in MEASURED, row.get("error")
-    assert row["metrics"]["throughput"]["value"] > 0
-    assert row["metrics"]["throughput"]["unit"] == catalog.get(model).throughput_unit
-    assert row["loss"]["last"] is not None
-    assert assert_run_holds(tmp_path / row["run_id"], indexed=True)["status"] == row["status"]
+    (run,) = [p for p in tmp_path.iterdir() if (p / "summary.json").is_file()]
+    assert_run_holds_together(run, row, model)

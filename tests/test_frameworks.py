@@ -14,7 +14,7 @@ from trace_readers import ARGS, IMPORT_ERRORS, SLICES, hta_parents, perfetto
 
 from framework_parity import (assert_same_network, assert_same_sequence_outputs, assert_smoke_flops, describe_smoke,
                               listed_smoke_state, pytorch_weights_fixture)
-from model_checks import tbdkit
+from model_checks import assert_run_holds_together, tbdkit
 from run_invariants import assert_run_holds
 from tbdkit.spec import catalog
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
@@ -26,10 +26,6 @@ FRAMEWORKS = list(MODEL.frameworks)
 @pytest.fixture(scope="module")
 def described() -> dict[str, dict]:
     return {fw: describe_smoke("deepspeech2", fw) for fw in FRAMEWORKS}
-
-
-def test_deepspeech2_has_all_three_frameworks():
-    assert FRAMEWORKS == ["pytorch", "tensorflow", "mxnet"]
 
 
 def expected_forward_flops(hp) -> int:
@@ -50,19 +46,16 @@ def expected_forward_flops(hp) -> int:
     return 2 * macs
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("a, b", list(itertools.combinations(FRAMEWORKS, 2)))
 def test_the_same_network_on_each_pair(described, a, b):
     assert_same_network(described[a], described[b])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_flops_match_the_hyperparameters(described, framework):
     assert_smoke_flops(described[framework]["flops_per_sample"], expected_forward_flops(MODEL.hp("smoke")))
 
 
-@pytest.mark.slow
 def test_layer_order_is_canonical(described):
     names = [x["name"] for x in described["pytorch"]["layers"]]
     assert names == ["conv1", "bn1", "conv2", "bn2", "gru1.forward", "gru1.backward", "gru2.forward",
@@ -86,7 +79,6 @@ def test_describe_without_the_stack_says_how(tmp_path):
     assert proc.returncode == 2 and "tbdkit setup mxnet" in proc.stderr
 
 
-@pytest.mark.slow
 def test_bench_all_frameworks_prints_one_table(tmp_path):
     results = tmp_path / "r"
     proc = tbdkit("bench", "--model", "deepspeech2", "--framework", "all", "--preset", "smoke", "--device", "cpu",
@@ -95,9 +87,9 @@ def test_bench_all_frameworks_prints_one_table(tmp_path):
     summaries = json.loads(proc.stdout)  # --json: stdout is only the summaries (progress goes to stderr)
     assert [s["framework"] for s in summaries] == FRAMEWORKS
     for s in summaries:
-        assert s["status"] in MEASURED and s["metrics"]["throughput"]["value"] > 0, s
+        assert s["status"] in MEASURED, s
         assert s["model_info"]["parameters"] == summaries[0]["model_info"]["parameters"]
-        assert s["loss"]["last"] is not None
+        assert_run_holds_together(results / s["run_id"], s, "deepspeech2")
     envs = {s["framework"]: json.loads((results / s["run_id"] / "env.json").read_text())["framework"]
             for s in summaries}
     assert envs["tensorflow"]["framework_version"] == "2.21.0" and envs["mxnet"]["framework_version"] == "1.9.1"
@@ -136,7 +128,6 @@ def test_bench_all_frameworks_prints_one_table(tmp_path):
         assert check.returncode == 0, check.stdout + check.stderr
 
 
-@pytest.mark.slow
 def test_state_differences_are_the_listed_ones(described):
     assert {fw: described[fw]["framework_state"]["non_trainable_state"] for fw in FRAMEWORKS} == \
         listed_smoke_state("deepspeech2")
@@ -145,7 +136,6 @@ def test_state_differences_are_the_listed_ones(described):
 pytorch_weights = pytorch_weights_fixture("deepspeech2")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
 def test_same_weights_same_outputs(pytorch_weights, tmp_path, framework):
     """PyTorch's weights, moved through the canonical layout into the other framework, give the same

@@ -31,7 +31,6 @@ def rank_losses(results: Path, summary: dict) -> list[list[float]]:
     return [losses(run / "iterations.csv"), losses(run / "workers" / "rank1" / "iterations.csv")]
 
 
-@pytest.mark.slow
 def test_fsdp_shards_llama_and_trains_as_ddp_does(tmp_path):
     results = tmp_path / "results"
     proc, fsdp = bench(results, "--parallel", "fsdp", base=LLAMA)

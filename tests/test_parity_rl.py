@@ -51,32 +51,23 @@ def expected_forward_flops(model: str, hp: dict) -> int:
     raise AssertionError(f"no FLOP formula for {model}")
 
 
-@pytest.mark.parametrize("model", MODELS)
-def test_every_framework_is_there(model):
-    assert list(catalog.get(model).frameworks) == FRAMEWORKS
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("model, a, b", PAIRS)
 def test_the_same_network_on_each_pair(described, model, a, b):
     assert_same_network(described[model, a], described[model, b])
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("model, framework", [(m, f) for m in MODELS for f in FRAMEWORKS])
 def test_flops_match_the_hyperparameters(described, model, framework):
     assert_smoke_flops(described[model, framework]["flops_per_sample"],
                        expected_forward_flops(model, catalog.get(model).hp("smoke")))
 
 
-@pytest.mark.slow
 def test_a3c_layer_order_is_canonical(described):
     for fw in FRAMEWORKS:
         assert [x["name"] for x in described["a3c", fw]["layers"]] == ["conv1", "conv2", "dense1", "dense2", "dense3"]
     assert described["a3c", "pytorch"]["parameters"] == 677_943
 
 
-@pytest.mark.slow
 def test_minigo_layer_order_is_canonical(described):
     names = ["conv1", "bn1"] + [f"{k}{i}" for i in range(2, 20) for k in ("conv", "bn")]
     names += ["conv20", "bn20", "dense1", "conv21", "bn21", "dense2", "dense3"]
@@ -86,7 +77,6 @@ def test_minigo_layer_order_is_canonical(described):
         assert layers[-6]["params"] == {} and layers[-3]["params"] == {}  # the heads' batch norms: no scale/offset
 
 
-@pytest.mark.slow
 def test_bert_decoder_is_tied_to_the_word_embeddings(described):
     for fw in FRAMEWORKS:
         layers = described["bert", fw]["layers"]
@@ -94,7 +84,6 @@ def test_bert_decoder_is_tied_to_the_word_embeddings(described):
         assert layers[-2]["params"] == {"bias": [2000]} and layers[-2]["tied"] == {"weight": [2000, 64]}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_state_differences_are_the_listed_ones(described, model):
     """Non-trainable state per framework is what workload.toml says (`smoke_state_values`), or none."""
@@ -103,7 +92,6 @@ def test_state_differences_are_the_listed_ones(described, model):
     assert {fw: described[model, fw]["framework_state"]["non_trainable_state"] for fw in FRAMEWORKS} == expected
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("model, framework", [(m, f) for m in MODELS for f in FRAMEWORKS[1:]])
 def test_same_weights_same_outputs(described, model, framework):
     """PyTorch's weights, moved through the canonical layout into the other framework (read back unchanged),

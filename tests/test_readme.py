@@ -1,4 +1,4 @@
-"""The README stays a short front page: at most 200 lines, every Make variable a user can set is
+"""The README stays a short front page: at most 200 lines of at most 200 characters, every Make variable a user can set is
 in it, every relative link in it and in docs/ leads to a file (and heading) that exists, its GPU section
 says how each GPU path is tested, and every test docs/gpu-testing.md names exists."""
 
@@ -13,6 +13,7 @@ from model_checks import functions_defined
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MAX_LINES = 200
+MAX_LINE_CHARS = 200
 
 _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^```.*?^```", re.S | re.M)
@@ -57,9 +58,44 @@ def make_variables() -> list[str]:
     return re.findall(r"^([A-Z][A-Z0-9_]*)\s*\?=", (ROOT / "Makefile").read_text(), re.M)
 
 
-def test_readme_is_at_most_200_lines() -> None:
-    lines = len(README.read_text().splitlines())
+def long_lines(text: str, limit: int = MAX_LINE_CHARS) -> list[str]:
+    """Where a text's lines pass `limit` characters: 'line N: C characters' each."""
+    return [f"line {n}: {len(line)} characters" for n, line in enumerate(text.splitlines(), 1) if len(line) > limit]
+
+
+def test_readme_is_at_most_200_lines_of_at_most_200_characters() -> None:
+    """A front page read on a terminal or a narrow pane: a line may not stand in for a paragraph."""
+    text = README.read_text()
+    lines = len(text.splitlines())
     assert lines <= MAX_LINES, f"README.md has {lines} lines; move depth into docs/"
+    assert not long_lines(text), f"README.md: {long_lines(text)}; wrap them or move depth into docs/"
+
+
+def test_a_long_line_is_found() -> None:
+    assert long_lines("short\n" + "x" * 201 + "\n" + "y" * 200) == ["line 2: 201 characters"]
+
+
+def support_matrix(text: str) -> dict[str, set[str]]:
+    """The README's support matrix: each model of a row and the frameworks its row says `yes` for."""
+    section = text.split("## Support matrix", 1)[1].split("\n## ", 1)[0]
+    rows = [r.split("|")[1:-1] for r in section.splitlines() if r.startswith("| `")]
+    frameworks = ("pytorch", "tensorflow", "mxnet")
+    return {name: {fw for fw, cell in zip(frameworks, r[1:4]) if cell.strip() == "yes"}
+            for r in rows for name in re.findall(r"`(\w+)`", r[0])}
+
+
+def test_the_support_matrix_is_the_catalogs() -> None:
+    """Every model the kit has is in the README's support matrix, with `yes` exactly for the frameworks it has a
+    workload file for (a file added, removed or renamed changes what runs)."""
+    from tbdkit.spec import catalog
+
+    matrix = support_matrix(README.read_text())
+    assert matrix == {name: set(model.frameworks) for name, model in catalog.models().items()}
+
+
+def test_a_support_matrix_row_may_name_several_models() -> None:
+    text = "## Support matrix\n| model | a | b | c | r |\n|---|\n| `x` `y` | yes | not yet | no | r |\n## Next\n| `z` |"
+    assert support_matrix(text) == {"x": {"pytorch"}, "y": {"pytorch"}}
 
 
 def test_every_make_variable_is_in_the_readme() -> None:

@@ -77,7 +77,6 @@ def test_kubernetes_job_has_its_results_claim_and_requests_cpus_and_memory(tmp_p
     assert "kubectl apply -f results-pvc.yaml" in job_file.read_text()
 
 
-@pytest.mark.slow
 def test_the_torchrun_script_runs_the_stacks_python_and_writes_the_mllog(tmp_path):
     """The script as a user runs it on a node where `python` is not the stack's (here: no `python` on PATH at
     all), and the run folder it leaves is finished as the kit's launchers finish theirs."""

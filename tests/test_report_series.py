@@ -8,7 +8,7 @@ import json
 
 from tbdkit.report import figures, runs as runs_mod
 from report_fixtures import make_run
-from model_checks import tbdkit
+from model_checks import cli
 
 H100 = dict(device="cuda:0", device_name="NVIDIA H100")
 V100 = dict(device="cuda:0", device_name="Tesla V100")
@@ -80,7 +80,7 @@ def test_report_keeps_smoke_and_paper_runs_of_one_model_apart(tmp_path):
     for preset, values in (("smoke", (10.0, 19.0)), ("paper", (30.0, 58.0))):
         for batch, thr in zip((8, 16), values):
             make_run(results, "resnet50", "pytorch", batch, thr, preset=preset, **H100)
-    proc = tbdkit("report", str(results), "--out", str(out))
+    proc = cli("report", str(results), "--out", str(out))
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "Traceback" not in text, text
     assert "4 run(s) in 2 group(s)" in text and "resnet50/pytorch into 2 groups by preset (paper, smoke)" in text
@@ -97,7 +97,7 @@ def test_report_over_cpu_only_results_decides_no_gpu_claim(tmp_path):
     for batch in (2, 4, 8):
         make_run(results, "deepspeech2", "pytorch", batch, 5.0 * batch,
                  memory={"weights": 10, "weight_gradients": 10, "feature_maps": 70 * batch, "workspace": 1, "dynamic": 1})
-    proc = tbdkit("report", str(results), "--out", str(out))
+    proc = cli("report", str(results), "--out", str(out))
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text
     assert text.count("needs GPU runs") == 12 and "holds" not in text

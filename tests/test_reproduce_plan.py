@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from model_checks import tbdkit
+from model_checks import cli
 from tbdkit.cli import app  # before tbdkit.bench (which imports the CLI's console)
 from tbdkit.artifact import bundle as artifact
 from tbdkit.bench import run_list
@@ -84,7 +84,7 @@ def test_a_job_larger_than_this_machine_is_refused_before_it_runs(monkeypatch):
 
 def test_bench_refuses_an_infinite_cap_in_one_sentence(tmp_path):
     for value in ("inf", "1e308", "nan"):
-        proc = tbdkit("bench", "--model", "resnet50", "--framework", "pytorch", "--device", "cpu", "--batch", "2",
+        proc = cli("bench", "--model", "resnet50", "--framework", "pytorch", "--device", "cpu", "--batch", "2",
                       "--max-warmup-s", value, "--results", str(tmp_path / "r"), env={"COLUMNS": "300"})
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.startswith("error: Invalid run spec: measure.max_warmup_s: a warm-up cap"), proc.stderr

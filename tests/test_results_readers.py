@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,8 @@ from statistics import fmean, stdev
 import pytest
 from report_fixtures import make_run
 
+from model_checks import cli
+
 from tbdkit.report import build_report
 from tbdkit.report import runs as report_runs
 from tbdkit.results import readers
@@ -25,8 +26,8 @@ from tbdkit.results.index import Index
 
 
 def tbdkit(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tbdkit.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, "COLUMNS": "200"})
+    """`tbdkit ARGS` typed in `cwd` (in this process: the folder it reads is the point)."""
+    return cli(*args, cwd=cwd, env={"COLUMNS": "200"})
 
 
 # ---------------------------------------------------------------- a relative results folder, as typed

@@ -1,6 +1,7 @@
 """tests/scheduling.py, how `make test` schedules the tests: every serial key and every long unit names
 tests that exist (a renamed file or function would otherwise run beside a neighbour, or start last,
-without anyone noticing), and the units group what shares a process's kept runs."""
+without anyone noticing), the units group what shares a process's kept runs, and `make test` keeps one compiled
+and one bf16 parity leg per outcome of each stack."""
 
 import json
 import os
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from model_checks import functions_defined
+from model_checks import BF16_IN_EVERY_CELL, OUTCOME_CELLS, functions_defined, in_make_test, models_on, outcome
 from scheduling import ALL_CORES, LONGEST_FIRST, SERIAL, is_serial, longest_first, serial_files, unit_of
 
 TESTS = Path(__file__).parent
@@ -101,3 +102,21 @@ def test_each_parallel_worker_runs_on_one_core_and_all_cores_tests_get_them_back
         assert seen[name]["own"] == core and json.loads(seen[name]["child"]) == core, seen
     assert seen["wide"]["own"] == cores and json.loads(seen["wide"]["child"]) == cores, seen
     assert seen["wide"]["worker"] == seen["after"]["worker"], seen
+
+
+def test_make_test_checks_each_compile_and_bf16_outcome_of_each_stack_once():
+    """Every outcome the catalog's [checks.parity] tables give a stack's compiled and bf16 legs (compiled, trained
+    as standard for each reason, bf16 near fp32, refused for each reason) has exactly one cell in `make test`,
+    a cell that shows it (TensorFlow's bf16: every cell, its math-mode check runs the leg anyway); the other
+    cells' legs are `make test-compiled`'s."""
+    for stack, cells in OUTCOME_CELLS.items():
+        for leg in ("compiled", "bf16"):
+            kept = [m for m in models_on(stack) if in_make_test(m, stack, leg)]
+            outcomes = {outcome(m, stack, leg) for m in models_on(stack)}
+            assert {outcome(m, stack, leg) for m in kept} == outcomes, (stack, leg, kept, outcomes)
+            if not (leg == "bf16" and stack in BF16_IN_EVERY_CELL):
+                assert len(kept) == len(outcomes), (stack, leg, kept)
+        named = {o for o in cells}
+        shown = {outcome(m, stack, leg) for m in models_on(stack) for leg in ("compiled", "bf16")
+                 if not (leg == "bf16" and stack in BF16_IN_EVERY_CELL)}
+        assert named == shown, (stack, named ^ shown)  # no outcome left unnamed, none named that no cell shows

@@ -22,9 +22,9 @@ from tbdkit.core.errors import UserError
 from tbdkit.spec.run_spec import MeasurePolicy
 
 from report_fixtures import make_run
-from model_checks import tbdkit as run_tbdkit
+from model_checks import cli
 
-tbdkit = functools.partial(run_tbdkit, env={"COLUMNS": "250"})  # wide: one sentence stays on one line
+tbdkit = functools.partial(cli, env={"COLUMNS": "250"})  # in this process; wide: one sentence stays on one line
 
 
 @pytest.mark.parametrize("seed", [-1, 2**31, 2**64])

@@ -95,7 +95,6 @@ def test_a_prefetcher_made_before_the_cap_reads_the_data_under_it():
     assert proc.stdout.strip() == "[0, 1, 2, 3, 4] 1"
 
 
-@pytest.mark.slow
 def test_a_capped_run_where_no_thread_can_start_measures_its_window(tmp_path):
     try:
         python = stacks.require("pytorch")
@@ -113,7 +112,6 @@ def test_a_capped_run_where_no_thread_can_start_measures_its_window(tmp_path):
     assert summary["metrics"]["cpu_utilization"]["value"] is not None  # the sampler's collectors measured
 
 
-@pytest.mark.slow
 def test_a_capped_bench_reads_a_real_dataset_through_the_prefetcher(tmp_path):
     """A real dataset (three ImageNet class folders of JPEGs) under --memory-limit-mb: its reading
     thread was made before the cap, the reading ran under it, and the run measured its window."""

@@ -23,10 +23,6 @@ def described(tmp_path_factory) -> dict[str, dict]:
     return described_with_pytorch_weights("transformer", FRAMEWORKS, tmp_path_factory.mktemp("transformer"))
 
 
-def test_transformer_has_all_three_frameworks():
-    assert FRAMEWORKS == ["pytorch", "tensorflow", "mxnet"]
-
-
 def expected_forward_flops(hp) -> int:
     """Forward FLOPs of the reference sentence pair from the hyperparameters alone: 2 per multiply-
     accumulate of every weight product (q, k, v, output and feed-forward dense layers; the tied
@@ -39,19 +35,16 @@ def expected_forward_flops(hp) -> int:
     return 2 * (encoder + decoder + t * d * v)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("a, b", list(itertools.combinations(FRAMEWORKS, 2)))
 def test_the_same_network_on_each_pair(described, a, b):
     assert_same_network(described[a], described[b], also=("tied",))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_flops_match_the_hyperparameters(described, framework):
     assert_smoke_flops(described[framework]["flops_per_sample"], expected_forward_flops(MODEL.hp("smoke")), rel=0)
 
 
-@pytest.mark.slow
 def test_layer_order_is_canonical(described):
     """Per encoder layer: q, k, v, out, norm1, ffn 1 and 2, norm2; per decoder layer self-attention,
     norm1, cross-attention, norm2, ffn, norm3; the projection tied to the one embedding table last."""
@@ -69,7 +62,6 @@ def test_framework_differences_are_listed():
     assert any("attention" in d["what"] for d in listed)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f != "pytorch"])
 def test_same_weights_same_outputs(described, framework):
     """PyTorch's weights, moved through the canonical layout (q, k and v cut from its packed in_proj; read

@@ -59,7 +59,6 @@ def test_bench_rejects_an_unknown_variant_before_running(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.slow
 def test_bench_trains_bert_squad_smoke(tmp_path):
     """The SQuAD setting through the whole path: CLI, RunSpec, agent, the PyTorch BERT (start/end heads)."""
     proc = subprocess.run([sys.executable, "-m", "tbdkit.cli", "bench", "--model", "bert", "--framework", "pytorch",

@@ -9,10 +9,10 @@ import json
 from rich.console import Console
 
 from report_fixtures import make_run
-from model_checks import tbdkit as run_tbdkit
+from model_checks import cli
 from tbdkit.cli.console import results_table
 
-tbdkit = functools.partial(run_tbdkit, env={"COLUMNS": "250"})
+tbdkit = functools.partial(cli, env={"COLUMNS": "250"})  # in this process
 
 CAPPED = {"iterations": 99, "seconds": 30.2, "end_reason": "time_cap", "rule": "..."}
 STABLE = {"iterations": 40, "seconds": 12.5, "end_reason": "stable", "rule": "..."}

@@ -55,7 +55,7 @@ def test_converge_task_is_the_digits_with_a_fixed_held_out_share():
 def test_converge_trains_resnet50_on_the_digits_and_records_the_curve(tmp_path):
     hp = {**MODEL.hp("converge"), "eval_every_s": 2.0, "max_train_s": 6.0, "target": 1.01}
     c = converge_briefly("resnet50", hp, 32, tmp_path)["convergence"]
-    assert 0.0 <= c["first_quality"] <= 1.0 and c["held_out_samples"] == 359
+    assert c["first_quality"] < 0.5 and c["held_out_samples"] == 359  # untrained: near chance
 
 
 def test_converge_without_scikit_learn_says_how_to_install_it(monkeypatch):

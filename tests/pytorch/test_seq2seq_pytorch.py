@@ -175,5 +175,5 @@ def test_converge_trains_seq2seq_on_number_words_and_records_the_curve(tmp_path)
     hp = {**MODEL.hp("converge"), **SMALL, "eval_every_s": 2.0, "max_train_s": 5.0, "target": 1.01}
     out = converge_briefly("seq2seq", hp, 32, tmp_path)
     c = out["convergence"]
-    assert 0.0 <= c["first_quality"] <= 1.0 and c["held_out_samples"] == 256
+    assert c["first_quality"] < 0.5 and c["held_out_samples"] == 256  # untrained: near chance
     assert "number words" in out["data_source"]
