@@ -45,7 +45,6 @@ def one_run(tmp_path_factory):
     return results, proc
 
 
-@pytest.mark.slow
 def test_bench_writes_a_complete_run(one_run):
     results, proc = one_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -91,7 +90,6 @@ def test_bench_writes_a_complete_run(one_run):
     assert "phase" in (run / "log.txt").read_text()
 
 
-@pytest.mark.slow
 def test_bench_writes_a_trace_and_an_mllog(one_run):
     from trace_readers import hta_frame, parse_mllog
 
@@ -111,7 +109,6 @@ def test_bench_writes_a_trace_and_an_mllog(one_run):
     assert "ui.perfetto.dev" in shown.stdout
 
 
-@pytest.mark.slow
 def test_runs_and_show(one_run):
     results, _ = one_run
     (run,) = run_dirs(results)
@@ -172,7 +169,6 @@ def test_framework_not_installed_says_how(tmp_path):
     assert "not installed" in proc.stderr and "tbdkit setup pytorch" in proc.stderr
 
 
-@pytest.mark.slow
 def test_out_of_memory_is_marked_and_loses_nothing(tmp_path):
     results = tmp_path / "r"
     Index(results).add(results)  # an index that exists before
@@ -187,7 +183,6 @@ def test_out_of_memory_is_marked_and_loses_nothing(tmp_path):
     assert "oom" in proc.stdout
 
 
-@pytest.mark.slow
 def test_ctrl_c_marks_the_run_interrupted(tmp_path):
     results = tmp_path / "r"
     proc = subprocess.Popen(tbdkit_command("bench", *MODEL, "--framework", "numpy", "--preset", "smoke", "--device", "cpu",
@@ -219,7 +214,6 @@ def test_ctrl_c_marks_the_run_interrupted(tmp_path):
     assert [r["status"] for r in Index(results).runs()] == ["interrupted"]
 
 
-@pytest.mark.slow
 def test_bench_json_stdout_is_only_json(one_run):
     """`--json` is for scripts: the live progress goes to stderr, stdout parses as the summaries."""
     _, proc = one_run

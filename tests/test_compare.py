@@ -335,7 +335,6 @@ def real_runs(tmp_path_factory):
     return (paths[0:6:2], paths[1:6:2]), paths[6]
 
 
-@pytest.mark.slow
 def test_three_and_three_real_runs_of_one_spec_are_the_same_within_noise(real_runs):
     """Between runs, at 99%: three against three of 32 runs made here (drawn 20,000 times) were called
     different 1.6% of the time at 95% and 0.16% at 99%; one run a side, 5 of 16 pairs were (31%)."""
@@ -352,7 +351,6 @@ def test_three_and_three_real_runs_of_one_spec_are_the_same_within_noise(real_ru
         assert summary[name]["value"] is None and summary[name]["reason"], summary[name]   # no RAPL, no GPU here
 
 
-@pytest.mark.slow
 def test_batch_2_against_batch_8_gives_a_verdict_with_its_interval(real_runs):
     """One run at batch 8 against the three of side A at batch 2 (a between-runs interval), and against one
     of them (within one run each, with its caveat)."""

@@ -62,7 +62,6 @@ def test_a_renamed_column_key_or_unit_is_a_difference(tmp_path):
     assert any(d.startswith("samples.csv columns") for d in corpus_runs.schema_differences(run, corpus))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("stack", STACKS)
 def test_a_fresh_run_writes_the_corpus_schema(stack, tmp_path):
     from tbdkit.bench.run_list import run_all

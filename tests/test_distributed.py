@@ -84,7 +84,6 @@ def test_spec_rules_for_several_workers():
         specs.build(model="resnet50", batch_size=2, nodes=2, launcher="netns", link_rate="fast")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("framework,workers", [("pytorch", 2), ("numpy", 4)])
 def test_workers_on_one_machine(tmp_path, framework, workers):
     """PyTorch: torchrun's 2 workers, DDP over gloo, no single-worker run to scale against. The machinery check's
@@ -120,7 +119,6 @@ def test_workers_on_one_machine(tmp_path, framework, workers):
         assert eff["value"] is None and "single-worker run" in eff["reason"]
 
 
-@pytest.mark.slow
 def test_two_namespaces_and_a_1gbit_link(tmp_path):
     needs_root()
     results = tmp_path / "results"
@@ -139,7 +137,6 @@ def test_two_namespaces_and_a_1gbit_link(tmp_path):
     assert agents_running(results) == []
 
 
-@pytest.mark.slow
 def test_a_dying_worker_ends_the_job_and_is_named(tmp_path):
     results = tmp_path / "results"
     proc, s = bench(results, "--gpus-per-node", "2", env=kill_rank(1))

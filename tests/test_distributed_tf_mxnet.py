@@ -51,7 +51,6 @@ def same_job(s: dict, results: Path, workers: int, backend: str) -> None:
     assert agents_running(results) == []
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("framework,backend", [("mxnet", "kvstore dist_sync"),
                                                ("tensorflow", "MultiWorkerMirroredStrategy/RING")])
 def test_two_workers_on_one_machine(tmp_path, framework, backend):
@@ -64,7 +63,6 @@ def test_two_workers_on_one_machine(tmp_path, framework, backend):
         assert (run_dir / "workers" / "scheduler.log").is_file() and (run_dir / "workers" / "server0.log").is_file()
 
 
-@pytest.mark.slow
 def test_group_job_on_two_namespaces(tmp_path):
     needs_root()
     results = tmp_path / "results"
@@ -76,7 +74,6 @@ def test_group_job_on_two_namespaces(tmp_path):
     assert namespaces() == []
 
 
-@pytest.mark.slow
 def test_a_dying_group_worker_ends_the_job_and_is_named(tmp_path):
     results = tmp_path / "results"
     proc, s = run(results, "numpy", "--gpus-per-node", "2", env=kill_rank(1))
@@ -87,7 +84,6 @@ def test_a_dying_group_worker_ends_the_job_and_is_named(tmp_path):
     assert agents_running(results) == []
 
 
-@pytest.mark.slow
 def test_mxnet_replicas_in_one_process(tmp_path):
     """--one-process: one agent, two CPU contexts under the `device` kvstore, the global batch split
     between them; the job's metrics are the process's, the scaling against a single-replica run."""

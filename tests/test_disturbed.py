@@ -205,7 +205,6 @@ def test_a_sweep_reruns_a_disturbed_point_and_says_so(tmp_path):
 # ---------------------------------------------------------------- a real run beside a neighbour
 
 
-@pytest.mark.slow
 def test_a_busy_loop_neighbour_flips_a_real_run_to_disturbed(tmp_path):
     """A process spinning beside a real run (outside its process tree) is foreign load: the run
     ends `disturbed`, its numbers kept, with the foreign share as the reason; env.json has its threads."""

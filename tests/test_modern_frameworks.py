@@ -68,20 +68,17 @@ def expected_forward_flops(model: str) -> int:
     return 2 * (patches * 3 * p * p * d + (patches + 1) * hp["num_layers"] * layer + d * hp["num_classes"])
 
 
-@pytest.mark.slow
 def test_the_same_network(described):
     assert_same_network(described["pytorch"], described["tensorflow"], also=("tied", "kind"))
     model = catalog.get(described["model"])
     assert described["pytorch"]["parameters"] == check_settings.of(model, "pytorch").smoke_parameters
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
 def test_flops_match_the_hyperparameters(described, framework):
     assert_smoke_flops(described[framework]["flops_per_sample"], expected_forward_flops(described["model"]), rel=0)
 
 
-@pytest.mark.slow
 def test_same_weights_same_outputs(described):
     """The same perturbed weights give the same logits (Llama: every token's over the vocabulary; ViT: each image's
     classes) to 1e-4 of their largest value: RoPE's scaling, grouped-query attention, the tied projection, the

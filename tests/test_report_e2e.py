@@ -16,7 +16,6 @@ from model_checks import tbdkit
 FAST = ["--preset", "smoke", "--device", "cpu", "--max-warmup-s", "2", "--max-measure-s", "3", "--cv-limit", "0.5"]
 
 
-@pytest.mark.slow
 def test_sweep_report_bundle(small_sweep, tmp_path):
     results, out = tmp_path / "results", tmp_path / "report"
     # Deep Speech 2 on PyTorch at batches 1 and 2 is the session's small sweep (same caps): a copy of it

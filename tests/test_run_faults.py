@@ -266,7 +266,6 @@ def test_a_second_sweep_of_a_live_sweep_is_refused_and_leaves_its_run_alone(tmp_
     assert {p["status"] for p in after.state.points.values()} == {"ok"}
 
 
-@pytest.mark.slow
 def test_a_real_agent_killed_by_sigkill_keeps_its_iterations(tmp_path):
     """The machinery check (smoke, CPU) through the native launcher; SIGKILL to the agent once it measures."""
     import signal

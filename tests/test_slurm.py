@@ -27,7 +27,6 @@ from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) 
 from tests.slurm_cluster import Cluster, cluster
 from tests.test_distributed import slow_steps
 
-pytestmark = pytest.mark.slow  # training loops, through a real scheduler
 ROOT = Path(__file__).resolve().parents[1]
 TBDKIT = ".venv/bin/tbdkit"
 FAST = ["--preset", "smoke", "--device", "cpu", "--batch", "2", "--max-warmup-s", "3", "--max-measure-s", "6"]

@@ -42,7 +42,6 @@ def fingerprint(run_dir: Path) -> dict[str, tuple[int, str]]:
             for p in sorted(run_dir.iterdir()) if p.is_file()}
 
 
-@pytest.mark.slow
 def test_small_sweep_runs_the_grid(small_sweep):
     results, proc = small_sweep
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -63,7 +62,6 @@ def test_small_sweep_runs_the_grid(small_sweep):
     assert len([d for d in results.iterdir() if (d / "spec.json").exists()]) == 2
 
 
-@pytest.mark.slow
 def test_bundle_and_reproduce_round_trip(small_sweep, tmp_path):
     results, proc = small_sweep
     assert proc.returncode == 0
@@ -103,7 +101,6 @@ def test_bundle_and_reproduce_round_trip(small_sweep, tmp_path):
     assert bad.returncode == 2 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
 
 
-@pytest.mark.slow
 def test_killed_sweep_resumes(tmp_path):
     results = tmp_path / "results"
     # a window long enough (2 s, no early stop) for the poll below to find the second point measuring
@@ -149,7 +146,6 @@ def test_killed_sweep_resumes(tmp_path):
     assert {r["run_id"]: r["status"] for r in Index(results).runs()}[done["run_id"]] == done["status"]
 
 
-@pytest.mark.slow
 def test_max_batch_under_a_memory_limit(tmp_path):
     """On the CPU a 400 MiB limit on the agent's growth stops deepspeech2 (smoke) at a batch
     between 4 and 8; the search must land on a batch that fits next to one that does not. (Still on PyTorch: an
