@@ -89,8 +89,12 @@ def test_the_support_matrix_is_the_catalogs() -> None:
     workload file for (a file added, removed or renamed changes what runs)."""
     from tbdkit.spec import catalog
 
+    from tbdkit.core.frameworks import PAPER_FRAMEWORKS
+
     matrix = support_matrix(README.read_text())
-    assert matrix == {name: set(model.frameworks) for name, model in catalog.models().items()}
+    # the machinery check's model (framework numpy, no paper framework) is named under Commands, not in the matrix
+    frameworks = {name: set(model.frameworks) & set(PAPER_FRAMEWORKS) for name, model in catalog.models().items()}
+    assert matrix == {name: fws for name, fws in frameworks.items() if fws}
 
 
 def test_a_support_matrix_row_may_name_several_models() -> None:
