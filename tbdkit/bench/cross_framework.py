@@ -98,24 +98,33 @@ def flops_outcomes(model: catalog.Model, described: Described, parity: ModuleTyp
     return out
 
 
-def listed_state(model: catalog.Model) -> dict[str, int]:
+def listed_state(model: catalog.Model) -> dict[str, int] | None:
     """Each framework's non-trainable state on the smoke preset as workload.toml's [[framework_difference]] lists
-    it (smoke_state_values), or none on every framework."""
+    it (smoke_state_values); None where it lists none."""
     differences = tomllib.loads((model.folder / "workload.toml").read_text()).get("framework_difference", [])
     listed = [d["smoke_state_values"] for d in differences if "smoke_state_values" in d]
-    return dict(listed[0]) if listed else dict.fromkeys(model.frameworks, 0)
+    return dict(listed[0]) if listed else None
 
 
 def state_outcomes(model: catalog.Model, described: Described) -> list[Outcome]:
+    """Each framework's non-trainable state (batch-norm statistics, fixed tables) as workload.toml lists it, or,
+    where it lists none, the same on every framework."""
     listed = listed_state(model)
+    first = described[model.frameworks[0]]["framework_state"]["non_trainable_state"]
     out = []
     for framework, d in described.items():
         state = d["framework_state"]["non_trainable_state"]
-        gaps = (
-            []
-            if state == listed.get(framework)
-            else [f"{state:,} non-trainable values, workload.toml's smoke_state_values says {listed.get(framework)}"]
-        )
+        if listed is None:
+            gaps = [] if state == first else [f"{state:,} non-trainable values, {model.frameworks[0]} {first:,}, and "
+                                              "workload.toml's smoke_state_values lists no difference"]  # fmt: skip
+        else:
+            gaps = (
+                []
+                if state == listed.get(framework)
+                else [
+                    f"{state:,} non-trainable values, workload.toml's smoke_state_values says {listed.get(framework)}"
+                ]
+            )
         out.append(_outcome("framework state", framework, gaps, f"{state:,} non-trainable values, as listed"))
     return out
 

@@ -16,9 +16,11 @@ def forward_flops(hp: dict) -> int:
 
 
 def network_gaps(described: dict, hp: dict) -> list[str]:
-    """The canonical layer order in every framework; 677,943 parameters."""
+    """The canonical layer order in every framework; 677,943 parameters; no non-trainable state."""
     gaps = [f"{fw}'s layers {names}" for fw, d in described.items()
             if (names := [x["name"] for x in d["layers"]]) != ["conv1", "conv2", "dense1", "dense2", "dense3"]]
+    gaps += [f"{fw} holds {d['framework_state']['non_trainable_state']} non-trainable values" for fw, d in
+             described.items() if d["framework_state"]["non_trainable_state"] != 0]  # fmt: skip
     if described["pytorch"]["parameters"] != 677_943:
         gaps.append(f"{described['pytorch']['parameters']:,} parameters, not 677,943")
     return gaps
