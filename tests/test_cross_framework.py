@@ -20,7 +20,8 @@ MODELS = sorted(name for name, model in catalog.models().items() if len(model.fr
 @pytest.mark.parametrize("model", MODELS)
 def test_the_frameworks_agree(model):
     outcomes = cross_framework.check(catalog.get(model))
-    failed = [o for o in outcomes if o["status"] != "passed"]
+    # a kit model states its FLOPs (parity.py's forward_flops); its own layer checks (network_gaps) are optional
+    failed = [o for o in outcomes if o["status"] == "failed" or (o["status"] == "skipped" and o["check"] != "network")]
     assert not failed, failed
     frameworks = catalog.get(model).frameworks
     # every check ran: FLOPs, state and outputs on each framework, and the model's own network checks
