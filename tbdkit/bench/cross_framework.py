@@ -139,7 +139,9 @@ def own_outcome(model: catalog.Model, described: Described, parity: ModuleType |
 
 def _within(ours: np.ndarray, theirs: np.ndarray, tol: check_settings.Tolerance) -> str | None:
     if ours.shape != theirs.shape:
-        return f"shape {ours.shape} against {theirs.shape}"
+        if ours.size != 1 or theirs.size != 1:  # one number may be a scalar in one framework, (1,) in another
+            return f"shape {ours.shape} against {theirs.shape}"
+        ours = ours.reshape(theirs.shape)
     largest = float(np.abs(theirs).max()) if theirs.size else 0.0
     scale = {"one": 1.0, "largest": largest, "largest_or_1": max(largest, 1.0)}[tol.scale]
     off = np.abs(ours.astype(np.float64) - theirs) - (tol.atol * scale + tol.rtol * np.abs(theirs))
