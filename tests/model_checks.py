@@ -644,6 +644,14 @@ def generated_tests(framework: str) -> dict[str, Any]:
         outcome = Checker(catalog.get(name), framework).contract()
         assert outcome.status == "passed", outcome.detail
 
+    def test_paper_parameter_count(name: str) -> None:
+        """The paper preset's parameters, counted without training (PyTorch's on the meta device), against [model]
+        params_millions or the difference [checks.paper_parameters] explains (`tbdkit check-workload`'s check)."""
+        from tbdkit.agent.workload_checks import Checker
+
+        outcome = Checker(catalog.get(name), framework).paper_parameters()
+        assert outcome.status != "failed", outcome.detail
+
     def test_initial_weights_are_drawn_apart(name: str) -> None:
         """Each random weight its own draw, made after the run's seed (the learning check's network, before its
         first step): no initializer shared by several weights, none made at import time."""
@@ -697,6 +705,7 @@ def generated_tests(framework: str) -> dict[str, Any]:
             "test_smoke_parameter_count": test_smoke_parameter_count,
             "test_workload_file_holds_only_model_code": test_workload_file_holds_only_model_code,
             "test_meets_the_contract": test_meets_the_contract,
+            "test_paper_parameter_count": test_paper_parameter_count,
             "test_initial_weights_are_drawn_apart": test_initial_weights_are_drawn_apart,
             "test_compiled_step_matches_standard": test_compiled_step_matches_standard,
             "test_bf16_stays_near_fp32": test_bf16_stays_near_fp32}

@@ -86,16 +86,23 @@ def _described(parameters: int, forward: int) -> dict:
             "flops_per_sample": {"forward": forward}}  # fmt: skip
 
 
-def test_the_same_network_on_every_framework(monkeypatch):
-    import tbdkit.describe
-    from tbdkit.bench import check_workload
+def test_the_same_network_on_every_framework():
+    from tbdkit.bench import cross_framework
 
     model = catalog.get("resnet50")
-    monkeypatch.setattr(tbdkit.describe, "in_stack", lambda name, fw, preset: _described(216, 1000))
-    assert check_workload.network_parity(model)["status"] == "passed"
+    same = dict.fromkeys(model.frameworks, _described(216, 1000))
+    assert cross_framework.network_parity(model, same)["status"] == "passed"
     differs = {"pytorch": _described(216, 1000), "tensorflow": _described(217, 1000), "mxnet": _described(216, 1020)}
-    monkeypatch.setattr(tbdkit.describe, "in_stack", lambda name, fw, preset: differs[fw])
-    outcome = check_workload.network_parity(model)
+    outcome = cross_framework.network_parity(model, differs)
     assert outcome["status"] == "failed", outcome
     assert "tensorflow has 217 parameters, pytorch 216" in outcome["detail"]
     assert "mxnet's forward FLOPs 1,020 against pytorch's 1,000 (over 1%)" in outcome["detail"]
+
+
+def test_the_paper_count_and_its_known_differences_are_settings():
+    """[checks.paper_parameters]: Inception-v3's published size leaves the auxiliary classifier out, DiT's differs
+    from the published one by a known count, said why; the default tolerance is 1%."""
+    assert check_settings.of(catalog.get("inception_v3"), "pytorch").paper_parameters.exclude == ("AuxLogits.",)
+    dit = check_settings.of(catalog.get("dit"), "pytorch").paper_parameters
+    assert dit.expected == 749_826_464 and "embedders" in dit.differs
+    assert check_settings.of(catalog.get("resnet50"), "mxnet").paper_parameters == check_settings.PaperParameters()

@@ -87,6 +87,21 @@ def fp32_again(framework: str) -> None:
         module.Precision("fp32", on_gpu=False)
 
 
+def paper_count(model: catalog.Model, framework: str, exclude: tuple[str, ...] = ()) -> int:
+    """The paper preset's parameters without training: PyTorch's network built on the meta device (no memory, no
+    initialization), less the parameters whose names start with an `exclude` prefix; another framework's built for
+    real through its adapter (`exclude` applies to PyTorch's names only)."""
+    hp = model.hp("paper")
+    if framework != "pytorch":
+        return int(adapter(model, framework, hp).model_info()["parameters"])
+    import torch
+
+    workload = catalog.load_module(model, "pytorch")
+    with torch.device("meta"):
+        network = workload.build(hp, torch.device("meta")).model
+    return sum(p.numel() for n, p in network.named_parameters() if not n.startswith(exclude))
+
+
 class Checker:
     """The checks of one model on one framework, each an Outcome."""
 
@@ -121,6 +136,24 @@ class Checker:
         counted = adapter(self.model, self.framework, self.smoke).model_info()["parameters"]
         failure = None if counted == expected else f"counted {counted:,} parameters, [checks] says {expected:,}"
         return self.outcome("parameters", failure, f"{counted:,} on the smoke preset, as [checks] says")
+
+    def paper_parameters(self) -> Outcome:
+        published = self.model.info.get("params_millions")
+        if published is None:
+            return self.skipped("paper parameters", "workload.toml's [model] gives no params_millions (published size)")
+        spec = self.settings.paper_parameters
+        if self.framework != "pytorch" and "pytorch" in self.model.frameworks:
+            return self.skipped("paper parameters", "counted on PyTorch's meta device; the smoke counts of the "
+                                "frameworks are held equal by the same-network check")  # fmt: skip
+        counted = paper_count(self.model, self.framework, spec.exclude)
+        left_out = f" less {', '.join(spec.exclude)}" if spec.exclude else ""
+        said = f"{counted:,}{left_out} on the paper preset, params_millions {published:g} M"
+        if spec.expected is not None:  # a known difference from the published count, said why
+            failure = None if counted == spec.expected else f"counted {counted:,}, [checks] expects {spec.expected:,}"
+            return self.outcome("paper parameters", failure, f"{said}: {spec.differs}")
+        off = abs(counted / 1e6 - published) / published
+        failure = None if off <= spec.rel else f"{said}: off by {off:.1%} (more than {spec.rel:g})"
+        return self.outcome("paper parameters", failure, f"{said} (within {spec.rel:g})")
 
     def learning(self) -> Outcome:
         spec = self.settings.learning
@@ -207,7 +240,8 @@ class Checker:
         first = [self.contract(), self.model_code()]
         if first[0].status == "failed":
             return [*first, *(self.skipped(c, "the contract's gaps come first") for c in _TABLES)]
-        checks: list[Callable[[], Outcome | list[Outcome]]] = [self.parameters, self.learning, self.math_modes]
+        checks: list[Callable[[], Outcome | list[Outcome]]] = [self.parameters, self.paper_parameters, self.learning,
+                                                               self.math_modes]  # fmt: skip
         if graph == "compiled":
             checks.append(self.parity)
         out = first
@@ -226,6 +260,7 @@ class Checker:
 
 _TABLES = {
     "parameters": "smoke_parameters = the smoke preset's parameter count",
+    "paper parameters": "params_millions in [model]; [checks.paper_parameters] where the count differs",
     "learning": "batch_size, steps, factor: a few steps on one fixed batch lower the loss below factor x the first",
     "math modes": "batch_size: one step in each math mode",
     "compiled": "its tolerances; without one the defaults hold",

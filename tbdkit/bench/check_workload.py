@@ -1,6 +1,6 @@
 """`tbdkit check-workload DIR|MODEL`, host side: the contract's data part here, then every other check in each
 framework's stack (a process of its Python, as the agent runs: tbdkit.agent.workload_checks), and, for a model with
-several frameworks, their networks against each other (describe's parameters, layers and FLOPs)."""
+several frameworks, their networks and outputs against each other (tbdkit.bench.cross_framework)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
+from tbdkit.bench import cross_framework
 from tbdkit.core.errors import UserError
 from tbdkit.env import stacks
 from tbdkit.spec import catalog, contract
@@ -39,31 +40,13 @@ def in_stack(folder: Path, framework: str, graph: str) -> list[Outcome]:
     return list(json.loads(lines[-1]))
 
 
-def network_parity(model: catalog.Model) -> Outcome:
-    """The same network on every framework: describe's parameter count, canonical layers and forward FLOPs (1%)."""
-    from tbdkit.describe import in_stack as describe
-
+def across_frameworks(model: catalog.Model) -> list[Outcome]:
+    """The checks across the model's frameworks (tbdkit.bench.cross_framework): the same network, FLOPs, state and
+    the same outputs for the same weights."""
     if catalog.models().get(model.name, None) is None or catalog.get(model.name).folder != model.folder:
-        return {"check": "same network", "framework": "all", "status": "skipped",
-                "detail": "describe compares the frameworks of the kit's own models"}  # fmt: skip
-    try:
-        described = {f: describe(model.name, f, "smoke") for f in model.frameworks}
-    except UserError as exc:  # a stack not installed here, or a describe that failed: said in one sentence
-        return {"check": "same network", "framework": "all", "status": "failed", "detail": str(exc)}
-    first, *others = model.frameworks
-    gaps = []
-    for other in others:
-        a, b = described[first], described[other]
-        if a["parameters"] != b["parameters"]:
-            gaps.append(f"{other} has {b['parameters']:,} parameters, {first} {a['parameters']:,}")
-        layers = [[(x["name"], x["params"]) for x in d["layers"]] for d in (a, b)]
-        if layers[0] != layers[1]:
-            gaps.append(f"{other}'s canonical layers differ from {first}'s")
-        fa, fb = a["flops_per_sample"]["forward"], b["flops_per_sample"]["forward"]
-        if abs(fa - fb) > 0.01 * max(fa, fb):
-            gaps.append(f"{other}'s forward FLOPs {fb:,} against {first}'s {fa:,} (over 1%)")
-    detail = "; ".join(gaps) or f"{', '.join(model.frameworks)}: the same parameters, layers and FLOPs"
-    return {"check": "same network", "framework": "all", "status": "failed" if gaps else "passed", "detail": detail}
+        return [{"check": "same network", "framework": "all", "status": "skipped",
+                 "detail": "describe compares the frameworks of the kit's own models"}]  # fmt: skip
+    return cross_framework.check(model)
 
 
 def check(target: str, framework: str | None = None, graph: str = "standard") -> list[Outcome]:
@@ -78,7 +61,7 @@ def check(target: str, framework: str | None = None, graph: str = "standard") ->
     frameworks = [framework] if framework else list(model.frameworks)
     outcomes = [o for f in frameworks for o in in_stack(folder, f, graph)]
     if framework is None and len(model.frameworks) > 1:
-        outcomes.append(network_parity(model))
+        outcomes += across_frameworks(model)
     return outcomes
 
 

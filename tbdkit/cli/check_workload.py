@@ -23,7 +23,8 @@ def check_workload(
     ),
 ) -> None:
     """Check a workload folder: the contract, its parameter count, a few steps that lower the loss, each math mode,
-    only model code in its files; with --graph compiled, the compiled and bf16 steps; its frameworks' networks."""
+    only model code in its files; the paper preset's size; with --graph compiled, the compiled and bf16 steps; its
+    frameworks' networks and their outputs for the same weights."""
     if graph not in ("standard", "compiled"):
         raise typer.BadParameter("choose standard or compiled", param_hint="--graph")
     outcomes = checks.check(target, framework, graph)

@@ -12,10 +12,21 @@ the `[checks]` table of the model's workload.toml. A key of a check's table hold
     batch_size = 2
     [checks.parity]                          # --graph compiled and bf16 against the standard steps
     bf16_tol = 0.2
+    [checks.paper_parameters]                # the paper preset's count against [model] params_millions
+    exclude = ["AuxLogits."]                 # what the published count leaves out (PyTorch's names)
     [checks.learning.mxnet]
     hp = {learning_rate = 0.02}
 
-A check a model cannot take in this form names the model's own test instead (`elsewhere = "test_name"`)."""
+A check a model cannot take in this form names the model's own test instead (`elsewhere = "test_name"`).
+
+A model with several frameworks also has its outputs compared: PyTorch's weights (the first framework's), moved
+through describe's canonical layout into each other framework, give the same outputs on data.py's probe batch.
+
+    [checks.outputs.compare]                 # an output's tolerance (default: every output, atol = rtol = 1e-4)
+    output = {atol = 1e-5, scale = "largest_or_1"}   # atol x the largest |value| (at least 1) of the first's
+    [checks.outputs.tensorflow]              # one framework's own: nothing compared, every output finite
+    compare = {}
+    finite = ["*"]"""
 
 from __future__ import annotations
 
@@ -82,6 +93,19 @@ class Parity:
 
 
 @dataclass(frozen=True)
+class PaperParameters:
+    """The paper preset's parameters, counted without training (PyTorch: built on the meta device), against [model]
+    params_millions: within `rel` of it, less the parameters whose (PyTorch) names start with an `exclude` prefix
+    (what the published count leaves out). Where the network's count differs from the published one for a known
+    reason, `expected` is the network's exact count and `differs` says why."""
+
+    rel: float = 0.01
+    exclude: tuple[str, ...] = ()
+    expected: int | None = None
+    differs: str | None = None
+
+
+@dataclass(frozen=True)
 class Checks:
     """One model's check settings on one framework (None: the model's workload.toml has no such table)."""
 
@@ -90,6 +114,31 @@ class Checks:
     math_modes: MathModes | Elsewhere | None
     parity: Parity | None
     same_draw: str | None  # why one draw gives several initial weights on this framework, where it does
+    paper_parameters: PaperParameters = PaperParameters()
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How close one output of a framework must be to the first framework's: |ours - theirs| <= atol x s + rtol x
+    |theirs|, where s is 1, the largest |value| of theirs ("largest") or that but at least 1 ("largest_or_1")."""
+
+    atol: float = 0.0
+    rtol: float = 0.0
+    scale: str = "one"
+
+
+SCALES = ("one", "largest", "largest_or_1")
+# what [checks.outputs] holds where a model has none: every output within 1e-4 (absolute and relative)
+EVERY_OUTPUT = "*"
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The outputs compared on one framework against the first framework's, each with its tolerance (`*`: every
+    output, and the same outputs in both), and the outputs (fnmatch patterns) that need only be finite."""
+
+    compare: dict[str, Tolerance] = field(default_factory=lambda: {EVERY_OUTPUT: Tolerance(1e-4, 1e-4)})
+    finite: tuple[str, ...] = ()
 
 
 CHECKS = ("learning", "math_modes", "parity")
@@ -127,13 +176,41 @@ def from_table(checks: dict[str, Any], framework: str, where: str = "[checks]") 
     parity = _merged(checks.get("parity"), framework)
     same_draw = checks.get("same_draw", {}).get(framework)
     parameters = checks.get("smoke_parameters")
+    paper = _merged(checks.get("paper_parameters"), framework) or {}
+    if "exclude" in paper:
+        paper["exclude"] = tuple(paper["exclude"])
     return Checks(
         smoke_parameters=int(parameters) if parameters is not None else None,
         learning=None if learning is None else _build(Learning, learning, f"{where} learning ({framework})"),
         math_modes=None if modes is None else _build(MathModes, modes, f"{where} math_modes ({framework})"),
         parity=None if parity is None else _build(Parity, parity, f"{where} parity ({framework})"),
         same_draw=None if same_draw is None else str(same_draw),
+        paper_parameters=_build(PaperParameters, paper, f"{where} paper_parameters ({framework})"),
     )
+
+
+def outputs_from_table(checks: dict[str, Any], framework: str, where: str = "[checks]") -> Outputs:
+    """The output comparison of one framework from a workload.toml's parsed [checks] table."""
+    table = _merged(checks.get("outputs"), framework)
+    if table is None:
+        return Outputs()
+    where = f"{where} outputs ({framework})"
+    unknown = sorted(set(table) - {"compare", "finite"})
+    if unknown:
+        raise UserError(f"{where} has unknown keys {', '.join(unknown)}: use compare and finite.")
+    compare = {}
+    for key, given in table.get("compare", {}).items():
+        tolerance = _build(Tolerance, given, f"{where} compare.{key}")
+        if tolerance.scale not in SCALES:
+            raise UserError(f"{where} compare.{key} has scale {tolerance.scale!r}: use one of {', '.join(SCALES)}.")
+        compare[key] = tolerance
+    return Outputs(compare, tuple(table.get("finite", ())))
+
+
+def outputs_of(model: Any, framework: str) -> Outputs:
+    """The output comparison of a catalog model on one framework (not its first)."""
+    path = model.folder / "workload.toml"
+    return outputs_from_table(tomllib.loads(path.read_text()).get("checks", {}), framework, f"{path}'s [checks]")
 
 
 def of(model: Any, framework: str) -> Checks:
