@@ -16,7 +16,6 @@ from tbdkit.spec import catalog, check_settings
 MODELS = sorted(name for name, model in catalog.models().items() if len(model.frameworks) > 1)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
 def test_the_frameworks_agree(model):
     outcomes = cross_framework.check(catalog.get(model))

@@ -1,7 +1,7 @@
-"""Llama and ViT-B/16 on PyTorch (transformers, torchvision) and TensorFlow (keras-hub) side by side: the same
-network (parity of `tbdkit describe`: the same parameters in the same canonical layers, the same FLOPs per
-sample, both equal to the hyperparameters' closed form) and, with the same weights moved through the canonical
-layout, the same outputs. Needs the PyTorch and TensorFlow stacks."""
+"""Llama and ViT-B/16 on PyTorch (transformers, torchvision) and TensorFlow (keras-hub): with the same perturbed
+weights moved through the canonical layout, the same outputs (tests/test_cross_framework.py checks the same network,
+the FLOPs of parity.py's closed form and the outputs of the weights as built, for these as for every model). Needs
+the PyTorch and TensorFlow stacks."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from framework_parity import (assert_read_back, assert_same_network, assert_smoke_flops, describe_in_stack,
+from framework_parity import (assert_read_back, describe_in_stack,
                               framework_differences)
-from tbdkit.spec import catalog, check_settings
+from tbdkit.spec import catalog
 
 MODELS = ("llama", "vit")
 
@@ -49,34 +49,6 @@ def test_llama_and_vit_run_on_pytorch_and_tensorflow_only():
         assert list(catalog.get(model).frameworks) == ["pytorch", "tensorflow"], model
         (entry,) = [d for d in framework_differences(model) if d["what"] == "frameworks"]
         assert "archived" in entry["mxnet"] and "keras-hub" in entry["tensorflow"], model
-
-
-def expected_forward_flops(model: str) -> int:
-    """Forward FLOPs of one smoke sample from the hyperparameters alone, 2 per multiply-accumulate of every weight
-    product. Llama: q, k, v (grouped: kv_heads x head), output and the three SwiGLU projections per layer and the
-    tied output projection, at every token; ViT: the patch convolution at every patch, q, k, v, output and the MLP
-    at every token (patches + the class token), the head at the class token."""
-    hp = catalog.get(model).hp("smoke")
-    if model == "llama":
-        d, t = hp["hidden_size"], hp["seq_len"]
-        kv = d // hp["num_attention_heads"] * hp["num_key_value_heads"]
-        layer = 2 * d * d + 2 * d * kv + 3 * d * hp["intermediate_size"]
-        return 2 * t * (hp["num_hidden_layers"] * layer + d * hp["vocab_size"])
-    d, p = hp["hidden_dim"], hp["patch_size"]
-    patches = (hp["image_size"] // p) ** 2
-    layer = 4 * d * d + 2 * d * hp["mlp_dim"]
-    return 2 * (patches * 3 * p * p * d + (patches + 1) * hp["num_layers"] * layer + d * hp["num_classes"])
-
-
-def test_the_same_network(described):
-    assert_same_network(described["pytorch"], described["tensorflow"], also=("tied", "kind"))
-    model = catalog.get(described["model"])
-    assert described["pytorch"]["parameters"] == check_settings.of(model, "pytorch").smoke_parameters
-
-
-@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
-def test_flops_match_the_hyperparameters(described, framework):
-    assert_smoke_flops(described[framework]["flops_per_sample"], expected_forward_flops(described["model"]), rel=0)
 
 
 def test_same_weights_same_outputs(described):
