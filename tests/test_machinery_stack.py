@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from model_checks import tbdkit
+from run_invariants import assert_run_holds
 from tbdkit.results.summary import MEASURED
 
 MACHINERY = ["--model", "mlp_numpy", "--framework", "numpy", "--preset", "smoke", "--max-warmup-s", "0.3",
@@ -26,7 +27,7 @@ def test_the_machinery_stack_benches_through_the_cli(tmp_path):
     (row,) = json.loads(proc.stdout)
     assert (row["model"], row["framework"], row["status"] in MEASURED) == ("mlp_numpy", "numpy", True), row
     (run,) = [p for p in (tmp_path / "res").iterdir() if p.is_dir()]
-    summary = json.loads((run / "summary.json").read_text())
+    summary = assert_run_holds(run, indexed=True)  # every file, counts, units, the index row (run_invariants)
     env = json.loads((run / "env.json").read_text())
     assert summary["model_info"]["parameters"] == 32 * 64 + 64 + 64 * 10 + 10
     assert summary["loss"]["last"] < summary["loss"]["first"]  # a real network that learns its batches
@@ -113,6 +114,7 @@ def test_a_data_parallel_job_of_the_machinery_stack_averages_its_gradients(tmp_p
     assert "control channel" in summary["interconnect"]["backend"]
     run = tmp_path / summary["run_id"]
     assert (run / "workers" / "rank1" / "iterations.csv").read_text().count(",measure,") >= 1
+    assert assert_run_holds(run, indexed=True)["world_size"] == 2  # and each worker's folder as a run of its own
 
 
 def test_the_workers_step_with_the_mean_of_their_gradients():
