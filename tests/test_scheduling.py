@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from model_checks import BF16_IN_EVERY_CELL, OUTCOME_CELLS, functions_defined, in_make_test, models_on, outcome
+from model_checks import (BF16_IN_EVERY_CELL, EVERY_LEG_IN_MAKE_TEST, OUTCOME_CELLS, functions_defined, in_make_test,
+                          models_on, outcome)
 from scheduling import ALL_CORES, LONGEST_FIRST, SERIAL, is_serial, longest_first, serial_files, unit_of
 
 TESTS = Path(__file__).parent
@@ -60,7 +61,7 @@ def test_every_long_unit_exists():
     models = {p.parent.name for p in (TESTS.parent / "workloads").glob("*/workload.toml")}
     for unit in LONGEST_FIRST:
         stack, _, model = unit.partition("/")
-        assert unit in units or (model in models and stack in ("pytorch", "tensorflow", "mxnet")), unit
+        assert unit in units or (model in models and stack in ("pytorch", "tensorflow", "mxnet", "cross_framework")), unit
 
 
 AFFINITY_PROBE = """import json, os, subprocess, sys
@@ -111,8 +112,10 @@ def test_make_test_checks_each_compile_and_bf16_outcome_of_each_stack_once():
     cells' legs are `make test-compiled`'s."""
     for stack, cells in OUTCOME_CELLS.items():
         for leg in ("compiled", "bf16"):
-            kept = [m for m in models_on(stack) if in_make_test(m, stack, leg)]
-            outcomes = {outcome(m, stack, leg) for m in models_on(stack)}
+            every = EVERY_LEG_IN_MAKE_TEST.get(stack, set())
+            assert all(in_make_test(m, stack, leg) for m in every)  # today's workloads: both legs, on purpose
+            kept = [m for m in models_on(stack) if in_make_test(m, stack, leg) and m not in every]
+            outcomes = {outcome(m, stack, leg) for m in models_on(stack) if m not in every}
             assert {outcome(m, stack, leg) for m in kept} == outcomes, (stack, leg, kept, outcomes)
             if not (leg == "bf16" and stack in BF16_IN_EVERY_CELL):
                 assert len(kept) == len(outcomes), (stack, leg, kept)
