@@ -21,7 +21,7 @@ from tbdkit.env.doctor import Check
 NAMES = [
     "NVIDIA GPU", "NVIDIA driver", "NVML", "NVML GPM metrics", "GPU clocks locked",
     "Docker client", "Docker daemon", "NVIDIA container runtime",
-    "PyTorch stack", "TensorFlow stack", "MXNet stack", "C compiler and Python headers (--graph compiled)",
+    "PyTorch stack", "TensorFlow stack", "MXNet stack", "NumPy stack", "C compiler and Python headers (--graph compiled)",
     "GPU performance counters", "Nsight Compute (ncu)", "Nsight Systems (nsys)",
 ]
 NO_DRIVER_HERE = not Path("/proc/driver/nvidia").exists() and shutil.which("nvidia-smi") is None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -106,6 +107,8 @@ def poisoned_results(root: Path) -> tuple[Path, dict[str, str]]:
             data = _poison(data, name, tags, KEEP)
             if name == "summary.json" and batch == 4:  # its variant and device differ: the page names both runs'
                 data |= {"variant": "plain", "device": "cuda:0"}
+            if name == "summary.json":  # the paper's framework, so both are drawn (another's run is listed only)
+                data |= {"framework": "pytorch"}
             (run / name).write_text(json.dumps(data))
         with (run / "kernels.csv").open("w", newline="") as fh:
             w = csv.writer(fh)
@@ -115,6 +118,12 @@ def poisoned_results(root: Path) -> tuple[Path, dict[str, str]]:
             w.writerow([payload("kernel"), 1, 1.0, 0.5, 1.0, 5.0, "", payload("kmethod", 1)])  # below the average
         hostile = run.with_name(f"{run.name}{FOLDER_PAYLOAD}")
         run.rename(hostile)
+    # a third run whose framework is hostile: listed, never drawn, its name escaped too
+    other = shutil.copytree(hostile, results / "20261122-100009-other")
+    summary = json.loads((other / "summary.json").read_text())
+    tags["summary.json.framework"] = payload("framework")
+    (other / "summary.json").write_text(json.dumps(summary | {"framework": tags["summary.json.framework"],
+                                                              "run_id": other.name}))
     (results / "index.sqlite").unlink()
     Index(results).rebuild()
     return results, tags

@@ -5,17 +5,32 @@ the PyTorch and TensorFlow stacks."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from framework_parity import (assert_read_back, describe_in_stack,
-                              framework_differences)
+from framework_parity import framework_differences, run_in_stack
 from tbdkit.spec import catalog
 
 MODELS = ("llama", "vit")
+
+
+def describe_in_stack(model: str, framework: str, *args: str) -> dict[str, Any]:
+    """The JSON of `python -m tbdkit.describe` for one model in the framework's own stack venv; `args` add e.g.
+    `--save PATH` (canonical weights and the probe batch's outputs) or `--weights-from PATH`."""
+    return json.loads(run_in_stack(framework, "-m", "tbdkit.describe", "--model", model, "--framework", framework,
+                                   *args))
+
+
+def assert_read_back(reference: Path, out: Path) -> Any:
+    """The weights a framework saved to `out` after loading `reference` are `reference`'s, unchanged; the loaded `out`."""
+    theirs, ours = np.load(reference), np.load(out)
+    for key in (k for k in theirs.files if "/" in k):
+        np.testing.assert_array_equal(ours[key], theirs[key], err_msg=key)
+    return ours
 
 
 def perturbed(reference: Path, out: Path) -> Path:

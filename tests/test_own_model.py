@@ -306,9 +306,14 @@ def test_the_agents_environment_carries_the_folders(tmp_path, monkeypatch):
 def test_a_run_of_a_kit_model_recorded_on_other_files_is_said():
     from tbdkit.artifact import workloads as carried
 
-    spec = {"model": "deepspeech2", "workload": {"origin": "kit", "files": {"pytorch.py": "0" * 64}}}
+    from tbdkit.spec import catalog, provenance
+
+    files = provenance.record(catalog.get("deepspeech2"), catalog.get("deepspeech2").hp("smoke")).files
+    spec = {"model": "deepspeech2", "workload": {"origin": "kit", "files": {**files, "pytorch.py": "0" * 64}}}
     (line,) = carried.differences_here({"results/r1/spec.json": json.dumps(spec).encode()}, [])
-    assert line.startswith("model deepspeech2: this kit's files differ") and "pytorch.py" in line
+    assert line.startswith("model deepspeech2: this kit's files differ") and "(pytorch.py)" in line, line
+    assert carried.differences_here({"results/r1/spec.json": json.dumps(spec | {"workload": {
+        "origin": "kit", "files": files}}).encode()}, []) == []  # the same files: nothing said
 
 
 def test_the_record_of_a_model_that_imports_nothing_shared(tmp_path, monkeypatch):

@@ -67,7 +67,7 @@ class WorkOnly:
 def warm_up(batches: Any, monkeypatch: pytest.MonkeyPatch, policy: MeasurePolicy = SMOKE) -> dict[str, Any]:
     clock = Clock()
     monkeypatch.setattr(loop_module, "time", SimpleNamespace(perf_counter=clock.perf_counter))
-    loop = TrainingLoop(PaddedCostAdapter(clock), batches, policy, lambda: False, collectors=[])
+    loop = TrainingLoop(PaddedCostAdapter(clock), batches, policy, lambda: False, collectors=[], clock=clock.perf_counter)
     loop.warm_up()
     return loop.result.warmup
 
@@ -109,7 +109,8 @@ def test_the_smoke_preset_ends_deep_speech_2s_warm_up_on_padded_cost_inside_its_
 def test_the_padded_work_reaches_iterations_csv(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(loop_module, "time", SimpleNamespace(perf_counter=clock.perf_counter))
-    loop = TrainingLoop(PaddedCostAdapter(clock), itertools.cycle(ds2_pool()), SMOKE, lambda: False, collectors=[])
+    loop = TrainingLoop(PaddedCostAdapter(clock), itertools.cycle(ds2_pool()), SMOKE, lambda: False, collectors=[],
+                        clock=clock.perf_counter)
     it = loop.one_more("analysis")
     assert it.row()["work_padded"] == pytest.approx(it.padded, abs=1e-6) and it.padded >= it.work
     assert it.cost == pytest.approx(it.seconds / it.padded)

@@ -134,7 +134,9 @@ def perfetto(paths: list[Path], queries: dict[str, str]) -> dict[Path, dict[str,
                     page = chromium.new_page()
                     page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(local)
                                else route.abort())
-                    page.goto(local)  # the UI asks the server for its trace (/localtrace) and loads it
+                    # the UI asks the server for its trace (/localtrace) and loads it; on a loaded 2-core machine the
+                    # page alone may take longer than playwright's 30 s default
+                    page.goto(local, timeout=120_000)
                     page.wait_for_function("() => window.app !== undefined && !!window.app.trace", timeout=120_000)
                     out[path] = {name: page.evaluate(_QUERY_JS, sql) for name, sql in queries.items()}
                     page.close()
