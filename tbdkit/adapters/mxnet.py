@@ -230,14 +230,14 @@ class MXNetAdapter:
         self.workload = workload
         # one process, several replicas (--one-process): a context each, the `device` kvstore between them
         self.contexts = replica_contexts(replicas, self.cuda_index is not None) if replicas > 1 else [self.ctx]
-        self.replica_devices: list[Any] = self.contexts if replicas > 1 else []  # the Replicas capability's
         self.training = workload.build(hp, self.contexts if replicas > 1 else self.ctx)
         self._stepped = False
         # --graph compiled: the hybridized blocks with static shapes too, where the inputs' shapes are fixed
         self.graph = graph
         self.static = StaticShapes(self.training, hp) if graph == "compiled" else None
         self.kvstore: Any = None  # a data-parallel job's dist_sync kvstore, once joined
-        if replicas > 1:
+        if replicas > 1:  # the Replicas capability: its devices, backend and comm_reason (a lone process has none)
+            self.replica_devices: list[Any] = self.contexts
             use_device_kvstore(self._trainers())
             self.backend = f"kvstore device ({replicas} replicas in one process)"
         self.precision.prepare_trainer(self.training.trainer)
