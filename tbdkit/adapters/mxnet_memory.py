@@ -11,7 +11,9 @@ sample window:
   (its activations, the inputs, the loss); the most of it over the step's backward passes is the
   figure. A hybridized block with static_alloc keeps its buffers from step to step, so the
   blocks' cached graphs are cleared before the step: the step plans and allocates them again
-  inside the measurement;
+  inside the measurement. Python's garbage is collected before the step and the collector is off
+  during it: the counter subtracts every free of storage it counted, so arrays an earlier measured
+  step left in reference cycles, collected inside this one, would lower its figure;
 - dynamic: the Gluon trainers' optimizer state (momentum, moments);
 - workspace: null: the counter MXNet exposes does not tell temporary workspace (kTempSpace)
   storage from the rest.
@@ -20,6 +22,7 @@ sample window:
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import tempfile
 from collections.abc import Callable, Iterator
@@ -149,8 +152,14 @@ def feature_maps(ctx: Any, step: Callable[[], Any], blocks: list[Any]) -> tuple[
         mx.profiler.Marker(domain, name).mark()
 
     clear_cached_graphs(blocks)
+    # The counter subtracts every free of storage it counted in an earlier measurement: collect the
+    # garbage of earlier steps (cycles holding arrays) now, wait for the engine to free it, and keep
+    # Python's collector off until the step ends
+    collecting = gc.isenabled()
+    gc.collect()
     mx.nd.waitall()
     trace = _trace_file()
+    gc.disable()
     mx.profiler.set_state("run")
     try:
         mark(START)
@@ -159,6 +168,8 @@ def feature_maps(ctx: Any, step: Callable[[], Any], blocks: list[Any]) -> tuple[
         mx.nd.waitall()
     finally:
         mx.profiler.set_state("stop")
+        if collecting:
+            gc.enable()
         mx.profiler.dump(finished=False)  # finished=True would end the profiler for the process
     got = held_at_backward_starts(read_trace(trace.read_text()), counter)
     if got is None:

@@ -82,6 +82,39 @@ def test_feature_maps_of_a_network_stepped_as_the_workloads_are_by_hand():
         t.step()  # and the network still trains after it
 
 
+def test_garbage_of_earlier_steps_is_not_subtracted_from_the_step():
+    """The storage profiler subtracts what is freed while it runs if it counted its allocation: an
+    array a measured step made and left in a reference cycle, freed by Python's collector inside a
+    later measured step, would lower that step's figure by its bytes. The second step below drops the
+    first one's array and makes the collector run at every allocation: the figure is still 696N + 4
+    bytes, and the collector is on again after."""
+    import gc
+
+    batch = 8
+    t = tiny(batch, as_workloads=True)
+    earlier: dict = {}
+
+    def first() -> None:
+        t.step()
+        held: list = [mx.nd.ones((batch, 100))]
+        held.append(held)  # a cycle: only the collector frees it
+        earlier["cycle"] = held
+
+    def second() -> None:
+        earlier.clear()  # the cycle is garbage now
+        thresholds = gc.get_threshold()
+        gc.set_threshold(1)
+        try:
+            t.step()
+        finally:
+            gc.set_threshold(*thresholds)
+
+    breakdown(t.params, t.state, mx.cpu(), first, t.blocks)
+    cats = breakdown(t.params, t.state, mx.cpu(), second, t.blocks)["categories"]
+    assert cats["feature_maps"]["bytes"] == (100 + 64 + 10) * 4 * batch + 4, cats["feature_maps"]
+    assert gc.isenabled()
+
+
 def test_held_bytes_are_read_at_each_backward_start():
     """A constructed trace (the layout MXNet's profiler dumps): the counter at each backward start less
     its value at the step's start; the most over two backward passes."""
