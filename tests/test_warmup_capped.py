@@ -51,6 +51,9 @@ def test_show_says_the_warm_up_was_capped(tmp_path):
     assert shown.returncode == 0, shown.stderr
     out = " ".join(shown.stdout.split())
     assert "warm-up capped: its time cap ended it after 99 iterations (30.2 s) before the rule judged" in out
+    with_warmup(run, CAPPED | {"cost_noise": 0.0742, "iterations_needed": 205})
+    out = " ".join(tbdkit("show", run.name, "-r", str(results)).stdout.split())
+    assert "its cost varied 7.4% per iteration; at that noise the rule needs about 205 iterations" in out
     with_warmup(run, STABLE)
     out = tbdkit("show", run.name, "-r", str(results)).stdout
     assert "capped" not in out and "stable" in out

@@ -47,3 +47,86 @@ def test_a_warm_up_decay_with_that_noise_still_waits_in_smoke():
         drift = [(1 + 0.3 * math.exp(-t / 30)) * math.exp(rng.gauss(0, quiet.NOISE)) for t in range(280)]
         n = first_stable(drift)
         assert n is None or 0.3 * math.exp(-n / 30) <= 0.05, n
+
+
+def test_the_recorded_quiet_runs_cost_varies_with_the_machine_not_its_shapes():
+    """The recorded run (quiet.recorded_run: 59 warm-up iterations in the 45 s cap, 7.6% noise per iteration):
+    its 8 batch shapes (the synthetic pool) cost alike per padded audio second, and a fixed cost per step
+    plus one per padded second (seconds = a + b x padded) leaves as much noise as the plain ratio: the spread
+    is the machine's, iteration to iteration, not the utterances' lengths."""
+    _, seconds, padded = quiet.recorded_run()
+    seconds, padded = seconds[1:], padded[1:]  # the first step builds the kernels
+    costs = [s / p for s, p in zip(seconds, padded)]
+    mean = statistics.fmean(seconds)
+    ratio_noise = statistics.stdev(costs) / statistics.fmean(costs)
+    b, a = statistics.linear_regression(padded, seconds)
+    fit_noise = statistics.stdev(s - (a + b * p) for s, p in zip(seconds, padded)) / mean
+    assert fit_noise > 0.9 * ratio_noise > 0.06, (fit_noise, ratio_noise)
+    by_shape: dict[float, list[float]] = {}
+    for c, p in zip(costs, padded):
+        by_shape.setdefault(round(p, 4), []).append(c)
+    assert len(by_shape) == 8
+    levels = [statistics.median(v) for v in by_shape.values()]
+    assert max(levels) / min(levels) < 1.1, levels
+
+
+def test_a_warm_up_the_cap_ended_records_the_noise_and_the_iterations_the_rule_needs():
+    """Replayed through the loop on its recorded seconds: the smoke rule does not judge the recorded run's
+    warm-up stable (its noise needs about 214 iterations; the 45 s cap held 59), and the warm-up record
+    says so: cost_noise, iterations_needed, and the rule's text naming both."""
+    import itertools
+    from dataclasses import dataclass
+
+    from tbdkit.agent.loop import TrainingLoop
+
+    phases, seconds, padded = quiet.recorded_run()
+    now = [0.0]
+
+    @dataclass
+    class Utterances:
+        samples: int
+        work: float
+        padded_work: float
+        seconds: float
+
+    class Replay:
+        cuda_index = None
+
+        def prepare(self, batch):
+            return batch
+
+        def step(self, batch):
+            now[0] += batch.seconds
+            return None
+
+        def loss_value(self, loss):
+            return float(loss)
+
+    policy = run_spec.build(model="deepspeech2", batch_size=4, preset="smoke").measure
+    batches = itertools.cycle(Utterances(4, p * 0.9, p, s) for s, p in zip(seconds, padded))
+    loop = TrainingLoop(Replay(), batches, policy, lambda: False, collectors=[], clock=lambda: now[0])
+    loop.warm_up()
+    warmup = loop.result.warmup
+    assert warmup["end_reason"] == "time_cap" and warmup["iterations"] == phases.count("warmup") == 59, warmup
+    assert 0.06 < warmup["cost_noise"] < 0.09, warmup
+    assert 180 < warmup["iterations_needed"] < 260, warmup
+    assert "cost_noise" in warmup["rule"] and "iterations_needed" in warmup["rule"]
+    # The whole recorded run (warm-up and window, 118 iterations) is not judged stable either: its noise needs more.
+    costs = [s / p for s, p in zip(seconds, padded)]
+    assert first_stable(costs) is None
+
+
+def test_the_iterations_needed_match_the_rule_on_flat_series():
+    """warmup_iterations_needed against the rule itself: flat series with 7.6% and 10% noise end the smoke
+    warm-up between 0.8 and 2 times the iterations it says (more at the rank statistics' edges)."""
+    from tbdkit.core.statistics import warmup_iterations_needed
+
+    p = run_spec.build(model="deepspeech2", batch_size=4, preset="smoke").measure
+    for noise in (0.076, 0.1):
+        need = warmup_iterations_needed(noise, p.warmup_window, p.warmup_tolerance, p.min_warmup_iterations,
+                                        projection=p.warmup_drift_projection)
+        assert need is not None
+        r = random.Random(f"flat-{noise}")
+        n = first_stable([math.exp(r.gauss(0, noise)) for _ in range(2 * need + 40)])
+        assert n is not None and 0.8 * need <= n <= 2 * need, (noise, need, n)
+    assert warmup_iterations_needed(0.3, p.warmup_window, p.warmup_tolerance, p.min_warmup_iterations) is None

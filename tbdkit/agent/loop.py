@@ -22,7 +22,14 @@ from tbdkit.adapters import Capabilities, capabilities
 from tbdkit.agent import events
 from tbdkit.agent.collectors import Collector, Sampler, default_collectors
 from tbdkit.core.metric import metric
-from tbdkit.core.statistics import MAX_HORIZON, Estimate, RunningRatio, warmup_done
+from tbdkit.core.statistics import (
+    MAX_HORIZON,
+    Estimate,
+    RunningRatio,
+    cost_noise,
+    warmup_done,
+    warmup_iterations_needed,
+)
 from tbdkit.spec.run_spec import MeasurePolicy
 
 
@@ -259,10 +266,26 @@ class TrainingLoop:
             if capped:
                 reason = "time_cap"
                 break
+        noise = cost_noise(costs)
+        needed = (
+            None
+            if noise is None
+            else warmup_iterations_needed(
+                noise,
+                p.warmup_window,
+                p.warmup_tolerance,
+                p.min_warmup_iterations,
+                projection=p.warmup_drift_projection,
+            )
+        )
         self.result.warmup = {
             "iterations": len(costs),
             "seconds": round(self.clock() - start, 4),
             "end_reason": reason,
+            # What a capped warm-up lacked: the cost's noise per iteration over the later half, and about how
+            # many iterations the rule needs to judge a flat series with that noise stable (None: never).
+            "cost_noise": None if noise is None else round(noise, 4),
+            "iterations_needed": needed,
             "rule": (
                 f"stable when the seconds per unit of work (padding included) stop drifting over the later half "
                 f"of the iterations so far (at least {2 * p.warmup_window}, at most {MAX_HORIZON}): the halves' "
@@ -271,7 +294,10 @@ class TrainingLoop:
                 f"{p.warmup_drift_projection:g}x the iterations so far (at most {MAX_HORIZON} of them), and never "
                 f"over less than the horizon "
                 f"(min {p.min_warmup_iterations} iterations; caps {p.max_warmup_s} s, "
-                f"{p.max_warmup_iterations} iterations)"
+                f"{p.max_warmup_iterations} iterations); cost_noise is the relative spread of the cost over the "
+                f"later half, iterations_needed about how many iterations that noise needs before the drift bound "
+                f"can hold (96 x (1.96 x noise x max(0.5, projection) / tolerance)^2, null: never within the "
+                f"look-back)"
             ),
         }
         events.emit("warmup_done", **self.result.warmup)

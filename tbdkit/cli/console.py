@@ -234,8 +234,18 @@ def warmup_note(warmup: dict[str, Any]) -> str | None:
     return (
         f"warm-up capped: its {WARMUP_CAPS.get(str(reason), str(reason))} ended it after {warmup.get('iterations')} iterations "
         f"({warmup.get('seconds', 0):.1f} s) before the rule judged the iteration cost stable, so the window "
-        "may include the end of a warm-up drift"
+        "may include the end of a warm-up drift" + _warmup_need(warmup)
     )
+
+
+def _warmup_need(warmup: dict[str, Any]) -> str:
+    """Why the rule could not judge within the cap: the cost's noise and the iterations it needs ('' if unrecorded)."""
+    noise = warmup.get("cost_noise")
+    if not isinstance(noise, (int, float)):
+        return ""
+    needed = warmup.get("iterations_needed")
+    need = f"about {needed} iterations" if isinstance(needed, int) else "more than its look-back holds"
+    return f" (its cost varied {noise:.1%} per iteration; at that noise the rule needs {need})"
 
 
 def _compiled_in(metrics: dict[str, Any]) -> str:

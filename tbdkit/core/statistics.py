@@ -156,6 +156,39 @@ def warmup_done(
     return abs(z) < z_crit and _sen_drift_bounded(x, z_crit, var_s, tolerance, n, projection)
 
 
+def cost_noise(costs: list[float]) -> float | None:
+    """The iterations' relative noise as the warm-up tests see it: the standard deviation of log cost
+    over the later half of the iterations so far (None below 4 iterations)."""
+    tail = costs[len(costs) // 2 :]
+    if len(tail) < 2 or min(tail) <= 0:
+        return None
+    logs = [math.log(c) for c in tail]
+    centre = fmean(logs)
+    return math.sqrt(sum((x - centre) ** 2 for x in logs) / (len(logs) - 1))
+
+
+def warmup_iterations_needed(
+    noise: float,
+    window: int,
+    tolerance: float,
+    min_iterations: int,
+    alpha: float = 0.05,
+    projection: float = DRIFT_PROJECTION,
+) -> int | None:
+    """About how many iterations `warmup_done` needs before it can judge a flat series with this
+    relative `noise` (independent, per iteration) stable: Sen's drift bound is the test that needs most.
+    Over a horizon of h = n/2 iterations a slope's 95% interval is about +-z noise sqrt(12 / h^3);
+    carried over max(h, projection x n) it stays within the tolerance once
+    n > 96 (z noise max(0.5, projection) / tolerance)^2. None when even the longest look-back
+    (MAX_HORIZON, carried over max(1, projection) x it) cannot bound the drift at this noise: the rule
+    would never judge such a series stable."""
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    if z * noise * max(1.0, projection) * math.sqrt(12 / MAX_HORIZON) >= tolerance:
+        return None
+    n = min(96 * (z * noise * max(0.5, projection) / tolerance) ** 2, 2 * MAX_HORIZON)
+    return max(math.ceil(n), min_iterations, 2 * window)
+
+
 @dataclass(frozen=True)
 class Estimate:
     throughput: float  # units of work per second (ratio estimator: sum work / sum time)

@@ -120,7 +120,7 @@ class MeasurePolicy(BaseModel):
     Warm-up ends when the cost per unit of work (seconds per audio second, per image, ...) has
     stopped drifting over a trailing horizon of at least 2 x `warmup_window` iterations (the later
     half of all so far): the halves' means agree within `warmup_tolerance`, the slope's interval
-    moves it by less than that, and Mann-Kendall finds no trend (agent/stats.py::warmup_done);
+    moves it by less than that, and Mann-Kendall finds no trend (core/statistics.py::warmup_done);
     after at least `min_warmup_iterations`; or at a warm-up cap. The window
     then runs until the 95% confidence half-width of the throughput is below `target_ci`
     (relative) with at least `min_measure_iterations`, or a time or iteration cap is hit.
