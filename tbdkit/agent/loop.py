@@ -295,9 +295,9 @@ class TrainingLoop:
                 f"over less than the horizon "
                 f"(min {p.min_warmup_iterations} iterations; caps {p.max_warmup_s} s, "
                 f"{p.max_warmup_iterations} iterations); cost_noise is the relative spread of the cost over the "
-                f"later half, iterations_needed about how many iterations that noise needs before the drift bound "
-                f"can hold (96 x (1.96 x noise x max(0.5, projection) / tolerance)^2, null: never within the "
-                f"look-back)"
+                f"later half (null below 4 iterations), iterations_needed about how many iterations that noise needs "
+                f"before the drift bound can hold (96 x (1.96 x noise x max(0.5, projection) / tolerance)^2; null "
+                f"without a noise, or where not even the longest look-back can bound the drift)"
             ),
         }
         events.emit("warmup_done", **self.result.warmup)
