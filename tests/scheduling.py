@@ -68,7 +68,7 @@ LONGEST_FIRST: dict[str, float] = {
     "test_docker_real_tensorflow.py": 285,
     "test_docker_real.py": 207,
     "test_docker_real_mxnet.py": 179,
-    "test_sweep_cli.py": 346,
+    "test_sweep_cli.py": 240,
     # a real Slurm cluster's jobs: its tests' durations summed on a shared, loaded 2-core machine, so an upper
     # bound (docs/measured-here.md, "The kit's machinery tests")
     "test_slurm.py": 980,

@@ -22,7 +22,6 @@ from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) 
 
 FAST = ["--framework", "numpy", "--preset", "smoke", "--device", "cpu", "--max-warmup-s", "1", "--max-measure-s", "2"]
 SMALL_SWEEP = ["sweep", "mlp_numpy", *FAST, "--batch", "1,2", "--cv-limit", "0.5"]
-TORCH = ["--framework", "pytorch", "--preset", "smoke", "--device", "cpu", "--max-warmup-s", "2", "--max-measure-s", "3"]
 
 
 @pytest.fixture(scope="module")
@@ -147,14 +146,15 @@ def test_killed_sweep_resumes(tmp_path):
 
 
 def test_max_batch_under_a_memory_limit(tmp_path):
-    """On the CPU a 400 MiB limit on the agent's growth stops deepspeech2 (smoke) at a batch
-    between 4 and 8; the search must land on a batch that fits next to one that does not. (Still on PyTorch: an
-    address-space limit on the NumPy stack binds at a batch that moves with its threads' malloc arenas.)"""
+    """Under a 384 MiB limit on the agent's growth, the machinery check's wide preset (`--preset paper`: 64 MiB a
+    sample, 98 MiB besides; docs/machinery-check.md) fits batch 4 with 30 MiB to spare and batch 5 overruns by 34
+    MiB; the search must land on a batch that fits next to one that does not."""
     results = tmp_path / "results"
-    proc = tbdkit("sweep", "deepspeech2", *TORCH, "--batch", "2,max", "--memory-limit-mb", "400",
+    wide = ["--framework", "numpy", "--preset", "paper", "--device", "cpu", "--max-warmup-s", "1", "--max-measure-s", "2"]
+    proc = tbdkit("sweep", "mlp_numpy", *wide, "--batch", "2,max", "--memory-limit-mb", "384",
                   "--results", str(results))
     state = state_of(results)
-    search = state["max_batch"]["pytorch/fp32"]
+    search = state["max_batch"]["numpy/fp32"]
     assert search["status"] == "found", (search, proc.stdout + proc.stderr)
     best = search["batch_size"]
     probes = search["probes"]
@@ -162,7 +162,7 @@ def test_max_batch_under_a_memory_limit(tmp_path):
     assert 2 <= best < 64
     ooms = [p for p in probes.values() if p["status"] == "oom"]
     assert ooms and all("out of memory" in p["error"] for p in ooms)
-    point = state["points"]["pytorch/fp32/bmax/r0"]
+    point = state["points"]["numpy/fp32/bmax/r0"]
     assert point["batch_size"] == best and point["status"] in MEASURED, proc.stdout + proc.stderr
     assert proc.returncode == 0
     # Probes stay out of the results index: it holds the two measured points, and the measured runs

@@ -121,6 +121,11 @@ class NumpyAdapter:
         np.random.seed(seed % 2**32)
         if not tracemalloc.is_tracing():
             tracemalloc.start()
+        # OpenBLAS maps its work buffer (32 MiB of address space) at its first matrix product and exits the
+        # process when it cannot: one product now makes the buffer part of what the agent holds before a
+        # --memory-limit-mb cap, so under the cap only the arrays of the batches and the step grow.
+        _warm = np.ones((64, 64), np.float32)
+        _warm @ _warm
         self.workload = workload
         self.training = workload.build(hp, "cpu")
         self.backend: str | None = None
