@@ -77,14 +77,14 @@ LONGEST_FIRST: dict[str, float] = {
     "test_fsdp.py": 194,  # two Llama jobs of 2 gloo workers (FSDP2, DDP), on a busy machine
     "test_modern_frameworks.py": 180,  # six describes (Llama, ViT on PyTorch and TensorFlow); 534 s under a load of 7
     "test_as_typed.py": 159,
-    # one model's frameworks compared (test_cross_framework.py, a unit per model): the files it replaced took 140 s
-    # (ResNet-50, Inception-v3, WGAN-GP), 139 s (Faster and Mask R-CNN), 84 s (EfficientDet) and 76 s (A3C, MiniGo,
-    # BERT), shared out here by the models' sizes
-    "cross_framework/efficientdet": 84,
-    "cross_framework/mask_rcnn": 84,
-    "cross_framework/inception_v3": 60,
+    # one model's frameworks compared (test_cross_framework.py, a unit per model; a worker's models share its describe
+    # servers, so the first on a worker also pays their imports)
+    "cross_framework/inception_v3": 112,
+    "cross_framework/efficientdet": 94,
+    "cross_framework/resnet50": 63,
+    "cross_framework/mask_rcnn": 55,
     "cross_framework/faster_rcnn": 55,
-    "cross_framework/resnet50": 50,
+    "cross_framework/deepspeech2": 46,
     "test_distributed.py": 152,
     "test_adopt.py": 138,
     "test_adopt_fakes.py": 100,

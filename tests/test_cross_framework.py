@@ -3,9 +3,12 @@
 layout into the others. The same network (parameters, canonical layers, FLOPs within 1%), the FLOPs its parity.py
 expects, the non-trainable state its workload.toml lists, its parity.py's own network checks, the weights read back
 unchanged and the same outputs on the probe batch ([checks.outputs]). A model added to the catalog is checked here
-without an edit. The comparison's own failures are shown on made-up files. Needs every stack (`make test`)."""
+without an edit. The comparison's own failures are shown on made-up files. Needs every stack (`make test`). A worker's
+models share one describe server per stack (a fork per describe of a process that imported its framework once)."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -16,9 +19,17 @@ from tbdkit.spec import catalog, check_settings
 MODELS = sorted(name for name, model in catalog.models().items() if len(model.frameworks) > 1)
 
 
+@pytest.fixture(scope="session")
+def servers():
+    """One describe server per stack for every model this worker checks: each describe a fork of a process that
+    imported its framework once."""
+    with cross_framework.DescribeServers() as servers:
+        yield servers
+
+
 @pytest.mark.parametrize("model", MODELS)
-def test_the_frameworks_agree(model):
-    outcomes = cross_framework.check(catalog.get(model))
+def test_the_frameworks_agree(model, servers):
+    outcomes = cross_framework.check(catalog.get(model), servers)
     # a kit model states its FLOPs (parity.py's forward_flops); its own layer checks (network_gaps) are optional
     failed = [o for o in outcomes if o["status"] == "failed" or (o["status"] == "skipped" and o["check"] != "network")]
     assert not failed, failed
@@ -28,6 +39,17 @@ def test_the_frameworks_agree(model):
         [("same network", "all"), ("network", "all")] + [(c, f) for c in ("FLOPs", "framework state")
                                                          for f in frameworks] + [("same outputs", f)
                                                                                  for f in frameworks[1:]])
+
+
+def test_a_describe_that_fails_says_why_and_its_server_goes_on(servers, tmp_path):
+    """A describe run by a server fails as its own process would (its exit status, its last words on stderr),
+    and the server's next describe runs as usual."""
+    argv = ["--model", "minigo", "--framework", "mxnet"]
+    code, _, err = servers.describe("mxnet", [*argv, "--preset", "huge"], tmp_path)
+    assert code == 1 and "huge" in err.strip().splitlines()[-1], err
+    code, out, _ = servers.describe("mxnet", argv, tmp_path)
+    assert code == 0, out
+    assert json.loads(out)["parameters"] == check_settings.of(catalog.get("minigo"), "mxnet").smoke_parameters
 
 
 def _npz(tmp_path, name, **arrays):

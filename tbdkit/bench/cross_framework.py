@@ -37,7 +37,60 @@ def _outcome(check: str, framework: str, gaps: list[str], passed: str) -> Outcom
     return {"check": check, "framework": framework, "status": status, "detail": "; ".join(gaps) or passed}
 
 
-def describe_with_weights(model: catalog.Model, folder: Path) -> Described:
+class DescribeServers:
+    """One describe server (tbdkit.describe.server) per framework's stack, started on first use, ended by close():
+    every describe of a model, and of the next model, runs from that one process."""
+
+    def __init__(self) -> None:
+        self._servers: dict[str, tuple[subprocess.Popen[str], Path]] = {}
+        self._folder = tempfile.TemporaryDirectory(prefix="tbdkit-describe-")
+
+    def __enter__(self) -> DescribeServers:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _server(self, framework: str) -> tuple[subprocess.Popen[str], Path]:
+        server = self._servers.get(framework)
+        if server is None or server[0].poll() is not None:
+            errors = Path(self._folder.name) / f"{framework}.server.err"
+            with errors.open("w") as stderr:
+                proc = subprocess.Popen([str(stacks.require(framework)), "-m", "tbdkit.describe.server", framework],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                        env=stacks.agent_env())  # fmt: skip
+            server = self._servers[framework] = (proc, errors)
+        return server
+
+    def describe(self, framework: str, argv: list[str], folder: Path) -> tuple[int, str, str]:
+        """`python -m tbdkit.describe argv` in the framework's stack: (exit status, stdout, stderr)."""
+        (proc, errors), out, err = self._server(framework), folder / f"{framework}.out", folder / f"{framework}.err"
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(json.dumps({"argv": argv, "stdout": str(out), "stderr": str(err)}) + "\n")
+            proc.stdin.flush()
+            reply = proc.stdout.readline()
+        except BrokenPipeError:
+            reply = ""
+        if not reply:  # the server itself ended: its own last words
+            proc.wait()
+            return proc.returncode or 1, "", errors.read_text()
+        return int(json.loads(reply)["exit"]), out.read_text(), err.read_text() if err.exists() else ""
+
+    def close(self) -> None:
+        for proc, _ in self._servers.values():
+            # between requests a server holds nothing of its own: ended at once, not through the seconds an
+            # interpreter holding a framework takes to shut down
+            proc.terminate()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+        self._servers.clear()
+        self._folder.cleanup()
+
+
+def describe_with_weights(model: catalog.Model, folder: Path, servers: DescribeServers) -> Described:
     """`python -m tbdkit.describe` of the smoke preset in each framework's stack, the first framework first: it
     saves its canonical weights and probe outputs, every other loads those weights and saves what it reads back
     and its own outputs (UserError naming the framework where one cannot)."""
@@ -45,14 +98,13 @@ def describe_with_weights(model: catalog.Model, folder: Path) -> Described:
     for framework in model.frameworks:
         path = folder / f"{framework}.npz"
         args = ["--save", str(path)] + (["--weights-from", str(folder / f"{first}.npz")] if framework != first else [])
-        argv = [str(stacks.require(framework)), "-m", "tbdkit.describe", "--model", model.name]
-        proc = subprocess.run([*argv, "--framework", framework, "--preset", "smoke", *args], capture_output=True,
-                              text=True, env=stacks.agent_env())  # fmt: skip
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-            raise UserError(f"Describing {model.name} on {framework} failed in its stack (exit {proc.returncode}: "
+        argv = ["--model", model.name, "--framework", framework, "--preset", "smoke", *args]
+        code, stdout, stderr = servers.describe(framework, argv, folder)
+        if code != 0:
+            last = (stderr.strip().splitlines() or ["no message"])[-1]
+            raise UserError(f"Describing {model.name} on {framework} failed in its stack (exit {code}: "
                             f"{last}): fix the model file, or run `tbdkit setup {framework} --force`.")  # fmt: skip
-        out[framework] = json.loads(proc.stdout) | {"npz": path}
+        out[framework] = json.loads(stdout) | {"npz": path}
     return out
 
 
@@ -201,12 +253,13 @@ def output_outcomes(model: catalog.Model, described: Described) -> list[Outcome]
     return out
 
 
-def check(model: catalog.Model) -> list[Outcome]:
-    """Every check across the model's frameworks (a model with several)."""
+def check(model: catalog.Model, servers: DescribeServers | None = None) -> list[Outcome]:
+    """Every check across the model's frameworks (a model with several); `servers`: describe servers to reuse
+    (a caller checking several models), else a server per framework for this model alone."""
     parity = parity_module(model)
-    with tempfile.TemporaryDirectory(prefix="tbdkit-parity-") as folder:
+    with tempfile.TemporaryDirectory(prefix="tbdkit-parity-") as folder, DescribeServers() as own:
         try:
-            described = describe_with_weights(model, Path(folder))
+            described = describe_with_weights(model, Path(folder), servers or own)
         except UserError as exc:  # a stack not installed here, or a describe that failed: said in one sentence
             return [{"check": "same network", "framework": "all", "status": "failed", "detail": str(exc)}]
         return [network_parity(model, described, tuple(getattr(parity, "SAME_LAYER_KEYS", ()))),

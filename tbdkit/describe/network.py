@@ -76,14 +76,18 @@ def describe(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m tbdkit.describe")
     parser.add_argument("--model", required=True)
     parser.add_argument("--framework", required=True)
     parser.add_argument("--preset", default="smoke")
     parser.add_argument("--weights-from", type=Path, help="canonical weights (.npz from --save) to load first")
     parser.add_argument("--save", type=Path, help="write canonical weights and the probe batch's output here")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     print(json.dumps(describe(args.model, args.framework, args.preset, args.weights_from, args.save)))
     return 0
 
