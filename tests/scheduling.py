@@ -104,7 +104,7 @@ LONGEST_FIRST: dict[str, float] = {
     "tensorflow/efficientdet": 386,
     "tensorflow/inception_v3": 260,
     "tensorflow/wgan_gp": 177,
-    "tensorflow/resnet50": 129,
+    "tensorflow/resnet50": 81,
     "tensorflow/transformer": 74,
     "tensorflow/deepspeech2": 67,
     "tensorflow/bert": 46,
