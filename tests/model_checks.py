@@ -377,12 +377,13 @@ def assert_loss_falls(losses: list[float], factor: float = 0.99) -> None:
 @dataclass
 class Learned:
     """What a learning check leaves: the trained state (a PyTorch workload's training, another
-    stack's adapter), the losses, the hyperparameters and the groups of initial weights one draw gave
-    (same_draws, read before the first step)."""
+    stack's adapter), the losses, the hyperparameters, the groups of initial weights one draw gave
+    (same_draws) and the initial weights by name (initial_weights' names), both read before the first step."""
     trained: Any
     losses: list[float]
     hp: dict[str, Any]
     same_draws: list[list[str]] = field(default_factory=list)
+    initial: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 _LEARNED: dict[tuple[str, str, str | None], Learned] = {}
@@ -397,17 +398,29 @@ def learned(name: str, framework: str, variant: str | None = None) -> Learned:
         assert isinstance(spec, Learning), spec
         model, workload, data = modules(name, framework)
         hp = {**model.hp("smoke", variant), **spec.hp}  # the batch's too (WGAN-GP's holds a slice per critic step)
-        draws: list[list[str]] = []
+        initial: list[tuple[str, np.ndarray]] = []
         if framework == "pytorch":
             trained, losses = _torch_fixed_batch(workload, data, hp, spec.batch_size, spec.steps,
-                                                 lambda t: draws.extend(same_draws(initial_weights(t.model, framework))))
+                                                 lambda t: initial.extend(initial_weights(t.model, framework)))
             assert_loss_falls(losses, spec.factor)
         else:
             trained = adapter(name, framework, hp=hp)
-            draws = same_draws(initial_weights(trained.training.model, framework))
+            initial = initial_weights(trained.training.model, framework)
             losses = assert_learns(trained, data, hp, spec.batch_size, spec.steps, spec.factor)
-        _LEARNED[key] = Learned(trained, losses, hp, draws)
+        _LEARNED[key] = Learned(trained, losses, hp, same_draws(initial), dict(initial))
     return _LEARNED[key]
+
+
+def kept_learning_run(name: str, framework: str) -> Any:
+    """A module fixture for a model's own file (the model in REUSED): the learning check's run (learned(), the one
+    the generated tests assert), released for the file once its tests are done."""
+
+    @pytest.fixture(scope="module")
+    def run() -> Any:
+        yield learned(name, framework)
+        release(name, framework, by="own")
+
+    return run
 
 
 def _torch_fixed_batch(workload: Any, data: Any, hp: dict[str, Any], batch_size: int, steps: int,
@@ -539,17 +552,26 @@ def fp32_adapter(name: str, framework: str) -> Any:
 # The models whose own files read more from the runs above (learned(), stepped()): the generated tests
 # keep those runs for them and free the others' (a model's own test re-runs one it finds freed).
 REUSED = {("pytorch", "wgan_gp"), ("tensorflow", "bert"), ("tensorflow", "deepspeech2"),
-          ("tensorflow", "minigo"), ("tensorflow", "seq2seq"), ("tensorflow", "transformer"),
+          ("tensorflow", "efficientdet"), ("tensorflow", "inception_v3"), ("tensorflow", "minigo"),
+          ("tensorflow", "resnet50"), ("tensorflow", "seq2seq"), ("tensorflow", "transformer"),
           ("tensorflow", "wgan_gp"), ("mxnet", "bert"), ("mxnet", "minigo"), ("mxnet", "transformer")}
 
 
-def release(name: str, framework: str) -> None:
-    """Free a model's kept runs unless its own file reads them (REUSED)."""
-    if (framework, name) not in REUSED:
+_RELEASED_BY: dict[tuple[str, str], set[str]] = {}
+
+
+def release(name: str, framework: str, by: str = "generated") -> None:
+    """Free a model's kept runs once the generated tests (by="generated") are done with them and, where its own
+    file reads them too (REUSED), that file has said so as well (by="own", from a module fixture's teardown: in a
+    unit either file may come first); a REUSED model's own file that never says so keeps them for the process."""
+    done = _RELEASED_BY.setdefault((name, framework), set())
+    done.add(by)
+    if (framework, name) not in REUSED or {"generated", "own"} <= done:
         for key in [k for k in _LEARNED if k[:2] == (name, framework)]:
             del _LEARNED[key]
         _STEPPED.pop((name, framework), None)
-    _PARITY.pop((name, framework), None)
+    if by == "generated":
+        _PARITY.pop((name, framework), None)
 
 
 def parameters(module: Any, skip_prefix: str | None = None) -> int:

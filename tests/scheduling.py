@@ -103,8 +103,8 @@ LONGEST_FIRST: dict[str, float] = {
     # TensorFlow's suite
     "tensorflow/efficientdet": 386,
     "tensorflow/inception_v3": 260,
-    "tensorflow/wgan_gp": 177,
-    "tensorflow/resnet50": 129,
+    "tensorflow/wgan_gp": 172,
+    "tensorflow/resnet50": 81,
     "tensorflow/transformer": 74,
     "tensorflow/deepspeech2": 67,
     "tensorflow/bert": 46,

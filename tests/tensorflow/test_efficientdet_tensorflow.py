@@ -3,31 +3,30 @@ assignment against a plain NumPy reference, and a smoke step that learns. Runs i
 parity with PyTorch's network is tests/test_efficientdet_frameworks.py."""
 
 import numpy as np
-import pytest
 
 from tbdkit.spec import catalog
-from model_checks import adapter as stack_adapter
+from model_checks import kept_learning_run
 
 MODEL = catalog.get("efficientdet")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
 DATA = catalog.load_module(MODEL, "data")
 
 
-@pytest.fixture(scope="module")
-def adapter():
-    """One built network for the module: building and compiling it is most of these tests' time."""
-    return stack_adapter("efficientdet", "tensorflow")
+# the learning check's network (smoke preset; its steps on a fixed batch): building and tracing it is most of the
+# unit's time, so this file reads the one the generated tests train
+run = kept_learning_run("efficientdet", "tensorflow")
 
 
-def test_output_sizes_are_effdets(adapter):
-    a = adapter
+def test_output_sizes_are_effdets(run):
+    a = run.trained
     size = MODEL.hp("smoke")["image_size"]
     out = WORKLOAD.forward(a.training, a.prepare(next(DATA.synthetic_batches(MODEL.hp("smoke"), 1, seed=0))))
     anchors = sum((size // 2 ** level) ** 2 * 9 for level in range(3, 8))
     assert out["class_logits"].shape == (1, anchors, 90)
     assert out["box_outputs"].shape == (1, anchors, 4)
-    # effdet's prior: every class starts at probability 0.01
-    np.testing.assert_allclose(a.training.model.class_net.predict[1].bias.numpy(), np.log(0.01 / 0.99), rtol=1e-6)
+    # effdet's prior: every class starts at probability 0.01 (the bias before the learning check's first step)
+    bias = a.training.model.class_net.predict[1].bias
+    np.testing.assert_allclose(run.initial[bias.path], np.log(0.01 / 0.99), rtol=1e-6)
 
 
 def test_anchors_are_effdets_layout():

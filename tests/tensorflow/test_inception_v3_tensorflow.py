@@ -7,20 +7,23 @@ import pytest
 import tensorflow as tf
 
 from tbdkit.spec import catalog
-from model_checks import adapter
+from model_checks import kept_learning_run
 
 MODEL = catalog.get("inception_v3")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
 DATA = catalog.load_module(MODEL, "data")
+# the learning check's network (smoke preset; its steps on a fixed batch), built and traced once for the unit
+run = kept_learning_run("inception_v3", "tensorflow")
 
 
 def test_parameter_counts_are_torchvisions():
-    paper = adapter("inception_v3", "tensorflow", MODEL.hp("paper"))
-    assert paper.model_info()["parameters"] == 27_161_264
+    """The paper preset's network alone (no optimizer: its state is not what is counted), as the adapter counts."""
+    paper = WORKLOAD.InceptionV3(MODEL.hp("paper"))
+    assert sum(int(w.numpy().size) for w in paper.trainable_weights) == 27_161_264
     images = tf.zeros((2, 299, 299, 3))
-    logits, aux = paper.training.model(images, training=True)
+    logits, aux = paper(images, training=True)
     assert logits.shape == aux.shape == (2, 1000)
-    assert paper.training.model(images, training=False).shape == (2, 1000)  # inference: no auxiliary head
+    assert paper(images, training=False).shape == (2, 1000)  # inference: no auxiliary head
 
 
 def test_label_smoothed_cross_entropy_is_pytorchs():
@@ -33,7 +36,7 @@ def test_label_smoothed_cross_entropy_is_pytorchs():
     assert float(got) == pytest.approx(want, rel=1e-5)
 
 
-def test_rmsprop_comes_from_the_hyperparameters():
-    hp, opt = MODEL.hp("smoke"), adapter("inception_v3", "tensorflow").training.optimizer
+def test_rmsprop_comes_from_the_hyperparameters(run):
+    hp, opt = MODEL.hp("smoke"), run.trained.training.optimizer
     assert float(opt.learning_rate) == pytest.approx(hp["learning_rate"], rel=1e-6)
     assert (opt.rho, opt.epsilon) == (hp["rmsprop_decay"], hp["rmsprop_epsilon"])

@@ -7,11 +7,13 @@ import pytest
 import tensorflow as tf
 
 from tbdkit.spec import catalog
-from model_checks import adapter, learned
+from model_checks import kept_learning_run
 
 MODEL = catalog.get("wgan_gp")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
 DATA = catalog.load_module(MODEL, "data")
+# the learning check's pair (smoke preset, two critic steps per iteration; its iterations on a fixed batch)
+run = kept_learning_run("wgan_gp", "tensorflow")
 
 
 def parameters(layer):
@@ -23,9 +25,9 @@ def test_paper_network_size_is_pytorchs():
     assert (parameters(pair.generator), parameters(pair.critic)) == (8_540_483, 7_491_841)
 
 
-def test_shapes():
+def test_shapes(run):
     hp = MODEL.hp("smoke")
-    pair = adapter("wgan_gp", "tensorflow").training.model
+    pair = run.trained.training.model
     images = pair.generator(tf.random.normal((3, hp["noise_dim"])))
     assert images.shape == (3, 64, 64, 3) and float(tf.reduce_max(tf.abs(images))) <= 1
     assert pair.critic(images).shape == (3,)
@@ -39,8 +41,8 @@ def test_gradient_penalty_of_a_linear_critic():
     assert float(gp) == pytest.approx((float(tf.norm(w)) - 1) ** 2, rel=1e-5)
 
 
-def test_smoke_iterations_train_the_critic_per_slice_and_the_generator_once():
-    run = learned("wgan_gp", "tensorflow")  # the learning check's run: 2 steps of a batch of 2, the loss falls
+def test_smoke_iterations_train_the_critic_per_slice_and_the_generator_once(run):
+    # the learning check's run: 2 steps of a batch of 2, the loss falls
     hp, t = run.hp, run.trained.training
     assert hp["critic_iters"] > 1  # a critic step per slice, told from one per iteration
     assert (int(t.c_optimizer.iterations), int(t.g_optimizer.iterations)) == (2 * hp["critic_iters"], 2)
