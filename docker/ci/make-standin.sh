@@ -38,10 +38,11 @@ if [ ! -s "$tarball" ]; then
   # stacks run `python -m pip` and never these.
   rm -rf "${stage:?}/$site/bin"
   echo "make-standin: unpacked at ${SECONDS} s"
-  # The base's Python compiles the files and lists what it sees (pip list --format=freeze: the constraint
+  # The base's Python compiles the files (as pip does, passing over the few that are not Python 3 of this
+  # version, such as torch's templates) and lists what it sees (pip list --format=freeze: the constraint
   # file NGC writes); its venv module must lack ensurepip.
   docker run --rm --network none --user "$(id -u):$(id -g)" -v "$stage/$site:/$site" -v "$stage/etc/pip:/etc/pip" \
-    "$base" bash -c "python3 -m compileall -q -j 0 /$site >/dev/null \
+    "$base" bash -c "{ python3 -m compileall -q -j 0 /$site >/dev/null || true; } \
       && python3 -m pip list --format=freeze --disable-pip-version-check > /etc/pip/constraint.txt \
       && if python3 -c 'import ensurepip' 2>/dev/null; then echo 'the stand-in must lack ensurepip' >&2; exit 1; fi"
   # appended: every staged path the OS tarball lacks (docker import refuses a path twice, and the base has
