@@ -68,19 +68,27 @@ def build_ci_image(stack: str, tag: str | None = None) -> tuple[str, dict]:
 
 
 def stack_state(image: str, stack: str) -> dict:
-    """Inside the image: the stack registered (so `tbdkit bench` there, as under compose, runs
-    natively) and the framework imported from the base's site-packages."""
-    probe = (f"import json, importlib; from tbdkit.env import stacks; s = stacks.get({stack!r}); "
-             "m = importlib.import_module(s.module); "
-             "print(json.dumps({'installed': stacks.is_installed(s.name), 'file': m.__file__}))")
+    """Inside the image: the stack registered (so `tbdkit bench` there, as under compose, runs natively),
+    as the image's build recorded it (the framework's file as the build imported it). The framework is not
+    imported here: the bench's env.json says which file its run imported (`assert_base_framework_ran`)."""
+    probe = (f"import json; from tbdkit.env import stacks; s = stacks.get({stack!r}); "
+             "print(json.dumps({'installed': stacks.is_installed(s.name), "
+             "'file': (stacks.marker(s.name) or {}).get('framework_file')}))")
     proc = images.docker("run", "--rm", "--network", "none", image, "python", "-c", probe, timeout=300)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def assert_base_framework_kept(image: str, stack: str) -> None:
-    """The image registers the stack and imports the framework its stand-in base holds (no other install)."""
+    """The image registers the stack, whose framework (as its build imported it) is the one its stand-in
+    base holds (no other install)."""
     state = stack_state(image, stack)
     assert state["installed"] is True and state["file"].startswith(SYSTEM_SITE), state
+
+
+def assert_base_framework_ran(env: dict, version: str) -> None:
+    """The run's agent imported the stand-in base's own framework build (env.json's framework_build)."""
+    build = env["framework_build"]
+    assert build["version"] == version and build["file"].startswith(SYSTEM_SITE), build
 
 
 @pytest.fixture

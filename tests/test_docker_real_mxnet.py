@@ -1,5 +1,5 @@
 """MXNet's own Dockerfile, built on a CPU stand-in for its NGC base: Ubuntu 22.04 with Python 3.10 and no
-venv module, as NGC's MXNet image is (docker/ci/framework-base.Dockerfile puts MXNet in its system Python).
+venv module, as NGC's MXNet image is (docker/ci/make-standin.sh puts MXNet in its system Python).
 There the agent trains on Python 3.10, from an environment installed at its image lock's versions: the Deep
 Speech 2 bench in a container, run by an unprivileged user through `tbdkit bench --launcher docker`; and
 every kit module and MXNet workload file imported by that Python.
@@ -11,7 +11,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from real_containers import build_ci_image, check_stack_bench, results, skip_without_daemon, user_kit
+from real_containers import (
+    assert_base_framework_ran,
+    build_ci_image,
+    check_stack_bench,
+    results,
+    skip_without_daemon,
+    user_kit,
+)
 
 from tbdkit.env import images
 
@@ -28,6 +35,7 @@ def test_the_mxnet_image_builds_and_benches(ci_image, user_kit, results):
     tag, built = ci_image
     env = check_stack_bench("mxnet", tag, built, user_kit, results)
     assert env["framework"]["framework_version"] == "1.9.1"
+    assert_base_framework_ran(env, "1.9.1")
     assert env["host"]["python"].startswith("3.10.") and "glibc2.35" in env["host"]["os"], env["host"]
     lock = env["lock"]
     assert lock["name"] == "mxnet-image" and lock["python"] == "3.10", lock

@@ -1,4 +1,4 @@
-"""TensorFlow's own Dockerfile, built on a CPU stand-in for its NGC base (docker/ci/framework-base.Dockerfile:
+"""TensorFlow's own Dockerfile, built on a CPU stand-in for its NGC base (docker/ci/make-standin.sh:
 the framework wheel from pyproject's extra in the system Python, as NGC holds it), then the Deep Speech 2
 bench in a container, run by an unprivileged user through `tbdkit bench --launcher docker`.
 
@@ -8,7 +8,15 @@ system for every layer, it filled a 35 GB disk. Needs a running Docker daemon, a
 from __future__ import annotations
 
 import pytest
-from real_containers import build_ci_image, check_stack_bench, results, skip_without_daemon, storage_driver, user_kit
+from real_containers import (
+    assert_base_framework_ran,
+    build_ci_image,
+    check_stack_bench,
+    results,
+    skip_without_daemon,
+    storage_driver,
+    user_kit,
+)
 
 __all__ = ["results", "user_kit"]  # fixtures, used by name
 
@@ -26,3 +34,4 @@ def test_the_tensorflow_image_builds_and_benches(ci_image, user_kit, results):
     tag, built = ci_image
     env = check_stack_bench("tensorflow", tag, built, user_kit, results)
     assert env["framework"]["framework_version"] == "2.21.0"
+    assert_base_framework_ran(env, "2.21.0")

@@ -3,7 +3,7 @@
 # (make-base.sh: Debian bookworm with Python 3.11 for PyTorch and TensorFlow; Ubuntu 22.04 with
 # Python 3.10, the OS and Python of NGC's MXNet image, for MXNet), a CPU stand-in for the stack's NGC
 # base with the framework already in its system Python and pinned in PIP_CONSTRAINT
-# (framework-base.Dockerfile; pytorch: the CPU torch wheel that lies on the CI machines), the kit's
+# (make-standin.sh; pytorch: the CPU torch wheel that lies on the CI machines), the kit's
 # dependencies downloaded by the host's pip into docker/wheels/ (ignored by git) for the base's Python,
 # and an offline `tbdkit images build` of the stack's own Dockerfile. For a base whose Python has an
 # image lock (locks/<stack>-image-py<XY>.txt: MXNet's 3.10), the downloads are the lock's versions, as
@@ -28,7 +28,7 @@ case "$stack" in
   *) suite=bookworm; py=3.11 ;;
 esac
 base="tbdkit-ci/$suite-base"
-bash docker/ci/make-base.sh "$base" "$cache" "$suite"
+base_tar=$(bash docker/ci/make-base.sh "$base" "$cache" "$suite" | tee /dev/stderr | sed -n 's/^make-base: tarball //p')
 # pip downloads for the base's Python (binary wheels only, as no compiler is in the image), at the
 # image lock's versions where the lock exists.
 download=("$python" -m pip download --quiet --disable-pip-version-check)
@@ -101,9 +101,7 @@ else
   fetch "$wheels" "${framework_reqs[@]}" pip
 fi
 framework_base="tbdkit-ci/$stack-base"
-docker build --quiet --tag "$framework_base" --build-arg "BASE_IMAGE=$base" \
-  --build-arg "FRAMEWORK_REQUIREMENTS=${base_reqs[*]}" \
-  --file docker/ci/framework-base.Dockerfile "$wheels" >/dev/null
+PYTHON="$python" bash docker/ci/make-standin.sh "$framework_base" "$base" "$base_tar" "$py" "$wheels" "${base_reqs[@]}"
 echo "build-ci-image: built $framework_base (${base_reqs[*]})"
 # docker/wheels is shared by every stack's build (the Dockerfiles COPY it): builds side by side (`make test`'s
 # workers build each stack's image) download into it and send it as their context one at a time.

@@ -10,7 +10,8 @@
 #             default for an Ubuntu suite; the archive's signing keys come from Debian's
 #             ubuntu-keyring package (Debian trixie, through this machine's Debian sources, so
 #             Debian's signature vouches for them), and mmdebstrap checks Ubuntu's signatures with them.
-# The tarball is cached outside the repo, so a second CI run on the same machine skips the bootstrap.
+# The tarball is cached outside the repo, so a second CI run on the same machine skips the bootstrap; it
+# ends its output with the tarball's path (build-ci-image.sh makes the stand-ins from it).
 # usage: docker/ci/make-base.sh IMAGE_TAG [CACHE_DIR] [bookworm|jammy]
 set -euo pipefail
 tag="${1:?usage: make-base.sh IMAGE_TAG [CACHE_DIR] [bookworm|jammy]}"
@@ -68,15 +69,6 @@ if [ ! -s "$tarball" ]; then
 else
   echo "make-base: using the cached $tarball"
 fi
-# Imported once per tarball: an image already tagged from this tarball keeps its id, so the stand-ins
-# built on it (framework-base.Dockerfile) and the stacks' layers before the kit's own come from Docker's
-# build cache on a second run on the same machine; the kit's layers are built afresh every time.
-stamp="$(basename "$tarball"):$(stat -c %s:%Y "$tarball")"  # its name, size and time: a new bootstrap is imported again
-imported=$(docker image inspect --format '{{ index .Config.Labels "tbdkit.base-tarball" }}' "$tag" 2>/dev/null || true)
-if [ "$imported" = "$stamp" ]; then
-  echo "make-base: $tag already holds $(basename "$tarball")"
-else
-  docker import --change 'CMD ["/bin/bash"]' --change "LABEL tbdkit.base-tarball=$stamp" \
-    "$tarball" "$tag" >/dev/null
-  echo "make-base: imported $tag"
-fi
+# Imported once per tarball (import-once.sh): the stand-ins are made from the same tarball (make-standin.sh).
+bash "$(dirname "$0")/import-once.sh" "$tag" "$tarball"
+echo "make-base: tarball $tarball"
