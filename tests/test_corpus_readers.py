@@ -159,9 +159,8 @@ def test_reproduce_plans_the_bundled_runs_with_their_recorded_caps_and_wall_time
     monkeypatch.setattr(run_list, "run_all", lambda specs, *a, **k: asked.append(specs) or
                         [{"run_id": "new", "status": "ok", "metrics": {}} for _ in specs])
     artifact.bundle(results, tmp_path / "a.tar.gz")
-    # --force: a corpus run made on an older lock than this kit's (its stack moved on since) is planned all the same
     out = CliRunner().invoke(app, ["reproduce", str(tmp_path / "a.tar.gz"), "--results", str(tmp_path / "new"),
-                                   "--yes", "--force"], env={"COLUMNS": "300"})
+                                   "--yes"], env={"COLUMNS": "300"})
     assert out.exit_code == 0, out.output
     specs = [s for called in asked for s in called]  # run_all is called per group of runs
     finished = [p for p in by_role(results).values() if summary_of(p)["status"] in MEASURED]
