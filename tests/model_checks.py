@@ -449,11 +449,12 @@ def losses_on_a_fixed_batch(name: str, batch_size: int, steps: int, hp: dict[str
 
 
 def initial_weights(model: Any, framework: str) -> list[tuple[str, np.ndarray]]:
-    """The network's weights, each once (a tied one under its first name), as NumPy arrays."""
+    """The network's weights, each once (a tied one under its first name), as NumPy arrays of their own (a copy:
+    PyTorch's numpy() of a CPU float32 tensor shares its memory, and a kept copy must not follow the training)."""
     if framework == "pytorch":
-        return [(n, p.detach().float().cpu().numpy()) for n, p in model.named_parameters()]
+        return [(n, p.detach().float().cpu().numpy().copy()) for n, p in model.named_parameters()]
     if framework == "tensorflow":
-        return list({id(w): (w.path, np.asarray(w)) for w in model.weights}.values())
+        return list({id(w): (w.path, np.array(w, copy=True)) for w in model.weights}.values())
     return [(n, p.data().asnumpy()) for n, p in model.collect_params().items()]
 
 
