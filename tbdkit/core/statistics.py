@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from statistics import NormalDist, fmean, median
+from statistics import NormalDist, fmean, median, stdev
 
 EXACT_DOF = 30  # below this many degrees of freedom the quantile is exact; at or above, Cornish-Fisher (within 0.1%)
 
@@ -162,9 +162,7 @@ def cost_noise(costs: list[float]) -> float | None:
     tail = costs[len(costs) // 2 :]
     if len(tail) < 2 or min(tail) <= 0:
         return None
-    logs = [math.log(c) for c in tail]
-    centre = fmean(logs)
-    return math.sqrt(sum((x - centre) ** 2 for x in logs) / (len(logs) - 1))
+    return stdev([math.log(c) for c in tail])
 
 
 def warmup_iterations_needed(
@@ -268,7 +266,7 @@ def paired_ratio(ratios: list[float], level: float = 0.95) -> PairedRatio:
     centre = fmean(logs)
     if n < 2:
         return PairedRatio(math.exp(centre), -math.inf, math.inf, n, level)
-    sd = math.sqrt(sum((x - centre) ** 2 for x in logs) / (n - 1))
+    sd = stdev(logs, centre)
     half = t_quantile(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
     return PairedRatio(math.exp(centre), math.exp(centre - half), math.exp(centre + half), n, level)
 
