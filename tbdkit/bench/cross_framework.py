@@ -13,6 +13,7 @@ A model folder's optional parity.py (stdlib only: it runs on the host) may hold
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import subprocess
@@ -257,9 +258,10 @@ def check(model: catalog.Model, servers: DescribeServers | None = None) -> list[
     """Every check across the model's frameworks (a model with several); `servers`: describe servers to reuse
     (a caller checking several models), else a server per framework for this model alone."""
     parity = parity_module(model)
-    with tempfile.TemporaryDirectory(prefix="tbdkit-parity-") as folder, DescribeServers() as own:
+    shared = contextlib.nullcontext(servers) if servers is not None else DescribeServers()
+    with tempfile.TemporaryDirectory(prefix="tbdkit-parity-") as folder, shared as using:
         try:
-            described = describe_with_weights(model, Path(folder), servers or own)
+            described = describe_with_weights(model, Path(folder), using)
         except UserError as exc:  # a stack not installed here, or a describe that failed: said in one sentence
             return [{"check": "same network", "framework": "all", "status": "failed", "detail": str(exc)}]
         return [network_parity(model, described, tuple(getattr(parity, "SAME_LAYER_KEYS", ()))),
