@@ -378,13 +378,17 @@ def assert_loss_falls(losses: list[float], factor: float = 0.99) -> None:
 @dataclass
 class Learned:
     """What a learning check leaves: the trained state (a PyTorch workload's training, another
-    stack's adapter), the losses, the hyperparameters, the groups of initial weights one draw gave
-    (same_draws) and the initial weights by name (initial_weights' names), both read before the first step."""
+    stack's adapter), the losses, the hyperparameters and the initial weights by name (initial_weights' names,
+    read before the first step)."""
     trained: Any
     losses: list[float]
     hp: dict[str, Any]
-    same_draws: list[list[str]] = field(default_factory=list)
     initial: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def same_draws(self) -> list[list[str]]:
+        """The groups of initial weights one draw gave."""
+        return same_draws(list(self.initial.items()))
 
 
 _LEARNED: dict[tuple[str, str, str | None], Learned] = {}
@@ -408,7 +412,7 @@ def learned(name: str, framework: str, variant: str | None = None) -> Learned:
             trained = adapter(name, framework, hp=hp)
             initial = initial_weights(trained.training.model, framework)
             losses = assert_learns(trained, data, hp, spec.batch_size, spec.steps, spec.factor)
-        _LEARNED[key] = Learned(trained, losses, hp, same_draws(initial), dict(initial))
+        _LEARNED[key] = Learned(trained, losses, hp, dict(initial))
     return _LEARNED[key]
 
 
