@@ -117,6 +117,32 @@ def test_the_exit_code_is_non_zero_when_no_measuring_step_ran(tmp_path) -> None:
     assert kick.exit_code(ran, steps) == 1
 
 
+def test_a_bench_stopped_at_its_deadline_leaves_a_finished_run_folder(tmp_path, monkeypatch) -> None:
+    """A real bench (the machinery stack at a batch whose warm-up and window take minutes) stopped at the deadline
+    with almost no grace: SIGINT, then SIGKILL to its launcher and agent before either finished the run folder. The
+    kick finishes it as the launcher would have (an interrupted summary saying why, mllog.txt), and every
+    invariant of a launched run holds; where the agent had written its summary, only mllog.txt is added."""
+    from run_invariants import assert_run_holds
+
+    monkeypatch.setattr(kick, "GRACE_S", 0.05)
+    results = tmp_path / "r"
+    args = ["bench", "--model", "mlp_numpy", "--framework", "numpy", "--preset", "smoke", "--device", "cpu",
+            "--batch", "8192", "--max-warmup-s", "600", "--max-measure-s", "600", "--target-ci", "1e-6",
+            "--results", str(results), "--json"]
+    (tmp_path / "logs").mkdir()
+    step = kick.Step("smoke-numpy", args, cap_s=60, json_stdout=True, measures=True)
+    outcome = kick.run_step(step, args, 12.0, tmp_path / "logs", results)
+    assert outcome.status == "timeout", outcome
+    (run,) = outcome.runs
+    assert run["status"] == "interrupted" and "kick-the-tires' deadline after 12 s" in run["error"], run
+    summary = assert_run_holds(results / run["run_id"])  # summary, spec, log, mllog.txt; its index row
+    assert summary["status"] == "interrupted"
+    mllog = results / run["run_id"] / "mllog.txt"
+    mllog.unlink()  # as when the agent wrote its summary and only the launcher was killed
+    kick._finish_stopped(results, 0.0, 12.0)
+    assert mllog.is_file() and assert_run_holds(results / run["run_id"]) == summary
+
+
 @pytest.mark.parametrize("budget", ["nan", "inf", "-5", "0"])
 def test_a_budget_that_is_not_a_positive_number_is_refused(budget) -> None:
     result = CliRunner().invoke(app, ["kick-the-tires", "--plan", "--device", "cuda", "--budget", budget])

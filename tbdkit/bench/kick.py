@@ -337,6 +337,22 @@ def _runs(results: Path, since: float) -> list[dict[str, Any]]:
     return out
 
 
+def _finish_stopped(results: Path, since: float, timeout_s: float) -> None:
+    """The run folders a step stopped at its deadline left unfinished (its launcher killed by the SIGKILL after
+    SIGINT's grace), finished as their launcher would have: summary.json (interrupted) and mllog.txt."""
+    from tbdkit.launch.outcome import finish_stopped
+
+    why = f"stopped by kick-the-tires' deadline after {timeout_s:.0f} s"
+    for spec in sorted(results.glob(f"*/{runfiles.SPEC}")):
+        try:
+            if spec.stat().st_mtime < since:
+                continue
+        except OSError:
+            continue
+        if not (spec.parent / runfiles.MLLOG).is_file():
+            finish_stopped(spec.parent, why)
+
+
 def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     """SIGINT to the step's process group (a bench ends its run as interrupted), SIGKILL after `grace_s`."""
     for sig, wait in ((signal.SIGINT, grace_s), (signal.SIGKILL, 5.0)):
@@ -372,6 +388,8 @@ def run_step(step: Step, args: list[str], timeout_s: float, logs: Path, results:
         except subprocess.TimeoutExpired:
             _stop(proc, grace)
             rc = None
+    if rc is None and args[0] == "bench":  # its launcher may have been killed before it finished its run folder
+        _finish_stopped(results, since, timeout_s)
     seconds = time.monotonic() - start
     runs = _runs(results, since) if args[0] == "bench" else []
     if rc is None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tbdkit.core.errors import UserError
 from tbdkit.launch.base import EventHandler
 from tbdkit.results import files as runfiles
 from tbdkit.results import oom
@@ -125,6 +126,29 @@ def finalize(
     _keep(run_dir, summary, on_event)
     _write_mllog(run_dir, spec, summary, on_event)
     return status, summary
+
+
+def finish_stopped(run_dir: Path, why: str) -> dict[str, Any] | None:
+    """A run folder whose launcher was killed from outside (a deadline's SIGKILL after its SIGINT's grace),
+    finished as its launcher would have: the agent's summary kept, or, where the agent wrote none, an
+    `interrupted` one saying `why` and how many iterations iterations.csv keeps; then mllog.txt. Returns the
+    summary; None for a folder without a readable spec.json (nothing was launched into it)."""
+    rd = RunDir(run_dir)
+    try:
+        spec = specs.load(rd.spec)
+    except (OSError, ValueError, UserError):
+        return None
+    summary, found = _agents_summary(run_dir)
+    if summary is None or found is None:
+        rows = _measured_rows(run_dir)
+        error = f"{why}; iterations.csv keeps the {rows} iteration(s) it measured"
+        summary = summaries.start(run_dir.name, spec, Status.INTERRUPTED.value, error)
+        _keep(run_dir, summary, None)
+    elif found != rd.summary:
+        _keep(run_dir, summary, None)
+    if not rd.mllog.is_file():
+        _write_mllog(run_dir, spec, summary, None)
+    return summary
 
 
 def _write_mllog(run_dir: Path, spec: RunSpec, summary: dict[str, Any], on_event: EventHandler | None) -> None:
