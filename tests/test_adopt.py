@@ -4,11 +4,17 @@ as on a rented GPU machine or in an NGC container (tbdkit/env/adopt.py).
 The interpreters are real ones, made by .ci/adopt-pythons in TBDKIT_ADOPT_PYTHONS (CI makes them once and keeps
 them): PyTorch 2.13.0 on Python 3.11, TensorFlow 2.21.0 on Python 3.12, MXNet 1.9.1 on Python 3.10, each with
 nothing of the kit's, and a folder of the kit's dependencies as wheels beside each. All three are adopted into
-one TBDKIT_VENVS, offline, then Deep Speech 2 is trained through them with `--setup`, which must not reinstall.
+one TBDKIT_VENVS, offline, then Deep Speech 2 is benched on all three through them with `--setup`, which must not
+reinstall. That bench is also the suite's one `tbdkit bench --framework all` on the real framework stacks: its table
+(one row a framework, the same network), each framework's math mode, PyTorch's analyses after the window, and each
+run's trace and MLPerf log as Perfetto, HTA and MLCommons' checker read them. The stacks installed from the kit's
+locks are benched through the CLI elsewhere (tests/test_every_cell_benches.py: each stack's agent on three or four
+models; tests/test_corpus_schema.py: a fresh run of each stack).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -16,11 +22,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from model_checks import tbdkit
-from run_invariants import assert_run_holds
+from model_checks import assert_run_holds_together, tbdkit
+from trace_readers import ARGS, IMPORT_ERRORS, SLICES, hta_parents, perfetto
 
 from tbdkit.core.errors import UserError
 from tbdkit.env import adopt, doctor, locks, stacks
+from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
+from tbdkit.spec import catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHONS = os.environ.get("TBDKIT_ADOPT_PYTHONS")
@@ -113,19 +121,28 @@ def test_setup_without_force_keeps_an_adopted_stack(adopted) -> None:
     assert json.loads((venvs / "mxnet" / stacks.MARKER).read_text()) == records["mxnet"]
 
 
-def test_a_bench_through_the_adopted_stacks_records_how_they_differ_and_setup_reinstalls_nothing(adopted) -> None:
-    venvs, records = adopted
+@pytest.fixture(scope="module")
+def benched(adopted) -> tuple[Path, list[dict], dict[str, list[Path]]]:
+    """Deep Speech 2 benched on every framework through the adopted stacks with `--setup`: the suite's one
+    end-to-end `tbdkit bench --framework all` on the real stacks (its table, each run's files as real tools read
+    them); with the overlays' .pth files as they were before it."""
+    venvs, _ = adopted
     results = venvs.parent / "results"
     pth = {s: sorted((venvs / s).glob(f"lib/python*/site-packages/{adopt.PTH}")) for s in HELD}
     proc = tbdkit("bench", "--model", "deepspeech2", "--framework", "all", "--preset", "smoke", "--device", "cpu",
                   "--batch", "2", "--max-warmup-s", "1", "--max-measure-s", "2", "--results", str(results), "--setup",
                   "--json", env={"TBDKIT_VENVS": str(venvs)}, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    summaries = json.loads(proc.stdout)
+    return results, json.loads(proc.stdout), pth  # --json: stdout is only the summaries (progress goes to stderr)
+
+
+def test_a_bench_through_the_adopted_stacks_records_how_they_differ_and_setup_reinstalls_nothing(adopted,
+                                                                                                 benched) -> None:
+    venvs, records = adopted
+    results, summaries, pth = benched
     assert sorted(s["framework"] for s in summaries) == sorted(HELD)
     for s in summaries:
         stack = s["framework"]
-        assert_run_holds(results / s["run_id"], indexed=True)
         env = json.loads((results / s["run_id"] / "env.json").read_text())
         lock = env["lock"]
         assert lock["name"] == f"{stack}-image" and lock["adopted"]["python"] == records[stack]["adopted"]["python"]
@@ -133,12 +150,64 @@ def test_a_bench_through_the_adopted_stacks_records_how_they_differ_and_setup_re
         assert isinstance(lock["differences"], list) and lock["differences"]  # e.g. the lock's zeus, missing here
         assert {"package": "zeus", "locked": locks.pins(locks.get(f"{stack}-image").file.read_text())["zeus"],
                 "installed": None} in lock["differences"]
-        assert env["framework_build"]["version"] == HELD[stack][1]
+        # the interpreter's own framework build ran: its version as the machine and the framework's adapter read it
+        assert env["framework_build"]["version"] == env["framework"]["framework_version"] == HELD[stack][1]
         assert env["host"]["python"].startswith(HELD[stack][0] + ".")
     # --setup installed nothing over them: the same records and overlays
     for stack in HELD:
         assert json.loads((venvs / stack / stacks.MARKER).read_text()) == records[stack]
         assert sorted((venvs / stack).glob(f"lib/python*/site-packages/{adopt.PTH}")) == pth[stack] != []
+
+
+def test_every_framework_of_deepspeech2_benches_into_one_table(benched) -> None:
+    results, summaries, _ = benched
+    assert [s["framework"] for s in summaries] == list(catalog.get("deepspeech2").frameworks)
+    for s in summaries:
+        assert s["status"] in MEASURED, s
+        assert s["model_info"]["parameters"] == summaries[0]["model_info"]["parameters"]
+        assert_run_holds_together(results / s["run_id"], s, "deepspeech2")
+    envs = {s["framework"]: json.loads((results / s["run_id"] / "env.json").read_text())["framework"]
+            for s in summaries}
+    assert envs["pytorch"]["math_mode"]["tf32_matmul"] is False
+    assert envs["tensorflow"]["math_mode"]["tf32_matmul"] is False
+    assert envs["mxnet"]["math_mode"]["nvidia_tf32_override"] == "0"
+
+
+def test_pytorch_s_memory_breakdown_and_flop_count_run_after_the_window(benched) -> None:
+    """PyTorch's own analyses (tests/test_bench_cli.py benches the machinery check, which has none): the memory
+    breakdown and the FLOP count, each in an iteration of its own after the window."""
+    results, summaries, _ = benched
+    (torch_summary,) = [s for s in summaries if s["framework"] == "pytorch"]
+    torch_run = results / torch_summary["run_id"]
+    rows = list(csv.DictReader((torch_run / "iterations.csv").open()))
+    after = [r for r in rows if r["phase"] == "analysis"]
+    assert len(after) == 2 and rows[-2:] == after
+    assert len(rows) == torch_summary["warmup"]["iterations"] + torch_summary["window"]["iterations"] + 2
+    memory = json.loads((torch_run / "memory.json").read_text())
+    assert memory["unit"] == "bytes" and memory["categories"]["feature_maps"]["bytes"] > 0
+    torch_metrics = torch_summary["metrics"]
+    assert torch_metrics["model_flops_per_sample"]["value"] > 0 and torch_metrics["mfu"]["value"] is None
+
+
+def test_real_tools_read_each_framework_s_trace_and_mllog(benched) -> None:
+    """Each run's files as real tools read them: Perfetto's trace processor (the Perfetto UI's, WebAssembly, in
+    headless Chromium) imports trace.json without an error, and it and HTA find every iteration inside its phase;
+    MLCommons' checker passes mllog.txt but for the rules only a submission meets."""
+    results, summaries, _ = benched
+    runs = [results / s["run_id"] for s in summaries]
+    read = perfetto([run / "trace.json" for run in runs], {"errors": IMPORT_ERRORS, "slices": SLICES, "args": ARGS})
+    phases = {"warm-up", "sample window", "analysis"}
+    for run in runs:
+        got = read[run / "trace.json"]
+        assert got["errors"] == [], (run.name, got["errors"])
+        assert {s["parent"] for s in got["slices"] if s["name"].startswith("ProfilerStep#")} <= phases, run.name
+        assert {s["depth"] for s in got["slices"] if s["name"] in phases} == {0}, run.name
+        assert {a["value_type"] for a in got["args"] if a["key"] in ("args.samples", "args.iteration")} == {"int"}
+        nested = hta_parents(run / "trace.json")
+        assert {nested[name] for name in nested if name.startswith("ProfilerStep#")} <= phases, run.name
+        check = subprocess.run([sys.executable, "-m", "tbdkit.results.mllog", str(run / "mllog.txt")],
+                               capture_output=True, text=True, timeout=120)
+        assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_adopting_over_a_stack_installed_from_its_lock_needs_force(tmp_path, monkeypatch) -> None:

@@ -4,7 +4,7 @@ launcher, their run folders and index, and every error a user can cause.
 The runs train the machinery check (`mlp_numpy` on the NumPy stack, the kit's own environment: docs/machinery-check.md):
 the CLI, the agent, the collectors and the run folder are what is tested here, in seconds. What is PyTorch's own
 (its version and TF32 switch in env.json, memory.json's measured categories and FLOPs after the window) is asserted
-on PyTorch's end-to-end run in tests/test_frameworks.py."""
+on PyTorch's end-to-end run in tests/test_adopt.py."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from tbdkit.results.index import Index
 from model_checks import tbdkit, tbdkit_command
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
-# One framework: with every stack installed, the default is all of them (tests/test_frameworks.py).
+# One framework: with every stack installed, the default is all of them (tests/test_adopt.py).
 MODEL = ["--model", "mlp_numpy"]
 SHORT = ["--preset", "smoke", "--device", "cpu", "--max-warmup-s", "0.5", "--max-measure-s", "1"]
 FAST = ["--framework", "numpy", *SHORT]

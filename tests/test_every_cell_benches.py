@@ -1,7 +1,7 @@
 """Every model trains its smoke preset through the whole kit (`tbdkit bench`: CLI, agent in the stack's
 venv, collectors, analyses, results) on this CPU, and every framework's agent does too.
 
-Deep Speech 2 is benched on all its frameworks by test_frameworks.py (one table of three) and ResNet-50
+Deep Speech 2 is benched on all its frameworks by test_adopt.py (one table of three, on the adopted stacks) and ResNet-50
 on one by test_vision_frameworks.py (its summary read closely); this benches each of the other models
 once, on the framework its [checks] bench_framework names, so that each framework's agent runs three or four of them. What one
 more agent run of a model on another framework would add, that framework's adapter stepping that model,
