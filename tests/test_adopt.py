@@ -8,8 +8,8 @@ one TBDKIT_VENVS, offline, then Deep Speech 2 is benched on all three through th
 reinstall. That bench is also the suite's one `tbdkit bench --framework all` on the real framework stacks: its table
 (one row a framework, the same network), each framework's math mode, PyTorch's analyses after the window, and each
 run's trace and MLPerf log as Perfetto, HTA and MLCommons' checker read them. The stacks installed from the kit's
-locks are benched through the CLI elsewhere (tests/test_every_cell_benches.py: each stack's agent on three or four
-models; tests/test_corpus_schema.py: a fresh run of each stack).
+locks are benched elsewhere (tests/test_every_cell_benches.py: each stack's agent on three or four models through
+the CLI; tests/test_corpus_schema.py: a fresh run of each stack through the kit's runner).
 """
 
 from __future__ import annotations
