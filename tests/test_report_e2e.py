@@ -40,9 +40,10 @@ def test_report_and_bundle_of_real_runs(tmp_path):
     for n in range(1, 13):
         row = html[html.index(f'id="obs{n}"'):]
         assert "needs GPU runs" in row[:row.index("</tr>")], n
-    # like runs are one group (MXNet's standard run and its disturbed twin); precision, graph and workers per
-    # node keep runs apart: PyTorch's four (fp32, bf16, compiled, 2 workers), TensorFlow's three, MXNet's one
-    assert f"{len(measured)} run(s) in 8 group(s)" in html
+    # like runs are one group (MXNet's standard run and its disturbed twin); precision, graph and workers keep
+    # runs apart (PyTorch's fp32, bf16, compiled and 2-worker runs are four groups)
+    groups = {(s["framework"], s["precision"], s["graph"], s.get("world_size") or 1) for s in measured.values()}
+    assert len(groups) < len(measured) and f"{len(measured)} run(s) in {len(groups)} group(s)" in html
     assert "1 run(s) disturbed" in html and sum(s["status"] == "disturbed" for s in measured.values()) == 1
     bundle = tmp_path / "artifact.tar.gz"
     proc = tbdkit("bundle", str(results), "-o", str(bundle))
