@@ -79,17 +79,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     return ByUnit(config, log)
 
 
-@pytest.fixture(scope="session")
-def small_sweep(tmp_path_factory):
-    """model_checks.SMALL_SWEEP: (its results folder, the finished `tbdkit sweep` process), run once for
-    the session (tests/test_sweep_cli.py checks the sweep, tests/test_report_e2e.py reports over it);
-    a test that adds runs works on a copy."""
-    from model_checks import SMALL_SWEEP, tbdkit
-
-    results = tmp_path_factory.mktemp("sweep") / "results"
-    return results, tbdkit(*SMALL_SWEEP, "--results", str(results))
-
-
 def _padded(data, batch, noise: bool):
     """The batch's one utterance with 200 frames of padding: zeros for the 30 frames the convolutions
     reach past its end, then zeros or (noise=True) loud noise that a correct network never reads."""

@@ -70,12 +70,6 @@ def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) 
     return subprocess.CompletedProcess(["tbdkit", *args], result.exit_code, result.stdout, result.stderr)
 
 
-# A small sweep, Deep Speech 2 on PyTorch at batches 1 and 2 on this CPU: conftest.py's `small_sweep`
-# runs it once for the session
-SMALL_SWEEP = ["sweep", "deepspeech2", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu",
-               "--max-warmup-s", "2", "--max-measure-s", "3", "--batch", "1,2", "--cv-limit", "0.5"]
-
-
 def functions_defined(path: Path) -> set[str]:
     """The names of the functions a test file defines (for checks that a test named elsewhere exists)."""
     return {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}

@@ -30,7 +30,9 @@ SERIAL: dict[str, str] = {
     "test_calibrate_flops.py": "times kernels against their known FLOPs",
     "test_calibrate_gpu.py": "the GPU probes' busy and idle windows",
     "test_collectors.py": "the CPU collector against this process's own clock",
-    "test_compare.py": "two runs of one spec must agree within their CIs",
+    "test_compare.py::test_three_and_three_real_runs_of_one_spec_are_the_same_within_noise": "three and three "
+    "runs of one spec (a module fixture) must agree within their noise",
+    "test_compare.py::test_batch_2_against_batch_8_gives_a_verdict_with_its_interval": "shares those runs",
     "test_disturbed.py": "runs must see no foreign CPU load",
     "test_energy.py": "RAPL energy over idle and busy windows",
     "test_distributed.py::test_two_namespaces_and_a_1gbit_link": "network namespaces (none may be left), and "
@@ -38,14 +40,10 @@ SERIAL: dict[str, str] = {
     "test_distributed_tf_mxnet.py::test_two_workers_on_one_machine": "every worker's run is expected ok",
     "test_distributed_tf_mxnet.py::test_group_job_on_two_namespaces": "network namespaces (none may be left); "
     "every worker's run is expected ok",
-    "test_sweep_cli.py::test_small_sweep_runs_the_grid": "its sweep's points are indexed ok",
-    "test_sweep_cli.py::test_bundle_and_reproduce_round_trip": "shares the small sweep (a session fixture) "
-    "with the test above and the report's",
     "test_bench_cli.py::test_bench_writes_a_complete_run": "a complete run has a throughput CI",
     "test_bench_cli.py::test_bench_writes_a_trace_and_an_mllog": "shares that run (a module fixture)",
     "test_bench_cli.py::test_runs_and_show": "shares that run",
     "test_bench_cli.py::test_bench_json_stdout_is_only_json": "shares that run",
-    "test_report_e2e.py": "its runs must be undisturbed, or the report keeps them out of its figures",
     # the stacks' suites
     "test_memory_mxnet.py": "exact bytes from MXNet's storage profiler: beside another worker a freed "
     "output was at times still counted when the probe read (3 of 9 runs, at the record scope's end then)",

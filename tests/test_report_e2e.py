@@ -1,37 +1,32 @@
-"""The report end to end on this machine's CPU: small sweeps over two models and two frameworks
-(Deep Speech 2 and ResNet-50 on PyTorch and MXNet, the quickest stack to start), then `tbdkit report` over its results
-and `tbdkit bundle` with that report inside."""
+"""`tbdkit report` and `tbdkit bundle` end to end, as a user types them, over real CPU runs: the corpus
+(tests/corpus/: every run a real run of its stack, MiniGo on PyTorch, TensorFlow and MXNet, standard, compiled,
+bf16, data-parallel, disturbed and failed; tests/test_corpus_schema.py fails when a fresh run writes other keys,
+columns or units). No run is made here: a sweep's own machinery is tests/test_sweep_cli.py's."""
 
 from __future__ import annotations
 
 import csv
 import json
-import shutil
 import tarfile
 
-import pytest
-
+import corpus_runs
 from model_checks import tbdkit
 
-FAST = ["--preset", "smoke", "--device", "cpu", "--max-warmup-s", "2", "--max-measure-s", "3", "--cv-limit", "0.5"]
+from tbdkit.results.summary import MEASURED
 
 
-def test_sweep_report_bundle(small_sweep, tmp_path):
+def test_report_and_bundle_of_real_runs(tmp_path):
     results, out = tmp_path / "results", tmp_path / "report"
-    # Deep Speech 2 on PyTorch at batches 1 and 2 is the session's small sweep (same caps): a copy of it
-    # (the index is rebuilt from the run folders), then the other three model x framework pairs
-    assert small_sweep[1].returncode == 0, small_sweep[1].stdout[-3000:] + small_sweep[1].stderr[-3000:]
-    shutil.copytree(small_sweep[0], results, ignore=shutil.ignore_patterns("index.sqlite*"))
-    for model, frameworks in (("deepspeech2", "mxnet"), ("resnet50", "pytorch,mxnet")):
-        proc = tbdkit("sweep", model, "--frameworks", frameworks, "--batch", "1,2", *FAST, "--results", str(results),
-                      timeout=900)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for role in corpus_runs.roles():  # not indexed: the report indexes the run folders it finds
+        corpus_runs.copy(role, results, index=False)
+    summaries = {p.name: json.loads((p / "summary.json").read_text()) for p in results.iterdir() if p.is_dir()}
+    measured = {run: s for run, s in summaries.items() if s["status"] in MEASURED}
     proc = tbdkit("report", str(results), "--out", str(out))
     assert proc.returncode == 0 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     rows = list(csv.DictReader((out / "summary.csv").open()))
-    assert {(r["model"], r["framework"]) for r in rows} == {
-        (m, f) for m in ("deepspeech2", "resnet50") for f in ("pytorch", "mxnet")}
-    assert all(float(r["throughput"]) > 0 for r in rows) and len(rows) == 8
+    assert {r["run_id"] for r in rows} == set(measured)  # every finished run a row, the failed one none
+    assert {(r["model"], r["framework"]) for r in rows} == {("minigo", f) for f in ("pytorch", "tensorflow", "mxnet")}
+    assert all(float(r["throughput"]) > 0 for r in rows)
     html = (out / "report.html").read_text()
     # On CPU runs: throughput and the memory breakdown are drawn (weights, gradients, feature maps and
     # optimizer state are measured on CPUs too); the GPU figures say why they are not; no claim is decided:
@@ -45,7 +40,11 @@ def test_sweep_report_bundle(small_sweep, tmp_path):
     for n in range(1, 13):
         row = html[html.index(f'id="obs{n}"'):]
         assert "needs GPU runs" in row[:row.index("</tr>")], n
-    assert "8 run(s) in 4 group(s)" in html  # two models x two frameworks, batches 1 and 2 in each
+    # like runs are one group (MXNet's standard run and its disturbed twin); precision, graph and workers keep
+    # runs apart (PyTorch's fp32, bf16, compiled and 2-worker runs are four groups)
+    groups = {(s["framework"], s["precision"], s["graph"], s.get("world_size") or 1) for s in measured.values()}
+    assert len(groups) < len(measured) and f"{len(measured)} run(s) in {len(groups)} group(s)" in html
+    assert "1 run(s) disturbed" in html and sum(s["status"] == "disturbed" for s in measured.values()) == 1
     bundle = tmp_path / "artifact.tar.gz"
     proc = tbdkit("bundle", str(results), "-o", str(bundle))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -55,4 +54,5 @@ def test_sweep_report_bundle(small_sweep, tmp_path):
     assert manifest["report"]["included"] is True
     assert any(n.endswith("report/report.html") for n in names)
     assert any(n.endswith("report/figures/fig4_throughput.svg") for n in names)
-    assert sum(n.endswith("summary.json") for n in names) == 8
+    # every run's summary (the failed one's too; a data-parallel run's workers keep theirs beside it)
+    assert {n.split("/")[-2] for n in names if n.endswith("/summary.json") and "/workers/" not in n} == set(summaries)

@@ -107,7 +107,10 @@ def gpus() -> dict[str, Any]:
 
 
 def packages() -> dict[str, str]:
-    return {d.metadata["Name"]: d.version for d in importlib.metadata.distributions() if d.metadata["Name"]}
+    """Every installed distribution's name and version, each one's metadata parsed once (reading `.metadata` parses
+    the METADATA file anew, and `.version` reads it again)."""
+    metas = (d.metadata for d in importlib.metadata.distributions())
+    return {m["Name"]: m["Version"] for m in metas if m["Name"]}
 
 
 def container() -> dict[str, Any] | None:
