@@ -37,6 +37,7 @@ if [ "$label" = "$name-$key" ]; then
 fi
 echo "make-standin: unpacking $* for Python $py"
 stage="$cache/partial-$name"
+rm -rf "$stage".* 2>/dev/null || true  # an earlier run's, should its removal have been cut short
 rm -rf "$stage" && mkdir -p "$stage/$site" "$stage/etc/pip"
 "${uv[@]}" pip install --quiet --no-cache --no-index --find-links "$wheels" --target "$stage/$site" \
   --python-version "$py" --python-platform x86_64-manylinux_2_28 pip "$@"
@@ -62,5 +63,8 @@ end=$(tail -n 1 <<<"$listing" | sed -n 's/^block \([0-9]*\): \*\* Block of NULs 
     | tar --create --file - --owner=0 --group=0 --numeric-owner --no-recursion -C "$stage" --verbatim-files-from -T -
 } | docker import --change 'CMD ["/bin/bash"]' --change "LABEL tbdkit.standin=$name-$key" \
       --change "ENV PIP_CONSTRAINT=/etc/pip/constraint.txt" - "$tag" >/dev/null
-rm -rf "$stage"
+# The staged files are removed in the background: deleting a file waits for its pages that the kernel is
+# writing back, and the image's build goes on meanwhile (the output is closed, so no caller waits for it).
+mv "$stage" "$stage.$$"
+rm -rf "$stage.$$" >/dev/null 2>&1 </dev/null &
 echo "make-standin: $tag imported at ${SECONDS} s"
