@@ -88,7 +88,15 @@ import sys, tomllib
 print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"][sys.argv[1]]))
 PY
 )
-    base_reqs=("${framework_reqs[@]}"); build_args=() ;;
+    build_args=()
+    if [ "$stack" = tensorflow ]; then
+      # NGC's TensorFlow image holds TensorFlow (and the Keras it requires), not the workloads' libraries:
+      # the stand-in holds TensorFlow's closure, and the Dockerfile's own step installs keras-hub over it
+      # (KERAS_HUB_REQUIREMENTS, from docker/wheels below), as it does on NGC's base.
+      for req in "${framework_reqs[@]}"; do [[ "$req" =~ ^tensorflow[^a-z_-] ]] && base_reqs=("$req"); done
+    else
+      base_reqs=("${framework_reqs[@]}")  # MXNet's: the image lock's versions of all (the test compares them)
+    fi ;;
   *) echo "build-ci-image: unknown stack '$stack' (pytorch, tensorflow or mxnet)" >&2; exit 2 ;;
 esac
 wheels="$cache/wheels-$stack-py$py"
@@ -117,6 +125,10 @@ kit_wheels="$cache/kit-wheels-py$py"
 mkdir -p "$kit_wheels" docker/wheels
 fetch "$kit_wheels" "${dep_list[@]}" "${extra[@]}" "setuptools>=68" wheel
 find "$kit_wheels" -maxdepth 1 -type f ! -name .tbdkit-download -exec cp -p -t docker/wheels/ {} +
+# TensorFlow's Dockerfile installs keras-hub and the two libraries it imports (KERAS_HUB_REQUIREMENTS) itself
+if [ "$stack" = tensorflow ]; then
+  cp -p "$wheels"/keras_hub-*.whl "$wheels"/regex-*.whl "$wheels"/tokenizers-*.whl docker/wheels/
+fi
 "$python" -m tbdkit.cli images build "$stack" --base-image "$framework_base" --tag "$tag" \
   --build-arg "PIP_OPTIONS=--no-index --find-links=/tmp/wheels" --build-arg REQUIRE_NCU=0 \
   --build-arg WORKLOAD_REQUIREMENTS= --build-arg KERAS_REQUIREMENT= "${build_args[@]}"
