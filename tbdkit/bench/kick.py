@@ -304,14 +304,24 @@ def _last_line(path: Path) -> str:
     return lines[-1][:200] if lines else ""
 
 
+def _new_specs(results: Path, since: float) -> list[Path]:
+    """The spec.json of each run folder a step made (written at or after `since`)."""
+    out = []
+    for spec in sorted(results.glob(f"*/{runfiles.SPEC}")):
+        try:
+            if spec.stat().st_mtime >= since:
+                out.append(spec)
+        except OSError:
+            continue
+    return out
+
+
 def _runs(results: Path, since: float) -> list[dict[str, Any]]:
     """The runs a step made, read from their folders (a bench stopped by the deadline prints nothing, but its
     run folder says `interrupted`): id, status, throughput or the error."""
     out = []
-    for spec in sorted(results.glob(f"*/{runfiles.SPEC}")):
+    for spec in _new_specs(results, since):
         try:
-            if spec.stat().st_mtime < since:
-                continue
             s = read_json(spec.parent / summaries.SUMMARY)
         except (OSError, ValueError):
             out.append(
@@ -343,12 +353,7 @@ def _finish_stopped(results: Path, since: float, timeout_s: float) -> None:
     from tbdkit.launch.outcome import finish_stopped
 
     why = f"stopped by kick-the-tires' deadline after {timeout_s:.0f} s"
-    for spec in sorted(results.glob(f"*/{runfiles.SPEC}")):
-        try:
-            if spec.stat().st_mtime < since:
-                continue
-        except OSError:
-            continue
+    for spec in _new_specs(results, since):
         if not (spec.parent / runfiles.MLLOG).is_file():
             finish_stopped(spec.parent, why)
 

@@ -97,15 +97,24 @@ def _keep(run_dir: Path, summary: dict[str, Any], on_event: EventHandler | None)
         on_event({"event": "warning", "message": message})
 
 
+def _finish_agents(run_dir: Path, spec: RunSpec, on_event: EventHandler | None) -> dict[str, Any] | None:
+    """The summary the agent wrote, kept in the run folder (where its disk was full: tried again, else said where
+    it is), and mllog.txt beside it; None when the agent wrote none."""
+    summary, found = _agents_summary(run_dir)
+    if summary is None or found is None:
+        return None
+    if found != RunDir(run_dir).summary:
+        _keep(run_dir, summary, on_event)
+    _write_mllog(run_dir, spec, summary, on_event)
+    return summary
+
+
 def finalize(
     run_dir: Path, spec: RunSpec, exit_code: int, on_event: EventHandler | None = None
 ) -> tuple[str, dict[str, Any]]:
     """The agent writes summary.json last; if it died before that, say so in one."""
-    summary, found = _agents_summary(run_dir)
-    if summary is not None and found is not None:
-        if found != RunDir(run_dir).summary:  # the agent's disk was full: try again, else say where it is
-            _keep(run_dir, summary, on_event)
-        _write_mllog(run_dir, spec, summary, on_event)
+    summary = _finish_agents(run_dir, spec, on_event)
+    if summary is not None:
         return summary["status"], summary
     status, error = (
         Status.FAILED.value,
@@ -133,20 +142,15 @@ def finish_stopped(run_dir: Path, why: str) -> dict[str, Any] | None:
     finished as its launcher would have: the agent's summary kept, or, where the agent wrote none, an
     `interrupted` one saying `why` and how many iterations iterations.csv keeps; then mllog.txt. Returns the
     summary; None for a folder without a readable spec.json (nothing was launched into it)."""
-    rd = RunDir(run_dir)
     try:
-        spec = specs.load(rd.spec)
+        spec = specs.load(RunDir(run_dir).spec)
     except (OSError, ValueError, UserError):
         return None
-    summary, found = _agents_summary(run_dir)
-    if summary is None or found is None:
-        rows = _measured_rows(run_dir)
-        error = f"{why}; iterations.csv keeps the {rows} iteration(s) it measured"
+    summary = _finish_agents(run_dir, spec, None)
+    if summary is None:
+        error = f"{why}; iterations.csv keeps the {_measured_rows(run_dir)} iteration(s) it measured"
         summary = summaries.start(run_dir.name, spec, Status.INTERRUPTED.value, error)
         _keep(run_dir, summary, None)
-    elif found != rd.summary:
-        _keep(run_dir, summary, None)
-    if not rd.mllog.is_file():
         _write_mllog(run_dir, spec, summary, None)
     return summary
 
