@@ -116,13 +116,16 @@ images: $(KIT_STAMP)
 # Host-side tests run in the kit's environment (the cross-framework ones need every stack);
 # framework tests in that framework's stack.
 FRAMEWORK_TESTS := pytorch tensorflow mxnet
-# Each suite in turn, its time printed, then the total; the first failing suite stops the run.
+# Each suite in turn, its time and how busy the CPUs were printed (Linux's /proc/stat: a suite far below 100%
+# waits more than it computes), then the total; the first failing suite stops the run.
+cpu_ticks = awk '/^cpu /{print $$2+$$3+$$4+$$7+$$8+$$9, $$5+$$6}' /proc/stat 2>/dev/null || echo 0 0
 test:
 	@start=$$(date +%s); \
 	for s in host $(FRAMEWORK_TESTS); do \
-		t0=$$(date +%s); \
+		t0=$$(date +%s); set -- $$($(cpu_ticks)); b0=$$1; i0=$$2; \
 		$(MAKE) --no-print-directory test-$$s || { echo "test-$$s FAILED after $$(( $$(date +%s) - t0 )) s"; exit 1; }; \
-		echo "test-$$s: $$(( $$(date +%s) - t0 )) s"; \
+		set -- $$($(cpu_ticks)); \
+		echo "test-$$s: $$(( $$(date +%s) - t0 )) s, CPUs busy $$(( 100 * ($$1 - b0) / ($$1 - b0 + $$2 - i0 + 1) ))%"; \
 	done; \
 	echo "make test: $$(( $$(date +%s) - start )) s in all"
 
