@@ -37,6 +37,29 @@ def _worker_core() -> set[int] | None:
     return {MACHINE_CORES[int(worker[2:]) % len(MACHINE_CORES)]}
 
 
+def _build_each_cli_once() -> None:
+    """Typer's CliRunner builds the click command from the app's functions (their signatures and type hints) on
+    every invoke, a few tenths of a second each; an app's command is built once per process here instead (the
+    command holds no state between invocations: each `main` call makes its own context)."""
+    try:
+        import typer.testing
+    except ImportError:  # a stack's environment without the kit's CLI dependencies
+        return
+    build = typer.testing._get_command
+    assert callable(build), "typer.testing no longer has _get_command: remove _build_each_cli_once"
+    built: dict[int, tuple[object, object]] = {}
+
+    def build_once(app: object) -> object:
+        if id(app) not in built:
+            built[id(app)] = (app, build(app))  # the app is kept, so its id is never reused
+        return built[id(app)][1]
+
+    typer.testing._get_command = build_once  # type: ignore[assignment]
+
+
+_build_each_cli_once()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Where `make test` asks for it (ONE_CORE=1, the host suite's parallel pass), each pytest-xdist worker
     and every process it starts runs on one core, the workers taking the cores in turn: a run the kit
