@@ -1,6 +1,7 @@
 """Fixtures shared by the tests (NumPy only at import: this runs in every environment)."""
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,20 @@ def _build_each_cli_once() -> None:
 
 
 _build_each_cli_once()
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection() -> object:
+    """pytest keeps each test module's assertion-rewritten bytecode beside it unless bytecode writing is off
+    (PYTHONDONTWRITEBYTECODE, as on CI's machines), and then every worker of every pass rewrites every test
+    module again (about 8 CPU seconds a collection of the host suite). While collecting, this process writes it
+    (pytest's own files, under tests/), so the first collection writes and the others read; the tests then run
+    as the environment says, and the processes they start inherit it unchanged."""
+    was = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = was
 
 
 def pytest_configure(config: pytest.Config) -> None:
