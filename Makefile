@@ -136,8 +136,8 @@ test:
 # so the runs they start size their thread pools to one core, and it runs four: much of its work waits on
 # processes starting, images building and fixed windows. The compiled, bf16 and math-mode legs of the cells marked
 # compiled_matrix stay out (each outcome of the kit's compile, bf16 and math-mode logic keeps one cell per stack:
-# tests/model_checks.py OUTCOME_CELLS); `make test-compiled` runs them. The times behind these choices: docs/measured-here.md,
-# "Stacks' suites and the Makefile".
+# tests/model_checks.py OUTCOME_CELLS); `make test-compiled` runs them. The times behind these choices:
+# docs/measured-here.md, "Stacks' suites and the Makefile".
 # $(call two_passes,PYTEST COMMAND,FOLDER,DURATIONS,WORKERS[,PARALLEL ENV]): both passes run even when the
 # first fails; a folder with no serial test skips the second; PARALLEL ENV prefixes the first pass alone, and
 # only when it runs on several workers.
