@@ -137,10 +137,10 @@ test:
 # test is single-threaded (TorchDynamo's and XLA's compilation, graph traces), and two workers of two
 # threads each crowded two cores. The host suite's workers each run on one core (ONE_CORE; tests/conftest.py),
 # so the runs they start size their thread pools to one core, and it runs four: much of its work waits on
-# processes starting, images building and fixed windows. The compiled and bf16 legs of the cells marked
-# compiled_matrix stay out (each outcome of the kit's compile logic keeps one cell per stack: tests/model_checks.py
-# OUTCOME_CELLS); `make test-compiled` runs them. The times behind these choices: docs/measured-here.md,
-# "Stacks' suites and the Makefile".
+# processes starting, images building and fixed windows. The compiled, bf16 and math-mode legs of the cells marked
+# compiled_matrix stay out (each outcome of the kit's compile, bf16 and math-mode logic keeps one cell per stack:
+# tests/model_checks.py OUTCOME_CELLS); `make test-compiled` runs them. The times behind these choices:
+# docs/measured-here.md, "Stacks' suites and the Makefile".
 # $(call two_passes,PYTEST COMMAND,FOLDER,DURATIONS,WORKERS[,PARALLEL ENV]): both passes run even when the
 # first fails; a folder with no serial test skips the second; PARALLEL ENV prefixes the first pass alone, and
 # only when it runs on several workers.
@@ -165,12 +165,13 @@ test-pytorch test-tensorflow test-mxnet: test-%: $(KIT_STAMP)
 	$(TBDKIT) setup $*
 	$(call two_passes,.venvs/$*/bin/python -m pytest,tests/$*,5,$(or $(value TEST_WORKERS_$*),$(value TEST_WORKERS)),$(ONE_THREAD))
 
-# The parity checks of every cell (tests/model_checks.py parity), each stack's in turn: its compiled step and its
-# bf16 steps against standard fp32. `make test` runs those of one cell per outcome and stack (OUTCOME_CELLS).
+# The parity and math-mode checks of every cell (tests/model_checks.py parity, stepped), each stack's in turn: its
+# compiled step and its bf16 steps against standard fp32, and a step in each of its math modes. `make test` runs
+# those of one cell per outcome and stack (OUTCOME_CELLS).
 test-compiled: $(KIT_STAMP)
 	@rc=0; for s in $(FRAMEWORK_TESTS); do \
 		.venvs/$$s/bin/python -m pytest tests/$$s/test_every_model_$$s.py \
-			-k "compiled_step or bf16" --durations=0 || rc=$$?; \
+			-k "compiled_step or bf16 or math_mode" --durations=0 || rc=$$?; \
 	done; exit $$rc
 
 # Every instrument against a workload whose true value is known, on this machine (DEVICE=cuda:0 adds the GPU probes).

@@ -202,25 +202,33 @@ class ParityRun:
 _PARITY: dict[tuple[str, str], ParityRun] = {}
 
 
-# The compiled and bf16 parity legs `make test` runs: each outcome of the kit's compile and bf16 logic (compiled;
-# trained as standard, with its reason; bf16 near fp32; bf16 refused, with its reason) once per stack, on the cheapest
-# model that shows it (docs/measured-here.md has the seconds). Every other cell's legs are marked `compiled_matrix`:
-# `make test` leaves them out, `make test-compiled` runs the whole matrix. TensorFlow's math-mode check runs every
-# cell's bf16 leg anyway (amp on a CPU is bf16), so every TensorFlow cell's bf16 test stays in `make test`.
+# The compiled, bf16 and math-mode legs `make test` runs: each outcome of the kit's compile, bf16 and math-mode logic
+# (compiled; trained as standard, with its reason; bf16 near fp32; bf16 refused, with its reason; every math mode
+# steps; the math modes checked in the model's own test) once per stack, on the cheapest model that shows it
+# (docs/measured-here.md has the seconds). Every other cell's legs are marked `compiled_matrix`: `make test` leaves
+# them out, `make test-compiled` runs the whole matrix. TensorFlow's math-mode check is its bf16 leg's first step
+# (amp on a CPU is bf16), so its cells go together.
 OUTCOME_CELLS: dict[str, dict[str, str]] = {
-    "pytorch": {"compiled": "deepspeech2", "not compiled: no double backward": "wgan_gp", "bf16": "minigo"},
+    "pytorch": {"compiled": "deepspeech2", "not compiled: no double backward": "wgan_gp", "bf16": "minigo",
+                "math modes: every mode steps": "minigo", "math modes: in its own test": "a3c"},
     "tensorflow": {"compiled": "minigo", "not compiled: no tf.function": "mask_rcnn",
-                   "not compiled: XLA could not compile the step": "seq2seq"},
+                   "not compiled: XLA could not compile the step": "seq2seq", "bf16": "minigo",
+                   "math modes: every mode steps": "minigo", "math modes: in its own test": "a3c"},
     "mxnet": {"compiled": "minigo", "not compiled: static_shape would re-plan": "deepspeech2", "bf16": "minigo",
-              "bf16 refused: MXNet 1.9's bfloat16 AMP could not run": "deepspeech2"},
+              "bf16 refused: MXNet 1.9's bfloat16 AMP could not run": "deepspeech2",
+              "math modes: every mode steps": "minigo", "math modes: in its own test": "a3c"},
 }
-BF16_IN_EVERY_CELL = {"tensorflow"}
-# Today's workloads keep both legs in `make test` on PyTorch: CI shows each of them training compiled and in bf16.
+LEGS = ("compiled", "bf16", "math_modes")
+# Today's workloads keep every leg in `make test` on PyTorch: CI shows each of them training compiled, in bf16 and in
+# each math mode.
 EVERY_LEG_IN_MAKE_TEST = {"pytorch": {"llama", "vit", "dit"}}
 
 
 def outcome(name: str, framework: str, leg: str) -> str:
-    """The outcome a cell's `leg` ("compiled" or "bf16") checks, as OUTCOME_CELLS names it."""
+    """The outcome a cell's `leg` ("compiled", "bf16" or "math_modes") checks, as OUTCOME_CELLS names it."""
+    if leg == "math_modes":
+        spec = row("math_modes", framework, name)
+        return "math modes: in its own test" if isinstance(spec, Elsewhere) else "math modes: every mode steps"
     spec = row("parity", framework, name)
     if leg == "compiled":
         return "compiled" if spec.not_compiled is None else f"not compiled: {spec.not_compiled}"
@@ -229,7 +237,7 @@ def outcome(name: str, framework: str, leg: str) -> str:
 
 def in_make_test(name: str, framework: str, leg: str) -> bool:
     """Whether `make test` runs the cell's `leg` (the rest is `make test-compiled`'s, marked compiled_matrix)."""
-    if (leg == "bf16" and framework in BF16_IN_EVERY_CELL) or name in EVERY_LEG_IN_MAKE_TEST.get(framework, ()):
+    if name in EVERY_LEG_IN_MAKE_TEST.get(framework, ()):
         return True
     return OUTCOME_CELLS[framework].get(outcome(name, framework, leg)) == name
 
@@ -635,6 +643,7 @@ def generated_tests(framework: str) -> dict[str, Any]:
             if framework == "tensorflow":
                 assert_traced_once(run.trained.training)
 
+    @legs_of(framework, "math_modes")
     def test_every_math_mode_steps(name: str) -> None:
         spec = row("math_modes", framework, name)
         if isinstance(spec, Elsewhere):

@@ -1,7 +1,7 @@
 """tests/scheduling.py, how `make test` schedules the tests: every serial key and every long unit names
 tests that exist (a renamed file or function would otherwise run beside a neighbour, or start last,
-without anyone noticing), the units group what shares a process's kept runs, and `make test` keeps one compiled
-and one bf16 parity leg per outcome of each stack."""
+without anyone noticing), the units group what shares a process's kept runs, and `make test` keeps one compiled,
+one bf16 and one math-mode leg per outcome of each stack."""
 
 import json
 import os
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from model_checks import (BF16_IN_EVERY_CELL, EVERY_LEG_IN_MAKE_TEST, OUTCOME_CELLS, functions_defined, in_make_test,
-                          models_on, outcome)
+from model_checks import (EVERY_LEG_IN_MAKE_TEST, LEGS, OUTCOME_CELLS, functions_defined, in_make_test, models_on,
+                          outcome)
 from scheduling import ALL_CORES, LONGEST_FIRST, SERIAL, is_serial, longest_first, serial_files, unit_of
 
 TESTS = Path(__file__).parent
@@ -105,21 +105,34 @@ def test_each_parallel_worker_runs_on_one_core_and_all_cores_tests_get_them_back
     assert seen["wide"]["worker"] == seen["after"]["worker"], seen
 
 
-def test_make_test_checks_each_compile_and_bf16_outcome_of_each_stack_once():
-    """Every outcome the catalog's [checks.parity] tables give a stack's compiled and bf16 legs (compiled, trained
-    as standard for each reason, bf16 near fp32, refused for each reason) has exactly one cell in `make test`,
-    a cell that shows it (TensorFlow's bf16: every cell, its math-mode check runs the leg anyway); the other
-    cells' legs are `make test-compiled`'s."""
+def test_make_test_checks_each_compile_bf16_and_math_mode_outcome_of_each_stack_once():
+    """Every outcome the catalog's [checks.parity] and [checks.math_modes] tables give a stack's compiled, bf16 and
+    math-mode legs (compiled, trained as standard for each reason, bf16 near fp32, refused for each reason, every
+    math mode steps, checked in the model's own test) has exactly one cell in `make test`, a cell that shows it; the
+    other cells' legs are `make test-compiled`'s."""
     for stack, cells in OUTCOME_CELLS.items():
-        for leg in ("compiled", "bf16"):
-            every = EVERY_LEG_IN_MAKE_TEST.get(stack, set())
-            assert all(in_make_test(m, stack, leg) for m in every)  # today's workloads: both legs, on purpose
+        every = EVERY_LEG_IN_MAKE_TEST.get(stack, set())
+        for leg in LEGS:
+            assert all(in_make_test(m, stack, leg) for m in every)  # today's workloads: every leg, on purpose
             kept = [m for m in models_on(stack) if in_make_test(m, stack, leg) and m not in every]
             outcomes = {outcome(m, stack, leg) for m in models_on(stack) if m not in every}
             assert {outcome(m, stack, leg) for m in kept} == outcomes, (stack, leg, kept, outcomes)
-            if not (leg == "bf16" and stack in BF16_IN_EVERY_CELL):
-                assert len(kept) == len(outcomes), (stack, leg, kept)
-        named = {o for o in cells}
-        shown = {outcome(m, stack, leg) for m in models_on(stack) for leg in ("compiled", "bf16")
-                 if not (leg == "bf16" and stack in BF16_IN_EVERY_CELL)}
-        assert named == shown, (stack, named ^ shown)  # no outcome left unnamed, none named that no cell shows
+            assert len(kept) == len(outcomes), (stack, leg, kept)
+        shown = {outcome(m, stack, leg) for m in models_on(stack) for leg in LEGS}
+        assert set(cells) == shown, (stack, set(cells) ^ shown)  # no outcome left unnamed, none named that no cell shows
+
+
+def test_make_test_compiled_selects_every_leg_that_make_test_leaves_out():
+    """`make test-compiled`'s -k expression (its terms joined by `or`, each matched in a test's name as pytest does)
+    selects each generated test that has a cell marked compiled_matrix, and no other generated test."""
+    import re
+
+    from model_checks import generated_tests
+
+    (expression,) = re.findall(r'-k "([^"]+)"', (TESTS.parent / "Makefile").read_text().split("\ntest-compiled:")[1])
+    terms = expression.split(" or ")
+    for stack in OUTCOME_CELLS:
+        tests = {n: f for n, f in generated_tests(stack).items() if n.startswith("test_")}
+        legs = {n for n, f in tests.items() for mark in getattr(f, "pytestmark", []) if mark.name == "parametrize"
+                for p in mark.args[1] if any(m.name == "compiled_matrix" for m in p.marks)}
+        assert legs == {n for n in tests if any(t in n for t in terms)}, (stack, legs, terms)
