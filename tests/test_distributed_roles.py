@@ -21,8 +21,13 @@ def test_the_spec_takes_tensorflow_and_mxnet_jobs():
     assert specs.build(model="resnet50", framework="mxnet", batch_size=2, gpus_per_node=2).world_size == 2
     assert specs.build(model="inception_v3", framework="tensorflow", batch_size=2, nodes=2,
                        launcher="netns", link_rate="1gbit").world_size == 2
-    with pytest.raises(UserError, match="data-parallel TensorFlow .* is built for inception_v3, resnet50"):
+    with pytest.raises(UserError, match="data-parallel TensorFlow .* is built for inception_v3, minigo, resnet50"):
         specs.build(model="deepspeech2", framework="tensorflow", batch_size=2, gpus_per_node=2)
+    # MiniGo's step ends with the shared update that averages the replicas' gradients (its mean checked under
+    # a strategy: tests/tensorflow/test_one_process_tensorflow.py); one process of replicas stays the classifiers'
+    assert specs.build(model="minigo", framework="tensorflow", batch_size=2, gpus_per_node=2).world_size == 2
+    with pytest.raises(UserError, match="one_process: built for inception_v3, resnet50"):
+        specs.build(model="minigo", framework="tensorflow", batch_size=2, gpus_per_node=2, one_process=True)
 
 
 def test_mxnet_roles_on_two_nodes():
