@@ -21,8 +21,13 @@ def test_the_spec_takes_tensorflow_and_mxnet_jobs():
     assert specs.build(model="resnet50", framework="mxnet", batch_size=2, gpus_per_node=2).world_size == 2
     assert specs.build(model="inception_v3", framework="tensorflow", batch_size=2, nodes=2,
                        launcher="netns", link_rate="1gbit").world_size == 2
-    with pytest.raises(UserError, match="data-parallel TensorFlow .* is built for inception_v3, resnet50"):
+    with pytest.raises(UserError, match="data-parallel TensorFlow .* is built for inception_v3, minigo, resnet50"):
         specs.build(model="deepspeech2", framework="tensorflow", batch_size=2, gpus_per_node=2)
+    # MiniGo's step ends with the shared update that averages the replicas' gradients (its mean checked under
+    # a strategy: tests/tensorflow/test_one_process_tensorflow.py); one process of replicas stays the classifiers'
+    assert specs.build(model="minigo", framework="tensorflow", batch_size=2, gpus_per_node=2).world_size == 2
+    with pytest.raises(UserError, match="one_process: built for inception_v3, resnet50"):
+        specs.build(model="minigo", framework="tensorflow", batch_size=2, gpus_per_node=2, one_process=True)
 
 
 def test_mxnet_roles_on_two_nodes():
@@ -112,5 +117,22 @@ def test_the_worker_that_exited_is_named_not_rank_0_ended_after_it(tmp_path: Pat
     stand_in = {"run_id": tmp_path.name, "status": "failed", "error": "the agent exited with code -9", "exit_code": -9}
     (tmp_path / "summary.json").write_text(json.dumps(stand_in))
     status, summary = name_failed_workers(tmp_path, spec, -9, stand_in)
+    assert status == "failed" and summary["failed_worker"]["rank"] == 1
+    assert summary["error"].startswith("worker rank 1 (node 0) died before writing its results (exit code 3)")
+
+
+def test_workers_that_failed_before_the_launcher_looked_are_reported(tmp_path: Path):
+    """Rank 1 exits with code 3 and rank 0 at once (its peer lost), both before the group launcher's watcher first
+    looks: every worker that failed is still written in torchrun's words, so the one that exited is named."""
+    spec = specs.build(model="mlp_numpy", framework="numpy", batch_size=2, gpus_per_node=2, device="cpu")
+    job = [r for r in roles(spec, ["127.0.0.1"], group.new_port(), "ab" * 16) if r.rank is not None]
+    exits = {0: 1, 1: 3}
+    code = group.run(spec, tmp_path, lambda *event: None, job, prefix=lambda role: ["sh", "-c", f"exit {exits[role.rank]}"])
+    log = (tmp_path / "log.txt").read_text()
+    assert code == 1
+    assert "rank: 1 (local_rank: 1)\n  exitcode: 3 (pid: " in log and "rank: 0 (local_rank: 0)\n  exitcode: 1 (pid: " in log
+    own = {"run_id": tmp_path.name, "status": "failed", "error": "worker rank 1 went away", "worker": "rank 0 of 2"}
+    (tmp_path / "summary.json").write_text(json.dumps(own))  # rank 0's, as its agent writes it: rank 1 wrote none
+    status, summary = name_failed_workers(tmp_path, spec, 1, own)
     assert status == "failed" and summary["failed_worker"]["rank"] == 1
     assert summary["error"].startswith("worker rank 1 (node 0) died before writing its results (exit code 3)")

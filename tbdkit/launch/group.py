@@ -117,22 +117,29 @@ def run(
                 if proc.poll() is None:
                     _signal(proc, signal.SIGKILL)
 
+        def report(name: str, proc: subprocess.Popen[str], code: int) -> None:
+            role = by_name[name]
+            if role.rank is not None:  # torchrun's words: tbdkit.launch.workers reads them
+                log.write(
+                    f"worker failed:\n  rank: {role.rank} (local_rank: {role.local_rank})\n"
+                    f"  exitcode: {code} (pid: {proc.pid})\n"
+                )
+            else:
+                log.write(f"{name} (node {role.node}) exited with code {code}: ending the job\n")
+
+        def failed(proc: subprocess.Popen[str]) -> int | None:
+            code = proc.poll()
+            return None if code is None or code in (0, INTERRUPTED) else code
+
         def watch() -> None:
             while not done.wait(POLL_S):
                 for name, proc in list(procs.items()):
-                    code = proc.poll()
-                    if code is None or code in (0, INTERRUPTED) or first_failure:
+                    code = failed(proc)
+                    if code is None or first_failure:
                         continue
                     with lock:
                         first_failure.append(name)
-                        role = by_name[name]
-                        if role.rank is not None:  # torchrun's words: tbdkit.launch.workers reads them
-                            log.write(
-                                f"worker failed:\n  rank: {role.rank} (local_rank: {role.local_rank})\n"
-                                f"  exitcode: {code} (pid: {proc.pid})\n"
-                            )
-                        else:
-                            log.write(f"{name} (node {role.node}) exited with code {code}: ending the job\n")
+                        report(name, proc, code)
                     end_all()
 
         try:
@@ -173,6 +180,14 @@ def run(
                 if by_name[name].rank is None:
                     _wait(proc, SERVERS_GRACE_S)
             done.set()
+            watcher.join()
+            # Every process ended before the watcher's next look (a worker died and rank 0, its peer lost, exited
+            # at once): none was ended by this launcher, so each worker that failed failed by itself and is reported.
+            with lock:
+                if not first_failure:
+                    for name, proc in procs.items():
+                        if by_name[name].rank is not None and (failure := failed(proc)) is not None:
+                            report(name, proc, failure)
             return code or next((c for c in others if c), 0)
         finally:
             done.set()

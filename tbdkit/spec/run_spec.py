@@ -94,14 +94,15 @@ BOUNDS: dict[str, str] = {
 }
 
 
-# The models TensorFlow's data parallelism is built and checked for: the paper's Fig. 9 cells and ResNet-50
-# (every TensorFlow step divides its loss by the replicas in the update they share, workloads/_shared/tf_amp.py,
-# so that the strategy's summed gradients are their mean; only these steps are checked under a strategy).
-TF_DATA_PARALLEL_MODELS = frozenset({"inception_v3", "resnet50"})
+# The models TensorFlow's data parallelism is built and checked for: the paper's Fig. 9 cells, ResNet-50 and
+# MiniGo (every TensorFlow step divides its loss by the replicas in the update they share, workloads/_shared/tf_amp.py,
+# so that the strategy's summed gradients are their mean; only these steps are checked under a strategy: the
+# classifiers' shared step, and MiniGo's in tests/tensorflow/test_one_process_tensorflow.py).
+TF_DATA_PARALLEL_MODELS = frozenset({"inception_v3", "minigo", "resnet50"})
 # The models that train several replicas in one process (--one-process: TensorFlow's MirroredStrategy,
 # MXNet's `device` kvstore): the image classifiers, whose shared steps take one part of the batch per
 # replica (workloads/_shared/keras_classifier.py, gluon_classifier.py).
-ONE_PROCESS_MODELS = TF_DATA_PARALLEL_MODELS
+ONE_PROCESS_MODELS = frozenset({"inception_v3", "resnet50"})
 ONE_PROCESS_FRAMEWORKS = ("tensorflow", "mxnet")
 # The models whose PyTorch workload names the layers FSDP2 shards (`shard_units`) and builds its optimizer over
 # the sharded parameters (`optimize`): --parallel fsdp (tbdkit.adapters.pytorch_fsdp).
