@@ -3,10 +3,46 @@ forward order, their parameters in the canonical layouts, for `tbdkit describe` 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import keras
 import numpy as np
+
+
+@contextlib.contextmanager
+def building() -> Iterator[None]:
+    """While a workload builds its network: a Keras layer with no build() of its own, first called eagerly on
+    tensors (or lists of them), creates its sublayers' weights by that eager call (Keras' own fallback where it
+    cannot trace the layer) instead of first tracing its call() symbolically in a graph, which for a deep network
+    of custom layers costs more than the eager call itself. The same weights come out, created in the same order
+    (the order of the calls), with the same names and values. A first call inside a tf.function, or on Keras'
+    symbolic inputs, is built as before; so is every layer where Keras lacks these internals."""
+    import tensorflow as tf
+    from keras.src.layers import layer as keras_layer
+    from keras.src.utils import python_utils
+
+    layer_class, unbuilt = keras_layer.Layer, getattr(keras_layer, "might_have_unbuilt_state", None)
+    original, is_default = getattr(layer_class, "_maybe_build", None), getattr(python_utils, "is_default", None)
+    if original is None or unbuilt is None or is_default is None:
+        yield
+        return
+
+    def eager(call_spec: Any) -> bool:
+        tensors = keras.tree.flatten(list(getattr(call_spec, "tensor_arguments_dict", {}).values()))
+        return bool(tensors) and tf.executing_eagerly() and all(keras.ops.is_tensor(t) for t in tensors)
+
+    def maybe_build(self: Any, call_spec: Any) -> None:
+        if not self.built and is_default(self.build) and unbuilt(self) and eager(call_spec):
+            return  # built by the call itself: each sublayer builds on its own first call
+        original(self, call_spec)
+
+    layer_class._maybe_build = maybe_build
+    try:
+        yield
+    finally:
+        layer_class._maybe_build = original
 
 
 def _is_lstm_cell(layer: Any) -> bool:
