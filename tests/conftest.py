@@ -40,8 +40,8 @@ def _worker_core() -> set[int] | None:
 
 def _build_each_cli_once() -> None:
     """Typer's CliRunner builds the click command from the app's functions (their signatures and type hints) on
-    every invoke, a few tenths of a second each; an app's command is built once per process here instead (the
-    command holds no state between invocations: each `main` call makes its own context)."""
+    every invoke; an app's command is built once per process here instead (the command holds no state between
+    invocations: each `main` call makes its own context; docs/measured-here.md has the cost)."""
     try:
         import typer.testing
     except ImportError:  # a stack's environment without the kit's CLI dependencies
@@ -64,7 +64,7 @@ _build_each_cli_once()
 def pytest_collection() -> object:
     """pytest keeps each test module's assertion-rewritten bytecode beside it unless bytecode writing is off
     (PYTHONDONTWRITEBYTECODE, as on CI's machines), and then every worker of every pass rewrites every test
-    module again (about 8 CPU seconds a collection of the host suite). While collecting, this process writes it
+    module again (docs/measured-here.md has the cost). While collecting, this process writes it
     (pytest's own files, under tests/), so the first collection writes and the others read; the tests then run
     as the environment says, and the processes they start inherit it unchanged."""
     was = sys.dont_write_bytecode
