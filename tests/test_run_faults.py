@@ -325,3 +325,41 @@ def test_a_sweep_into_a_file_fails_before_writing_and_a_damaged_state_is_named(t
                                    "-b", "2", "-r", str(tmp_path / "afile")])
     assert out.exit_code == 2 and "is a file, not a folder" in out.output, out.output
     assert (tmp_path / "afile").read_text() == "x"
+
+
+# The agent as `python -m tbdkit.agent` runs it, with one thing replaced: a first Ctrl-C lands just before warm-up's
+# first step (on a slow framework, while its first step is traced, a deadline's SIGINT lands there too).
+STOPPED_BEFORE_THE_FIRST_STEP = """
+import sys
+from pathlib import Path
+from tbdkit.agent import run
+from tbdkit.spec import run_spec as specs
+
+real = run.warm_up
+
+def warm_up(r):
+    r.stop(2, None)  # SIGINT's handler, as the signal calls it
+    real(r)
+
+run.warm_up = warm_up
+sys.exit(run.execute(specs.load(Path(sys.argv[1])), Path(sys.argv[2])))
+"""
+
+
+def test_a_run_stopped_before_its_first_iteration_still_has_iterations_csv_with_its_columns(tmp_path):
+    """The loop started, no iteration ended: the run is interrupted, and iterations.csv holds its header and no row
+    (it held an empty line, which no reader of the file could take as a table)."""
+    import subprocess
+    import sys
+
+    from run_invariants import assert_run_holds
+
+    spec_file, run_dir = tmp_path / "spec.json", tmp_path / "run"
+    spec_file.write_text(SPEC.model_dump_json())
+    run_dir.mkdir()
+    proc = subprocess.run([sys.executable, "-c", STOPPED_BEFORE_THE_FIRST_STEP, str(spec_file), str(run_dir)],
+                          capture_output=True, text=True, timeout=120)
+    summary = assert_run_holds(run_dir, launched=False)
+    assert summary["status"] == "interrupted" and "loop_started_utc" in summary, (proc.returncode, proc.stderr[-2000:])
+    lines = (run_dir / "iterations.csv").read_text().splitlines()
+    assert lines == ["iteration,phase,start_s,seconds,data_wait_s,samples,work,loss"], lines

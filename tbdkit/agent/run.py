@@ -15,6 +15,7 @@ import os
 import signal
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -531,7 +532,13 @@ def write(run: Run) -> None:
         summary["window"] = loop.result.window or None
         if isinstance(loop.result.iterations, sink.StreamedRows):
             loop.result.iterations.close()
-        _write_rows(run.run_dir, runfiles.ITERATIONS, [i.row() for i in loop.result.iterations], summary)
+        _write_rows(
+            run.run_dir,
+            runfiles.ITERATIONS,
+            [i.row() for i in loop.result.iterations],
+            summary,
+            runfiles.ITERATION_COLUMNS,
+        )
         _write_rows(run.run_dir, runfiles.SAMPLES, loop.result.samples, summary)
         _write_trace(run.run_dir, summary)
     if run.env is not None:
@@ -583,10 +590,13 @@ def _gpu_state(loop: TrainingLoop) -> dict[str, Any]:
     return {"reason": "no GPU state collector ran"}
 
 
-def _write_rows(run_dir: Path, name: str, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
-    """A CSV of the run; if the disk refuses it the summary says so and the run still ends whole."""
+def _write_rows(
+    run_dir: Path, name: str, rows: list[dict[str, Any]], summary: dict[str, Any], columns: Sequence[str] = ()
+) -> None:
+    """A CSV of the run (`columns` its header where it has no rows); if the disk refuses it the summary says so
+    and the run still ends whole."""
     try:
-        RunDir(run_dir).write_csv(name, rows)
+        RunDir(run_dir).write_csv(name, rows, columns)
     except OSError as exc:
         summary.setdefault("files_not_written", {})[name] = f"{exc.strerror or exc} ({len(rows)} rows lost)"
         log.error(

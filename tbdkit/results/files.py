@@ -69,6 +69,9 @@ KERNEL_COLUMNS = (
     "tensor_utilization",
     "method",
 )
+# The columns of every row of iterations.csv (tbdkit.agent.loop.Iteration.row; a batch's own counts, work_*, come
+# between work and loss): its header even where a run stopped before its first iteration.
+ITERATION_COLUMNS = ("iteration", "phase", "start_s", "seconds", "data_wait_s", "samples", "work", "loss")
 WORKERS = "workers"
 _NODE_LOG = re.compile(r"(node|rank|server)[0-9]+\.log|scheduler\.log")  # netns nodes; TF/MXNet roles
 _RANK_DIR = re.compile(r"rank[0-9]+")

@@ -7,7 +7,7 @@ A data-parallel job's workers/rank<N>/ are RunDirs of their own (`rank(n)`); ran
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,9 +145,9 @@ class RunDir:
         sink.write_text(path, text)
         return path
 
-    def write_csv(self, name: str, rows: Iterable[dict[str, Any]]) -> Path:
+    def write_csv(self, name: str, rows: Iterable[dict[str, Any]], columns_when_empty: Sequence[str] = ()) -> Path:
         path = self.path / name
-        sink.write_csv(path, rows)
+        sink.write_csv(path, rows, columns_when_empty)
         return path
 
     def read_json(self, name: str) -> Any:

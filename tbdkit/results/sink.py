@@ -12,7 +12,7 @@ import csv
 import io
 import json
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,10 +46,11 @@ def spreadsheet_row(row: dict[str, Any]) -> dict[str, Any]:
     return {k: spreadsheet_cell(v) for k, v in row.items()}
 
 
-def write_csv(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    """`rows` as a CSV file, written whole; a text cell a spreadsheet would take as a formula is neutralized."""
+def write_csv(path: Path, rows: Iterable[dict[str, Any]], columns_when_empty: Sequence[str] = ()) -> None:
+    """`rows` as a CSV file, written whole; a text cell a spreadsheet would take as a formula is neutralized.
+    No rows: the header is `columns_when_empty`."""
     rows = [spreadsheet_row(r) for r in rows]
-    columns: list[str] = []
+    columns: list[str] = [] if rows else list(columns_when_empty)
     for row in rows:
         columns.extend(k for k in row if k not in columns)
     buf = io.StringIO()
