@@ -145,25 +145,7 @@ def run(
         try:
             ordered = [r for r in job if r.rank != 0] + [r for r in job if r.rank == 0]
             for role in ordered:
-                cmd = [*prefix(role), *command(spec, run_dir, role)]
-                log.write(
-                    f"# {role.name} (node {role.node}): "
-                    + " ".join(f"{k}={shlex.quote(v)}" for k, v in role.env.items() if k != "TBDKIT_CONTROL_KEY")
-                    + "\n$ "
-                    + shlex.join(cmd)
-                    + "\n"
-                )
-                env = {**stacks.agent_env(), **role.env}
-                if role.rank == 0:
-                    procs[role.name] = subprocess.Popen(
-                        cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, start_new_session=True, env=env
-                    )
-                else:
-                    out = RunDir(run_dir).role_log(role.name).open("w")
-                    files.append(out)
-                    procs[role.name] = subprocess.Popen(
-                        cmd, stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env
-                    )
+                procs[role.name] = _start(role, [*prefix(role), *command(spec, run_dir, role)], run_dir, log, files)
             watcher = threading.Thread(target=watch, daemon=True)
             watcher.start()
             head = procs["rank0"]
@@ -195,6 +177,26 @@ def run(
                 _end(proc)
             for f in files:
                 f.close()
+
+
+def _start(role: Role, cmd: list[str], run_dir: Path, log: IO[str], files: list[IO[str]]) -> subprocess.Popen[str]:
+    """One role's process, its command and environment written to the job's log first: rank 0's stdout piped
+    (followed by the launcher), every other role's output in its own log (its file kept in `files`)."""
+    log.write(
+        f"# {role.name} (node {role.node}): "
+        + " ".join(f"{k}={shlex.quote(v)}" for k, v in role.env.items() if k != "TBDKIT_CONTROL_KEY")
+        + "\n$ "
+        + shlex.join(cmd)
+        + "\n"
+    )
+    env = {**stacks.agent_env(), **role.env}
+    if role.rank == 0:
+        return subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1, start_new_session=True, env=env
+        )
+    out = RunDir(run_dir).role_log(role.name).open("w")
+    files.append(out)
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
 
 
 def _wait(proc: subprocess.Popen[str], timeout: float) -> int:
