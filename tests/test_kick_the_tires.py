@@ -119,12 +119,14 @@ def test_the_exit_code_is_non_zero_when_no_measuring_step_ran(tmp_path) -> None:
 
 def test_a_bench_stopped_at_its_deadline_leaves_a_finished_run_folder(tmp_path, monkeypatch) -> None:
     """A real bench (the machinery stack at a batch whose warm-up and window take minutes) stopped at the deadline
-    with almost no grace: SIGINT, then SIGKILL to its launcher and agent before either finished the run folder. The
-    kick finishes it as the launcher would have (an interrupted summary saying why, mllog.txt), and every
-    invariant of a launched run holds; where the agent had written its summary, only mllog.txt is added."""
+    with no grace: SIGINT, then at once SIGKILL to its launcher and to its agent (in a session of its own) before
+    either finished the run folder. The kick finishes it as the launcher would have (an interrupted summary saying
+    why, mllog.txt), no process of the step is left, and every invariant of a launched run holds; where the agent
+    had written its summary, only mllog.txt is added."""
+    import psutil
     from run_invariants import assert_run_holds
 
-    monkeypatch.setattr(kick, "GRACE_S", 0.05)
+    monkeypatch.setattr(kick, "GRACE_S", 0.0)
     results = tmp_path / "r"
     args = ["bench", "--model", "mlp_numpy", "--framework", "numpy", "--preset", "smoke", "--device", "cpu",
             "--batch", "8192", "--max-warmup-s", "600", "--max-measure-s", "600", "--target-ci", "1e-6",
@@ -134,6 +136,11 @@ def test_a_bench_stopped_at_its_deadline_leaves_a_finished_run_folder(tmp_path, 
     outcome = kick.run_step(step, args, 12.0, tmp_path / "logs", results)
     assert outcome.status == "timeout", outcome
     (run,) = outcome.runs
+    left = []
+    for p in psutil.process_iter(["cmdline"]):
+        if any(run["run_id"] in part for part in p.info["cmdline"] or ()):
+            left.append(p.info["cmdline"])
+    assert not left, left
     assert run["status"] == "interrupted" and "kick-the-tires' deadline after 12 s" in run["error"], run
     summary = assert_run_holds(results / run["run_id"])  # summary, spec, log, mllog.txt; its index row
     assert summary["status"] == "interrupted"

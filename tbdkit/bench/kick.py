@@ -359,7 +359,15 @@ def _finish_stopped(results: Path, since: float, timeout_s: float) -> None:
 
 
 def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGINT to the step's process group (a bench ends its run as interrupted), SIGKILL after `grace_s`."""
+    """SIGINT to the step's process group (a bench ends its run as interrupted), SIGKILL after `grace_s` to the
+    group and to every process the step started in a session of its own (a launcher's agent, which would otherwise
+    train on past the deadline, beside the next step, and rewrite its run folder after it was finished)."""
+    import psutil
+
+    try:
+        tree = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
     for sig, wait in ((signal.SIGINT, grace_s), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(proc.pid, sig)
@@ -367,8 +375,21 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
             return
         try:
             proc.wait(wait)
-            return
         except subprocess.TimeoutExpired:
+            continue
+        break
+    if proc.returncode is None or proc.returncode < 0:  # the launcher died by a signal: its agents live on
+        _kill(tree)
+
+
+def _kill(processes: list[Any]) -> None:
+    """SIGKILL to each of `processes` (psutil's, which checks it is still the process it was) still running."""
+    import psutil
+
+    for p in processes:
+        try:
+            p.kill()
+        except psutil.Error:
             continue
 
 
