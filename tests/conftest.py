@@ -48,12 +48,12 @@ def _build_each_cli_once() -> None:
         return
     build = typer.testing._get_command
     assert callable(build), "typer.testing no longer has _get_command: remove _build_each_cli_once"
-    built: dict[int, tuple[object, object]] = {}
+    built: dict[object, object] = {}  # app -> its command (an app is hashed by its identity)
 
     def build_once(app: object) -> object:
-        if id(app) not in built:
-            built[id(app)] = (app, build(app))  # the app is kept, so its id is never reused
-        return built[id(app)][1]
+        if app not in built:
+            built[app] = build(app)
+        return built[app]
 
     typer.testing._get_command = build_once  # type: ignore[assignment]
 

@@ -372,13 +372,14 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
+            break
         try:
             proc.wait(wait)
+            break
         except subprocess.TimeoutExpired:
             continue
-        break
-    if proc.returncode is None or proc.returncode < 0:  # the launcher died by a signal: its agents live on
+    code = proc.poll()
+    if code is None or code < 0:  # the launcher died by a signal (or lives on): its agents would live on
         _kill(tree)
 
 
