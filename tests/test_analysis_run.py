@@ -28,10 +28,12 @@ class Loop:
 class Adapter:
     framework = "pytorch"
 
-    def __init__(self, cuda_index: int | None = None, fail: bool = False) -> None:
+    def __init__(self, cuda_index: int | None = None, fail: bool = False, events_per_step: int = 0,
+                 loop: Loop | None = None) -> None:
         self.cuda_index = cuda_index
         self.device_label = "cpu" if cuda_index is None else f"cuda:{cuda_index}"
         self.fail = fail
+        self.events_per_step, self.loop = events_per_step, loop
 
     def memory_breakdown(self, step):
         step()
@@ -49,7 +51,11 @@ class Adapter:
     @contextlib.contextmanager
     def kernel_trace(self):
         got: dict = {}
+        before = len(self.loop.phases) if self.loop else 0
         yield got
+        steps = (len(self.loop.phases) if self.loop else 0) - before
+        got["chrome_trace"] = {"traceEvents": [{"ph": "X"}] * (self.events_per_step * steps)}
+        got["anchor_perf_s"], got["anchor_uncertainty_s"] = 0.0, 0.0
         got["kernels"] = [Kernel("gemm", 0, 60), Kernel("relu", 50, 20), Kernel("gemm", 90, 10)]
         got["elapsed_us"] = 100.0
 
@@ -80,9 +86,25 @@ def test_cuda_run_writes_the_kernel_table_and_trace_utilization(tmp_path) -> Non
     rows = list(csv.DictReader((tmp_path / "kernels.csv").open()))
     assert tuple(rows[0]) == KERNEL_COLUMNS
     assert rows[0]["kernel"] == "gemm" and float(rows[0]["time_share"]) == pytest.approx(70 / 90, abs=1e-6)
-    assert loop.phases.count("analysis") == 2 + analysis.TRACE_ITERATIONS
+    assert loop.phases.count("analysis") == 2 + 1 + analysis.TRACE_ITERATIONS  # one iteration to size the trace
+    assert got["gpu_utilization_trace"]["iterations"] == analysis.TRACE_ITERATIONS
     launches = list(csv.DictReader((tmp_path / "kernel_launches.csv").open()))   # the timeline ncu samples are weighted by
     assert [(r["kernel"], r["calls"], float(r["total_time_us"])) for r in launches] == [("gemm", "2", 70.0), ("relu", "1", 20.0)]
+
+
+@pytest.mark.parametrize(("events_per_step", "iterations"), [(10, 5), (60_000, 3), (150_000, 1), (900_000, 1)])
+def test_the_kernel_trace_covers_as_many_iterations_as_its_event_bound_allows(tmp_path, events_per_step, iterations) -> None:
+    """Deep Speech 2's recurrent layers launch kernels per time step: one iteration on a GPU made a
+    profiler trace of about 600,000 events, five of them 900 MB of JSON that took over a minute to export."""
+    loop = Loop()
+    loop.t0 = 0.0  # type: ignore[attr-defined]  # the loop's clock: the trace is kept beside the run
+    adapter = Adapter(cuda_index=0, events_per_step=events_per_step, loop=loop)
+    got = analysis.run(adapter, loop, {"framework": {}}, tmp_path, {"value": 2.0}, "fp32")
+    util = got["gpu_utilization_trace"]
+    assert util["iterations"] == iterations and f"over {iterations} iterations" in util["method"]
+    assert loop.phases.count("analysis") == 2 + 1 + (iterations if iterations > 1 else 0)
+    kept = json.loads((tmp_path / "profiler_trace.json").read_text())
+    assert len(kept["traceEvents"]) == events_per_step * iterations <= max(analysis.MAX_TRACE_EVENTS, events_per_step)
 
 
 def test_a_failing_probe_leaves_null_with_reason(tmp_path) -> None:

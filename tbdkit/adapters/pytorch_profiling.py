@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tbdkit.analysis.memory import entry
 from tbdkit.analysis.trace import ANCHOR_EVENT
@@ -305,6 +306,27 @@ def attention_formulas() -> dict[Any, Any]:
     return formulas
 
 
+class _LengthsAsLists(TorchDispatchMode):
+    """Hands CTC loss its lengths as lists of ints (the ops' `default` overloads) instead of tensors.
+    Outside any dispatch mode, ctc_loss reads CPU length tensors into lists before it dispatches; under a
+    mode (FlopCounterMode) it passes the tensors on to the `Tensor` overloads, whose CUDA kernels want
+    them on the GPU and fail on the CPU lengths cuDNN's CTC asks for (Deep Speech 2's step). The values
+    computed are the same; CTC has no FLOP formula, so the count is unchanged."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        aten = torch.ops.aten
+        if func is aten._ctc_loss.Tensor:
+            log_probs, targets, inputs, targets_n, *rest = args
+            return aten._ctc_loss.default(log_probs, targets, inputs.tolist(), targets_n.tolist(), *rest, **kwargs)
+        if func is aten._ctc_loss_backward.Tensor:
+            grad, log_probs, targets, inputs, targets_n, *rest = args
+            return aten._ctc_loss_backward.default(
+                grad, log_probs, targets, inputs.tolist(), targets_n.tolist(), *rest, **kwargs
+            )
+        return func(*args, **kwargs)
+
+
 def count_flops(device: torch.device, step: Callable[[], Any], model: torch.nn.Module | None = None) -> int:
     """FLOPs of one training step (forward, backward, and any double backward) by
     torch.utils.flop_counter. Its module tracker, which attributes FLOPs to modules, is left out:
@@ -312,7 +334,8 @@ def count_flops(device: torch.device, step: Callable[[], Any], model: torch.nn.M
     torch.autograd.grad of a leaf (pytorch/pytorch#131753: WGAN-GP's gradient penalty), and only the
     total is read. On CUDA, for a model with recurrent layers, cuDNN is off for this step so they
     run as counted matmuls instead of one opaque cuDNN RNN call the counter cannot see. Fused
-    attention kernels are counted as PaLM's MFU counts attention, on every device (attention_formulas)."""
+    attention kernels are counted as PaLM's MFU counts attention, on every device (attention_formulas). CTC
+    loss gets its lengths as lists inside the counter (_LengthsAsLists)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     recurrent = model is None or any(isinstance(m, torch.nn.RNNBase) for m in model.modules())
@@ -321,7 +344,7 @@ def count_flops(device: torch.device, step: Callable[[], Any], model: torch.nn.M
     flags = (
         torch.backends.cudnn.flags(enabled=False) if device.type == "cuda" and recurrent else contextlib.nullcontext()
     )
-    with flags, counter:
+    with flags, counter, _LengthsAsLists():
         step()
     return int(counter.get_total_flops())
 

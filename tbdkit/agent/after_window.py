@@ -32,9 +32,13 @@ from tbdkit.results.rundir import RunDir
 log = logging.getLogger("tbdkit.agent")
 
 TRACE_ITERATIONS = 5
+# The profiler's events a trace may hold (one iteration's always fits): a few hundred bytes each in
+# profiler_trace.json, all held in memory while it is exported, read and rewritten.
+MAX_TRACE_EVENTS = 200_000
 TRACE_METHOD = (
-    "torch.profiler CUDA trace over {n} iterations after the sample window: union of kernel "
-    "intervals / traced wall time (paper eq. 1)"
+    "torch.profiler CUDA trace over {n} iterations after the sample window (up to "
+    f"{TRACE_ITERATIONS}, as many as keep the trace within {MAX_TRACE_EVENTS:,} profiler events, "
+    "at least one): union of kernel intervals / traced wall time (paper eq. 1)"
 )
 FLOPS_METHOD = (
     "torch.utils.flop_counter.FlopCounterMode over one training step (forward + backward) / samples in its batch"
@@ -218,6 +222,20 @@ def _flops(
     return out
 
 
+def trace_events(doc: Any) -> list[Any]:
+    """The events of a Chrome trace, as torch.profiler exports it (an object or a bare list)."""
+    if isinstance(doc, dict):
+        return list(doc.get("traceEvents", []))
+    return list(doc) if isinstance(doc, list) else []
+
+
+def trace_iterations(events_per_iteration: int) -> int:
+    """How many iterations the kernel trace covers: TRACE_ITERATIONS, fewer where they would pass
+    MAX_TRACE_EVENTS (Deep Speech 2's recurrent layers launch kernels per time step: hundreds of
+    thousands of events in one iteration), and never under one."""
+    return max(1, min(TRACE_ITERATIONS, MAX_TRACE_EVENTS // max(1, events_per_iteration)))
+
+
 def _trace(
     adapter: Any, caps: Capabilities, step: Callable[[], None], run_dir: Path, loop_t0: float | None = None
 ) -> dict[str, dict[str, Any]]:
@@ -231,16 +249,23 @@ def _trace(
         )
         return {"gpu_utilization_trace": missing("%", method, reason)}
 
+    traced = tracer  # narrowed: the closure below sees it as not None
+
     def trace() -> dict[str, dict[str, Any]]:
-        with tracer.kernel_trace() as got:
-            for _ in range(TRACE_ITERATIONS):
-                step()
+        with traced.kernel_trace() as got:  # one iteration first: how many events does one make?
+            step()
+        n = trace_iterations(len(trace_events(got.get("chrome_trace"))))
+        if n > 1:
+            with traced.kernel_trace() as got:
+                for _ in range(n):
+                    step()
+        method_n = TRACE_METHOD.format(n=n)
         kernels = got["kernels"]
         if loop_t0 is not None and "chrome_trace" in got:  # merged into trace.json on the loop's clock
             _keep_profiler_trace(run_dir, got, loop_t0)
         if not kernels:
-            return {"gpu_utilization_trace": missing("%", method, "the trace held no CUDA kernels")}
-        source = f"torch.profiler CUDA trace, {TRACE_ITERATIONS} iterations after the window"
+            return {"gpu_utilization_trace": missing("%", method_n, "the trace held no CUDA kernels")}
+        source = f"torch.profiler CUDA trace, {n} iterations after the window"
         rows = kernel_table(kernels, source)
         RunDir(run_dir).write_csv(runfiles.KERNELS, [{c: r[c] for c in runfiles.KERNEL_COLUMNS} for r in rows])
         # the timeline by launch configuration, which weights Nsight Compute's samples (tbdkit.bench.reference)
@@ -251,7 +276,8 @@ def _trace(
             "gpu_utilization_trace": metric(
                 utilization(kernels, got["elapsed_us"]),
                 "%",
-                method,
+                method_n,
+                iterations=n,
                 kernels=len(kernels),
                 traced_us=round(got["elapsed_us"], 1),
             )
