@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.overrides import TorchFunctionMode
 
 from tbdkit.analysis.memory import entry
 from tbdkit.analysis.trace import ANCHOR_EVENT
@@ -306,24 +306,21 @@ def attention_formulas() -> dict[Any, Any]:
     return formulas
 
 
-class _LengthsAsLists(TorchDispatchMode):
-    """Hands CTC loss its lengths as lists of ints (the ops' `default` overloads) instead of tensors.
-    Outside any dispatch mode, ctc_loss reads CPU length tensors into lists before it dispatches; under a
-    mode (FlopCounterMode) it passes the tensors on to the `Tensor` overloads, whose CUDA kernels want
-    them on the GPU and fail on the CPU lengths cuDNN's CTC asks for (Deep Speech 2's step). The values
-    computed are the same; CTC has no FLOP formula, so the count is unchanged."""
+class _LengthsAsLists(TorchFunctionMode):
+    """Hands CTC loss its lengths as lists of ints, the path a step takes outside any mode. Without a
+    mode, ctc_loss reads CPU length tensors into lists before it dispatches; under one (FlopCounterMode)
+    it keeps them as tensors: the `Tensor` overloads' CUDA kernels refuse lengths on another device
+    than the log-probs, and the mean reduction divides the GPU losses by the CPU target lengths (both
+    failed Deep Speech 2's FLOP count on a GPU). A function mode sees the call before it decomposes;
+    the values computed are the same, and CTC has no FLOP formula, so the count is unchanged."""
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        aten = torch.ops.aten
-        if func is aten._ctc_loss.Tensor:
-            log_probs, targets, inputs, targets_n, *rest = args
-            return aten._ctc_loss.default(log_probs, targets, inputs.tolist(), targets_n.tolist(), *rest, **kwargs)
-        if func is aten._ctc_loss_backward.Tensor:
-            grad, log_probs, targets, inputs, targets_n, *rest = args
-            return aten._ctc_loss_backward.default(
-                grad, log_probs, targets, inputs.tolist(), targets_n.tolist(), *rest, **kwargs
-            )
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if func is torch.nn.functional.ctc_loss or func is torch.ctc_loss:
+            args = [a.tolist() if i in (2, 3) and isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
+            for name in ("input_lengths", "target_lengths"):
+                if isinstance(kwargs.get(name), torch.Tensor):
+                    kwargs[name] = kwargs[name].tolist()
         return func(*args, **kwargs)
 
 

@@ -3,6 +3,7 @@ running / elapsed) and the per-kernel table (paper Tables V/VI) from kernel inte
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -130,11 +131,25 @@ def launch_table(kernels: list[Kernel], method: str) -> list[dict[str, Any]]:
     ]
 
 
+_CAST = re.compile(r"\((?:unsigned |signed )?[A-Za-z_][\w:]*\)(-?\d+)")  # (cudnnKernelDataType_t)0, (char)1
+_QUALIFIER = re.compile(r"(?:<unnamed>|[A-Za-z_]\w*)::")  # cudnn::detail::, at::native::, <unnamed>::
+_INT_SUFFIX = re.compile(r"\b(\d+)(?:ull|ll|ul|u|l)\b", re.IGNORECASE)  # 3ul
+_WORDS = {"true": "1", "false": "0", "void": "", "const": ""}
+_WORD = re.compile(r"\b(true|false|void|const)\b")
+
+
 def loose_name(kernel: str) -> str:
-    """A kernel's name without its parameter list, 'void ' and spaces: profilers demangle alike
-    up to there but differ in spacing ('> >' or '>>') and parameter spelling."""
-    head = kernel.split("(")[0] if not kernel.startswith("(") else kernel
-    return "".join(head.removeprefix("void ").split())
+    """A kernel's name as both profilers spell it: torch.profiler's (CUPTI's names through the C++ ABI's
+    demangler) and Nsight Compute's (its own demangler) differ in more than spacing: ncu drops outer
+    namespaces (`detail::dgrad_engine` for `cudnn::detail::dgrad_engine`), writes `0` for `false`, `3` for
+    `3ul` and `<unnamed>` for `(anonymous namespace)`, puts `const` before the type and omits casts of enum
+    template arguments. Kept: the function and its template arguments up to the first parenthesis (the
+    parameter list, or a lambda's enclosing function); dropped: namespaces, spaces, `void`, `const`,
+    casts and integer suffixes; `true`/`false` read as 1/0."""
+    s = _CAST.sub(r"\1", kernel.replace("(anonymous namespace)", "<unnamed>"))
+    head = s.split("(")[0] if not s.startswith("(") else s
+    head = _WORD.sub(lambda m: _WORDS[m.group(1)], _QUALIFIER.sub("", head))
+    return _INT_SUFFIX.sub(r"\1", "".join(head.split()))
 
 
 def merge_utilization(
