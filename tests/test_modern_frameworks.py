@@ -5,24 +5,26 @@ the PyTorch and TensorFlow stacks."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from framework_parity import framework_differences, run_in_stack
+from framework_parity import framework_differences
+from tbdkit.bench.cross_framework import DescribeServers
 from tbdkit.spec import catalog
 
 MODELS = ("llama", "vit")
 
 
-def describe_in_stack(model: str, framework: str, *args: str) -> dict[str, Any]:
-    """The JSON of `python -m tbdkit.describe` for one model in the framework's own stack venv; `args` add e.g.
-    `--save PATH` (canonical weights and the probe batch's outputs) or `--weights-from PATH`."""
-    return json.loads(run_in_stack(framework, "-m", "tbdkit.describe", "--model", model, "--framework", framework,
-                                   *args))
+def describe_in_stack(servers: DescribeServers, model: str, framework: str, folder: Path, *args: str) -> None:
+    """`python -m tbdkit.describe` of the smoke preset in the framework's stack, through its describe server (one
+    process a framework, the framework imported once for every describe); `args` add e.g. `--save PATH` (canonical
+    weights and the probe batch's outputs) or `--weights-from PATH`."""
+    argv = ["--model", model, "--framework", framework, "--preset", "smoke", *args]
+    code, _, stderr = servers.describe(framework, argv, folder)
+    assert code == 0, stderr[-3000:]
 
 
 def assert_read_back(reference: Path, out: Path) -> Any:
@@ -44,18 +46,22 @@ def perturbed(reference: Path, out: Path) -> Path:
     return out
 
 
-@pytest.fixture(scope="module", params=MODELS)
-def described(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The model described on PyTorch (saving its weights), then on both frameworks from the same perturbed
-    weights (each reads them back unchanged and saves its outputs on the probe batch)."""
-    model, folder = request.param, tmp_path_factory.mktemp(request.param)
-    describe_in_stack(model, "pytorch", "--preset", "smoke", "--save", str(folder / "built.npz"))
-    given = perturbed(folder / "built.npz", folder / "given.npz")
-    out: dict[str, Any] = {"model": model}
-    for fw in ("pytorch", "tensorflow"):
-        path = folder / f"{fw}.npz"
-        out[fw] = describe_in_stack(model, fw, "--preset", "smoke", "--weights-from", str(given), "--save", str(path))
-        out[fw]["npz"] = assert_read_back(given, path)
+@pytest.fixture(scope="module")
+def described(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Each model described on PyTorch (saving its weights), then on both frameworks from the same perturbed
+    weights (each reads them back unchanged and saves its outputs on the probe batch); for each model, each
+    framework's saved weights and outputs."""
+    out: dict[str, dict[str, Any]] = {}
+    with DescribeServers() as servers:
+        for model in MODELS:
+            folder = tmp_path_factory.mktemp(model)
+            describe_in_stack(servers, model, "pytorch", folder, "--save", str(folder / "built.npz"))
+            given = perturbed(folder / "built.npz", folder / "given.npz")
+            out[model] = {}
+            for fw in ("pytorch", "tensorflow"):
+                path = folder / f"{fw}.npz"
+                describe_in_stack(servers, model, fw, folder, "--weights-from", str(given), "--save", str(path))
+                out[model][fw] = assert_read_back(given, path)
     return out
 
 
@@ -66,12 +72,13 @@ def test_llama_and_vit_run_on_pytorch_and_tensorflow_only():
         assert "archived" in entry["mxnet"] and "keras-hub" in entry["tensorflow"], model
 
 
-def test_same_weights_same_outputs(described):
+@pytest.mark.parametrize("model", MODELS)
+def test_same_weights_same_outputs(described, model):
     """The same perturbed weights give the same logits (Llama: every token's over the vocabulary; ViT: each image's
     classes) to 1e-4 of their largest value: RoPE's scaling, grouped-query attention, the tied projection, the
     class token and positions, all mapped alike."""
-    ours, theirs = described["tensorflow"]["npz"], described["pytorch"]["npz"]
-    name = "logits" if described["model"] == "llama" else "output"
+    ours, theirs = described[model]["tensorflow"], described[model]["pytorch"]
+    name = "logits" if model == "llama" else "output"
     scale = float(np.abs(theirs[name]).max())
     assert scale > 0.1  # not outputs that vanish whatever the weights
     np.testing.assert_allclose(ours[name], theirs[name], rtol=0, atol=1e-4 * scale)
