@@ -72,8 +72,8 @@ LONGEST_FIRST: dict[str, float] = {
     "test_slurm.py": 980,
     "test_adopt.py": 300,  # adopting three interpreters, then Deep Speech 2 benched on all three
     "test_every_cell_benches.py": 270,  # 307 s with Inception-v3 benched on TensorFlow (71 s)
-    "test_fsdp.py": 194,  # two Llama jobs of 2 gloo workers (FSDP2, DDP), on a busy machine
-    "test_modern_frameworks.py": 180,  # six describes (Llama, ViT on PyTorch and TensorFlow); 534 s under a load of 7
+    "test_fsdp.py": 194,  # two Llama jobs of 2 gloo workers (FSDP2, DDP; the DDP job also test_distributed's checks)
+    "test_modern_frameworks.py": 60,  # six describes (Llama, ViT) from one describe server each on PyTorch and TensorFlow
     "test_as_typed.py": 159,
     # one model's frameworks compared (test_cross_framework.py, a unit per model; a worker's models share its describe
     # servers, so the first on a worker also pays their imports)
@@ -83,7 +83,7 @@ LONGEST_FIRST: dict[str, float] = {
     "cross_framework/mask_rcnn": 55,
     "cross_framework/faster_rcnn": 55,
     "cross_framework/deepspeech2": 46,
-    "test_distributed.py": 152,
+    "test_distributed.py": 110,
     "test_adopt_fakes.py": 100,
     "test_bench_cli.py": 104,
     "test_own_model.py": 120,

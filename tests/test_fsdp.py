@@ -1,5 +1,6 @@
 """--parallel fsdp: Llama trained by two gloo workers on this machine's CPU with FSDP2 (fully_shard per decoder
-layer, then the model), as a user types it, against DDP for the same seed; the refusals; the rendered files."""
+layer, then the model), as a user types it, against DDP for the same seed (that DDP job also checked as every
+data-parallel job on one machine is: tests/test_distributed.py); the refusals; the rendered files."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tbdkit.launch import render
 from tbdkit.results.summary import MEASURED
 from tbdkit.spec import run_spec as specs
 
-from test_distributed import bench
+from test_distributed import assert_workers_trained_together, bench
 
 LLAMA = ["--model", "llama", "--framework", "pytorch", "--preset", "smoke", "--device", "cpu", "--batch", "2",
          "--max-warmup-s", "2", "--max-measure-s", "4", "--gpus-per-node", "2", "--json"]
@@ -31,12 +32,25 @@ def rank_losses(results: Path, summary: dict) -> list[list[float]]:
     return [losses(run / "iterations.csv"), losses(run / "workers" / "rank1" / "iterations.csv")]
 
 
-def test_fsdp_shards_llama_and_trains_as_ddp_does(tmp_path):
-    results = tmp_path / "results"
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, dict]:
+    """The results folder, the FSDP2 job's summary and the DDP job's (2 gloo workers each, the same seed)."""
+    results = tmp_path_factory.mktemp("fsdp") / "results"
     proc, fsdp = bench(results, "--parallel", "fsdp", base=LLAMA)
     assert proc.returncode == 0 and fsdp is not None, proc.stdout[-2000:] + proc.stderr[-3000:]
     proc, ddp = bench(results, base=LLAMA)
     assert proc.returncode == 0 and ddp is not None, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return results, fsdp, ddp
+
+
+def test_ddp_on_two_workers_of_one_machine(jobs):
+    """torchrun's 2 workers, DDP over gloo, no single-worker run to scale against."""
+    results, _, ddp = jobs
+    assert_workers_trained_together(results, ddp, 2, "pytorch", None)
+
+
+def test_fsdp_shards_llama_and_trains_as_ddp_does(jobs):
+    results, fsdp, ddp = jobs
     assert fsdp["status"] in MEASURED and fsdp["world_size"] == 2
     run = results / fsdp["run_id"]
     assert json.loads((run / "spec.json").read_text())["parallel"] == "fsdp"
