@@ -1,9 +1,10 @@
 """Every model trains its smoke preset through the whole kit (`tbdkit bench`: CLI, agent in the stack's
 venv, collectors, analyses, results) on this CPU, and every framework's agent does too.
 
-Deep Speech 2 is benched on all its frameworks by test_adopt.py (one table of three, on the adopted stacks) and ResNet-50
-on one by test_vision_frameworks.py (its summary read closely); this benches each of the other models
-once, on the framework its [checks] bench_framework names, so that each framework's agent runs three or four of them. What one
+Deep Speech 2 is benched on PyTorch by test_as_typed.py (`make kick-the-tires`' smoke run, each run checked whole) and
+ResNet-50 on one by test_vision_frameworks.py (its summary read closely) and MiniGo on all three by test_adopt.py (one
+table of three, on the adopted stacks; TensorFlow's there is 2.21, the lock's); this benches each of the other models
+once, on the framework its [checks] bench_framework names, so that each framework's agent runs two or more of them. What one
 more agent run of a model on another framework would add, that framework's adapter stepping that model,
 the stack's own tests check in-process
 (tests/<stack>/test_every_model_<stack>.py: it learns, each math mode steps, the parameter count), so
@@ -19,7 +20,7 @@ from model_checks import assert_run_holds_together, tbdkit
 from tbdkit.spec import catalog, check_settings
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
-COVERED_ELSEWHERE = {"deepspeech2", "resnet50", "mlp_numpy"}  # mlp_numpy: the machinery check's own tests
+COVERED_ELSEWHERE = {"deepspeech2", "resnet50", "minigo", "mlp_numpy"}  # mlp_numpy: the machinery check's own tests
 MODELS = sorted(set(catalog.models()) - COVERED_ELSEWHERE)
 SHORT = ["--preset", "smoke", "--device", "cpu", "--max-warmup-s", "1", "--max-measure-s", "1"]
 # Each of the other models on one of its frameworks ([checks] bench_framework in its workload.toml), each framework's

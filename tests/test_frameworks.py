@@ -1,5 +1,5 @@
 """`tbdkit describe`'s errors, one sentence each (tests/test_cross_framework.py compares the frameworks' networks
-and outputs; Deep Speech 2's `tbdkit bench --framework all` table is benched through the adopted stacks,
+and outputs; the `tbdkit bench --framework all` table, one row a framework, is benched through the adopted stacks,
 tests/test_adopt.py)."""
 
 from __future__ import annotations

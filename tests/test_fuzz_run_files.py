@@ -1,6 +1,8 @@
 """Fuzz: random bytes and random JSON shapes in every run file, the sweep state and the index; the
 read commands (runs, show, report, bundle, reproduce) answer without a traceback, through the CLI's
-real entry point. A damaged file is named or skipped; nothing trains (no stack is installed). And
+real entry point. A damaged file is named or skipped; nothing trains (no stack is installed). The report of a
+damaged folder is drawn once, by `tbdkit report`: `bundle` packs that one, the same builder's output for the same
+folder, instead of drawing it again (the figures are most of each example's cost). And
 `compare` on sides holding numbers that are not rates (zero, negative, NaN, infinite): no verdict."""
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from report_fixtures import make_run
+from tbdkit.artifact import bundle as artifact
 from tbdkit.cli import app
 
 RUN_FILES = ("summary.json", "env.json", "spec.json", "memory.json", "kernels.csv", "iterations.csv",
@@ -77,6 +80,19 @@ def _no_traceback(result, args):
     assert "Traceback" not in result.output, (args, result.output)
 
 
+def _the_report_made(made: Path, build):
+    """bundle's report builder, answering with the report `tbdkit report` made of the same folder (built with the
+    defaults bundle uses) when there is one, else building it as bundle does."""
+
+    def build_report_into(results: Path, out_dir: Path) -> dict:
+        if not (made / "report.html").is_file():
+            return build(results, out_dir)
+        shutil.copytree(made, out_dir, dirs_exist_ok=True)
+        return {"included": True, "path": "report/report.html"}
+
+    return build_report_into
+
+
 # 12 examples keep it well under a minute; TBDKIT_FUZZ_EXAMPLES=500 searches harder.
 @settings(max_examples=int(os.environ.get("TBDKIT_FUZZ_EXAMPLES", "12")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
@@ -101,6 +117,7 @@ def test_damaged_run_files_never_give_a_traceback(pristine, tmp_path_factory, mo
     path.write_bytes(data)
     runner = CliRunner()
     bundle = work / "artifact.tar.gz"
+    monkeypatch.setattr(artifact, "build_report_into", _the_report_made(work / "report", artifact.build_report_into))
     for args in (["runs", "-r", str(results)], ["runs", "-r", str(results), "--json"],
                  ["show", run.name, "-r", str(results)], ["show", "last", "-r", str(results), "--json"],
                  ["report", str(results), "-o", str(work / "report")],
