@@ -7,7 +7,7 @@ test file (every test in it) or `file::test_function` (that function, every para
 reason. tests/conftest.py marks them `serial`; run as a script, this prints the files of a folder that
 hold serial tests, so `make test`'s second pass collects only those (and skips when there are none).
 
-unit_of: what a worker takes at a time. On the host, a test file (test_cross_framework.py: one model's test). In a stack's suite, a catalog model's
+unit_of: what a worker takes at a time. On the host, a test file. In a stack's suite, a catalog model's
 tests: the checks every model shares (test_every_model_<stack>.py, one parameter per model) together
 with its own file (test_<model>_<stack>.py), which reads the same kept training runs (model_checks'
 learned() and stepped(), kept once per process); any other file of a stack is a unit of its own.
@@ -75,14 +75,7 @@ LONGEST_FIRST: dict[str, float] = {
     "test_fsdp.py": 194,  # two Llama jobs of 2 gloo workers (FSDP2, DDP; the DDP job also test_distributed's checks)
     "test_modern_frameworks.py": 60,  # six describes (Llama, ViT) from one describe server each on PyTorch and TensorFlow
     "test_as_typed.py": 159,
-    # one model's frameworks compared (test_cross_framework.py, a unit per model; a worker's models share its describe
-    # servers, so the first on a worker also pays their imports)
-    "cross_framework/inception_v3": 112,
-    "cross_framework/efficientdet": 94,
-    "cross_framework/resnet50": 63,
-    "cross_framework/mask_rcnn": 55,
-    "cross_framework/faster_rcnn": 55,
-    "cross_framework/deepspeech2": 46,
+    "test_cross_framework.py": 480,  # every model's frameworks compared, from one describe server per stack
     "test_distributed.py": 110,
     "test_adopt_fakes.py": 100,
     "test_bench_cli.py": 104,
@@ -141,8 +134,6 @@ def unit_of(nodeid: str) -> str:
     """The unit a worker takes `nodeid` in: its file's name, or `<stack>/<model>` (see above)."""
     path, _, test = nodeid.partition("::")
     folder, _, file = path.rpartition("/")
-    if file == "test_cross_framework.py" and test.endswith("]"):  # one model's frameworks at a time
-        return f"cross_framework/{test[test.rindex('[') + 1:-1]}"
     stack = folder.rpartition("/")[2]
     if stack in STACKS:
         if file == f"test_every_model_{stack}.py" and test.endswith("]"):

@@ -21,9 +21,10 @@ MODELS = sorted(name for name, model in catalog.models().items() if len(model.fr
 
 @pytest.fixture(scope="session")
 def servers():
-    """One describe server per stack for every model this worker checks: each describe a fork of a process that
-    imported its framework once."""
+    """One describe server per stack for every model of this file (`make test` gives the whole file to one worker,
+    tests/scheduling.py): each describe a fork of a process that imported its framework once, all started at once."""
     with cross_framework.DescribeServers() as servers:
+        servers.start(sorted({f for name in MODELS for f in catalog.get(name).frameworks}))
         yield servers
 
 

@@ -47,6 +47,9 @@ def test_units_group_a_models_checks_with_its_own_file():
     assert unit_of("tests/test_docker_real.py::test_bench_in_a_container") == "test_docker_real.py"
     assert unit_of("tests/test_parity_rl.py::test_the_same_network_on_each_pair[a3c-pytorch-tensorflow]") \
         == "test_parity_rl.py"
+    # every model's cross-framework check on one worker, so its describe servers import each stack once
+    assert unit_of("tests/test_cross_framework.py::test_the_frameworks_agree[efficientdet]") \
+        == unit_of("tests/test_cross_framework.py::test_the_frameworks_agree[resnet50]") == "test_cross_framework.py"
 
 
 def test_the_longest_units_start_first_and_the_rest_keep_their_order():
@@ -61,7 +64,7 @@ def test_every_long_unit_exists():
     models = {p.parent.name for p in (TESTS.parent / "workloads").glob("*/workload.toml")}
     for unit in LONGEST_FIRST:
         stack, _, model = unit.partition("/")
-        assert unit in units or (model in models and stack in ("pytorch", "tensorflow", "mxnet", "cross_framework")), unit
+        assert unit in units or (model in models and stack in ("pytorch", "tensorflow", "mxnet")), unit
 
 
 AFFINITY_PROBE = """import json, os, subprocess, sys

@@ -52,6 +52,14 @@ class DescribeServers:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    def start(self, frameworks: list[str]) -> None:
+        """Starts each framework's server now, side by side: their imports overlap each other and whatever the
+        caller does next, instead of each waiting for a model's first describe on that framework. A stack not
+        installed here is left for that describe to report."""
+        for framework in frameworks:
+            with contextlib.suppress(UserError):
+                self._server(framework)
+
     def _server(self, framework: str) -> tuple[subprocess.Popen[str], Path]:
         server = self._servers.get(framework)
         if server is None or server[0].poll() is not None:

@@ -241,7 +241,9 @@ class Training:
 def build(hp: dict[str, Any], precision: Any) -> Training:
     size, classes, decay = hp["image_size"], hp["num_classes"], hp["weight_decay"]
     model = EfficientDet(hp)
-    model(tf.zeros((1, size, size, 3)))
+    # built by one call on zeros: no weight depends on the image's size, so the smallest image every level takes
+    # (the coarsest, P7, then 1 x 1) builds the same network, its weights drawn in the same order, for less work
+    model(tf.zeros((1, 2**MAX_LEVEL, 2**MAX_LEVEL, 3)))
     optimizer = built(precision.wrap_optimizer(keras.optimizers.SGD(hp["learning_rate"], momentum=hp["momentum"])),
                       model.trainable_variables)
     anchors = anchor_boxes(size)
