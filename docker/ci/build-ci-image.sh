@@ -124,11 +124,19 @@ extra=()
 kit_wheels="$cache/kit-wheels-py$py"
 mkdir -p "$kit_wheels" docker/wheels
 fetch "$kit_wheels" "${dep_list[@]}" "${extra[@]}" "setuptools>=68" wheel
-find "$kit_wheels" -maxdepth 1 -type f ! -name .tbdkit-download -exec cp -p -t docker/wheels/ {} +
+# What the last build copied there goes first (its list is kept beside it; other files stay): the
+# stacks' Pythons differ, and each build sends the whole folder as context and copies it into a layer.
+copied=docker/wheels/.tbdkit-ci-copied
+if [ -f "$copied" ]; then
+  (cd docker/wheels && xargs -r -d '\n' rm -f -- < .tbdkit-ci-copied)
+fi
+mapfile -t ours < <(find "$kit_wheels" -maxdepth 1 -type f ! -name .tbdkit-download)
 # TensorFlow's Dockerfile installs keras-hub and the two libraries it imports (KERAS_HUB_REQUIREMENTS) itself
 if [ "$stack" = tensorflow ]; then
-  cp -p "$wheels"/keras_hub-*.whl "$wheels"/regex-*.whl "$wheels"/tokenizers-*.whl docker/wheels/
+  ours+=("$wheels"/keras_hub-*.whl "$wheels"/regex-*.whl "$wheels"/tokenizers-*.whl)
 fi
+cp -p -t docker/wheels/ "${ours[@]}"
+printf '%s\n' "${ours[@]##*/}" > "$copied"
 "$python" -m tbdkit.cli images build "$stack" --base-image "$framework_base" --tag "$tag" \
   --build-arg "PIP_OPTIONS=--no-index --find-links=/tmp/wheels" --build-arg REQUIRE_NCU=0 \
   --build-arg WORKLOAD_REQUIREMENTS= --build-arg KERAS_REQUIREMENT= "${build_args[@]}"

@@ -39,8 +39,11 @@ echo "make-standin: unpacking $* for Python $py"
 stage="$cache/partial-$name"
 rm -rf "$stage".* 2>/dev/null || true  # an earlier run's, should its removal have been cut short
 rm -rf "$stage" && mkdir -p "$stage/$site" "$stage/etc/pip"
-"${uv[@]}" pip install --quiet --no-cache --no-index --find-links "$wheels" --target "$stage/$site" \
-  --python-version "$py" --python-platform x86_64-manylinux_2_28 pip "$@"
+# From uv's cache (CI's, beside this cache, where .ci/run sets UV_CACHE_DIR), whose unpacked wheels it links
+# into the stage: from the second run on a machine, nothing is unzipped or written again, and the stage's removal
+# only unlinks.
+"${uv[@]}" pip install --quiet --cache-dir "${UV_CACHE_DIR:-$cache/uv}" --link-mode hardlink --no-index \
+  --find-links "$wheels" --target "$stage/$site" --python-version "$py" --python-platform x86_64-manylinux_2_28 pip "$@"
 # --target puts console scripts in its bin/ with this machine's interpreter in their shebangs: the
 # stacks run `python -m pip` and never these.
 rm -rf "${stage:?}/$site/bin"
