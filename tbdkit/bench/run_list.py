@@ -10,11 +10,19 @@ from typing import Any
 from tbdkit.bench import progress
 from tbdkit.bench.runner import Checked, Runner, check
 from tbdkit.launch import LAUNCHERS, conclude, slurm
+from tbdkit.launch.base import EventHandler
 from tbdkit.results.index import Index
 from tbdkit.results.rundir import RunDir
 from tbdkit.results.summary import Status
 from tbdkit.spec import catalog
 from tbdkit.spec import run_spec as specs
+
+
+class Summaries(list[dict[str, Any]]):
+    """The runs' summaries, in order; `interrupted`: the user stopped the list (Ctrl-C), in whichever phase the
+    last run was (one whose sample window had ended finishes with the status it measured)."""
+
+    interrupted: bool = False
 
 
 def run_all(
@@ -23,18 +31,25 @@ def run_all(
     unit: str | None = None,
     quiet_stdout: bool = False,
     preflighted: bool = False,
-) -> list[dict[str, Any]]:
+) -> Summaries:
     """Each run to its end, in order, and its summary; `run_specs` checked here unless the caller's plan did
     (tbdkit.bench.runner.check); `unit`: the throughput's, else each model's; `preflighted`: the caller's plan ran
-    the launchers' preflights."""
+    the launchers' preflights. A Ctrl-C ends the list after the run it reached."""
     checked = run_specs if isinstance(run_specs, Checked) else check(run_specs)  # before the first starts
-    summaries = []
+    summaries = Summaries()
     with progress.live(quiet_stdout) as notify, Index(results) as index:
         runner = Runner(results, index, preflighted=preflighted)
         for s in checked.specs:
             label = f"{s.model}/{s.framework}/b{s.batch_size}"
+            shown = notify.run(label, unit or catalog.get(s.model).throughput_unit)
+
+            def on_event(event: dict[str, Any], shown: EventHandler = shown) -> None:
+                if event.get("event") == "interrupt":  # the launcher caught a Ctrl-C and stopped the agent
+                    summaries.interrupted = True
+                shown(event)
+
             try:
-                outcome = runner.run(s, notify.run(label, unit or catalog.get(s.model).throughput_unit))
+                outcome = runner.run(s, on_event)
             except slurm.Submitted as submitted:
                 notify.say(
                     f"{label}: Slurm job {submitted.job.job_id} submitted; `tbdkit gather {submitted.job.job_id} "
@@ -43,7 +58,8 @@ def run_all(
                 continue
             summary = outcome.summary
             summaries.append(summary)
-            if outcome.status == Status.INTERRUPTED:
+            if outcome.status == Status.INTERRUPTED or summaries.interrupted:
+                summaries.interrupted = True
                 notify.say("interrupted: the remaining runs were not started", "warning")
                 break
             if outcome.status == Status.DISTURBED:

@@ -131,8 +131,9 @@ def bench(
     run_specs = [make(fw, b) for fw in frameworks for b in batches]
     summaries = run_all(run_specs, results, p.model.throughput_unit, quiet_stdout=as_json, preflighted=True)
     _print(summaries, p, model, results, prices, as_json)
-    # a disturbed run finished and kept its numbers (flagged, with reasons): not a failure
-    raise typer.Exit(exit_code_of({s["status"] for s in summaries}))
+    # a disturbed run finished and kept its numbers (flagged, with reasons): not a failure; Ctrl-C is 130 even
+    # where the run it reached had ended its window and kept what it measured
+    raise typer.Exit(exit_code_of({s["status"] for s in summaries}, interrupted=summaries.interrupted))
 
 
 def _print(summaries: list[dict[str, Any]], p: Plan, model: str, results: Path, prices: Any, as_json: bool) -> None:

@@ -52,10 +52,12 @@ def exit_code(status: str | Status) -> int:
     return next((code for s, code in EXIT_CODES.items() if s.value == status), 1)
 
 
-def exit_code_of(statuses: Iterable[str]) -> int:
+def exit_code_of(statuses: Iterable[str], interrupted: bool = False) -> int:
     """The exit code of a command that made runs ending with `statuses`: 0 when every one measured, 130
-    when one was interrupted (Ctrl-C), 1 otherwise."""
+    when one was interrupted or the user stopped the command (Ctrl-C, `interrupted`), 1 otherwise."""
     ended = set(statuses)
+    if interrupted:
+        return EXIT_CODES[Status.INTERRUPTED]
     if ended <= set(MEASURED):
         return 0
     return EXIT_CODES[Status.INTERRUPTED] if Status.INTERRUPTED.value in ended else 1
