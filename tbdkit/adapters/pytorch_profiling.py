@@ -306,6 +306,9 @@ def attention_formulas() -> dict[Any, Any]:
     return formulas
 
 
+LENGTHS = ("input_lengths", "target_lengths")  # ctc_loss's arguments 2 and 3, by name
+
+
 class _LengthsAsLists(TorchFunctionMode):
     """Hands CTC loss its lengths as lists of ints, the path a step takes outside any mode. Without a
     mode, ctc_loss reads CPU length tensors into lists before it dispatches; under one (FlopCounterMode)
@@ -315,12 +318,10 @@ class _LengthsAsLists(TorchFunctionMode):
     the values computed are the same, and CTC has no FLOP formula, so the count is unchanged."""
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = dict(kwargs or {})
-        if func is torch.nn.functional.ctc_loss or func is torch.ctc_loss:
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.ctc_loss or func is torch.ctc_loss:  # only these: every other call as it is
             args = [a.tolist() if i in (2, 3) and isinstance(a, torch.Tensor) else a for i, a in enumerate(args)]
-            for name in ("input_lengths", "target_lengths"):
-                if isinstance(kwargs.get(name), torch.Tensor):
-                    kwargs[name] = kwargs[name].tolist()
+            kwargs = {k: v.tolist() if k in LENGTHS and isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
         return func(*args, **kwargs)
 
 
@@ -382,11 +383,11 @@ def kernel_trace(device: torch.device) -> Iterator[dict[str, Any]]:
     trace itself with its clock anchor (chrome_trace)."""
     from torch.profiler import ProfilerActivity
 
-    from tbdkit.analysis.timeline import from_chrome_trace
+    from tbdkit.analysis.timeline import chrome_events, from_chrome_trace
 
     with chrome_trace([ProfilerActivity.CPU, ProfilerActivity.CUDA], lambda: torch.cuda.synchronize(device)) as out:
         yield out
     doc = out["chrome_trace"]
-    events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    events = chrome_events(doc)
     # the anchor is the kit's, not the step's: it stays out of the traced span
     out["kernels"], out["elapsed_us"] = from_chrome_trace([e for e in events if e.get("name") != ANCHOR_EVENT])

@@ -21,7 +21,7 @@ from typing import Any
 from tbdkit.adapters import Capabilities, capabilities
 from tbdkit.analysis import memory as memory_doc
 from tbdkit.analysis.peak import MIXED_WITH, Device, mfu_metric, peak_metric
-from tbdkit.analysis.timeline import LAUNCH_COLUMNS, kernel_table, launch_table, utilization
+from tbdkit.analysis.timeline import LAUNCH_COLUMNS, chrome_events, kernel_table, launch_table, utilization
 from tbdkit.analysis.trace import ANCHOR_EVENT
 from tbdkit.core.metric import metric, missing
 from tbdkit.env.nvml import nvml_handle
@@ -222,13 +222,6 @@ def _flops(
     return out
 
 
-def trace_events(doc: Any) -> list[Any]:
-    """The events of a Chrome trace, as torch.profiler exports it (an object or a bare list)."""
-    if isinstance(doc, dict):
-        return list(doc.get("traceEvents", []))
-    return list(doc) if isinstance(doc, list) else []
-
-
 def trace_iterations(events_per_iteration: int) -> int:
     """How many iterations the kernel trace covers: TRACE_ITERATIONS, fewer where they would pass
     MAX_TRACE_EVENTS (Deep Speech 2's recurrent layers launch kernels per time step: hundreds of
@@ -254,7 +247,7 @@ def _trace(
     def trace() -> dict[str, dict[str, Any]]:
         with traced.kernel_trace() as got:  # one iteration first: how many events does one make?
             step()
-        n = trace_iterations(len(trace_events(got.get("chrome_trace"))))
+        n = trace_iterations(len(chrome_events(got.get("chrome_trace"))))
         if n > 1:
             with traced.kernel_trace() as got:
                 for _ in range(n):

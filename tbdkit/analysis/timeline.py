@@ -39,11 +39,18 @@ def launch_config(grid: Any, block: Any) -> str:
     return f"grid={g} block={b}" if g and b else ""
 
 
+def chrome_events(doc: Any) -> list[Any]:
+    """The events of a Chrome trace as torch.profiler's export_chrome_trace writes it: an object's
+    `traceEvents`, or a bare list (the trace's own list, not a copy: a long trace holds 10^5-10^6 events)."""
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    return events if isinstance(events, list) else []
+
+
 def from_chrome_trace(doc: dict[str, Any] | list[Any]) -> tuple[list[Kernel], float]:
     """Kernels (complete events of category 'kernel'; memcpy/memset are 'gpu_memcpy'/'gpu_memset')
     and the traced span in microseconds (first event start to last event end, all categories),
     from a Chrome/Perfetto trace as torch.profiler's export_chrome_trace writes it."""
-    events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    events = chrome_events(doc)
     spans = [e for e in events if e.get("ph") == "X" and "ts" in e and "dur" in e]
     if not spans:
         return [], 0.0
