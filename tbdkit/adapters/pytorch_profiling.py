@@ -124,9 +124,8 @@ WORKSPACE_METHOD = (
 # torch symbolizes the allocator history's C++ frames when the snapshot is taken, in the mode TORCH_SYMBOLIZE_MODE
 # names (read once per process): `addr2line` (torch 2.14's default) starts addr2line over each library, and on a
 # GPU's libtorch_cuda.so a step's thousands of frames can take minutes; `fast` is torch's in-process DWARF
-# reader (its newest source makes it the default); `dladdr` names only exported functions. Measured here on
-# torch 2.14.1's CPU build, 48 frames of one traceback: addr2line 1.7-2.0 s, fast 0.76 s (45 named), dladdr
-# 0.00 s (33 named, PyTorch's internal functions among the unnamed).
+# reader (its newest source makes it the default); `dladdr` names only exported functions, leaving PyTorch's
+# internal ones unnamed (what each took here: docs/measured-here.md, "Single runs").
 SYMBOLIZE_ENV = "TORCH_SYMBOLIZE_MODE"
 SYMBOLIZE_DEFAULT = "fast"
 UNNAMED = (None, "", "??")

@@ -152,14 +152,11 @@ class MeasurePolicy(BaseModel):
 
 
 # smoke: the warm-up rule's minimum (60 iterations, a horizon of at least 60) fits its 45 s cap for a
-# model that takes up to 0.7 s an iteration; the default's 100 never does. Deep Speech 2's smoke network
-# on 2 CPU cores takes about 0.26 s an iteration on PyTorch, 0.2 s on MXNet and 0.45 s on TensorFlow
-# (plus its first step's 5.7 s trace): a 30 s cap held 57 of TensorFlow's, under the minimum. On
-# simulated settled series of 95 iterations it ends warm-up on all with 1% noise and a third with 3%
-# (docs/measurements.md, "Warm-up"). Its drift test carries the slope's interval over the horizon alone
-# (0.5 x the iterations so far), not 1.5 x: its window is as short as its warm-up, and with 1.5 a settled
-# series with 4.8% noise per iteration (Deep Speech 2 on a quiet 2-core machine) needs about 770
-# iterations, so every smoke warm-up ended on its cap.
+# model that takes up to 0.7 s an iteration; the default's 100 would not fit Deep Speech 2's smoke network
+# on 2 CPU cores. Its drift test carries the slope's interval over the horizon alone (0.5 x the
+# iterations so far), not 1.5 x: its window is as short as its warm-up, and with 1.5 a settled series
+# with 4.8% noise per iteration needs about 770 iterations (core/statistics.py::warmup_iterations_needed).
+# What it was chosen on: docs/measurements.md, "Warm-up"; what it held on which machine: docs/measured-here.md.
 PRESET_POLICY: dict[str, dict[str, Any]] = {
     "smoke": {
         "max_warmup_s": 45.0,

@@ -164,8 +164,8 @@ class EnergyCollector:
                 self.reason = ZEUS_MISSING
                 return
             if self.cpu_reason is not None:
-                # No GPU and no RAPL: Zeus would read nothing, so its monitor is not started (importing it
-                # took 3.6 s of each CPU run's setup, scikit-learn's import among it).
+                # No GPU and no RAPL: Zeus would read nothing, so its monitor is not started (its import,
+                # scikit-learn's among it, is seconds of each CPU run's setup).
                 return
         try:
             if monitor is None:
