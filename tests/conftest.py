@@ -164,3 +164,17 @@ def _user_model_folders_stay_with_their_test():
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def describe_servers():
+    """One describe server (tbdkit.describe.server) per stack for every cross-framework describe of a worker: the
+    cross-framework checks' and the modern models' (`make test` gives both files to one worker, tests/scheduling.py's
+    unit_of), each describe a fork of a process that imported its framework once, every stack started at once."""
+    from tbdkit.bench.cross_framework import DescribeServers
+    from tbdkit.spec import catalog
+
+    with DescribeServers() as servers:
+        shared = [model for model in catalog.models().values() if len(model.frameworks) > 1]
+        servers.start(sorted({f for model in shared for f in model.frameworks}))
+        yield servers

@@ -7,7 +7,8 @@ test file (every test in it) or `file::test_function` (that function, every para
 reason. tests/conftest.py marks them `serial`; run as a script, this prints the files of a folder that
 hold serial tests, so `make test`'s second pass collects only those (and skips when there are none).
 
-unit_of: what a worker takes at a time. On the host, a test file. In a stack's suite, a catalog model's
+unit_of: what a worker takes at a time. On the host, a test file, or files that share a costly fixture
+(SHARED_UNIT). In a stack's suite, a catalog model's
 tests: the checks every model shares (test_every_model_<stack>.py, one parameter per model) together
 with its own file (test_<model>_<stack>.py), which reads the same kept training runs (model_checks'
 learned() and stepped(), kept once per process); any other file of a stack is a unit of its own.
@@ -73,9 +74,9 @@ LONGEST_FIRST: dict[str, float] = {
     "test_adopt.py": 300,  # adopting three interpreters, then MiniGo benched on all three
     "test_every_cell_benches.py": 270,
     "test_fsdp.py": 194,  # two Llama jobs of 2 gloo workers (FSDP2, DDP; the DDP job also test_distributed's checks)
-    "test_modern_frameworks.py": 60,  # six describes (Llama, ViT) from one describe server each on PyTorch and TensorFlow
     "test_as_typed.py": 159,
-    "test_cross_framework.py": 480,  # every model's frameworks compared, from one describe server per stack
+    # every model's frameworks compared, and Llama's and ViT's six describes, from one describe server per stack
+    "test_cross_framework.py": 520,
     "test_distributed.py": 110,
     "test_adopt_fakes.py": 100,
     "test_bench_cli.py": 104,
@@ -129,6 +130,10 @@ def serial_files(folder: Path) -> list[Path]:
 
 STACKS = ("pytorch", "tensorflow", "mxnet")
 
+# Host files that a worker takes together with another, as one unit: they share a session fixture whose processes
+# cost most of their time (tests/conftest.py's describe servers import every stack once per worker).
+SHARED_UNIT: dict[str, str] = {"test_modern_frameworks.py": "test_cross_framework.py"}
+
 
 def unit_of(nodeid: str) -> str:
     """The unit a worker takes `nodeid` in: its file's name, or `<stack>/<model>` (see above)."""
@@ -140,7 +145,7 @@ def unit_of(nodeid: str) -> str:
             return f"{stack}/{test[test.rindex('[') + 1:-1]}"
         if file.startswith("test_") and file.endswith(f"_{stack}.py"):
             return f"{stack}/{file[len('test_'):-len(f'_{stack}.py')]}"
-    return file
+    return SHARED_UNIT.get(file, file)
 
 
 def longest_first(nodeids: list[str]) -> list[str]:

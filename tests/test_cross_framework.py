@@ -19,13 +19,10 @@ from tbdkit.spec import catalog, check_settings
 MODELS = sorted(name for name, model in catalog.models().items() if len(model.frameworks) > 1)
 
 
-@pytest.fixture(scope="session")
-def servers():
-    """One describe server per stack for every model of this file (`make test` gives the whole file to one worker,
-    tests/scheduling.py): each describe a fork of a process that imported its framework once, all started at once."""
-    with cross_framework.DescribeServers() as servers:
-        servers.start(sorted({f for name in MODELS for f in catalog.get(name).frameworks}))
-        yield servers
+@pytest.fixture
+def servers(describe_servers):
+    """The worker's describe servers (tests/conftest.py), shared with test_modern_frameworks.py."""
+    return describe_servers
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -47,21 +47,23 @@ def perturbed(reference: Path, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def described(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+def described(
+    tmp_path_factory: pytest.TempPathFactory, describe_servers: DescribeServers
+) -> dict[str, dict[str, Any]]:
     """Each model described on PyTorch (saving its weights), then on both frameworks from the same perturbed
     weights (each reads them back unchanged and saves its outputs on the probe batch); for each model, each
     framework's saved weights and outputs."""
     out: dict[str, dict[str, Any]] = {}
-    with DescribeServers() as servers:
-        for model in MODELS:
-            folder = tmp_path_factory.mktemp(model)
-            describe_in_stack(servers, model, "pytorch", folder, "--save", str(folder / "built.npz"))
-            given = perturbed(folder / "built.npz", folder / "given.npz")
-            out[model] = {}
-            for fw in ("pytorch", "tensorflow"):
-                path = folder / f"{fw}.npz"
-                describe_in_stack(servers, model, fw, folder, "--weights-from", str(given), "--save", str(path))
-                out[model][fw] = assert_read_back(given, path)
+    servers = describe_servers  # the worker's, shared with test_cross_framework.py (tests/conftest.py)
+    for model in MODELS:
+        folder = tmp_path_factory.mktemp(model)
+        describe_in_stack(servers, model, "pytorch", folder, "--save", str(folder / "built.npz"))
+        given = perturbed(folder / "built.npz", folder / "given.npz")
+        out[model] = {}
+        for fw in ("pytorch", "tensorflow"):
+            path = folder / f"{fw}.npz"
+            describe_in_stack(servers, model, fw, folder, "--weights-from", str(given), "--save", str(path))
+            out[model][fw] = assert_read_back(given, path)
     return out
 
 

@@ -50,6 +50,8 @@ def test_units_group_a_models_checks_with_its_own_file():
     # every model's cross-framework check on one worker, so its describe servers import each stack once
     assert unit_of("tests/test_cross_framework.py::test_the_frameworks_agree[efficientdet]") \
         == unit_of("tests/test_cross_framework.py::test_the_frameworks_agree[resnet50]") == "test_cross_framework.py"
+    # the modern models' describes share the cross-framework checks' describe servers: one worker takes both files
+    assert unit_of("tests/test_modern_frameworks.py::test_same_weights_same_outputs[llama]") == "test_cross_framework.py"
 
 
 def test_the_longest_units_start_first_and_the_rest_keep_their_order():
