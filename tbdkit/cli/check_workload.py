@@ -9,7 +9,6 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from tbdkit.bench import check_workload as checks
 from tbdkit.cli.console import console
 
 STYLE = {"passed": "green", "failed": "bold red", "skipped": "yellow"}
@@ -27,6 +26,8 @@ def check_workload(
     frameworks' networks and their outputs for the same weights."""
     if graph not in ("standard", "compiled"):
         raise typer.BadParameter("choose standard or compiled", param_hint="--graph")
+    from tbdkit.bench import check_workload as checks  # NumPy and the contract: loaded by this command alone
+
     outcomes = checks.check(target, framework, graph)
     table = Table(title=f"check-workload {target}")
     for column in ("check", "framework", "result", "why"):

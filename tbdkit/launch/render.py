@@ -16,9 +16,7 @@ import re
 import secrets
 import shlex
 from pathlib import Path
-
-import jinja2
-import yaml
+from typing import TYPE_CHECKING
 
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import KIT_ROOT
@@ -30,6 +28,9 @@ from tbdkit.results import files as runfiles
 from tbdkit.results import outputs
 from tbdkit.spec import catalog
 from tbdkit.spec.run_spec import RunSpec
+
+if TYPE_CHECKING:  # Jinja2 and PyYAML load when a job is rendered, not with every command that can render one
+    import jinja2
 
 TARGETS = {"torchrun": "torchrun.sh", "slurm": "job.sbatch", "k8s": "job.yaml", "compose": "compose.yaml"}
 TEMPLATES = {
@@ -53,6 +54,8 @@ _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 def yaml_scalar(value: object) -> str:
     """`value` as one YAML scalar on one line: double-quoted, every special character escaped."""
+    import yaml
+
     text = yaml.safe_dump(value, default_style='"', width=float("inf"), allow_unicode=False)
     return text.removesuffix("\n...\n").rstrip("\n")
 
@@ -73,6 +76,8 @@ def enroot_uri(image: str) -> str:
 
 
 def _env() -> jinja2.Environment:
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("tbdkit.launch", "templates/cluster"),
         undefined=jinja2.StrictUndefined,
