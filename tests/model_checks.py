@@ -10,14 +10,16 @@ it has one), and, where something is specific to it, tests/<stack>/test_<model>_
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -68,6 +70,37 @@ def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) 
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return subprocess.CompletedProcess(["tbdkit", *args], result.exit_code, result.stdout, result.stderr)
+
+
+@contextlib.contextmanager
+def ctrl_c_at(phase: str) -> Iterator[None]:
+    """While it lasts, the display (tbdkit.bench.progress) presses Ctrl-C as it shows the first run that reaches
+    `phase` (e.g. "analysis": after the sample window), as a terminal does: SIGINT raises KeyboardInterrupt in
+    this process, so it lands in that phase every time. Import tbdkit.cli before (it installs its own display)."""
+    from tbdkit.bench import progress
+
+    pressed: list[str] = []
+
+    class CtrlCAt(progress.Plain):
+        def run(self, label: str, unit: str) -> Callable[[dict[str, Any]], None]:
+            shown = super().run(label, unit)
+
+            def handler(event: dict[str, Any]) -> None:
+                shown(event)
+                if event.get("event") == "phase" and event.get("phase") == phase and not pressed:
+                    pressed.append(label)
+                    signal.raise_signal(signal.SIGINT)
+
+            return handler
+
+    before_display, before_handler = progress._display, signal.signal(signal.SIGINT, signal.default_int_handler)
+    progress.use(lambda quiet, eta: contextlib.nullcontext(CtrlCAt()))
+    try:
+        yield
+    finally:
+        progress.use(before_display)
+        signal.signal(signal.SIGINT, before_handler)
+    assert pressed, f"no run reached its {phase} phase: Ctrl-C was never pressed"
 
 
 def functions_defined(path: Path) -> set[str]:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from tbdkit.results.index import Index
-from model_checks import tbdkit, tbdkit_command
+from model_checks import ctrl_c_at, tbdkit, tbdkit_command
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 # One framework: with every stack installed, the default is all of them (tests/test_adopt.py).
@@ -183,36 +183,18 @@ def test_out_of_memory_is_marked_and_loses_nothing(tmp_path):
     assert "oom" in proc.stdout
 
 
-def test_ctrl_c_after_the_window_keeps_the_run_and_ends_the_list_with_130(tmp_path, monkeypatch):
+def test_ctrl_c_after_the_window_keeps_the_run_and_ends_the_list_with_130(tmp_path):
     """A Ctrl-C that reaches a run after its sample window (CI caught one in the analysis phase): the run keeps
     what it measured, but the user asked to stop: the runs after it never start and the command exits 130.
     The Ctrl-C is raised in this process as the display shows the analysis phase, so it lands there every time."""
-    from tbdkit.bench import progress
     from tbdkit.bench.run_list import run_all
     from tbdkit.results.summary import exit_code_of
     from tbdkit.spec import run_spec as specs
 
-    class CtrlCAtAnalysis(progress.Plain):
-        def run(self, label, unit):  # type: ignore[no-untyped-def]
-            shown = super().run(label, unit)
-
-            def handler(event):  # type: ignore[no-untyped-def]
-                shown(event)
-                if event.get("event") == "phase" and event.get("phase") == "analysis":
-                    signal.raise_signal(signal.SIGINT)
-
-            return handler
-
-    import contextlib
-
-    monkeypatch.setattr(progress, "_display", lambda quiet, eta: contextlib.nullcontext(CtrlCAtAnalysis()))
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal: Ctrl-C raises
-    try:
-        runs = [specs.build(model="mlp_numpy", framework="numpy", batch_size=b, preset="smoke", device="cpu",
-                            measure={"max_warmup_s": 0.5, "max_measure_s": 1.0}) for b in (2, 4)]
+    runs = [specs.build(model="mlp_numpy", framework="numpy", batch_size=b, preset="smoke", device="cpu",
+                        measure={"max_warmup_s": 0.5, "max_measure_s": 1.0}) for b in (2, 4)]
+    with ctrl_c_at("analysis"):
         summaries = run_all(runs, tmp_path / "r")
-    finally:
-        signal.signal(signal.SIGINT, previous)
     assert summaries.interrupted and len(summaries) == 1  # the second batch size never started
     assert summaries[0]["status"] in MEASURED and summaries[0]["window"]["stop_reason"] != "interrupted"
     assert exit_code_of([s["status"] for s in summaries], interrupted=summaries.interrupted) == 130

@@ -17,7 +17,7 @@ import pytest
 
 from tbdkit.artifact import bundle as artifact
 from tbdkit.results.index import Index
-from model_checks import tbdkit, tbdkit_command
+from model_checks import cli, ctrl_c_at, tbdkit, tbdkit_command
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 
 FAST = ["--framework", "numpy", "--preset", "smoke", "--device", "cpu", "--max-warmup-s", "1", "--max-measure-s", "2"]
@@ -143,6 +143,46 @@ def test_killed_sweep_resumes(tmp_path):
     assert after["numpy/fp32/b3/r0"]["status"] in MEASURED
     # the finished run stays indexed as it ended (ok, or disturbed beside a neighbour test)
     assert {r["run_id"]: r["status"] for r in Index(results).runs()}[done["run_id"]] == done["status"]
+
+
+def test_ctrl_c_after_a_points_window_keeps_its_run_stops_the_sweep_with_130_and_a_rerun_resumes(tmp_path):
+    """A Ctrl-C that reaches the first point's run after its sample window (as the display shows its analysis
+    phase): the run keeps what it measured and the point is done, but the user asked to stop: the next point never
+    starts, the state says where the sweep stopped, the command exits 130 saying how to resume, and the same command
+    then resumes the sweep to its end without touching the kept run. In this process (CliRunner) so the Ctrl-C
+    lands in that phase every time; a Ctrl-C inside the window is tests/test_sweep_logic.py's."""
+    import tbdkit.cli  # noqa: F401  (it installs its own display; ctrl_c_at's replaces it while it lasts)
+
+    results = tmp_path / "results"
+    args = ["sweep", "mlp_numpy", "--framework", "numpy", "--preset", "smoke", "--device", "cpu",
+            "--max-warmup-s", "0.5", "--max-measure-s", "1", "--batch", "1,2", "--cv-limit", "0.5",
+            "--results", str(results)]
+    with ctrl_c_at("analysis"):
+        stopped = cli(*args)
+    said = stopped.stdout + stopped.stderr
+    assert stopped.returncode == 130, said
+    assert "Sweep interrupted (Ctrl-C) at numpy/fp32/b1/r0, whose run kept what it measured" in said
+    assert "run the same command again to resume it (1 of 2 point(s) done are kept)" in said
+    state = state_of(results)
+    first, second = state["points"]["numpy/fp32/b1/r0"], state["points"]["numpy/fp32/b2/r0"]
+    assert state["interrupted"]["at"] == "numpy/fp32/b1/r0" and state["interrupted"]["kept"] is True
+    assert state["interrupted"]["run_id"] == first["run_id"] and "Ctrl-C" in first["attempts"][-1]["interrupted"]
+    summary = json.loads((results / first["run_id"] / "summary.json").read_text())
+    assert first["status"] == summary["status"] and summary["status"] in MEASURED
+    assert summary["window"]["stop_reason"] != "interrupted" and first["throughput"] > 0
+    assert second["status"] == "pending" and second["attempts"] == []  # never started
+    assert [d.name for d in results.iterdir() if (d / "spec.json").exists()] == [first["run_id"]]
+    assert [r["run_id"] for r in Index(results).runs()] == [first["run_id"]]
+    before = fingerprint(results / first["run_id"])
+    again = cli(*args)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "the sweep was stopped here (Ctrl-C); its run" in again.stdout + again.stderr
+    after = state_of(results)
+    assert after["interrupted"] is None and {p["status"] for p in after["points"].values()} <= set(MEASURED)
+    resumed = after["points"]["numpy/fp32/b1/r0"]
+    assert (resumed["run_id"], resumed["attempts"]) == (first["run_id"], first["attempts"])  # kept, not re-run
+    assert fingerprint(results / first["run_id"]) == before  # only read
+    assert len(after["points"]["numpy/fp32/b2/r0"]["attempts"]) == 1
 
 
 def test_max_batch_under_a_memory_limit(tmp_path):

@@ -46,7 +46,8 @@ def test_search_below_the_start_and_edges():
 
 
 class FakeRunner:
-    """Makes a run folder per call; status and throughput come from `plan(spec, call_number)`."""
+    """Makes a run folder per call; status and throughput come from `plan(spec, call_number, probe)`, and a third
+    value, where it gives one, says the user pressed Ctrl-C during the run."""
 
     def __init__(self, plan):
         self.plan = plan
@@ -54,14 +55,14 @@ class FakeRunner:
 
     def __call__(self, spec, where: Path, probe: bool) -> RunResult:
         self.calls.append((spec.batch_size, probe))
-        status, thr = self.plan(spec, len(self.calls), probe)
+        status, thr, *pressed = self.plan(spec, len(self.calls), probe)
         run_dir = where / f"run-{len(self.calls):03d}-{secrets.token_hex(3)}-{'probe' if probe else 'b'}{spec.batch_size}"
         run_dir.mkdir(parents=True)
         summary = {"run_id": run_dir.name, "status": status, "model": spec.model, "framework": spec.framework,
                    "batch_size": spec.batch_size, "precision": spec.precision,
                    "metrics": {"throughput": {"value": thr, "unit": "audio_s/s"}} if thr else {}}
         (run_dir / "summary.json").write_text(json.dumps(summary))
-        return RunResult(status, run_dir.name, run_dir, summary)
+        return RunResult(status, run_dir.name, run_dir, summary, interrupted=bool(pressed and pressed[0]))
 
 
 def sweep_spec(tmp_path: Path, **over):
@@ -124,6 +125,45 @@ def test_max_point_lowers_itself_when_its_measured_run_runs_out(tmp_path):
     probe_dirs = {p.name for p in (spec.state_dir() / "probes").iterdir()}
     # batch 2 is known from its measured point; then 4, 8 (oom), 6, 7 (oom), and 5 after 6 failed measured
     assert sorted(name.rsplit("probe", 1)[1] for name in probe_dirs) == ["4", "5", "6", "7", "8"]
+
+
+@pytest.mark.parametrize("status, kept", [("ok", True), ("disturbed", True), ("interrupted", False)])
+def test_ctrl_c_stops_the_sweep_after_its_run_and_a_rerun_keeps_or_reruns_it(tmp_path, status, kept):
+    """A Ctrl-C during the first point's run: one that finished (after its window: ok or disturbed, no retry) is
+    kept and done, one stopped inside its window runs again; no later point starts until the sweep is run again."""
+    spec = sweep_spec(tmp_path, retry_disturbed=2)
+    first = FakeRunner(lambda s, n, p: (status, 10.0, True))
+    state = SweepRun(spec, first).run()
+    assert first.calls == [(2, False)]  # batch 4 never started, a disturbed run was not retried
+    stopped = state["interrupted"]
+    b2 = state["points"]["pytorch/fp32/b2/r0"]
+    assert (stopped["at"], stopped["run_id"], stopped["status"], stopped["kept"]) == \
+        ("pytorch/fp32/b2/r0", b2["run_id"], status, kept)
+    assert b2["status"] == status and "Ctrl-C" in b2["attempts"][0]["interrupted"]
+    assert state["points"]["pytorch/fp32/b4/r0"]["status"] == "pending"
+    assert json.loads((spec.state_dir() / "sweep.json").read_text())["interrupted"] == stopped
+    again = FakeRunner(lambda s, n, p: ("ok", 11.0))
+    resumed = SweepRun(sweep_spec(tmp_path, retry_disturbed=2), again)
+    assert any("stopped here (Ctrl-C)" in note for note in resumed.state.recovered)
+    state = resumed.run()
+    assert again.calls == ([] if kept else [(2, False)]) + [(4, False)]
+    assert state["interrupted"] is None and state["points"]["pytorch/fp32/b4/r0"]["status"] == "ok"
+    assert (state["points"]["pytorch/fp32/b2/r0"]["run_id"] == b2["run_id"]) is kept
+
+
+def test_ctrl_c_during_a_max_batch_probe_ends_the_search_and_a_rerun_reuses_the_probe(tmp_path):
+    spec = sweep_spec(tmp_path, batches=["max"])
+    first = FakeRunner(lambda s, n, p: ("ok", 1.0, True))  # the probe at batch 4 finished as Ctrl-C came
+    state = SweepRun(spec, first).run()
+    assert first.calls == [(4, True)]
+    search = state["max_batch"]["pytorch/fp32"]
+    assert search["status"] == "interrupted" and "Ctrl-C" in search["probes"]["4"]["interrupted"]
+    assert state["interrupted"]["at"] == "max-batch search pytorch/fp32, probe at batch 4"
+    assert state["points"]["pytorch/fp32/bmax/r0"]["status"] == "pending"  # not failed: it runs when resumed
+    again = FakeRunner(lambda s, n, p: ("ok", 1.0) if s.batch_size <= 6 else ("oom", None))
+    state = SweepRun(sweep_spec(tmp_path, batches=["max"]), again).run()
+    assert again.calls == [(8, True), (6, True), (7, True), (6, False)]  # batch 4's probe is known
+    assert state["points"]["pytorch/fp32/bmax/r0"]["status"] == "ok" and state["interrupted"] is None
 
 
 @pytest.mark.parametrize("over, words", [

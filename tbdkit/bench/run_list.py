@@ -10,7 +10,6 @@ from typing import Any
 from tbdkit.bench import progress
 from tbdkit.bench.runner import Checked, Runner, check
 from tbdkit.launch import LAUNCHERS, conclude, slurm
-from tbdkit.launch.base import EventHandler
 from tbdkit.results.index import Index
 from tbdkit.results.rundir import RunDir
 from tbdkit.results.summary import Status
@@ -41,15 +40,8 @@ def run_all(
         runner = Runner(results, index, preflighted=preflighted)
         for s in checked.specs:
             label = f"{s.model}/{s.framework}/b{s.batch_size}"
-            shown = notify.run(label, unit or catalog.get(s.model).throughput_unit)
-
-            def on_event(event: dict[str, Any], shown: EventHandler = shown) -> None:
-                if event.get("event") == "interrupt":  # the launcher caught a Ctrl-C and stopped the agent
-                    summaries.interrupted = True
-                shown(event)
-
             try:
-                outcome = runner.run(s, on_event)
+                outcome = runner.run(s, notify.run(label, unit or catalog.get(s.model).throughput_unit))
             except slurm.Submitted as submitted:
                 notify.say(
                     f"{label}: Slurm job {submitted.job.job_id} submitted; `tbdkit gather {submitted.job.job_id} "
@@ -58,7 +50,7 @@ def run_all(
                 continue
             summary = outcome.summary
             summaries.append(summary)
-            if outcome.status == Status.INTERRUPTED or summaries.interrupted:
+            if outcome.status == Status.INTERRUPTED or runner.interrupted:
                 summaries.interrupted = True
                 notify.say("interrupted: the remaining runs were not started", "warning")
                 break

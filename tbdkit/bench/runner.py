@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tbdkit import launch
 from tbdkit.core.errors import UserError
@@ -56,12 +57,16 @@ def check(run_specs: list[RunSpec], refusal: Callable[[int, str], str] = _said) 
 @dataclass
 class Runner:
     """Launch each spec into `results` (or another folder, a sweep's probes) and add it to `index`.
-    `launcher` replaces each spec's own; `preflighted` says the command's plan ran every preflight."""
+    `launcher` replaces each spec's own; `preflighted` says the command's plan ran every preflight.
+    `interrupted`: a run it launched heard a Ctrl-C (its launcher stopped the agent), in whichever phase: one
+    whose sample window had ended kept what it measured, yet the user asked to stop, so a list or a sweep ends
+    after that run."""
 
     results: Path
     index: Index
     launcher: Launcher | None = None
     preflighted: bool = False
+    interrupted: bool = False
     _preflights: set[tuple[str, str, str]] = field(default_factory=set, repr=False)
 
     def chosen(self, spec: RunSpec) -> Launcher:
@@ -74,7 +79,13 @@ class Runner:
         chosen = self.chosen(spec)
         key = (chosen.name, spec.framework, spec.device)
         first = not self.preflighted and key not in self._preflights
-        outcome = launch.launch(spec, where or self.results, on_event, chosen, preflight=first, index=self.index)
+
+        def heard(event: dict[str, Any]) -> None:
+            if event.get("event") == "interrupt":  # the launcher caught a Ctrl-C and stopped the agent
+                self.interrupted = True
+            on_event(event)
+
+        outcome = launch.launch(spec, where or self.results, heard, chosen, preflight=first, index=self.index)
         self._preflights.add(key)
         if indexed:
             self.add(outcome)

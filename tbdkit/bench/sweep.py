@@ -9,6 +9,10 @@ recorded before it starts and gets its run id as soon as its folder exists, so a
 mid-run (kill -9) marks that attempt from its run folder when resumed and says so. Run
 directories already on disk are only read, never written.
 
+A Ctrl-C stops the sweep after the run it reached: the run keeps what it measured (one whose sample window had
+ended keeps its status and counts as done; one stopped inside its window is `interrupted` and runs again), no
+further point or probe starts, and the state's `interrupted` says where it stopped until the sweep is run again.
+
 Probes of the max-batch search are short runs kept in results/sweeps/<sweep-id>/probes/ so they
 never enter the results index beside the measured points.
 
@@ -56,6 +60,9 @@ class RunResult:
     run_id: str
     run_dir: Path
     summary: dict[str, Any]
+    # the user pressed Ctrl-C during this run, in whichever phase (one whose sample window had ended kept what it
+    # measured and its status): the sweep stops after it
+    interrupted: bool = False
 
 
 # Runs one spec into a results folder; `probe` says it is a max-batch probe (not indexed).
@@ -272,6 +279,12 @@ class SweepState:
                 "groups": {},
             }
         self.recovered = self._recover_killed_attempts()
+        stopped = self.data.get("interrupted")
+        if isinstance(stopped, dict):  # the last run of this sweep was stopped by Ctrl-C
+            self.recovered.append(
+                f"{stopped.get('at')}: the sweep was stopped here (Ctrl-C); its run {stopped.get('run_id')} "
+                + ("is kept" if stopped.get("kept") else "runs again")
+            )
         for p in points(sweep):
             self.data["points"].setdefault(
                 p.key,
@@ -388,6 +401,7 @@ class SweepRun:
             disown(self.state.dir)
 
     def _run(self) -> dict[str, Any]:
+        self.state.data["interrupted"] = None  # this run of the sweep goes on from where the last one stopped
         self.state.regroup()
         self.state.save()
         for p in points(self.sweep):
@@ -441,6 +455,8 @@ class SweepRun:
         finally:
             self._attempt = None
         attempt.update(run_id=result.run_id, status=result.status)
+        if result.interrupted or result.status == "interrupted":
+            self.stopped(p.key, attempt, result)
         entry.update(
             status=result.status,
             run_id=result.run_id,
@@ -451,10 +467,27 @@ class SweepRun:
         )
         if result.status == "disturbed":
             attempt["disturbed_reasons"] = result.summary.get("disturbed_reasons")
-        self.interrupted = result.status == "interrupted"
         self.state.regroup()
         self.state.save()
         self.observer.point_finished(p, result.status)
+
+    def stopped(self, where: str, attempt: dict[str, Any], result: RunResult) -> None:
+        """The user stopped the sweep (Ctrl-C) during `result`'s run: nothing more starts, and the state says
+        where it stopped; the run's attempt says whether it kept a result (a rerun keeps it) or runs again."""
+        self.interrupted = True
+        kept = result.status in FINAL
+        attempt["interrupted"] = (
+            "Ctrl-C after its sample window: the run kept what it measured"
+            if kept
+            else f"Ctrl-C: the run ended {result.status}; it runs again when the sweep is resumed"
+        )
+        self.state.data["interrupted"] = {
+            "at": where,
+            "run_id": result.run_id,
+            "status": result.status,
+            "kept": kept,
+            "utc": _now(),
+        }
 
     def max_batch(self, framework: str, precision: str) -> int | None:
         """The resolved 'max' of one framework and precision, searched once and remembered."""
@@ -485,9 +518,11 @@ class SweepRun:
                 "run_id": result.run_id,
                 "error": result.summary.get("error"),
             }
+            if result.interrupted or result.status == "interrupted":
+                self.stopped(f"max-batch search {key}, probe at batch {b}", search["probes"][str(b)], result)
+                self.state.save()
+                return "interrupted"  # the search ends here; a probe that finished is reused when resumed
             self.state.save()
-            if result.status == "interrupted":
-                self.interrupted = True
             return result.status
 
         start = max(self.sweep.int_batches, default=0) or self.default_batch()
@@ -580,7 +615,7 @@ def bench_runner(runner: OneRunner, shown: Shown, run_dir_created: Callable[[Pat
             show(event)
 
         outcome = runner.run(spec, handler, where, indexed=not probe)
-        return RunResult(outcome.status, outcome.run_id, outcome.run_dir, outcome.summary)
+        return RunResult(outcome.status, outcome.run_id, outcome.run_dir, outcome.summary, runner.interrupted)
 
     return run
 

@@ -12,9 +12,9 @@ from rich.text import Text
 
 from tbdkit.analysis import cost
 from tbdkit.bench.plan import plan, prepare, split_list
-from tbdkit.bench.sweep import run_sweep
+from tbdkit.bench.sweep import FINAL, run_sweep
 from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, WorkloadsOpt, check_cpus, cost_table, use_workloads
-from tbdkit.cli.console import console
+from tbdkit.cli.console import console, err_console
 from tbdkit.core.paths import default_results_dir
 from tbdkit.results import files as runfiles
 from tbdkit.results import outputs
@@ -166,8 +166,20 @@ def sweep(
         if prices is not None:
             console.print(cost_table(_ok_summaries(state, spec.results), spec.results, prices))
         console.print(f"sweep state: {spec.state_dir() / runfiles.SWEEP_STATE}", highlight=False)
+    stopped = state.get("interrupted")
+    if stopped:
+        done = sum(p["status"] in FINAL for p in state["points"].values())
+        (err_console if as_json else console).print(
+            f"Sweep interrupted (Ctrl-C) at {stopped['at']}, whose run "
+            + ("kept what it measured" if stopped["kept"] else f"ended {stopped['status']} and runs again")
+            + f"; the points after it were not started: run the same command again to resume it ({done} of "
+            f"{len(state['points'])} point(s) done are kept).",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
     statuses = {p["status"] for p in state["points"].values()}
-    raise typer.Exit(exit_code_of(statuses))
+    raise typer.Exit(exit_code_of(statuses, interrupted=bool(stopped)))
 
 
 def _ok_summaries(state: dict[str, Any], results: Path) -> list[dict[str, Any]]:
