@@ -103,10 +103,18 @@ def full_fixture(results: Path) -> None:
     make_run(results, "resnet50", "pytorch", 8, 600.0, world_size=2, nodes=2, **h100)
 
 
-def test_build_report_writes_html_md_csv_and_figures(tmp_path):
-    results, out = tmp_path / "results", tmp_path / "report"
+@pytest.fixture(scope="module")
+def full_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """full_fixture's runs and their report, built once for the tests that read it: (results, report folder,
+    report.html as build_report returned it)."""
+    root = tmp_path_factory.mktemp("full")
+    results, out = root / "results", root / "report"
     full_fixture(results)
-    html = build_report(results, out)
+    return results, out, build_report(results, out)
+
+
+def test_build_report_writes_html_md_csv_and_figures(full_report):
+    results, out, html = full_report
     assert html == out / "report.html"
     text = html.read_text()
     assert text.count('src="data:image/png;base64,') == 6  # every figure has data here
@@ -137,16 +145,14 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-def test_report_html_renders_in_headless_chromium(tmp_path):
+def test_report_html_renders_in_headless_chromium(full_report):
     browser = chromium()
     if browser is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is missing: .ci/run installs Debian's chromium for this test")
         pytest.skip("no chromium on this machine (apt-get install chromium)")
     sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
-    results, out = tmp_path / "results", tmp_path / "report"
-    full_fixture(results)
-    html = build_report(results, out)
+    html = full_report[2]
     problems: list[str] = []
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=browser, args=["--no-sandbox"])
