@@ -26,7 +26,7 @@ from model_checks import assert_run_holds_together, tbdkit
 from trace_readers import ARGS, IMPORT_ERRORS, SLICES, hta_parents, perfetto
 
 from tbdkit.core.errors import UserError
-from tbdkit.env import adopt, doctor, locks, stacks
+from tbdkit.env import adopt, doctor, installer, locks, stacks
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 from tbdkit.spec import catalog
 
@@ -91,6 +91,9 @@ def test_each_record_says_adopted_which_interpreter_and_the_framework_build(adop
         assert all("no wheel of it in" in m["why"] for m in rec["missing"])
         assert not (venvs / stack / "lib" / f"python{python}" / "site-packages" / stacks.get(stack).module).exists()
     assert any(rec["adopted"]["python_version"].startswith("3.12.") for rec in records.values())
+    if installer.uv_binary() is not None:  # beside the kit's Python (its test extra): pip resolved, uv unpacked
+        log = (venvs / "pytorch.setup.log").read_text()
+        assert "--dry-run --report" in log and " pip install --python " in log and "--no-deps --no-index" in log
 
 
 def test_the_gpu_script_s_check_passes_without_pythonpath(adopted) -> None:
