@@ -70,7 +70,7 @@ LONGEST_FIRST: dict[str, float] = {
     # a real Slurm cluster's jobs: its tests' durations summed on a shared, loaded 2-core machine, so an upper
     # bound (docs/measured-here.md, "The kit's machinery tests")
     "test_slurm.py": 980,
-    "test_adopt.py": 300,  # adopting three interpreters, then MiniGo benched on all three
+    "test_adopt.py": 290,  # adopting three interpreters, then MiniGo benched on all three
     "test_every_cell_benches.py": 270,  # 307 s with Inception-v3 benched on TensorFlow (71 s)
     "test_fsdp.py": 194,  # two Llama jobs of 2 gloo workers (FSDP2, DDP; the DDP job also test_distributed's checks)
     "test_modern_frameworks.py": 60,  # six describes (Llama, ViT) from one describe server each on PyTorch and TensorFlow
