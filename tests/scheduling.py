@@ -71,7 +71,7 @@ LONGEST_FIRST: dict[str, float] = {
     # a real Slurm cluster's jobs: its tests' durations summed on a shared, loaded 2-core machine, so an upper
     # bound (docs/measured-here.md, "The kit's machinery tests")
     "test_slurm.py": 980,
-    "test_adopt.py": 300,  # adopting three interpreters, then MiniGo benched on all three
+    "test_adopt.py": 290,  # adopting three interpreters, then MiniGo benched on all three
     "test_every_cell_benches.py": 270,
     "test_fsdp.py": 194,  # two Llama jobs of 2 gloo workers (FSDP2, DDP; the DDP job also test_distributed's checks)
     "test_as_typed.py": 159,

@@ -26,7 +26,8 @@ from model_checks import assert_run_holds_together, tbdkit
 from trace_readers import ARGS, IMPORT_ERRORS, SLICES, hta_parents, perfetto
 
 from tbdkit.core.errors import UserError
-from tbdkit.env import adopt, doctor, locks, stacks
+from tbdkit.env import adopt, doctor, installer, locks, stacks
+from tbdkit.results import mllog
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
 from tbdkit.spec import catalog
 
@@ -91,6 +92,9 @@ def test_each_record_says_adopted_which_interpreter_and_the_framework_build(adop
         assert all("no wheel of it in" in m["why"] for m in rec["missing"])
         assert not (venvs / stack / "lib" / f"python{python}" / "site-packages" / stacks.get(stack).module).exists()
     assert any(rec["adopted"]["python_version"].startswith("3.12.") for rec in records.values())
+    if installer.uv_binary() is not None:  # beside the kit's Python (its test extra): pip resolved, uv unpacked
+        log = (venvs / "pytorch.setup.log").read_text()
+        assert "--dry-run --report" in log and " pip install --python " in log and "--no-deps --no-index" in log
 
 
 def test_the_gpu_script_s_check_passes_without_pythonpath(adopted) -> None:
@@ -192,7 +196,7 @@ def test_pytorch_s_memory_breakdown_and_flop_count_run_after_the_window(benched)
     assert torch_metrics["model_flops_per_sample"]["value"] > 0 and torch_metrics["mfu"]["value"] is None
 
 
-def test_real_tools_read_each_framework_s_trace_and_mllog(benched) -> None:
+def test_real_tools_read_each_framework_s_trace_and_mllog(benched, capsys: pytest.CaptureFixture[str]) -> None:
     """Each run's files as real tools read them: Perfetto's trace processor (the Perfetto UI's, WebAssembly, in
     headless Chromium) imports trace.json without an error, and it and HTA find every iteration inside its phase;
     MLCommons' checker passes mllog.txt but for the rules only a submission meets."""
@@ -208,9 +212,8 @@ def test_real_tools_read_each_framework_s_trace_and_mllog(benched) -> None:
         assert {a["value_type"] for a in got["args"] if a["key"] in ("args.samples", "args.iteration")} == {"int"}
         nested = hta_parents(run / "trace.json")
         assert {nested[name] for name in nested if name.startswith("ProfilerStep#")} <= phases, run.name
-        check = subprocess.run([sys.executable, "-m", "tbdkit.results.mllog", str(run / "mllog.txt")],
-                               capture_output=True, text=True, timeout=120)
-        assert check.returncode == 0, check.stdout + check.stderr
+        # the checker's command in this process (tests/test_trace.py runs it as a process)
+        assert mllog.main([str(run / "mllog.txt")]) == 0, capsys.readouterr().out
 
 
 def test_adopting_over_a_stack_installed_from_its_lock_needs_force(tmp_path, monkeypatch) -> None:

@@ -250,3 +250,40 @@ def test_a_measurement_package_whose_unused_dependencies_have_no_wheels_is_insta
     assert done == ["zeus>=0.16"] and failed == []
     assert "installed without its declared dependencies" in notes[0] and "zeus.monitor imports" in notes[0]
     assert subprocess.run([str(overlay), "-c", "import zeus.monitor"]).returncode == 0
+
+
+@pytest.mark.parametrize("unpacker", ["uv", "pip"])
+def test_wheels_go_in_as_pip_resolves_them_beside_what_the_interpreter_holds(tmp_path, monkeypatch, unpacker) -> None:
+    """pip resolves (it sees the adopted interpreter's packages through the overlay's .pth, which uv does not);
+    uv, where installed, unpacks what pip chose; without uv pip installs: either way a package the interpreter
+    holds is not installed again in the overlay, and what it lacks is."""
+    from tbdkit.env import installer
+
+    if unpacker == "uv" and installer.uv_binary() is None:
+        pytest.skip("no uv beside the kit's Python or on PATH")
+    if unpacker == "pip":
+        monkeypatch.setattr(installer, "uv_binary", lambda: None)
+    wheels, held = tmp_path / "wheels", tmp_path / "adopted" / "site-packages"
+    wheels.mkdir()
+    _wheel(wheels, "kitdep", {"kitdep/__init__.py": ""}, ["shared>=0.16"])
+    _wheel(wheels, "shared", {"shared/__init__.py": "WHERE = 'wheel'\n"}, [])
+    _dist(held, "shared", "0.16.0", [], pure=True)
+    (held / "shared").mkdir()
+    (held / "shared" / "__init__.py").write_text("WHERE = 'interpreter'\n")
+    env = tmp_path / "overlay"
+    subprocess.run([sys.base_prefix + "/bin/python3", "-m", "venv", "--without-pip", str(env)], check=True)
+    overlay = env / "bin" / "python"
+    purelib = subprocess.run([str(overlay), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    Path(purelib, adopt.PTH).write_text(f"import site; site.addsitedir({str(held)!r})\n")
+    pip = [KIT_PYTHON, "-m", "pip", "--disable-pip-version-check", "--python", str(overlay)]
+    with (tmp_path / "log").open("w") as log:
+        done, failed, notes = adopt.install_from_wheels(pip, overlay, wheels, ["kitdep"], "", tmp_path, log)
+    assert done == ["kitdep"] and failed == [] and notes == []
+    assert sorted(p.name for p in Path(purelib).iterdir() if p.name.startswith(("kitdep", "shared"))) == [
+        "kitdep", "kitdep-0.16.0.dist-info"]
+    got = subprocess.run([str(overlay), "-c", "import kitdep, shared; print(shared.WHERE)"], capture_output=True,
+                         text=True, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert got.stdout.strip() == "interpreter", got.stderr
+    unpacked = [line for line in (tmp_path / "log").read_text().splitlines() if " pip install --python " in line]
+    assert len(unpacked) == (unpacker == "uv") and all("--no-deps" in line for line in unpacked)

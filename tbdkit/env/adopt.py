@@ -11,7 +11,8 @@ that flag shows the *base* interpreter's packages, not the adopted ones.)
 
 What the kit needs and the interpreter lacks (its dependencies, the stack's workload libraries) is
 installed into the overlay from `--wheels DIR` only, with `pip --no-index --find-links DIR`, every package
-the interpreter has pinned at its own version (a pip constraint), so nothing it has is replaced. The
+the interpreter has pinned at its own version (a pip constraint), so nothing it has is replaced; where uv is
+installed, pip only resolves (it sees the interpreter's packages) and uv unpacks the wheels pip chose. The
 install record says `adopted`: which interpreter, its site folders, the framework build, what came from
 the wheels and what is still missing and why. Every run's env.json records where the packages differ
 from the lock (tbdkit.env.locks.this_environment), as runs in an image do; `tbdkit setup` and
@@ -32,11 +33,12 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from tbdkit.core import atomic
 from tbdkit.core.errors import UserError
 from tbdkit.core.paths import KIT_ROOT
-from tbdkit.env import locks, stacks
+from tbdkit.env import installer, locks, stacks
 
 # `python -m tbdkit.env.adopt STACK --wheels DIR` (main, below) needs only the standard library: on a machine
 # without a network whose Python lacks the kit's CLI libraries, that Python adopts itself, and the overlay then
@@ -69,11 +71,12 @@ print(json.dumps({
 }))
 """
 
-# Run by the overlay once it is made: the framework, the kit and the framework's build, or why not.
+# Run by the overlay once it is made: the kit, the framework and the framework's build, or why not. The kit
+# first: where its dependencies are missing, the check fails before it pays for the framework's import.
 _CHECK = r"""
 import importlib, json, sys
-importlib.import_module(sys.argv[1])
 import tbdkit.spec, tbdkit.results.summary
+importlib.import_module(sys.argv[1])
 from tbdkit.env.machine import framework_build
 print(json.dumps({"build": framework_build(), "paths": sys.path}))
 """
@@ -299,7 +302,7 @@ def install_from_wheels(
         log.flush()
         return proc
 
-    if not reqs or run(reqs).returncode == 0:
+    if not reqs or _with_uv(run, overlay, reqs, work) or run(reqs).returncode == 0:
         return reqs, [], []
     done, failed, notes = [], [], []
     for req in reqs:
@@ -319,6 +322,26 @@ def install_from_wheels(
                 continue
         failed.append({"requirement": req, "why": _pip_error(proc.stdout + proc.stderr)})
     return done, failed, notes
+
+
+def _with_uv(run: Any, overlay: Path, reqs: list[str], work: Path) -> bool:
+    """Install `reqs` as pip resolves them (a dry run that sees the adopted interpreter's packages through the
+    .pth, which uv does not) but unpacked by uv, which links each wheel's files from its cache where pip copies
+    them: whether it did. Without uv, or where pip cannot report (pip < 22.2) or resolve, the caller installs
+    with pip."""
+    uv = installer.uv_binary()
+    report = work / "adopt-report.json"
+    if uv is None or run(["--dry-run", "--report", str(report), *reqs]).returncode != 0:
+        return False
+    try:
+        urls = [item["download_info"]["url"] for item in json.loads(report.read_text())["install"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    files = [unquote(urlparse(u).path) for u in urls if isinstance(u, str) and u.startswith("file:")]
+    if len(files) != len(urls) or not all(f.endswith(".whl") for f in files):
+        return False  # a source archive to build: pip builds it
+    unpack = [uv, "pip", "install", "--python", str(overlay), "--no-deps", "--no-index"]
+    return not files or run(files, unpack).returncode == 0
 
 
 def _remove(env_dir: Path) -> None:
@@ -472,7 +495,7 @@ def _build(stack: stacks.Stack, found: dict[str, Any], new: Path, env_dir: Path,
             env=_clean_env(),
             timeout=PIP_TIMEOUT_S,
         )
-        log.write(f"$ {overlay} -c <import {stack.module}, the kit, its build>\n")
+        log.write(f"$ {overlay} -c <import the kit, {stack.module}, its build>\n")
         log.write(check.stdout[-20000:] + check.stderr[-20000:])
     build = check_answer(check)
     if isinstance(build, str):
