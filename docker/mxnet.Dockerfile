@@ -47,6 +47,9 @@ COPY docker/wheels/ /tmp/wheels/
 COPY docker/stack-env.sh /opt/tbdkit/stack-env.sh
 # The image's lock pins every package the base lacks (docker/stack-env.sh; docs/environments.md).
 COPY locks/ /opt/tbdkit/locks/
+# The kit's own libraries (pyproject.toml's dependencies) go in with the stack's, so that a change of the kit's
+# code rebuilds only its last step (the kit, editable, and the stack's record), not them.
+COPY pyproject.toml /opt/tbdkit/pyproject.toml
 RUN /opt/tbdkit/stack-env.sh deps mxnet
 
 COPY --from=kit /src /opt/tbdkit/src

@@ -3,7 +3,8 @@
 #   stack-env.sh deps STACK   a virtual environment on top of the base's Python that sees the base's
 #                             packages; the framework is installed only when the base lacks it (NGC's
 #                             images bring their own CUDA build, pinned in PIP_CONSTRAINT, which pip
-#                             respects here); then the workloads' libraries, under the same constraints.
+#                             respects here); then the workloads' libraries and the kit's own
+#                             (pyproject.toml's dependencies), under the same constraints.
 #   stack-env.sh kit STACK    the kit, editable from /opt/tbdkit/src; the environment registered as the
 #                             stack (so `tbdkit bench` inside the container, e.g. under compose, runs
 #                             natively there); Nsight Compute linked onto PATH from where NVIDIA's images
@@ -60,8 +61,24 @@ PY
 )
     # one word list, blanks collapsed (an empty build arg leaves nothing to install)
     reqs=$(echo $missing ${WORKLOAD_REQUIREMENTS:-})
-    if [ -n "$reqs" ]; then
-      "$python" -m pip install ${PIP_OPTIONS:-} -c "$constraints" $reqs
+    # The kit's own libraries (pyproject.toml's dependencies, where the Dockerfile copied it), installed here under
+    # the same constraints, so that the kit's step, rebuilt whenever the kit's code changes, installs only the kit.
+    kit_reqs=/opt/tbdkit/kit-requirements.txt
+    : > "$kit_reqs"
+    if [ -f /opt/tbdkit/pyproject.toml ]; then
+      "$python" - /opt/tbdkit/pyproject.toml > "$kit_reqs" <<'PY'
+import sys
+try:
+    import tomllib
+except ImportError:  # Python 3.10 (NGC's MXNet image): the same parser, as pip carries it
+    from pip._vendor import tomli as tomllib
+with open(sys.argv[1], "rb") as f:
+    print("\n".join(tomllib.load(f)["project"]["dependencies"]))
+PY
+      echo "stack-env: $(wc -l < "$kit_reqs") kit libraries from pyproject.toml"
+    fi
+    if [ -n "$reqs" ] || [ -s "$kit_reqs" ]; then
+      "$python" -m pip install ${PIP_OPTIONS:-} -c "$constraints" $reqs -r "$kit_reqs"
     fi
     ;;
   kit)

@@ -53,6 +53,9 @@ COPY docker/wheels/ /tmp/wheels/
 COPY docker/stack-env.sh /opt/tbdkit/stack-env.sh
 # The image's lock pins every package the base lacks (docker/stack-env.sh; docs/environments.md).
 COPY locks/ /opt/tbdkit/locks/
+# The kit's own libraries (pyproject.toml's dependencies) go in with the stack's, so that a change of the kit's
+# code rebuilds only its last step (the kit, editable, and the stack's record), not them.
+COPY pyproject.toml /opt/tbdkit/pyproject.toml
 RUN WORKLOAD_REQUIREMENTS="${KERAS_REQUIREMENT} ${WORKLOAD_REQUIREMENTS}" /opt/tbdkit/stack-env.sh deps tensorflow \
     && python -m pip install ${PIP_OPTIONS} --no-deps -c /opt/tbdkit/lock-constraints.txt ${KERAS_HUB_REQUIREMENTS}
 

@@ -64,9 +64,9 @@ ALL_CORES: dict[str, str] = {
 # "Stacks' suites and the Makefile").
 LONGEST_FIRST: dict[str, float] = {
     # the host suite
-    "test_docker_real_tensorflow.py": 450,
-    "test_docker_real.py": 315,
-    "test_docker_real_mxnet.py": 175,
+    "test_docker_real_tensorflow.py": 210,
+    "test_docker_real.py": 130,
+    "test_docker_real_mxnet.py": 80,
     "test_sweep_cli.py": 240,
     # a real Slurm cluster's jobs: its tests' durations summed on a shared, loaded 2-core machine, so an upper
     # bound (docs/measured-here.md, "The kit's machinery tests")

@@ -17,6 +17,7 @@ import time
 
 import pytest
 from real_containers import (
+    MODEL,
     ROOT,
     assert_base_framework_kept,
     assert_base_framework_ran,
@@ -85,8 +86,8 @@ def test_bench_in_a_container(ci_image, user_kit, results):
 
 
 def test_a_crashing_container_leaves_its_log_and_a_failed_summary(ci_image, user_kit, results):
-    # The same image, its Deep Speech 2 module replaced by one that aborts the interpreter.
-    dockerfile = f"FROM {TAG}\nRUN printf 'import os\\nos.abort()\\n' > /opt/tbdkit/src/workloads/deepspeech2/pytorch.py\n"
+    # The same image, the benched model's PyTorch module replaced by one that aborts the interpreter.
+    dockerfile = f"FROM {TAG}\nRUN printf 'import os\\nos.abort()\\n' > /opt/tbdkit/src/workloads/{MODEL}/pytorch.py\n"
     build = subprocess.run([images.docker_binary(), "build", "--tag", CRASH_TAG, "-"], input=dockerfile,
                            capture_output=True, text=True, timeout=600, env={**os.environ, "DOCKER_BUILDKIT": "0"})
     assert build.returncode == 0, build.stderr

@@ -1,7 +1,7 @@
 """MXNet's own Dockerfile, built on a CPU stand-in for its NGC base: Ubuntu 22.04 with Python 3.10 and no
 venv module, as NGC's MXNet image is (docker/ci/make-standin.sh puts MXNet in its system Python).
-There the agent trains on Python 3.10, from an environment installed at its image lock's versions: the Deep
-Speech 2 bench in a container, run by an unprivileged user through `tbdkit bench --launcher docker`; and
+There the agent trains on Python 3.10, from an environment installed at its image lock's versions: the
+MiniGo bench in a container, run by an unprivileged user through `tbdkit bench --launcher docker`; and
 every kit module and MXNet workload file imported by that Python.
 
 Needs a running Docker daemon, as tests/test_docker_real.py."""

@@ -1,5 +1,5 @@
 """TensorFlow's own Dockerfile, built on a CPU stand-in for its NGC base (docker/ci/make-standin.sh:
-the framework wheel from pyproject's extra in the system Python, as NGC holds it), then the Deep Speech 2
+the framework wheel from pyproject's extra in the system Python, as NGC holds it), then the MiniGo
 bench in a container, run by an unprivileged user through `tbdkit bench --launcher docker`.
 
 The image (2.7 GB) is built only on overlay2: under the vfs storage driver, which copies the whole file

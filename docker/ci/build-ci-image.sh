@@ -8,7 +8,7 @@
 # and an offline `tbdkit images build` of the stack's own Dockerfile. For a base whose Python has an
 # image lock (locks/<stack>-image-py<XY>.txt: MXNet's 3.10), the downloads are the lock's versions, as
 # the image's build installs them.
-# The CI image runs Deep Speech 2 only: WORKLOAD_REQUIREMENTS (the other workloads' libraries) is
+# The CI image runs MiniGo only (tests/real_containers.py): WORKLOAD_REQUIREMENTS (the other workloads' libraries) is
 # left empty, so nothing beyond the kit is downloaded.
 # usage: docker/ci/build-ci-image.sh [TAG] [STACK]   (default tbdkit-ci/pytorch:cpu pytorch)
 set -euo pipefail
