@@ -168,18 +168,22 @@ def sweep(
         console.print(f"sweep state: {spec.state_dir() / runfiles.SWEEP_STATE}", highlight=False)
     stopped = state.get("interrupted")
     if stopped:
-        done = sum(p["status"] in FINAL for p in state["points"].values())
         (err_console if as_json else console).print(
-            f"Sweep interrupted (Ctrl-C) at {stopped['at']}, whose run "
-            + ("kept what it measured" if stopped["kept"] else f"ended {stopped['status']} and runs again")
-            + f"; the points after it were not started: run the same command again to resume it ({done} of "
-            f"{len(state['points'])} point(s) done are kept).",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
+            _interrupted_sentence(state, stopped), highlight=False, markup=False, soft_wrap=True
         )
     statuses = {p["status"] for p in state["points"].values()}
     raise typer.Exit(exit_code_of(statuses, interrupted=bool(stopped)))
+
+
+def _interrupted_sentence(state: dict[str, Any], stopped: dict[str, Any]) -> str:
+    """Where a Ctrl-C stopped the sweep, what became of that point's run, and how to resume."""
+    done = sum(p["status"] in FINAL for p in state["points"].values())
+    return (
+        f"Sweep interrupted (Ctrl-C) at {stopped['at']}, whose run "
+        + ("kept what it measured" if stopped["kept"] else f"ended {stopped['status']} and runs again")
+        + f"; the points after it were not started: run the same command again to resume it ({done} of "
+        f"{len(state['points'])} point(s) done are kept)."
+    )
 
 
 def _ok_summaries(state: dict[str, Any], results: Path) -> list[dict[str, Any]]:
