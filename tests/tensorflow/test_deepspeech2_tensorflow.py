@@ -11,7 +11,7 @@ from tbdkit.spec import catalog
 from tbdkit.adapters.tensorflow import Precision, TensorFlowAdapter
 from tbdkit.describe.tensorflow import canonical_layers
 from tbdkit.describe.canonical import reference_gru
-from model_checks import assert_padding_does_not_change_an_utterance, stepped
+from model_checks import assert_padding_does_not_change_an_utterance, amp_step
 
 MODEL = catalog.get("deepspeech2")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
@@ -52,8 +52,8 @@ def test_math_modes():
 
 
 def test_amp_computes_in_bfloat16_on_cpu():
-    """The amp step of the math-mode check (finite: tests/tensorflow/test_every_model_tensorflow.py) ran in bfloat16."""
-    a, _ = stepped("deepspeech2", "tensorflow")["amp"]
+    """The amp step of check-workload's math-mode check (its batch; the loss finite) ran in bfloat16."""
+    a, _ = amp_step("deepspeech2")
     assert a.training.model.fc.compute_dtype == "bfloat16"
 
 
