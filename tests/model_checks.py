@@ -578,7 +578,7 @@ def fp32_adapter(name: str, framework: str) -> Any:
 
 # The models whose own files read more from the runs above (learned(), stepped()): the generated tests
 # keep those runs for them and free the others' (a model's own test re-runs one it finds freed).
-REUSED = {("pytorch", "wgan_gp"), ("tensorflow", "efficientdet"), ("tensorflow", "faster_rcnn"),
+REUSED = {("pytorch", "wgan_gp"), ("tensorflow", "deepspeech2"), ("tensorflow", "efficientdet"), ("tensorflow", "faster_rcnn"),
           ("tensorflow", "inception_v3"), ("tensorflow", "mask_rcnn"), ("tensorflow", "minigo"),
           ("tensorflow", "resnet50"), ("tensorflow", "transformer"), ("tensorflow", "wgan_gp"), ("mxnet", "bert"),
           ("mxnet", "minigo"), ("mxnet", "transformer")}
