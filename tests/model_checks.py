@@ -554,6 +554,25 @@ def stepped(name: str, framework: str) -> dict[str, tuple[Any, float]]:
     return _STEPPED[key]
 
 
+def amp_step(name: str) -> tuple[Any, float]:
+    """TensorFlow: the amp step of `tbdkit check-workload`'s math-mode check (its [checks.math_modes] batch, seed and
+    hp; one step, its loss finite, and above 0 where it says `positive`), for a model's own test that reads the adapter it ran in, where the cell's bf16 parity leg
+    (stepped()'s amp, the learning batch's steps: in bfloat16 on a CPU, seconds each) is not in `make test`. On
+    this CPU amp is built exactly as bf16 (assert_amp_is_bf16_here). Leaves the process in fp32."""
+    assert_amp_is_bf16_here("tensorflow")
+    spec = row("math_modes", "tensorflow", name)
+    assert isinstance(spec, MathModes), spec
+    model, _, data = modules(name, "tensorflow")
+    hp = {**model.hp("smoke"), **spec.hp}
+    try:
+        a = adapter(name, "tensorflow", hp=hp, precision="amp")
+        loss = a.loss_value(a.step(a.prepare(next(data.batches("synthetic", hp, spec.batch_size, seed=spec.seed)))))
+    finally:
+        fp32_again("tensorflow")
+    assert math.isfinite(loss) and (not spec.positive or loss > 0), loss
+    return a, loss
+
+
 def assert_traced_once(training: Any) -> None:
     """TensorFlow: over the learning check's steps (one fixed batch), each tf.function of the training state
     was traced at most once, its step exactly once: the optimizer was built before the first call
@@ -592,10 +611,10 @@ def fp32_adapter(name: str, framework: str) -> Any:
 
 # The models whose own files read more from the runs above (learned(), stepped()): the generated tests
 # keep those runs for them and free the others' (a model's own test re-runs one it finds freed).
-REUSED = {("pytorch", "wgan_gp"), ("tensorflow", "bert"), ("tensorflow", "deepspeech2"),
-          ("tensorflow", "efficientdet"), ("tensorflow", "inception_v3"), ("tensorflow", "minigo"),
-          ("tensorflow", "resnet50"), ("tensorflow", "seq2seq"), ("tensorflow", "transformer"),
-          ("tensorflow", "wgan_gp"), ("mxnet", "bert"), ("mxnet", "minigo"), ("mxnet", "transformer")}
+REUSED = {("pytorch", "wgan_gp"), ("tensorflow", "deepspeech2"), ("tensorflow", "efficientdet"), ("tensorflow", "faster_rcnn"),
+          ("tensorflow", "inception_v3"), ("tensorflow", "mask_rcnn"), ("tensorflow", "minigo"),
+          ("tensorflow", "resnet50"), ("tensorflow", "transformer"), ("tensorflow", "wgan_gp"), ("mxnet", "bert"),
+          ("mxnet", "minigo"), ("mxnet", "transformer")}
 
 
 _RELEASED_BY: dict[tuple[str, str], set[str]] = {}

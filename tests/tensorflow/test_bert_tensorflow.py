@@ -8,7 +8,7 @@ import pytest
 
 from tbdkit.spec import catalog
 from tbdkit.adapters.tensorflow import TensorFlowAdapter
-from model_checks import stepped
+from model_checks import amp_step
 
 MODEL = catalog.get("bert")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
@@ -48,6 +48,6 @@ def test_weight_decay_skips_layernorm_and_biases():
 
 
 def test_amp_computes_in_bfloat16_on_cpu():
-    """The amp step of the math-mode check (finite: tests/tensorflow/test_every_model_tensorflow.py) ran in bfloat16."""
-    a, _ = stepped("bert", "tensorflow")["amp"]
+    """The amp step of check-workload's math-mode check (its batch; the loss finite) ran in bfloat16."""
+    a, _ = amp_step("bert")
     assert a.training.model.pooler.compute_dtype == "bfloat16"

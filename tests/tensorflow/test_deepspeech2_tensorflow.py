@@ -8,22 +8,23 @@ import numpy as np
 import tensorflow as tf
 
 from tbdkit.spec import catalog
-from tbdkit.adapters.tensorflow import Precision, TensorFlowAdapter
+from tbdkit.adapters.tensorflow import Precision
 from tbdkit.describe.tensorflow import canonical_layers
 from tbdkit.describe.canonical import reference_gru
-from model_checks import assert_padding_does_not_change_an_utterance, stepped
+from model_checks import amp_step, assert_padding_does_not_change_an_utterance, kept_learning_run
 
 MODEL = catalog.get("deepspeech2")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
 DATA = catalog.load_module(MODEL, "data")
 
 
-def adapter(precision="fp32", hp=None):
-    return TensorFlowAdapter(WORKLOAD, hp or MODEL.hp("smoke"), device="cpu", precision=precision, seed=0)
+# the learning check's smoke network (its steps on a fixed batch), which the generated tests build anyway: shapes,
+# masking, clipping and the OOM and memory answers hold for its trained weights as for new ones
+run = kept_learning_run("deepspeech2", "tensorflow")
 
 
-def test_output_shapes_and_lengths():
-    a = adapter()
+def test_output_shapes_and_lengths(run):
+    a = run.trained
     batch = next(DATA.synthetic_batches(MODEL.hp("smoke"), 3, seed=0))
     inputs = a.prepare(batch)
     log_probs, lengths = a.training.model(inputs["features"], inputs["frames"])
@@ -33,13 +34,13 @@ def test_output_shapes_and_lengths():
     assert lengths.numpy().tolist() == [(n - 1) // 2 + 1 for n in batch.feature_lengths.tolist()]
 
 
-def test_padding_does_not_change_an_utterance(padded_utterance):
+def test_padding_does_not_change_an_utterance(run, padded_utterance):
     """The backward GRU starts at each utterance's own end (masking), as PyTorch's packed sequences do."""
-    assert_padding_does_not_change_an_utterance(adapter(), WORKLOAD, DATA, MODEL.hp("smoke"), padded_utterance)
+    assert_padding_does_not_change_an_utterance(run.trained, WORKLOAD, DATA, MODEL.hp("smoke"), padded_utterance)
 
 
-def test_gradient_values_are_clipped():
-    assert adapter().training.optimizer.clipvalue == MODEL.hp("smoke")["clip_gradient_value"]
+def test_gradient_values_are_clipped(run):
+    assert run.trained.training.optimizer.clipvalue == MODEL.hp("smoke")["clip_gradient_value"]
 
 
 def test_math_modes():
@@ -52,8 +53,8 @@ def test_math_modes():
 
 
 def test_amp_computes_in_bfloat16_on_cpu():
-    """The amp step of the math-mode check (finite: tests/tensorflow/test_every_model_tensorflow.py) ran in bfloat16."""
-    a, _ = stepped("deepspeech2", "tensorflow")["amp"]
+    """The amp step of check-workload's math-mode check (its batch; the loss finite) ran in bfloat16."""
+    a, _ = amp_step("deepspeech2")
     assert a.training.model.fc.compute_dtype == "bfloat16"
 
 
@@ -72,8 +73,8 @@ def test_gru_gate_order_is_canonicalized():
     np.testing.assert_allclose(out[0, :, 5:], backward, atol=1e-5)
 
 
-def test_oom_and_memory():
-    a = adapter()
+def test_oom_and_memory(run):
+    a = run.trained
     assert a.is_oom(tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[4,1760]"))
     assert a.is_oom(MemoryError())
     assert not a.is_oom(ValueError("shape mismatch"))

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from tbdkit.spec import catalog
-from model_checks import adapter as stack_adapter, torchvision_roi_align
+from model_checks import kept_learning_run, torchvision_roi_align
 
 MODEL = catalog.get("mask_rcnn")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
@@ -17,9 +17,14 @@ RNG = np.random.default_rng(0)
 LOSSES = {"loss_objectness", "loss_rpn_box_reg", "loss_classifier", "loss_box_reg", "loss_mask"}
 
 
+# the learning check's smoke network (its steps on a fixed batch), which the generated tests build anyway: this
+# file's checks (counts, shapes, finite losses) hold for its trained weights as for new ones
+run = kept_learning_run("mask_rcnn", "tensorflow")
+
+
 @pytest.fixture(scope="module")
-def smoke():
-    return stack_adapter("mask_rcnn", "tensorflow", None)
+def smoke(run):
+    return run.trained
 
 
 def test_parameter_count_is_torchvisions(smoke):

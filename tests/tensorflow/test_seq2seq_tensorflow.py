@@ -10,7 +10,7 @@ from tbdkit.spec import catalog
 from tbdkit.adapters.tensorflow import TensorFlowAdapter
 from tbdkit.describe.tensorflow import canonical_layers
 from tbdkit.describe.canonical import reference_lstm
-from model_checks import assert_padding_does_not_change_a_sentence, assert_translation_outputs, stepped
+from model_checks import assert_padding_does_not_change_a_sentence, assert_translation_outputs, amp_step
 
 MODEL = catalog.get("seq2seq")
 WORKLOAD = catalog.load_module(MODEL, "tensorflow")
@@ -64,6 +64,6 @@ def test_parameters_match_the_hyperparameters():
 
 
 def test_amp_computes_in_bfloat16_on_cpu():
-    """The amp step of the math-mode check (finite: tests/tensorflow/test_every_model_tensorflow.py) ran in bfloat16."""
-    a, _ = stepped("seq2seq", "tensorflow")["amp"]
+    """The amp step of check-workload's math-mode check (its batch; the loss finite) ran in bfloat16."""
+    a, _ = amp_step("seq2seq")
     assert a.training.model.project.compute_dtype == "bfloat16"
