@@ -52,3 +52,28 @@ def test_reference_table_prints_the_committed_results_as_markdown():
     result = runner.invoke(app, ["reference", "--table"])
     assert result.exit_code == 0, result.output
     assert result.output == reference_table.markdown(KIT_ROOT / "workloads") + "\n"
+
+
+def test_a_ctrl_c_no_run_handled_exits_130_with_a_sentence(tmp_path, monkeypatch):
+    """A Ctrl-C while `tbdkit report` draws (a real SIGINT to this process; Python's own handler raises
+    KeyboardInterrupt in the command, as in a terminal) ends it with 130, the shell's code for SIGINT, and one
+    sentence on what to do (Typer alone ends it in silence). A run's own Ctrl-C is its launcher's
+    (tests/test_bench_cli.py)."""
+    import signal
+
+    import tbdkit.report
+
+    def drawing(*_args, **_kwargs):
+        signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(tbdkit.report, "make_report", drawing)
+    (tmp_path / "results").mkdir()
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        result = runner.invoke(app, ["report", str(tmp_path / "results"), "-o", str(tmp_path / "report")])
+    finally:
+        signal.signal(signal.SIGINT, before)
+    text = " ".join(result.output.split())
+    assert result.exit_code == 130 and "Aborted" not in text and "Traceback" not in text, result.output
+    assert text == "Interrupted (Ctrl-C) before the command finished: run it again to redo it (a sweep resumes where it " \
+        "stopped).", text

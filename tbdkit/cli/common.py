@@ -103,13 +103,24 @@ def name_too_long(exc: BaseException) -> str | None:
     )
 
 
+INTERRUPTED = (
+    "Interrupted (Ctrl-C) before the command finished: run it again to redo it (a sweep resumes where it stopped)."
+)
+
+
 def friendly(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """User errors become one red sentence and exit code 2, never a traceback."""
+    """User errors become one red sentence and exit code 2, never a traceback; a Ctrl-C that no run handled
+    (installing, indexing, a report, between a sweep's points) exits 130, the shell's code for it, with a sentence
+    saying what to do (Typer alone exits 130 in silence). A run's own Ctrl-C is its launcher's: the run keeps what
+    it measured."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            err_console.print(INTERRUPTED, highlight=False, markup=False, soft_wrap=True)
+            raise typer.Exit(130) from None
         except Exception as exc:
             # UserError, and a workload's DataError (workloads cannot import the kit's class)
             too_long = name_too_long(exc)
