@@ -556,9 +556,10 @@ def stepped(name: str, framework: str) -> dict[str, tuple[Any, float]]:
 
 def amp_step(name: str) -> tuple[Any, float]:
     """TensorFlow: the amp step of `tbdkit check-workload`'s math-mode check (its [checks.math_modes] batch, seed and
-    hp; one step, its loss finite, and above 0 where it says `positive`), for a model's own test that reads the adapter it ran in, where the cell's bf16 parity leg
-    (stepped()'s amp, the learning batch's steps: in bfloat16 on a CPU, seconds each) is not in `make test`. On
-    this CPU amp is built exactly as bf16 (assert_amp_is_bf16_here). Leaves the process in fp32."""
+    hp; one step, its loss finite, and above 0 where it says `positive`), for a model's own test that reads the
+    adapter it ran in, where the cell's bf16 parity leg (stepped()'s amp, the learning batch's steps: in bfloat16 on
+    a CPU, seconds each) is not in `make test`. On this CPU amp is built exactly as bf16
+    (assert_amp_is_bf16_here). Leaves the process in fp32."""
     assert_amp_is_bf16_here("tensorflow")
     spec = row("math_modes", "tensorflow", name)
     assert isinstance(spec, MathModes), spec
@@ -611,10 +612,10 @@ def fp32_adapter(name: str, framework: str) -> Any:
 
 # The models whose own files read more from the runs above (learned(), stepped()): the generated tests
 # keep those runs for them and free the others' (a model's own test re-runs one it finds freed).
-REUSED = {("pytorch", "wgan_gp"), ("tensorflow", "deepspeech2"), ("tensorflow", "efficientdet"), ("tensorflow", "faster_rcnn"),
-          ("tensorflow", "inception_v3"), ("tensorflow", "mask_rcnn"), ("tensorflow", "minigo"),
-          ("tensorflow", "resnet50"), ("tensorflow", "transformer"), ("tensorflow", "wgan_gp"), ("mxnet", "bert"),
-          ("mxnet", "minigo"), ("mxnet", "transformer")}
+REUSED = {("pytorch", "wgan_gp"), ("tensorflow", "deepspeech2"), ("tensorflow", "efficientdet"),
+          ("tensorflow", "faster_rcnn"), ("tensorflow", "inception_v3"), ("tensorflow", "mask_rcnn"),
+          ("tensorflow", "minigo"), ("tensorflow", "resnet50"), ("tensorflow", "transformer"),
+          ("tensorflow", "wgan_gp"), ("mxnet", "bert"), ("mxnet", "minigo"), ("mxnet", "transformer")}
 
 
 _RELEASED_BY: dict[tuple[str, str], set[str]] = {}

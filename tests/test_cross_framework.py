@@ -19,15 +19,9 @@ from tbdkit.spec import catalog, check_settings
 MODELS = sorted(name for name, model in catalog.models().items() if len(model.frameworks) > 1)
 
 
-@pytest.fixture
-def servers(describe_servers):
-    """The worker's describe servers (tests/conftest.py), shared with test_modern_frameworks.py."""
-    return describe_servers
-
-
 @pytest.mark.parametrize("model", MODELS)
-def test_the_frameworks_agree(model, servers):
-    outcomes = cross_framework.check(catalog.get(model), servers)
+def test_the_frameworks_agree(model, describe_servers):
+    outcomes = cross_framework.check(catalog.get(model), describe_servers)
     # a kit model states its FLOPs (parity.py's forward_flops); its own layer checks (network_gaps) are optional
     failed = [o for o in outcomes if o["status"] == "failed" or (o["status"] == "skipped" and o["check"] != "network")]
     assert not failed, failed
@@ -39,13 +33,13 @@ def test_the_frameworks_agree(model, servers):
                                                                                  for f in frameworks[1:]])
 
 
-def test_a_describe_that_fails_says_why_and_its_server_goes_on(servers, tmp_path):
+def test_a_describe_that_fails_says_why_and_its_server_goes_on(describe_servers, tmp_path):
     """A describe run by a server fails as its own process would (its exit status, its last words on stderr),
     and the server's next describe runs as usual."""
     argv = ["--model", "minigo", "--framework", "mxnet"]
-    code, _, err = servers.describe("mxnet", [*argv, "--preset", "huge"], tmp_path)
+    code, _, err = describe_servers.describe("mxnet", [*argv, "--preset", "huge"], tmp_path)
     assert code == 1 and "huge" in err.strip().splitlines()[-1], err
-    code, out, _ = servers.describe("mxnet", argv, tmp_path)
+    code, out, _ = describe_servers.describe("mxnet", argv, tmp_path)
     assert code == 0, out
     assert json.loads(out)["parameters"] == check_settings.of(catalog.get("minigo"), "mxnet").smoke_parameters
 

@@ -64,6 +64,11 @@ class RunResult:
     # measured and its status): the sweep stops after it
     interrupted: bool = False
 
+    @property
+    def stops_sweep(self) -> bool:
+        """The sweep ends after this run: the user pressed Ctrl-C during it, or it ended interrupted."""
+        return self.interrupted or self.status == "interrupted"
+
 
 # Runs one spec into a results folder; `probe` says it is a max-batch probe (not indexed).
 Runner = Callable[[RunSpec, Path, bool], RunResult]
@@ -455,7 +460,7 @@ class SweepRun:
         finally:
             self._attempt = None
         attempt.update(run_id=result.run_id, status=result.status)
-        if result.interrupted or result.status == "interrupted":
+        if result.stops_sweep:
             self.stopped(p.key, attempt, result)
         entry.update(
             status=result.status,
@@ -518,7 +523,7 @@ class SweepRun:
                 "run_id": result.run_id,
                 "error": result.summary.get("error"),
             }
-            if result.interrupted or result.status == "interrupted":
+            if result.stops_sweep:
                 self.stopped(f"max-batch search {key}, probe at batch {b}", search["probes"][str(b)], result)
                 self.state.save()
                 return "interrupted"  # the search ends here; a probe that finished is reused when resumed
