@@ -84,7 +84,7 @@ LONGEST_FIRST: dict[str, float] = {
     "test_distributed_tf_mxnet.py": 78,
     # PyTorch's suite
     "pytorch/mask_rcnn": 137,
-    "pytorch/compiled_bench": 73,
+    "pytorch/compiled_bench": 55,
     "pytorch/efficientdet": 67,
     "pytorch/seq2seq": 65,
     "pytorch/faster_rcnn": 64,
