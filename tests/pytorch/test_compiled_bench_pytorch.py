@@ -14,7 +14,6 @@ import pytest
 from model_checks import tbdkit
 from run_invariants import assert_run_holds
 
-
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "workloads"
 
 
