@@ -9,7 +9,8 @@ every environment, the framework stacks' too) and checks, for the run's status:
   rounding), and the window's seconds and sample throughput with it;
 - the iteration counts agree: summary (warm-up, window) = iterations.csv = trace.json (one slice per
   iteration, one span per phase) = mllog.txt (the window's block, the samples trained);
-- every metric is a value with a unit and a method, or null with a unit, a method and the reason;
+- every metric is a value with a unit and a method, or null with a unit, a method and the reason, and none (nor
+  any memory category) is null because its analysis failed;
 - the results index's row (where the folder's results folder holds one) equals the summary;
 - the trace nests: each iteration inside its phase's span on iterations.csv's clock, the phases one after
   another, each data wait inside its iteration.
@@ -140,6 +141,23 @@ def check_metrics(run_dir: Path, summary: dict[str, Any]) -> None:
         else:
             _check(run_dir, isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
                    f"metric {name}'s value is {value!r}, not a finite number")
+
+
+ANALYSIS_FAILED = "analysis failed"  # tbdkit.agent.after_window._guard: "the <name> analysis failed (<error>)"
+
+
+def check_analyses(run_dir: Path, summary: dict[str, Any]) -> None:
+    """No metric and no memory category is null because its analysis failed: a failing analysis leaves the run ok
+    (a gap in the results, never a failed run), so only this catches it."""
+    nulls = {f"metric {name}": m.get("reason") for name, m in (summary.get("metrics") or {}).items()
+             if isinstance(m, dict)}
+    memory = run_dir / files.MEMORY
+    if memory.is_file():
+        doc = _json_object(run_dir, files.MEMORY)
+        for name, entry in (doc.get("categories") or {}).items():
+            nulls[f"memory category {name}"] = entry.get("reason") if isinstance(entry, dict) else None
+    failed = {k: r for k, r in nulls.items() if isinstance(r, str) and ANALYSIS_FAILED in r}
+    _check(run_dir, not failed, f"an analysis failed: {failed}")
 
 
 # ---------------------------------------------------------------------------------------------------- iterations
@@ -358,14 +376,16 @@ def check_index(run_dir: Path, summary: dict[str, Any], required: bool) -> None:
 
 
 def assert_run_holds(
-    run_dir: Path | str, *, indexed: bool | None = None, launched: bool = True, worker: bool = False
+    run_dir: Path | str, *, indexed: bool | None = None, launched: bool = True, worker: bool = False,
+    analyses_may_fail: bool = False,
 ) -> dict[str, Any]:
     """Every invariant of a run folder (the module's docstring); returns its checked summary.
 
     `indexed`: True when its results folder must hold an index with its row (a run made by `bench` or `sweep`),
     None to check the row where there is an index, False to skip it. `launched`: False for a folder the agent
     made alone (tbdkit.agent.run.execute in a test: no launcher's spec.json, log.txt, mllog.txt). `worker`: a
-    data-parallel job's workers/rank<N>/ (no launcher's files, no index). Raises RunBroken (an AssertionError) on the first problem."""
+    data-parallel job's workers/rank<N>/ (no launcher's files, no index). `analyses_may_fail`: a test that breaks an
+    analysis on purpose. Raises RunBroken (an AssertionError) on the first problem."""
     run_dir = Path(run_dir)
     _check(run_dir, run_dir.is_dir(), "is not a folder")
     try:
@@ -391,6 +411,8 @@ def assert_run_holds(
     _check(run_dir, not [n for n in present if n.endswith(".tmp")], "holds a .tmp file (a write that did not finish)")
     _parses(run_dir, present & files.RUN_FILES)
     check_metrics(run_dir, summary)
+    if not analyses_may_fail:
+        check_analyses(run_dir, summary)
     rows = _iterations(run_dir) if files.ITERATIONS in present else None
     if rows is not None:
         check_window(run_dir, summary, rows)
@@ -405,5 +427,5 @@ def assert_run_holds(
     ranks = sorted((run_dir / files.WORKERS).glob("rank*")) if (run_dir / files.WORKERS).is_dir() else []
     for rank in ranks:
         if rank.is_dir() and (rank / files.SUMMARY).is_file():
-            assert_run_holds(rank, indexed=False, launched=False, worker=True)
+            assert_run_holds(rank, indexed=False, launched=False, worker=True, analyses_may_fail=analyses_may_fail)
     return summary

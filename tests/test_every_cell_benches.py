@@ -1,6 +1,6 @@
 """Every model trains its smoke preset through the whole kit (`tbdkit bench`: CLI, agent in the stack's
 venv, collectors, analyses, results) on this CPU, and every framework's agent does too; every analysis a CPU
-run takes (the memory breakdown, PyTorch's FLOP count) ran on each model rather than leaving a null "failed".
+run takes (the memory breakdown, PyTorch's FLOP count) ran on each model and counted something.
 
 Deep Speech 2 is benched on PyTorch by test_as_typed.py (`make kick-the-tires`' smoke run, each run checked whole) and
 ResNet-50 on one by test_vision_frameworks.py (its summary read closely) and MiniGo on all three by test_adopt.py (one
@@ -51,13 +51,10 @@ def test_smoke_preset_benches(model, framework, tmp_path):
 
 
 def assert_analyses_ran(run, framework):
-    """Every analysis a CPU run takes ran on this model: an analysis that fails leaves its metric null with "the ...
-    analysis failed" and the run ok (a gap in the results, never a failed run), which no invariant of a run folder
-    catches. The memory breakdown counted the weights; on PyTorch the FLOP counter counted the step's FLOPs."""
+    """Every analysis a CPU run takes ran on this model and counted something (that none failed, every run's
+    invariants check): the memory breakdown counted the weights; on PyTorch the FLOP counter counted the step."""
     summary = json.loads((run / "summary.json").read_text())
     memory = json.loads((run / "memory.json").read_text())
-    said = json.dumps(summary) + json.dumps(memory) + (run / "log.txt").read_text()
-    assert "analysis failed" not in said, [line for line in said.split(", ") if "analysis failed" in line]
     assert memory["categories"]["weights"]["bytes"] > 0, memory["categories"]["weights"]
     flops = summary["metrics"]["model_flops_per_sample"]
     assert (flops["value"] > 0) if framework == "pytorch" else (flops["value"] is None and flops["reason"]), flops

@@ -102,6 +102,20 @@ def _null_without_reason(run: Path) -> None:
     _json(run / "summary.json", lambda s: s["metrics"]["gpu_utilization"].pop("reason"))
 
 
+def _flops_analysis_failed(run: Path) -> None:
+    def change(s: dict) -> None:
+        s["metrics"]["model_flops_per_sample"].update(value=None, reason="the FLOP count analysis failed (RuntimeError: x)")
+
+    _json(run / "summary.json", change)
+
+
+def _memory_analysis_failed(run: Path) -> None:
+    def change(doc: dict) -> None:
+        doc["categories"]["weights"].update(bytes=None, reason="the memory analysis failed (MemoryError: )")
+
+    _json(run / "memory.json", change)
+
+
 def _trace_loses_a_slice(run: Path) -> None:
     def change(doc: dict) -> None:
         steps = [e for e in doc["traceEvents"] if str(e.get("name")).startswith("ProfilerStep#")]
@@ -175,6 +189,8 @@ BREAKAGES: dict[str, tuple[Callable[[Path], None], str]] = {
     "a renamed column": (_rename_work, "lacks the column"),
     "a metric without a unit": (_metric_without_unit, "metric cpu_utilization has no unit"),
     "a null without a reason": (_null_without_reason, "gpu_utilization is null without a reason"),
+    "an analysis that failed": (_flops_analysis_failed, "an analysis failed: .*metric model_flops_per_sample"),
+    "a memory analysis that failed": (_memory_analysis_failed, "an analysis failed: .*memory category weights"),
     "the trace lost a slice": (_trace_loses_a_slice, "iteration slices"),
     "a slice outside its span": (_trace_slice_outside_its_span, "does not nest"),
     "phase spans overlap": (_trace_spans_overlap, "overlap"),
