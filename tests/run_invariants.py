@@ -376,16 +376,14 @@ def check_index(run_dir: Path, summary: dict[str, Any], required: bool) -> None:
 
 
 def assert_run_holds(
-    run_dir: Path | str, *, indexed: bool | None = None, launched: bool = True, worker: bool = False,
-    analyses_may_fail: bool = False,
+    run_dir: Path | str, *, indexed: bool | None = None, launched: bool = True, worker: bool = False
 ) -> dict[str, Any]:
     """Every invariant of a run folder (the module's docstring); returns its checked summary.
 
     `indexed`: True when its results folder must hold an index with its row (a run made by `bench` or `sweep`),
     None to check the row where there is an index, False to skip it. `launched`: False for a folder the agent
     made alone (tbdkit.agent.run.execute in a test: no launcher's spec.json, log.txt, mllog.txt). `worker`: a
-    data-parallel job's workers/rank<N>/ (no launcher's files, no index). `analyses_may_fail`: a test that breaks an
-    analysis on purpose. Raises RunBroken (an AssertionError) on the first problem."""
+    data-parallel job's workers/rank<N>/ (no launcher's files, no index). Raises RunBroken (an AssertionError) on the first problem."""
     run_dir = Path(run_dir)
     _check(run_dir, run_dir.is_dir(), "is not a folder")
     try:
@@ -411,8 +409,7 @@ def assert_run_holds(
     _check(run_dir, not [n for n in present if n.endswith(".tmp")], "holds a .tmp file (a write that did not finish)")
     _parses(run_dir, present & files.RUN_FILES)
     check_metrics(run_dir, summary)
-    if not analyses_may_fail:
-        check_analyses(run_dir, summary)
+    check_analyses(run_dir, summary)
     rows = _iterations(run_dir) if files.ITERATIONS in present else None
     if rows is not None:
         check_window(run_dir, summary, rows)
@@ -427,5 +424,5 @@ def assert_run_holds(
     ranks = sorted((run_dir / files.WORKERS).glob("rank*")) if (run_dir / files.WORKERS).is_dir() else []
     for rank in ranks:
         if rank.is_dir() and (rank / files.SUMMARY).is_file():
-            assert_run_holds(rank, indexed=False, launched=False, worker=True, analyses_may_fail=analyses_may_fail)
+            assert_run_holds(rank, indexed=False, launched=False, worker=True)
     return summary
