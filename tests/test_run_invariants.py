@@ -102,18 +102,24 @@ def _null_without_reason(run: Path) -> None:
     _json(run / "summary.json", lambda s: s["metrics"]["gpu_utilization"].pop("reason"))
 
 
-def _flops_analysis_failed(run: Path) -> None:
-    def change(s: dict) -> None:
-        s["metrics"]["model_flops_per_sample"].update(value=None, reason="the FLOP count analysis failed (RuntimeError: x)")
+def _failed_reason(name: str, error: Exception) -> str:
+    """The reason the agent gives a metric whose analysis raised `error` (its own guard's words)."""
+    from tbdkit.agent.after_window import _guard
 
-    _json(run / "summary.json", change)
+    def analysis() -> None:
+        raise error
+
+    return _guard(name, analysis, lambda reason: reason)
+
+
+def _flops_analysis_failed(run: Path) -> None:
+    reason = _failed_reason("FLOP count", RuntimeError("x"))
+    _json(run / "summary.json", lambda s: s["metrics"]["model_flops_per_sample"].update(value=None, reason=reason))
 
 
 def _memory_analysis_failed(run: Path) -> None:
-    def change(doc: dict) -> None:
-        doc["categories"]["weights"].update(bytes=None, reason="the memory analysis failed (MemoryError: )")
-
-    _json(run / "memory.json", change)
+    reason = _failed_reason("memory", MemoryError())
+    _json(run / "memory.json", lambda doc: doc["categories"]["weights"].update(bytes=None, reason=reason))
 
 
 def _trace_loses_a_slice(run: Path) -> None:

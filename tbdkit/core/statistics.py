@@ -15,9 +15,9 @@ EXACT_DOF = 30  # below this many degrees of freedom the quantile is exact; at o
 def t_quantile(p: float, dof: int) -> float:
     """Student-t quantile (remembered: a window's interval asks for the same few quantiles at every iteration, and
     `tbdkit compare` for the same few at every level). Exact below EXACT_DOF degrees of freedom (the t
-    distribution's closed-form CDF for an integer dof, inverted by bisection): the few runs a side that `tbdkit compare` meets have 2-6, where
-    the Cornish-Fisher expansion was 0.7% (dof 3, 97.5%) to 3% (dof 3, 99.5%) too small. Above, Cornish-Fisher
-    (within 0.1% for dof >= 10), O(1) for the timing loop's long windows."""
+    distribution's closed-form CDF for an integer dof, inverted by bisection): the few runs a side that `tbdkit
+    compare` meets have 2-6, where the Cornish-Fisher expansion was 0.7% (dof 3, 97.5%) to 3% (dof 3, 99.5%) too
+    small. Above, Cornish-Fisher (within 0.1% for dof >= 10), O(1) for the timing loop's long windows."""
     if dof <= 0:
         return math.inf
     if p == 0.5:
