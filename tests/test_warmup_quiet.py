@@ -74,39 +74,11 @@ def test_a_warm_up_the_cap_ended_records_the_noise_and_the_iterations_the_rule_n
     """Replayed through the loop on its recorded seconds: the smoke rule does not judge the recorded run's
     warm-up stable (its noise needs about 214 iterations; the 45 s cap held 59), and the warm-up record
     says so: cost_noise, iterations_needed, and the rule's text naming both."""
-    import itertools
-    from dataclasses import dataclass
-
-    from tbdkit.agent.loop import TrainingLoop
+    from test_warmup_stretch import Step, warm_up
 
     phases, seconds, padded = quiet.recorded_run()
-    now = [0.0]
-
-    @dataclass
-    class Utterances:
-        samples: int
-        work: float
-        padded_work: float
-        seconds: float
-
-    class Replay:
-        cuda_index = None
-
-        def prepare(self, batch):
-            return batch
-
-        def step(self, batch):
-            now[0] += batch.seconds
-            return None
-
-        def loss_value(self, loss):
-            return float(loss)
-
     policy = run_spec.build(model="deepspeech2", batch_size=4, preset="smoke").measure
-    batches = itertools.cycle(Utterances(4, p * 0.9, p, s) for s, p in zip(seconds, padded))
-    loop = TrainingLoop(Replay(), batches, policy, lambda: False, collectors=[], clock=lambda: now[0])
-    loop.warm_up()
-    warmup = loop.result.warmup
+    warmup = warm_up([Step(4, p * 0.9, p, s) for s, p in zip(seconds, padded)], policy)
     assert warmup["end_reason"] == "time_cap" and warmup["iterations"] == phases.count("warmup") == 59, warmup
     assert 0.06 < warmup["cost_noise"] < 0.09, warmup
     assert 180 < warmup["iterations_needed"] < 260, warmup

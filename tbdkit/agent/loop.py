@@ -24,13 +24,18 @@ from tbdkit.agent.collectors import Collector, Sampler, default_collectors
 from tbdkit.core.metric import metric
 from tbdkit.core.statistics import (
     MAX_HORIZON,
+    NEED_LOW,
+    STRETCH_ITERATIONS_MARGIN,
     Estimate,
     RunningRatio,
     cost_noise,
+    stretched_warmup_cap,
     warmup_done,
     warmup_iterations_needed,
 )
 from tbdkit.spec.run_spec import MeasurePolicy
+
+PACE_ITERATIONS = 20  # a stretched warm-up cap's pace: the median seconds of this many latest iterations
 
 
 class StopRequested(Exception):
@@ -223,7 +228,9 @@ class TrainingLoop:
         """One iteration outside warm-up and the window (e.g. phase 'analysis'), recorded as such."""
         return self._one(phase)
 
-    def _progress(self, phase: str, it: Iteration, est: Estimate | None = None, elapsed: float = 0.0) -> None:
+    def _progress(
+        self, phase: str, it: Iteration, est: Estimate | None = None, elapsed: float = 0.0, cap_s: float | None = None
+    ) -> None:
         now = self.clock()
         if now - self._last_emit < 0.25:
             return
@@ -234,6 +241,8 @@ class TrainingLoop:
             "elapsed_s": round(elapsed, 3),
             "throughput": round(it.work / it.seconds, 4) if it.seconds > 0 else None,
         }
+        if cap_s is not None:  # the phase's cap as it stands (a warm-up's may stretch)
+            fields["cap_s"] = round(cap_s, 3)
         if est is not None:
             fields["throughput"] = round(est.throughput, 4)
             fields["ci_relative"] = None if math.isinf(est.relative) else round(est.relative, 5)
@@ -244,12 +253,17 @@ class TrainingLoop:
         events.emit("phase", phase="warmup", cap_s=p.max_warmup_s)
         start = self.clock()
         costs: list[float] = []
+        seconds: list[float] = []
+        cap_s = p.max_warmup_s
         reason = "iteration_cap"
         for _ in range(p.max_warmup_iterations):
             it = self._one("warmup")
             costs.append(it.cost)
+            seconds.append(it.seconds)
             elapsed = self.clock() - start
-            self._progress("warmup", it, elapsed=elapsed)
+            if elapsed >= cap_s:  # a cap, once stretched, holds: it only grows
+                cap_s = max(cap_s, self._stretched_cap(costs, seconds, elapsed))
+            self._progress("warmup", it, elapsed=elapsed, cap_s=cap_s)
             stable, capped = self._decide(
                 warmup_done(
                     costs,
@@ -258,7 +272,7 @@ class TrainingLoop:
                     p.min_warmup_iterations,
                     projection=p.warmup_drift_projection,
                 ),
-                elapsed >= p.max_warmup_s,
+                elapsed >= cap_s,
             )
             if stable:
                 reason = "stable"
@@ -267,21 +281,13 @@ class TrainingLoop:
                 reason = "time_cap"
                 break
         noise = cost_noise(costs)
-        needed = (
-            None
-            if noise is None
-            else warmup_iterations_needed(
-                noise,
-                p.warmup_window,
-                p.warmup_tolerance,
-                p.min_warmup_iterations,
-                projection=p.warmup_drift_projection,
-            )
-        )
+        needed = self._iterations_needed(noise)
         self.result.warmup = {
             "iterations": len(costs),
             "seconds": round(self.clock() - start, 4),
             "end_reason": reason,
+            # the time cap it ran under: max_warmup_s, or stretched where the rule needed longer (stretched_warmup_cap)
+            "cap_s": round(cap_s, 3),
             # What a capped warm-up lacked: the cost's noise per iteration over the later half, and about how
             # many iterations the rule needs to judge a flat series with that noise stable (None: never).
             "cost_noise": None if noise is None else round(noise, 4),
@@ -294,13 +300,33 @@ class TrainingLoop:
                 f"{p.warmup_drift_projection:g}x the iterations so far (at most {MAX_HORIZON} of them), and never "
                 f"over less than the horizon "
                 f"(min {p.min_warmup_iterations} iterations; caps {p.max_warmup_s} s, "
-                f"{p.max_warmup_iterations} iterations); cost_noise is the relative spread of the cost over the "
+                f"{p.max_warmup_iterations} iterations; the time cap stretches, up to {p.longest_warmup_s:g} s, to make "
+                f"room for {STRETCH_ITERATIONS_MARGIN:g}x the iterations the rule needs at the noise so far where "
+                f"{NEED_LOW:g}x that need fits within {p.longest_warmup_s:g} s at the pace of the last "
+                f"{PACE_ITERATIONS} iterations (their median)); cost_noise is the relative spread of the cost over the "
                 f"later half (null below 4 iterations), iterations_needed about how many iterations that noise needs "
                 f"before the drift bound can hold (96 x (1.96 x noise x max(0.5, projection) / tolerance)^2; null "
                 f"without a noise, or where not even the longest look-back can bound the drift)"
             ),
         }
         events.emit("warmup_done", **self.result.warmup)
+
+    def _iterations_needed(self, noise: float | None) -> int | None:
+        p = self.policy
+        if noise is None:
+            return None
+        return warmup_iterations_needed(
+            noise, p.warmup_window, p.warmup_tolerance, p.min_warmup_iterations, projection=p.warmup_drift_projection
+        )
+
+    def _stretched_cap(self, costs: list[float], seconds: list[float], elapsed: float) -> float:
+        """The warm-up's time cap past max_warmup_s: stretched where the rule needs longer at this pace and noise."""
+        p = self.policy
+        if p.longest_warmup_s <= p.max_warmup_s:
+            return p.max_warmup_s
+        pace = median(seconds[-PACE_ITERATIONS:])
+        needed = self._iterations_needed(cost_noise(costs))
+        return stretched_warmup_cap(p.max_warmup_s, p.longest_warmup_s, elapsed, pace, len(costs), needed)
 
     def measure(self) -> Estimate:
         # A stop that came during warm-up's last iteration (a Ctrl-C, the launcher killed) ends the run here,

@@ -143,6 +143,15 @@ def _cap(measure: Any, key: str) -> str:
     return "-" if value is None else f"{value:g} s"
 
 
+def _warmup_cap(measure: Any) -> str:
+    """The warm-up cap, with how far it may stretch where it may."""
+    stretch = readers.finite(_obj(measure).get("max_warmup_stretch"))
+    cap = readers.finite(_obj(measure).get("max_warmup_s"))
+    if cap is None or stretch is None or stretch <= 1:
+        return _cap(measure, "max_warmup_s")
+    return f"{cap:g} s (up to {cap * stretch:g} s)"
+
+
 def _where(rows: list[tuple[str, str, str]]) -> list[str]:
     out = ["| where | command | what it does |", "| --- | --- | --- |"]
     return out + [f"| {where} | `{command}` | {what} |" for where, command, what in rows]
@@ -344,7 +353,7 @@ def _rerun_section(runs: list[Any], left: list[tuple[str, str]], files: Mapping[
         out.append(
             f"| {r.run_id} | {r.status} | {sp.get('model')} | {sp.get('framework')} | {sp.get('batch_size')} | "
             f"{sp.get('precision')} | {sp.get('preset')} | {sp.get('device')} | {sp.get('launcher')} | {sp.get('data')} | "
-            f"{_cap(m, 'max_warmup_s')} | {_cap(m, 'max_measure_s')} | {workers} |"
+            f"{_warmup_cap(m)} | {_cap(m, 'max_measure_s')} | {workers} |"
         )
     if left:
         out += ["", "It does not re-run these bundled runs, which left no number to reproduce:", ""]

@@ -29,14 +29,14 @@ class PlannedRun:
         if self.spec.preset == "converge":
             hp = catalog.get(self.spec.model).hp(self.spec.preset, self.spec.variant)
             return float(hp.get("max_train_s") or 0.0)
-        return self.spec.measure.max_warmup_s + self.spec.measure.max_measure_s
+        return self.spec.measure.longest_warmup_s + self.spec.measure.max_measure_s
 
     @property
     def caps_text(self) -> str:
         if self.spec.preset == "converge":
             return f"training <= {self.caps_s:,.0f} s (max_train_s)"
         m = self.spec.measure
-        return f"warm-up <= {m.max_warmup_s:,.0f} s, window <= {m.max_measure_s:,.0f} s"
+        return f"warm-up <= {m.longest_warmup_s:,.0f} s, window <= {m.max_measure_s:,.0f} s"
 
     @property
     def expected_s(self) -> float:

@@ -255,9 +255,8 @@ def ncu_pass(
     if lacking:
         return gap(f"FP32 utilization needs {', '.join(lacking)}: {dropped[lacking[0]]}")
     prefix = ncu.profile_args(exe, report, launch_count, metrics)
-    quick = spec.model_copy(
-        update={"analyses": False, "measure": spec.measure.model_copy(update={"max_warmup_s": warmup_s})}
-    )
+    measure = spec.measure.model_copy(update={"max_warmup_s": warmup_s, "max_warmup_stretch": 1.0})
+    quick = spec.model_copy(update={"analyses": False, "measure": measure})
     rc = run_agent(
         prefix, quick, scratch, agent_env({"TBDKIT_PROFILE_ITERATIONS": str(iterations)}), timeout_s=timeout_s
     )

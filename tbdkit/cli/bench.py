@@ -24,6 +24,7 @@ from tbdkit.cli.common import (
     PrecisionOpt,
     PriceOpt,
     ResultsOpt,
+    WarmupCapOpt,
     WorkloadsOpt,
     check_cpus,
     cost_table,
@@ -79,7 +80,7 @@ def bench(
     data: Annotated[str, typer.Option(help="'synthetic' or the path of the real dataset")] = "synthetic",
     seed: Annotated[int, typer.Option(help="random seed (recorded in env.json)")] = 0,
     max_measure_s: Annotated[float | None, typer.Option(help="cap on the sample window, seconds")] = None,
-    max_warmup_s: Annotated[float | None, typer.Option(help="cap on warm-up, seconds")] = None,
+    max_warmup_s: WarmupCapOpt = None,
     target_ci: Annotated[
         float | None, typer.Option(help="stop when the 95% CI half-width is below this fraction")
     ] = None,

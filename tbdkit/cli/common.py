@@ -76,6 +76,12 @@ def use_workloads(folders: list[Path] | None) -> None:
     catalog.models()  # a clash or a broken workload.toml is said now, before the command's work
 
 
+WarmupCapOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="a fixed cap on each warm-up, seconds (default: the preset's, which may stretch to fit the rule)"
+    ),
+]
 PinOpt = Annotated[bool, typer.Option("--pin", help="pin each run's process to its --cpus cores (sched_setaffinity)")]
 
 

@@ -104,7 +104,8 @@ class RunProgress:
                 text += f" ±{ci:.1%}"
             if event.get("quality") is not None:  # the converge preset's evaluations
                 text += f"  quality {event['quality']:.4f}"
-            self.progress.update(self.task, completed=event.get("elapsed_s", 0), rate=text)
+            cap = {"total": event["cap_s"]} if event.get("cap_s") is not None else {}  # a warm-up's cap that stretched
+            self.progress.update(self.task, completed=event.get("elapsed_s", 0), rate=text, **cap)
         elif kind == "compile_done":
             self.progress.console.print(
                 f"  {self.label}: compile phase ended after {event['iterations']} iterations "

@@ -13,7 +13,16 @@ from rich.text import Text
 from tbdkit.analysis import cost
 from tbdkit.bench.plan import plan, prepare, split_list
 from tbdkit.bench.sweep import FINAL, run_sweep
-from tbdkit.cli.common import CpusOpt, PinOpt, PriceOpt, WorkloadsOpt, check_cpus, cost_table, use_workloads
+from tbdkit.cli.common import (
+    CpusOpt,
+    PinOpt,
+    PriceOpt,
+    WarmupCapOpt,
+    WorkloadsOpt,
+    check_cpus,
+    cost_table,
+    use_workloads,
+)
 from tbdkit.cli.console import console, err_console
 from tbdkit.core.paths import default_results_dir
 from tbdkit.results import files as runfiles
@@ -106,7 +115,7 @@ def sweep(
     cv_limit: Annotated[float, typer.Option(help="flag a point unstable above this coefficient of variation")] = 0.05,
     max_batch_limit: Annotated[int, typer.Option(help="the max-batch search doubles no further than this")] = 4096,
     max_measure_s: Annotated[float | None, typer.Option(help="cap on each sample window, seconds")] = None,
-    max_warmup_s: Annotated[float | None, typer.Option(help="cap on each warm-up, seconds")] = None,
+    max_warmup_s: WarmupCapOpt = None,
     target_ci: Annotated[
         float | None, typer.Option(help="stop each window when the 95% CI half-width is below this fraction")
     ] = None,

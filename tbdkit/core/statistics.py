@@ -190,6 +190,28 @@ def warmup_iterations_needed(
     return max(math.ceil(n), min_iterations, 2 * window)
 
 
+# The iterations the rule needs are estimated from the noise so far (warmup_iterations_needed), and on flat series
+# the rule ends between about NEED_LOW and STRETCH_ITERATIONS_MARGIN times that many (tests/test_warmup_quiet.py):
+# a stretched warm-up cap leaves room for the latter where the former fits.
+STRETCH_ITERATIONS_MARGIN = 2.0
+NEED_LOW = 0.8
+
+
+def stretched_warmup_cap(
+    cap_s: float, longest_s: float, elapsed: float, pace: float, seen: int, needed: int | None
+) -> float:
+    """The warm-up's time cap once `elapsed` has reached `cap_s`. A cap shorter than the iterations the rule needs
+    ends every warm-up capped, whatever its cost does; so where `needed` iterations (`warmup_iterations_needed` of
+    the noise so far, the rule's minimum included), at `pace` seconds an iteration from `seen` on, could fit within
+    `longest_s` (NEED_LOW x `needed` does), the cap grows to leave room for STRETCH_ITERATIONS_MARGIN x `needed`
+    (at most `longest_s`). Else it stays `cap_s`: no noise yet, a noise the rule can never judge stable (`needed`
+    None), or a need that cannot fit, since waiting would not let the rule end the warm-up."""
+    if needed is None or longest_s <= cap_s or elapsed + max(0.0, NEED_LOW * needed - seen) * pace > longest_s:
+        return cap_s
+    target = math.ceil(needed * STRETCH_ITERATIONS_MARGIN)
+    return min(longest_s, max(cap_s, elapsed + max(0, target - seen) * pace))
+
+
 @dataclass(frozen=True)
 class Estimate:
     throughput: float  # units of work per second (ratio estimator: sum work / sum time)

@@ -27,7 +27,7 @@ def run_folder_bytes(spec: RunSpec) -> int:
     sampling interval of the windows' time caps, and 16 MiB for the other files and the log."""
     m = spec.measure
     iterations = m.max_warmup_iterations + m.max_measure_iterations
-    samples = int((m.max_warmup_s + m.max_measure_s) / m.sample_interval_s) + 1
+    samples = int((m.longest_warmup_s + m.max_measure_s) / m.sample_interval_s) + 1
     return FIXED + iterations * ITERATION_ROW + samples * SAMPLE_ROW
 
 
