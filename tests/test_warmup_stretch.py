@@ -146,3 +146,19 @@ def test_a_cap_the_user_gives_is_fixed_and_a_recorded_spec_without_a_stretch_had
     for bad in (0.5, 11.0):
         with pytest.raises(UserError, match="measure.max_warmup_stretch: must be a multiple of the warm-up cap"):
             policy("smoke", max_warmup_stretch=bad)
+
+
+def test_what_plans_a_run_counts_its_longest_warm_up():
+    """A bundle's plan (`tbdkit reproduce`), the results folder's room and ARTIFACT.md's table of runs count the
+    warm-up as long as its cap may stretch."""
+    from tbdkit.artifact import doc
+    from tbdkit.artifact.plan import PlannedRun
+    from tbdkit.results import space
+
+    paper = run_spec.build(model="resnet50", batch_size=2, preset="paper")
+    fixed_cap = run_spec.build(model="resnet50", batch_size=2, preset="paper", measure={"max_warmup_s": 120.0})
+    assert PlannedRun("r", paper, None).caps_text == "warm-up <= 360 s, window <= 180 s"
+    assert PlannedRun("r", fixed_cap, None).caps_s == 300.0
+    assert space.run_folder_bytes(paper) > space.run_folder_bytes(fixed_cap)
+    assert doc._warmup_cap(paper.measure.model_dump()) == "120 s (up to 360 s)"
+    assert doc._warmup_cap(fixed_cap.measure.model_dump()) == "120 s"
