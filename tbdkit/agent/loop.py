@@ -300,16 +300,24 @@ class TrainingLoop:
                 f"{p.warmup_drift_projection:g}x the iterations so far (at most {MAX_HORIZON} of them), and never "
                 f"over less than the horizon "
                 f"(min {p.min_warmup_iterations} iterations; caps {p.max_warmup_s} s, "
-                f"{p.max_warmup_iterations} iterations; the time cap stretches, up to {p.longest_warmup_s:g} s, to make "
-                f"room for {STRETCH_ITERATIONS_MARGIN:g}x the iterations the rule needs at the noise so far where "
-                f"{NEED_LOW:g}x that need fits within {p.longest_warmup_s:g} s at the pace of the last "
-                f"{PACE_ITERATIONS} iterations (their median)); cost_noise is the relative spread of the cost over the "
+                f"{p.max_warmup_iterations} iterations{self._stretch_text()}); cost_noise is the relative spread of "
+                f"the cost over the "
                 f"later half (null below 4 iterations), iterations_needed about how many iterations that noise needs "
                 f"before the drift bound can hold (96 x (1.96 x noise x max(0.5, projection) / tolerance)^2; null "
                 f"without a noise, or where not even the longest look-back can bound the drift)"
             ),
         }
         events.emit("warmup_done", **self.result.warmup)
+
+    def _stretch_text(self) -> str:
+        p = self.policy
+        if p.longest_warmup_s <= p.max_warmup_s:
+            return ", the time cap fixed"
+        return (
+            f"; the time cap stretches, up to {p.longest_warmup_s:g} s, to make room for {STRETCH_ITERATIONS_MARGIN:g}x "
+            f"the iterations the rule needs at the noise so far where {NEED_LOW:g}x that need fits within "
+            f"{p.longest_warmup_s:g} s at the pace of the last {PACE_ITERATIONS} iterations (their median)"
+        )
 
     def _iterations_needed(self, noise: float | None) -> int | None:
         p = self.policy
