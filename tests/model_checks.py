@@ -450,11 +450,11 @@ def analyses(name: str, framework: str) -> tuple[str | None, str]:
     """The model's analyses check (tbdkit.agent.workload_checks.analysed: the memory breakdown and, on PyTorch, the
     model FLOP count a bench run takes after its window) on the learning check's batch (analysis_setting), through
     the adapter learned() kept, as `tbdkit check-workload` does; a new adapter where the learning check is the model's
-    own test or its own file reads the kept run's step counts (REUSED). What failed (None: nothing), what was
+    own test or its own file counts the kept run's steps (STEPS_COUNTED). What failed (None: nothing), what was
     measured."""
     model = catalog.get(name)
     hp, batch_size = workload_checks.analysis_setting(model, check_settings.of(model, framework))
-    reusable = isinstance(row("learning", framework, name), Learning) and (framework, name) not in REUSED
+    reusable = isinstance(row("learning", framework, name), Learning) and (framework, name) not in STEPS_COUNTED
     a = learned(name, framework).adapter if reusable else adapter(name, framework, hp=hp)
     batch = next(modules(name, framework)[2].batches("synthetic", hp, batch_size, seed=1))
     return workload_checks.analysed(a, batch)
@@ -602,6 +602,12 @@ REUSED = {("pytorch", "wgan_gp"), ("tensorflow", "deepspeech2"), ("tensorflow", 
           ("tensorflow", "minigo"), ("tensorflow", "resnet50"), ("tensorflow", "transformer"),
           ("tensorflow", "wgan_gp"), ("mxnet", "bert"), ("mxnet", "minigo"), ("mxnet", "transformer")}
 
+
+# Those of them whose own files count the kept learning run's steps (its optimizers' iterations or step counters): the
+# analyses check, which steps twice more, takes a new adapter for them (the others' own files read shapes, counts of
+# parameters, hyperparameters, losses or initial weights, which those steps leave as they are).
+STEPS_COUNTED = {("pytorch", "wgan_gp"), ("tensorflow", "resnet50"), ("tensorflow", "wgan_gp"), ("mxnet", "bert"),
+                 ("mxnet", "minigo")}
 
 _RELEASED_BY: dict[tuple[str, str], set[str]] = {}
 
