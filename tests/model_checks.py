@@ -413,12 +413,13 @@ def assert_loss_falls(losses: list[float], factor: float = 0.99) -> None:
 @dataclass
 class Learned:
     """What a learning check leaves: the trained state (a PyTorch workload's training, another
-    stack's adapter), the losses, the hyperparameters and the initial weights by name (initial_weights' names,
-    read before the first step)."""
+    stack's adapter), the losses, the hyperparameters, the initial weights by name (initial_weights' names,
+    read before the first step) and the adapter that trained (the analyses check's, analyses())."""
     trained: Any
     losses: list[float]
     hp: dict[str, Any]
     initial: dict[str, np.ndarray] = field(default_factory=dict)
+    adapter: Any = None
 
     @property
     def same_draws(self) -> list[list[str]]:
@@ -436,19 +437,27 @@ def learned(name: str, framework: str, variant: str | None = None) -> Learned:
     if key not in _LEARNED:
         spec = row("learning", framework, name)
         assert isinstance(spec, Learning), spec
-        model, workload, data = modules(name, framework)
+        model, _, data = modules(name, framework)
         hp = {**model.hp("smoke", variant), **spec.hp}  # the batch's too (WGAN-GP's holds a slice per critic step)
-        initial: list[tuple[str, np.ndarray]] = []
-        if framework == "pytorch":
-            trained, losses = _torch_fixed_batch(workload, data, hp, spec.batch_size, spec.steps,
-                                                 lambda t: initial.extend(initial_weights(t.model, framework)))
-            assert_loss_falls(losses, spec.factor)
-        else:
-            trained = adapter(name, framework, hp=hp)
-            initial = initial_weights(trained.training.model, framework)
-            losses = assert_learns(trained, data, hp, spec.batch_size, spec.steps, spec.factor)
-        _LEARNED[key] = Learned(trained, losses, hp, dict(initial))
+        a = adapter(name, framework, hp=hp)
+        initial = initial_weights(a.training.model, framework)
+        losses = assert_learns(a, data, hp, spec.batch_size, spec.steps, spec.factor)
+        _LEARNED[key] = Learned(a.training if framework == "pytorch" else a, losses, hp, dict(initial), a)
     return _LEARNED[key]
+
+
+def analyses(name: str, framework: str) -> tuple[str | None, str]:
+    """The model's analyses check (tbdkit.agent.workload_checks.analysed: the memory breakdown and, on PyTorch, the
+    model FLOP count a bench run takes after its window) on the learning check's batch (analysis_setting), through
+    the adapter learned() kept, as `tbdkit check-workload` does; a new adapter where the learning check is the model's
+    own test or its own file counts the kept run's steps (STEPS_COUNTED). What failed (None: nothing), what was
+    measured."""
+    model = catalog.get(name)
+    hp, batch_size = workload_checks.analysis_setting(model, check_settings.of(model, framework))
+    reusable = isinstance(row("learning", framework, name), Learning) and (framework, name) not in STEPS_COUNTED
+    a = learned(name, framework).adapter if reusable else adapter(name, framework, hp=hp)
+    batch = next(modules(name, framework)[2].batches("synthetic", hp, batch_size, seed=1))
+    return workload_checks.analysed(a, batch)
 
 
 def kept_learning_run(name: str, framework: str) -> Any:
@@ -461,30 +470,6 @@ def kept_learning_run(name: str, framework: str) -> Any:
         release(name, framework, by="own")
 
     return run
-
-
-def _torch_fixed_batch(workload: Any, data: Any, hp: dict[str, Any], batch_size: int, steps: int,
-                       before: Callable[[Any], Any] | None = None) -> tuple[Any, list[float]]:
-    """`steps` fp32 train steps straight through the workload (seed 0) on one synthetic batch (seed 1);
-    `before` sees the training state before the first."""
-    import torch
-
-    from tbdkit.adapters.pytorch import Precision as TorchPrecision
-
-    cpu = torch.device("cpu")
-    torch.manual_seed(0)
-    training = workload.build(hp, cpu)
-    inputs = workload.to_device(next(data.batches("synthetic", hp, batch_size, seed=1)), cpu)
-    precision = TorchPrecision("fp32", cpu)
-    if before is not None:
-        before(training)
-    return training, [float(workload.train_step(training, inputs, precision)) for _ in range(steps)]
-
-
-def losses_on_a_fixed_batch(name: str, batch_size: int, steps: int, hp: dict[str, Any] | None = None) -> list[float]:
-    """PyTorch: the losses of `steps` fp32 steps on one fixed synthetic smoke batch (or `hp`'s)."""
-    model, workload, data = modules(name)
-    return _torch_fixed_batch(workload, data, hp or model.hp("smoke"), batch_size, steps)[1]
 
 
 def initial_weights(model: Any, framework: str) -> list[tuple[str, np.ndarray]]:
@@ -618,6 +603,12 @@ REUSED = {("pytorch", "wgan_gp"), ("tensorflow", "deepspeech2"), ("tensorflow", 
           ("tensorflow", "wgan_gp"), ("mxnet", "bert"), ("mxnet", "minigo"), ("mxnet", "transformer")}
 
 
+# Those of them whose own files count the kept learning run's steps (its optimizers' iterations or step counters): the
+# analyses check, which steps twice more, takes a new adapter for them (the others' own files read shapes, counts of
+# parameters, hyperparameters, losses or initial weights, which those steps leave as they are).
+STEPS_COUNTED = {("pytorch", "wgan_gp"), ("tensorflow", "resnet50"), ("tensorflow", "wgan_gp"), ("mxnet", "bert"),
+                 ("mxnet", "minigo")}
+
 _RELEASED_BY: dict[tuple[str, str], set[str]] = {}
 
 
@@ -675,8 +666,8 @@ def converge_briefly(name: str, hp: dict[str, Any], batch_size: int, run_dir: An
 def generated_tests(framework: str) -> dict[str, Any]:
     """The tests every model of the catalog with a `framework` file passes, for that stack's
     tests/<stack>/test_every_model_<stack>.py to take into its namespace (pytest collects them there):
-    it learns on a fixed batch, steps in each math mode, has the smoke preset's parameter count, and
-    its file holds only model code. A new workload folder is picked up by itself (and fails until its
+    it learns on a fixed batch, steps in each math mode, takes the analyses after a bench run's window (on the
+    learning check's network), has the smoke preset's parameter count, and its file holds only model code. A new workload folder is picked up by itself (and fails until its
     [checks] table is in its workload.toml)."""
 
     @pytest.fixture(scope="module", params=models_on(framework))
@@ -778,6 +769,15 @@ def generated_tests(framework: str) -> dict[str, Any]:
         assert standard is not None
         assert_close_losses(run.bf16, standard, spec.bf16_tol, f"{name} bf16 vs fp32")
 
+    def test_the_analyses_after_the_window_run(name: str) -> None:
+        """`tbdkit check-workload`'s analyses check: the memory breakdown a bench run takes after its window has the
+        weights' bytes and every category's bytes or reason; on PyTorch the FLOP count is above zero, elsewhere null
+        with the agent's reason (analyses())."""
+        failure, said = analyses(name, framework)
+        assert failure is None, failure
+        flops = "FLOP per sample" if framework == "pytorch" else "counts model FLOPs only on PyTorch"
+        assert said.startswith("memory: weights ") and flops in said, said
+
     return {"name": name, "test_learns_on_a_fixed_batch": test_learns_on_a_fixed_batch,
             "test_every_math_mode_steps": test_every_math_mode_steps,
             "test_smoke_parameter_count": test_smoke_parameter_count,
@@ -786,7 +786,8 @@ def generated_tests(framework: str) -> dict[str, Any]:
             "test_paper_parameter_count": test_paper_parameter_count,
             "test_initial_weights_are_drawn_apart": test_initial_weights_are_drawn_apart,
             "test_compiled_step_matches_standard": test_compiled_step_matches_standard,
-            "test_bf16_stays_near_fp32": test_bf16_stays_near_fp32}
+            "test_bf16_stays_near_fp32": test_bf16_stays_near_fp32,
+            "test_the_analyses_after_the_window_run": test_the_analyses_after_the_window_run}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """`tbdkit check-workload DIR|MODEL`: every built-in model's [checks] table holds what the generated tests and the
 command read; a folder that breaks the contract fails in one sentence before any stack starts; the tiny outside
-model passes in the PyTorch stack, and a framework file without train_step fails there in one sentence; ResNet-50
-on PyTorch passes as a user types it."""
+model passes in the PyTorch stack, and a framework file without train_step fails there in one sentence, as does a
+step whose memory the analyses after a bench run's window cannot probe; ResNet-50 on PyTorch passes as a user types
+it."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def test_a_path_that_is_not_a_folder_is_one_sentence(tmp_path):
 def test_the_tiny_outside_model_passes_and_a_missing_train_step_fails_in_its_stack(tmp_path):
     proc = cli("check-workload", str(TINY), "--framework", "pytorch")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for check in ("contract", "model code only", "parameters", "learning", "math modes"):
+    for check in ("contract", "model code only", "parameters", "learning", "math modes", "analyses"):
         assert any(line.split("│")[1].strip() == check and "passed" in line
                    for line in proc.stdout.splitlines() if line.count("│") > 3), (check, proc.stdout)  # fmt: skip
 
@@ -73,6 +74,42 @@ def test_the_tiny_outside_model_passes_and_a_missing_train_step_fails_in_its_sta
     assert proc.returncode == 1, proc.stdout + proc.stderr
     said = " ".join(proc.stdout.replace("│", " ").split())
     assert "pytorch.py has no function train_step: add `def train_step(training, inputs, precision) -> loss`" in said
+
+
+# A step that takes its gradients with torch.func (as per-sample-gradient and meta-learning code does): it trains,
+# but PyTorch refuses the saved-tensor hooks the memory breakdown counts feature maps with
+TORCH_FUNC_STEP = '''def train_step(training: Training, inputs: dict[str, torch.Tensor], precision: Any) -> torch.Tensor:
+    weights = {n: p.detach() for n, p in training.model.named_parameters()}
+
+    def loss_of(weights):
+        with precision.autocast():
+            out = torch.func.functional_call(training.model, weights, (inputs["features"],))
+        return nn.functional.cross_entropy(out.float(), inputs["labels"])
+
+    grads, loss = torch.func.grad_and_value(loss_of)(weights)
+    for n, p in training.model.named_parameters():
+        p.grad = grads[n]
+    training.optimizer.step()
+    return loss.detach()
+'''
+
+
+def test_a_step_the_memory_breakdown_cannot_probe_fails_the_analyses_check(tmp_path):
+    """The analyses a bench run takes after its window, which there would leave null metrics in a run that says ok,
+    fail check-workload on the CPU in one sentence, PyTorch's own last line; the step trains, so the checks
+    before pass."""
+    folder = _copy(tmp_path, "tiny_torch_func")
+    code = folder / "pytorch.py"
+    text = code.read_text()
+    code.write_text(text[: text.index("def train_step(")] + TORCH_FUNC_STEP)
+    proc = cli("check-workload", str(folder), "--framework", "pytorch")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    rows = {cells[1].strip(): cells[3].strip() for line in proc.stdout.splitlines()
+            if (cells := line.split("│")) and len(cells) > 4 and cells[1].strip()}  # fmt: skip
+    assert {c: rows[c] for c in ("learning", "math modes", "analyses")} == {
+        "learning": "passed", "math modes": "passed", "analyses": "failed"}, proc.stdout  # fmt: skip
+    said = " ".join(proc.stdout.replace("│", " ").split())
+    assert "the memory breakdown raised RuntimeError: torch.func" in said and "saved tensor hooks" in said, said
 
 
 def test_resnet50_on_pytorch_passes_as_typed():

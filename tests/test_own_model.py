@@ -66,14 +66,16 @@ def test_listed_beside_the_kits_models(benched):
 
 def test_it_passes_check_workload_as_the_docs_say(benched):
     """docs/your-own-model.md's step 3 as typed: every check runs in the PyTorch stack and passes; the table says
-    what each found (the smoke count from [checks], the learning check's losses)."""
+    what each found (the smoke count from [checks], the learning check's losses, the FLOPs the analyses counted)."""
     mine, _, _ = benched
     proc = typed("check-workload", str(mine / "covtype_mlp"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {cells[1].strip(): cells[3].strip() for line in proc.stdout.splitlines()
             if (cells := line.split("│")) and len(cells) > 4 and cells[1].strip()}
-    assert {rows[c] for c in ("contract", "model code only", "parameters", "learning", "math modes")} == {"passed"}
+    assert {rows[c] for c in ("contract", "model code only", "parameters", "learning", "math modes", "analyses")} == {
+        "passed"}  # fmt: skip
     assert "5,831 on the smoke preset" in proc.stdout and "in 10 steps" in proc.stdout
+    assert "FLOP per sample" in " ".join(proc.stdout.replace("│", " ").split())
 
 
 def test_its_run_records_the_files_and_hyperparameters_it_trained(benched):

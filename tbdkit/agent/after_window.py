@@ -166,12 +166,24 @@ def _guard(name: str, fn: Callable[[], Any], fallback: Callable[[str], Any]) -> 
         return fallback(f"the {name} analysis failed ({type(exc).__name__}: {exc})")
 
 
-def _memory(adapter: Any, caps: Capabilities, step: Callable[[], None], run_dir: Path) -> dict[str, dict[str, Any]]:
-    def measure() -> dict[str, Any]:
-        if caps.memory_breakdown is not None:
-            return caps.memory_breakdown.memory_breakdown(step)
-        return fallback_memory(adapter, caps)
+def memory_breakdown(adapter: Any, caps: Capabilities, step: Callable[[], None]) -> dict[str, Any]:
+    """memory.json's categories and peak ({"categories", "peak"}) over `step` (one training step): the adapter's
+    probe, or fallback_memory where it has none. Raises what the probe raised (the run's analysis guards it;
+    `tbdkit check-workload`'s analyses check reports it)."""
+    if caps.memory_breakdown is not None:
+        return caps.memory_breakdown.memory_breakdown(step)
+    return fallback_memory(adapter, caps)
 
+
+def step_flops(adapter: Any, caps: Capabilities, step: Callable[[], None]) -> tuple[int | None, str | None]:
+    """The model FLOPs of `step` (one training step) by the adapter's counter, and None; or None and why this
+    framework has no counter. Raises what the counter raised (guarded as memory_breakdown is)."""
+    if caps.flop_count is None:
+        return None, f"{adapter.framework}: tbdkit counts model FLOPs only on PyTorch so far"
+    return caps.flop_count.count_flops(step), None
+
+
+def _memory(adapter: Any, caps: Capabilities, step: Callable[[], None], run_dir: Path) -> dict[str, dict[str, Any]]:
     def failed(reason: str) -> dict[str, Any]:
         e = memory_doc.entry
         return {
@@ -179,7 +191,7 @@ def _memory(adapter: Any, caps: Capabilities, step: Callable[[], None], run_dir:
             "peak": e(None, "not measured", reason),
         }
 
-    got = _guard("memory", measure, failed)
+    got = _guard("memory", lambda: memory_breakdown(adapter, caps, step), failed)
     RunDir(run_dir).write_json(
         runfiles.MEMORY, memory_doc.breakdown(adapter.device_label, got["categories"], got["peak"])
     )
@@ -198,23 +210,20 @@ def _flops(
     device, why = device_of(env, adapter.cuda_index)
     peak = peak_metric(device, math_mode, why)
     out: dict[str, dict[str, Any]] = {}
-    counter = caps.flop_count
-    if counter is None:
-        reason = f"{adapter.framework}: tbdkit counts model FLOPs only on PyTorch so far"
-        out["model_flops_per_sample"] = missing("FLOP/sample", FLOPS_METHOD, reason)
-        out["mfu"] = mfu_metric(None, None, peak, reason)
-        return out
 
-    def count() -> tuple[float, float]:
-        flops = counter.count_flops(step)
+    def count() -> tuple[float, float] | str:
+        flops, no_counter = step_flops(adapter, caps, step)
+        if flops is None:
+            return str(no_counter)
         it = last["it"]
         return flops / it.samples, flops / it.work
 
-    per_sample, per_work = _guard("FLOP count", count, lambda reason: (None, reason))
-    if per_sample is None:
-        out["model_flops_per_sample"] = missing("FLOP/sample", FLOPS_METHOD, per_work)
-        out["mfu"] = mfu_metric(None, None, peak, per_work)
+    got = _guard("FLOP count", count, lambda reason: reason)
+    if isinstance(got, str):  # no counter on this framework, or it failed: null with the reason
+        out["model_flops_per_sample"] = missing("FLOP/sample", FLOPS_METHOD, got)
+        out["mfu"] = mfu_metric(None, None, peak, got)
         return out
+    per_sample, per_work = got
     out["model_flops_per_sample"] = metric(per_sample, "FLOP/sample", FLOPS_METHOD, flops_per_work=per_work)
     other = MIXED_WITH.get(math_mode)
     other_peak = peak_metric(device, other, why) if other else None

@@ -102,6 +102,86 @@ def paper_count(model: catalog.Model, framework: str, exclude: tuple[str, ...] =
     return sum(p.numel() for n, p in network.named_parameters() if not n.startswith(exclude))
 
 
+def analysis_setting(model: catalog.Model, settings: check_settings.Checks) -> tuple[dict[str, Any], int]:
+    """The analyses check's hyperparameters and batch size: the learning check's (its hp over the smoke preset, its
+    batch, seed 1), so that the network it trained serves, a few steps into training as a bench run's is after its
+    window; the smoke preset and a batch of 1 where the model's learning is checked in its own test."""
+    learning = settings.learning
+    if isinstance(learning, check_settings.Learning):
+        return {**model.hp("smoke"), **learning.hp}, learning.batch_size
+    return model.hp("smoke"), 1
+
+
+def analysed(a: Any, batch: Any) -> tuple[str | None, str]:
+    """The analyses a bench run takes after its sample window (tbdkit.agent.after_window's memory breakdown, and its
+    model FLOP count where the adapter has a counter), each over one training step of `batch` through adapter `a`:
+    what went wrong (None: nothing), and what they measured, in a line."""
+    from tbdkit.adapters import capabilities
+    from tbdkit.agent import after_window
+    from tbdkit.analysis import memory as memory_doc
+
+    caps, inputs = capabilities(a), a.prepare(batch)
+
+    def step() -> None:
+        a.step(inputs)
+
+    failures, said = [], []
+    try:
+        memory = after_window.memory_breakdown(a, caps, step)
+        memory_doc.breakdown(a.device_label, memory["categories"], memory["peak"])  # every category is there
+        failures.append(memory_gaps(memory["categories"]))
+        said.append(memory_line(memory["categories"]))
+    except Exception as exc:
+        failures.append(raised("the memory breakdown", exc))
+    try:
+        flops, no_counter = after_window.step_flops(a, caps, step)
+        if flops is not None and not flops > 0:
+            failures.append(f"the FLOP count counted {flops} FLOPs in a training step of {batch.samples} samples")
+        said.append(f"FLOPs not counted: {no_counter}" if flops is None else
+                    f"{_scaled(flops / batch.samples, 1000, DECIMAL, 'FLOP')} per sample")  # fmt: skip
+    except Exception as exc:
+        failures.append(raised("the FLOP count", exc))
+    failed = [f for f in failures if f]
+    return ("; ".join(failed) if failed else None), "; ".join(said)
+
+
+def memory_gaps(cats: dict[str, dict[str, Any]]) -> str | None:
+    """None where the weights have bytes and every other category has bytes or the reason it has none."""
+    weights = cats["weights"]
+    if not weights["bytes"]:
+        return f"the memory breakdown counted no weights ({weights['bytes']} bytes: {weights['reason']})"
+    gaps = [c for c, e in cats.items() if not (isinstance(e["bytes"], int) and e["bytes"] >= 0) and not e["reason"]]
+    return f"the memory breakdown left {', '.join(gaps)} without bytes or a reason" if gaps else None
+
+
+def memory_line(cats: dict[str, dict[str, Any]]) -> str:
+    """'memory: weights 2.64 KiB, ...; null with a reason: workspace' (a bench run's memory.json holds each reason)."""
+    measured = [
+        f"{c.replace('_', ' ')} {_scaled(e['bytes'], 1024, BINARY, 'B')}"
+        for c, e in cats.items()
+        if e["bytes"] is not None
+    ]
+    unmeasured = [c.replace("_", " ") for c, e in cats.items() if e["bytes"] is None]
+    return "memory: " + ", ".join(measured) + (f"; null with a reason: {', '.join(unmeasured)}" if unmeasured else "")
+
+
+def raised(what: str, exc: BaseException) -> str:
+    """One sentence: what raised, the exception's type and its message's last line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{what} raised {type(exc).__name__}" + (f": {lines[-1]}" if lines else "")
+
+
+BINARY, DECIMAL = ("", "Ki", "Mi", "Gi", "Ti"), ("", "k", "M", "G", "T", "P")
+
+
+def _scaled(value: float, base: int, prefixes: tuple[str, ...], unit: str) -> str:
+    """'2.64 KiB', '2.82 kFLOP': `value` in the largest of the prefixes' units it reaches."""
+    n = 0
+    while n + 1 < len(prefixes) and value >= base ** (n + 1):
+        n += 1
+    return f"{value / base**n:.3g} {prefixes[n]}{unit}"
+
+
 class Checker:
     """The checks of one model on one framework, each an Outcome."""
 
@@ -110,6 +190,7 @@ class Checker:
         self.settings = check_settings.of(model, framework)
         self.smoke = model.hp("smoke")
         self.standard: list[float] | None = None  # the learning check's losses, for the parity legs
+        self.trained: Any = None  # the learning check's adapter (the model's own setting), for the analyses
 
     def outcome(self, check: str, failure: str | None, passed: str) -> Outcome:
         return Outcome(check, self.framework, "failed" if failure else "passed", failure or passed)
@@ -164,10 +245,10 @@ class Checker:
         details = []
         for variant in spec.variants:
             hp = {**self.model.hp("smoke", variant), **spec.hp}
-            losses = fixed_batch_losses(adapter(self.model, self.framework, hp), self.model, hp, spec.batch_size,
-                                        spec.steps)  # fmt: skip
+            a = adapter(self.model, self.framework, hp)
+            losses = fixed_batch_losses(a, self.model, hp, spec.batch_size, spec.steps)
             if variant is None:
-                self.standard = losses
+                self.standard, self.trained = losses, a
             failure = loss_falls(losses, spec.factor)
             if failure:
                 return self.outcome("learning", f"{variant or 'smoke'}: {failure}", "")
@@ -198,6 +279,15 @@ class Checker:
         said = ", ".join(f"{m} {x:.4g}" for m, x in losses.items()) + "".join(f"; {m} refused: {r}"
                                                                              for m, r in refused.items())  # fmt: skip
         return self.outcome("math modes", failure, said)
+
+    def analyses(self) -> Outcome:
+        """The memory breakdown and (PyTorch) the model FLOP count a bench run takes after its window, as it takes
+        them (analysed), on the learning check's network and batch (analysis_setting)."""
+        hp, batch_size = analysis_setting(self.model, self.settings)
+        a = self.trained if self.trained is not None else adapter(self.model, self.framework, hp)
+        batch = next(catalog.load_module(self.model, "data").batches("synthetic", hp, batch_size, seed=1))
+        failure, said = analysed(a, batch)
+        return self.outcome("analyses", failure, said)
 
     def parity(self) -> list[Outcome]:
         """--graph compiled and bf16: their first steps against the standard fp32 steps."""
@@ -239,9 +329,9 @@ class Checker:
     def run(self, graph: str) -> list[Outcome]:
         first = [self.contract(), self.model_code()]
         if first[0].status == "failed":
-            return [*first, *(self.skipped(c, "the contract's gaps come first") for c in _TABLES)]
+            return [*first, *(self.skipped(c, "the contract's gaps come first") for c in AFTER_THE_CONTRACT)]
         checks: list[Callable[[], Outcome | list[Outcome]]] = [self.parameters, self.paper_parameters, self.learning,
-                                                               self.math_modes]  # fmt: skip
+                                                               self.math_modes, self.analyses]  # fmt: skip
         if graph == "compiled":
             checks.append(self.parity)
         out = first
@@ -266,6 +356,8 @@ _TABLES = {
     "compiled": "its tolerances; without one the defaults hold",
     "bf16": "its tolerances; without one the defaults hold",
 }
+# The checks after the contract, in the order they run (the analyses read the learning check's table)
+AFTER_THE_CONTRACT = ("parameters", "paper parameters", "learning", "math modes", "analyses", "compiled", "bf16")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,8 +22,9 @@ def check_workload(
     ),
 ) -> None:
     """Check a workload folder: the contract, its parameter count, a few steps that lower the loss, each math mode,
-    only model code in its files; the paper preset's size; with --graph compiled, the compiled and bf16 steps; its
-    frameworks' networks and their outputs for the same weights."""
+    the analyses a bench run takes after its window (memory breakdown, FLOPs), only model code in its files; the paper
+    preset's size; with --graph compiled, the compiled and bf16 steps; its frameworks' networks and their outputs for
+    the same weights."""
     if graph not in ("standard", "compiled"):
         raise typer.BadParameter("choose standard or compiled", param_hint="--graph")
     from tbdkit.bench import check_workload as checks  # NumPy and the contract: loaded by this command alone
