@@ -78,11 +78,15 @@ def test_a_warm_up_the_cap_ended_records_the_noise_and_the_iterations_the_rule_n
 
     phases, seconds, padded = quiet.recorded_run()
     policy = run_spec.build(model="deepspeech2", batch_size=4, preset="smoke").measure
-    warmup = warm_up([Step(4, p * 0.9, p, s) for s, p in zip(seconds, padded)], policy)
+    steps = [Step(4, p * 0.9, p, s) for s, p in zip(seconds, padded)]
+    warmup = warm_up(steps, policy.model_copy(update={"max_warmup_stretch": 1.0}))  # the cap it ran under: fixed
     assert warmup["end_reason"] == "time_cap" and warmup["iterations"] == phases.count("warmup") == 59, warmup
     assert 0.06 < warmup["cost_noise"] < 0.09, warmup
     assert 180 < warmup["iterations_needed"] < 260, warmup
     assert "cost_noise" in warmup["rule"] and "iterations_needed" in warmup["rule"]
+    # The smoke cap as it is now stretches to 90 s (half the need could fit) and the rule still does not judge it.
+    stretched = warm_up(steps, policy)
+    assert stretched["end_reason"] == "time_cap" and stretched["cap_s"] == 90.0, stretched
     # The whole recorded run (warm-up and window, 118 iterations) is not judged stable either: its noise needs more.
     costs = [s / p for s, p in zip(seconds, padded)]
     assert first_stable(costs) is None

@@ -190,11 +190,12 @@ def warmup_iterations_needed(
     return max(math.ceil(n), min_iterations, 2 * window)
 
 
-# The iterations the rule needs are estimated from the noise so far (warmup_iterations_needed), and on flat series
-# the rule ends between about NEED_LOW and STRETCH_ITERATIONS_MARGIN times that many (tests/test_warmup_quiet.py):
-# a stretched warm-up cap leaves room for the latter where the former fits.
+# The iterations the rule needs are estimated from the noise so far (warmup_iterations_needed): on simulated flat
+# series with 4-7% noise, the need estimated from the first 60 iterations, the rule ended between 0.4 and 2.8 times
+# it, at 0.6-2.2 times in 8 of 10 (docs/measurements.md, "Warm-up"). A stretched warm-up cap leaves room for
+# STRETCH_ITERATIONS_MARGIN x the need where NEED_LOW x it could fit.
 STRETCH_ITERATIONS_MARGIN = 2.0
-NEED_LOW = 0.8
+NEED_LOW = 0.5
 
 
 def stretched_warmup_cap(
@@ -203,9 +204,9 @@ def stretched_warmup_cap(
     """The warm-up's time cap once `elapsed` has reached `cap_s`. A cap shorter than the iterations the rule needs
     ends every warm-up capped, whatever its cost does; so where `needed` iterations (`warmup_iterations_needed` of
     the noise so far, the rule's minimum included), at `pace` seconds an iteration from `seen` on, could fit within
-    `longest_s` (NEED_LOW x `needed` does), the cap grows to leave room for STRETCH_ITERATIONS_MARGIN x `needed`
-    (at most `longest_s`). Else it stays `cap_s`: no noise yet, a noise the rule can never judge stable (`needed`
-    None), or a need that cannot fit, since waiting would not let the rule end the warm-up."""
+    `longest_s` (NEED_LOW x `needed` does: the estimate has an error of its own), the cap grows to leave room for
+    STRETCH_ITERATIONS_MARGIN x `needed` (at most `longest_s`). Else it stays `cap_s`: no noise yet, a noise the rule
+    can never judge stable (`needed` None), or a need that cannot fit, since waiting would not let the rule end it."""
     if needed is None or longest_s <= cap_s or elapsed + max(0.0, NEED_LOW * needed - seen) * pace > longest_s:
         return cap_s
     target = math.ceil(needed * STRETCH_ITERATIONS_MARGIN)
