@@ -253,16 +253,14 @@ class TrainingLoop:
         events.emit("phase", phase="warmup", cap_s=p.max_warmup_s)
         start = self.clock()
         costs: list[float] = []
-        seconds: list[float] = []
         cap_s = p.max_warmup_s
         reason = "iteration_cap"
         for _ in range(p.max_warmup_iterations):
             it = self._one("warmup")
             costs.append(it.cost)
-            seconds.append(it.seconds)
             elapsed = self.clock() - start
             if elapsed >= cap_s:  # a cap, once stretched, holds: it only grows
-                cap_s = max(cap_s, self._stretched_cap(costs, seconds, elapsed))
+                cap_s = max(cap_s, self._stretched_cap(costs, elapsed))
             self._progress("warmup", it, elapsed=elapsed, cap_s=cap_s)
             stable, capped = self._decide(
                 warmup_done(
@@ -327,12 +325,13 @@ class TrainingLoop:
             noise, p.warmup_window, p.warmup_tolerance, p.min_warmup_iterations, projection=p.warmup_drift_projection
         )
 
-    def _stretched_cap(self, costs: list[float], seconds: list[float], elapsed: float) -> float:
+    def _stretched_cap(self, costs: list[float], elapsed: float) -> float:
         """The warm-up's time cap past max_warmup_s: stretched where the rule needs longer at this pace and noise."""
         p = self.policy
         if p.longest_warmup_s <= p.max_warmup_s:
             return p.max_warmup_s
-        pace = median(seconds[-PACE_ITERATIONS:])
+        # the warm-up's latest iterations (costs holds one per warm-up iteration: the last len(costs) recorded)
+        pace = median(it.seconds for it in self.result.iterations[-min(PACE_ITERATIONS, len(costs)) :])
         needed = self._iterations_needed(cost_noise(costs))
         return stretched_warmup_cap(p.max_warmup_s, p.longest_warmup_s, elapsed, pace, len(costs), needed)
 

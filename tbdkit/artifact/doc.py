@@ -17,6 +17,7 @@ from typing import Any
 from tbdkit import __version__
 from tbdkit.results import readers
 from tbdkit.results.summary import MEASURED
+from tbdkit.spec.run_spec import longest_warmup_s
 
 # The report's figures and tables (tbdkit.report.figures keys, tbdkit.report.tables) -> the paper's
 # observations (tbdkit.report.claims) each one shows, and what it is.
@@ -149,7 +150,7 @@ def _warmup_cap(measure: Any) -> str:
     cap = readers.finite(_obj(measure).get("max_warmup_s"))
     if cap is None or stretch is None or stretch <= 1:
         return _cap(measure, "max_warmup_s")
-    return f"{cap:g} s (up to {cap * stretch:g} s)"
+    return f"{cap:g} s (up to {longest_warmup_s(cap, stretch):g} s)"
 
 
 def _where(rows: list[tuple[str, str, str]]) -> list[str]:

@@ -157,8 +157,12 @@ class MeasurePolicy(BaseModel):
 
     @property
     def longest_warmup_s(self) -> float:
-        """The longest a warm-up may take: its cap stretched as far as the policy allows, within MAX_PHASE_S."""
-        return max(self.max_warmup_s, min(self.max_warmup_s * self.max_warmup_stretch, MAX_PHASE_S))
+        return longest_warmup_s(self.max_warmup_s, self.max_warmup_stretch)
+
+
+def longest_warmup_s(cap_s: float, stretch: float) -> float:
+    """The longest a warm-up may take: its cap stretched as far as the policy allows, within MAX_PHASE_S."""
+    return max(cap_s, min(cap_s * stretch, MAX_PHASE_S))
 
 
 # smoke: the warm-up rule's minimum (60 iterations, a horizon of at least 60) fits its 45 s cap for a
