@@ -227,6 +227,10 @@ def test_a_busy_loop_neighbour_flips_a_real_run_to_disturbed(tmp_path):
     assert foreign["value"] >= 0.5 and foreign["unit"] == "cores"  # the neighbour: at least half a core
     assert any(r.startswith("foreign CPU load: other processes used") for r in summary["disturbed_reasons"])
     assert summary["metrics"]["throughput"]["value"] > 0  # the numbers are kept
+    # the warm-up saw the neighbour too: measured over it alone, with the window's limit beside it
+    warm = summary["warmup"]["foreign_cpu"]
+    assert warm["value"] >= 0.5 and warm["unit"] == "cores" and warm["limit"] == 0.25, warm
+    assert "over the warm-up" in warm["method"] and "over the sample window" in foreign["method"]
     env = json.loads((run / "env.json").read_text())
     assert env["cpu_budget"]["cpus"] == 1 and env["cpu_budget"]["thread_env"]["OMP_NUM_THREADS"] == "1"
     # the budget reached the adapter and the environment its BLAS loaded with (each framework's own thread pools

@@ -54,6 +54,16 @@ def test_show_says_the_warm_up_was_capped(tmp_path):
     with_warmup(run, CAPPED | {"cost_noise": 0.0742, "iterations_needed": 205})
     out = " ".join(tbdkit("show", run.name, "-r", str(results)).stdout.split())
     assert "its cost varied 7.4% per iteration; at that noise the rule needs about 205 iterations" in out
+    # whose noise it was: other processes' load over the warm-up, against the window's limit
+    quiet = {"value": 0.02, "unit": "cores", "limit": 0.25}
+    with_warmup(run, CAPPED | {"cost_noise": 0.087, "iterations_needed": 281, "foreign_cpu": quiet})
+    out = " ".join(tbdkit("show", run.name, "-r", str(results)).stdout.split())
+    assert ("its cost varied 8.7% per iteration, with other processes using 0.02 of its cores: the noise was this "
+            "machine's own or the step's; at that noise the rule needs about 281 iterations") in out
+    with_warmup(run, CAPPED | {"cost_noise": 0.167, "iterations_needed": None, "foreign_cpu": quiet | {"value": 0.85}})
+    out = " ".join(tbdkit("show", run.name, "-r", str(results)).stdout.split())
+    assert ("its cost varied 16.7% per iteration while other processes used 0.85 of the run's cores; at that noise "
+            "the rule needs more than its look-back holds") in out
     with_warmup(run, STABLE)
     out = tbdkit("show", run.name, "-r", str(results)).stdout
     assert "capped" not in out and "stable" in out

@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from statistics import fmean, median
 from typing import Any
 
+import psutil
+
 from tbdkit.adapters import Capabilities, capabilities
 from tbdkit.agent import events
 from tbdkit.agent.collectors import Collector, Sampler, default_collectors
-from tbdkit.core.metric import metric
+from tbdkit.agent.collectors.neighbours import NeighbourCollector, method
+from tbdkit.core.metric import metric, missing
 from tbdkit.core.statistics import (
     MAX_HORIZON,
     NEED_LOW,
@@ -34,6 +37,8 @@ from tbdkit.core.statistics import (
     warmup_iterations_needed,
 )
 from tbdkit.spec.run_spec import MeasurePolicy
+
+WARMUP = "the warm-up"  # the span of its foreign-load measurement, in the method's words
 
 PACE_ITERATIONS = 20  # a stretched warm-up cap's pace: the median seconds of this many latest iterations
 
@@ -252,6 +257,7 @@ class TrainingLoop:
         p = self.policy
         events.emit("phase", phase="warmup", cap_s=p.max_warmup_s)
         start = self.clock()
+        neighbours = self._warmup_neighbours()
         costs: list[float] = []
         cap_s = p.max_warmup_s
         reason = "iteration_cap"
@@ -290,6 +296,8 @@ class TrainingLoop:
             # many iterations the rule needs to judge a flat series with that noise stable (None: never).
             "cost_noise": None if noise is None else round(noise, 4),
             "iterations_needed": needed,
+            # other processes' CPU on the run's cores over the warm-up: a noisy cost with none is the machine's own
+            "foreign_cpu": self._warmup_foreign(neighbours),
             "rule": (
                 f"stable when the seconds per unit of work (padding included) stop drifting over the later half "
                 f"of the iterations so far (at least {2 * p.warmup_window}, at most {MAX_HORIZON}): the halves' "
@@ -306,6 +314,27 @@ class TrainingLoop:
             ),
         }
         events.emit("warmup_done", **self.result.warmup)
+
+    def _warmup_neighbours(self) -> NeighbourCollector | None:
+        """Other processes' CPU load over the warm-up, on the cores the window's neighbours collector watches: a
+        collector of its own, read at the warm-up's ends only (None where the window measures no foreign load)."""
+        watched = next((c for c in self.collectors if isinstance(c, NeighbourCollector)), None)
+        if watched is None:
+            return None
+        neighbours = NeighbourCollector(watched.cores, WARMUP)
+        try:
+            neighbours.start()
+        except psutil.Error:
+            return None
+        return neighbours
+
+    def _warmup_foreign(self, neighbours: NeighbourCollector | None) -> dict[str, Any]:
+        """The warm-up's foreign CPU load (a metric in cores, with the window's limit beside it), or null with why."""
+        if neighbours is None:
+            return missing("cores", method(WARMUP), "not measured: this loop watches no foreign load")
+        foreign = neighbours.stop()["foreign_cpu"]
+        foreign.pop("peak_tick_cores", None)  # read at the warm-up's two ends only: no ticks
+        return {**foreign, "limit": self.policy.foreign_cpu_limit}
 
     def _stretch_text(self) -> str:
         p = self.policy

@@ -246,7 +246,20 @@ def _warmup_need(warmup: dict[str, Any]) -> str:
         return ""
     needed = warmup.get("iterations_needed")
     need = f"about {needed} iterations" if isinstance(needed, int) else "more than its look-back holds"
-    return f" (its cost varied {noise:.1%} per iteration; at that noise the rule needs {need})"
+    return (
+        f" (its cost varied {noise:.1%} per iteration{_warmup_neighbours(warmup)}; at that noise the rule needs {need})"
+    )
+
+
+def _warmup_neighbours(warmup: dict[str, Any]) -> str:
+    """Whose noise it was: other processes' load on the run's cores over the warm-up ('' if unmeasured)."""
+    foreign = warmup.get("foreign_cpu") or {}
+    cores, limit = foreign.get("value"), foreign.get("limit")
+    if not isinstance(cores, (int, float)) or not isinstance(limit, (int, float)):
+        return ""
+    if cores >= limit:
+        return f" while other processes used {cores:.2f} of the run's cores"
+    return f", with other processes using {cores:.2f} of its cores: the noise was this machine's own or the step's"
 
 
 def _compiled_in(metrics: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -64,17 +65,27 @@ def spec_of(fields: dict[str, Any], empty: Path) -> specs.RunSpec:
     return specs.build(model=MODEL, batch_size=2, preset="smoke", device="cpu", measure=measure, **fields)
 
 
+def outside_the_run(code: str) -> int:
+    """The pid of a Python process running `code` that is no descendant of this one. run_all runs in this process,
+    so this process is the run's launcher and its children are the run's own (tbdkit.agent.collectors.neighbours):
+    a neighbour must be started by a child that exits at once, leaving it to init."""
+    start = (
+        "import subprocess, sys; "
+        f"print(subprocess.Popen([sys.executable, '-c', {code!r}], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,"
+        " stdin=subprocess.DEVNULL).pid)"
+    )
+    return int(subprocess.run([sys.executable, "-c", start], capture_output=True, text=True, check=True).stdout)
+
+
 def make(role: str, results: Path, empty: Path) -> Path:
     fields, expected = ROLES[role]
     spec = spec_of(fields, empty)
-    neighbours = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(os.cpu_count() or 1)] \
-        if fields.get("neighbour") else []
+    neighbours = [outside_the_run(SPIN) for _ in range(os.cpu_count() or 1)] if fields.get("neighbour") else []
     try:
         (summary,) = run_all([spec], results, catalog.get(MODEL).throughput_unit, quiet_stdout=True)
     finally:
-        for proc in neighbours:
-            proc.kill()
-            proc.wait()
+        for pid in neighbours:
+            os.kill(pid, signal.SIGKILL)
     run = results / summary["run_id"]
     if summary["status"] not in expected:
         shutil.rmtree(run)

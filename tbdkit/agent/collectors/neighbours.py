@@ -1,4 +1,5 @@
-"""Foreign CPU load during the sample window: what other processes ran on the run's cores.
+"""Foreign CPU load during the sample window: what other processes ran on the run's cores (the warm-up's
+too, read at its two ends only: tbdkit.agent.loop).
 
 Foreign CPU time = the process time of the run's cores (psutil.cpu_times(percpu=True): user + nice +
 system, the time the kernel charges to some process) minus the CPU time of the run's own process
@@ -34,11 +35,17 @@ import psutil
 
 from tbdkit.core.metric import metric, missing
 
-METHOD = (
-    "process CPU time of the run's cores (psutil.cpu_times(percpu=True) deltas: user+nice+system; irq+softirq "
-    "are charged to no process and reported apart as interrupt_cores) minus the CPU time of the run's own "
-    "process tree, over the sample window, / window wall time"
-)
+
+def method(span: str) -> str:
+    """How the foreign load over `span` (the sample window, the warm-up) is measured."""
+    return (
+        "process CPU time of the run's cores (psutil.cpu_times(percpu=True) deltas: user+nice+system; irq+softirq "
+        f"are charged to no process and reported apart as interrupt_cores) minus the CPU time of the run's own "
+        f"process tree, over {span}, / its wall time"
+    )
+
+
+WINDOW = "the sample window"
 
 
 LAUNCHER_PID = "TBDKIT_LAUNCHER_PID"  # set by the launcher in the agent's environment (tbdkit.env.stacks.agent_env)
@@ -76,7 +83,8 @@ def _sum(times: Any, fields: tuple[str, ...]) -> float:
 class NeighbourCollector:
     name = "neighbours"
 
-    def __init__(self, cores: list[int] | None = None) -> None:
+    def __init__(self, cores: list[int] | None = None, span: str = WINDOW) -> None:
+        self.span = span  # what start() to stop() covers, in the method's words
         self.proc = run_root()
         self.launcher_gone: int | None = None  # the launcher's pid, once the tree grows from the agent instead
         self.cores = cores if cores is not None else sorted(psutil.Process().cpu_affinity() or [])
@@ -156,14 +164,14 @@ class NeighbourCollector:
                 time.perf_counter() - self.wall0,
             )
         except psutil.Error as exc:  # never crash the run: the gap is recorded
-            return {"foreign_cpu": missing("cores", METHOD, f"psutil failed: {exc}")}
+            return {"foreign_cpu": missing("cores", method(self.span), f"psutil failed: {exc}")}
         own = self._own_seconds()
         foreign = max(0.0, busy - own) / max(wall, 1e-9)
         return {
             "foreign_cpu": metric(
                 foreign,
                 "cores",
-                METHOD,
+                method(self.span),
                 collector=self.name,
                 cores=self.cores,
                 run_cores_busy=round(own / max(wall, 1e-9), 3),
