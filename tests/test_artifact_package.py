@@ -30,7 +30,10 @@ def gpu_runs(results: Path, thr: tuple[float, float], device_name: str = "NVIDIA
 def test_the_bundle_is_an_artifact_package_with_a_generated_guide(tmp_path) -> None:
     results = tmp_path / "results"
     runs = gpu_runs(results, (100.0, 180.0), ci=0.03)
-    (results / "calibration.json").write_text(json.dumps({"machine": "x", "verdicts": {"throughput": "trusted"}}))
+    steady = {"noise": 0.0825, "wander": -0.0083, "blocks": 54, "block_s": 0.1894,
+              "iterations_needed": {"smoke": 251, "paper": 800}}
+    (results / "calibration.json").write_text(json.dumps({"machine": "x", "verdicts": {"throughput": "trusted"},
+                                                          "time_utc": "2026-11-30T10:05:00+00:00", "steadiness": steady}))
     manifest = artifact.bundle(results, tmp_path / "a.tar.gz")
     _, files = artifact.read(tmp_path / "a.tar.gz")
     assert "results/calibration.json" in files and manifest["guide"] == "ARTIFACT.md"
@@ -50,6 +53,10 @@ def test_the_bundle_is_an_artifact_package_with_a_generated_guide(tmp_path) -> N
     assert "`tbdkit report results --out regenerated`" in guide and "`make kick-the-tires`" in guide
     assert "make sweep MODEL=resnet50 FRAMEWORK=pytorch BATCH=8,16" in guide
     assert "`results/calibration.json`: the calibration of the machine" in guide
+    # how steady the machine was when calibrated: an evaluator's own machine may be quieter or noisier
+    assert ("The machine at calibration (2026-11-30T10:05:00+00:00), steadiness: identical 0.19 s blocks of matrix "
+            "products (one thread) varied 8.2% block to block (later half -0.8%); a step that noisy needs warm-up "
+            "iterations before the rule can judge it stable: about 251 (smoke), 800 (paper)") in guide
 
 
 def test_tolerance_is_the_two_intervals_added_with_a_floor() -> None:
@@ -160,3 +167,4 @@ def test_a_compiled_noisy_uncalibrated_run_is_guided_as_it_is(tmp_path) -> None:
     assert "make sweep MODEL=resnet50 FRAMEWORK=pytorch BATCH=8,16 PRESET=smoke PRECISION=fp32 GRAPH=compiled" in guide
     assert "| ±1,349.0% (at this noise a re-run of any throughput, however low, meets it: its verdict means nothing" in guide
     assert "No `results/calibration.json`: the results folder held no `tbdkit calibrate` output" in guide
+    assert "The machine at calibration" not in guide  # no calibration, no steadiness said

@@ -113,14 +113,43 @@ def test_calibrate_quick_prints_the_table_and_writes_calibration_json(tmp_path, 
     assert doc["machine"] == record.machine() and doc["quick"] is True
     assert {p["instrument"] for p in doc["probes"]} >= {"timing.throughput", "cpu.process_utilization", "cpu.peak_rss"}
     assert doc["verdicts"]["peak_rss"] == "trusted"
+    # the machine's own steadiness, measured beside the verdicts (no verdict of its own), printed and recorded
+    steady = doc["steadiness"]
+    assert 0 < steady["noise"] < 1 and steady["blocks"] >= 20 and 0.1 < steady["block_s"] < 0.4, steady
+    assert set(steady["iterations_needed"]) == {"smoke", "paper"} and "one BLAS thread" in steady["method"]
+    assert f"varied {steady['noise']:.1%} block to block" in " ".join(out.output.split())
     run = tmp_path / "20260101-run"
     run.mkdir()
     linked = record.for_run(run)
     assert linked["calibrated"] and linked["verdicts"]["peak_rss"] == "trusted"
+    assert linked["steadiness"] == steady  # every later run's env.json quotes it
     assert linked["path"] == str((tmp_path / "calibration.json").resolve())
 
 
 _real_probe = timing.probe
+
+
+def test_steadiness_recovers_a_known_noise_and_wander():
+    """Identical blocks whose times carry a known noise (lognormal, 5%) and, in a second series, a step of +10%
+    halfway: the probe's summary recovers both, and the warm-up need is the rule's own at that noise."""
+    import random
+
+    from tbdkit.calibrate import steadiness
+    from tbdkit.core.statistics import warmup_iterations_needed
+
+    rng = random.Random(7)
+    flat = [0.2 * rng.lognormvariate(0, 0.05) for _ in range(400)]
+    got = steadiness.summarize(flat)
+    assert 0.045 < got["noise"] < 0.055 and abs(got["wander"]) < 0.015, got
+    assert got["iterations_needed"]["smoke"] == warmup_iterations_needed(got["noise"], 30, 0.05, 60, projection=0.5)
+    assert got["iterations_needed"]["paper"] == warmup_iterations_needed(got["noise"], 50, 0.05, 100)
+    stepped = [t * (1.1 if i >= 200 else 1.0) for i, t in enumerate(flat)]
+    assert 0.09 < steadiness.summarize(stepped)["wander"] < 0.11
+    noisy = steadiness.summarize([0.2 * rng.lognormvariate(0, 0.15) for _ in range(400)])
+    assert noisy["iterations_needed"]["paper"] is None  # the paper rule can never judge it: said as never
+    assert "about 6" not in steadiness.sentence(noisy) and "never (paper)" in steadiness.sentence(noisy)
+    few = steadiness.summarize([0.2, 0.21])
+    assert few["noise"] is None and "too few" in few["reason"] and "not measured" in steadiness.sentence(few)
 
 
 def test_calibrate_rejects_an_unknown_device(tmp_path):

@@ -8,6 +8,7 @@ tolerance a reproduction should meet (from the runs' 95% confidence intervals)."
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shlex
 from collections import defaultdict
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tbdkit import __version__
+from tbdkit.calibrate import steadiness
 from tbdkit.results import readers
 from tbdkit.results.summary import MEASURED
 from tbdkit.spec.run_spec import longest_warmup_s
@@ -188,6 +190,7 @@ def render(results: Path, files: Mapping[str, bytes], contents: dict[str, str], 
     out += _runs_section(runs, disturbed)
     out += _rerun_section(runs, left, files)
     out += _hardware_section(runs)
+    out += _steadiness_lines(files)
     out += _contents_section(contents, files)
     out.append("")
     return "\n".join(out)
@@ -400,6 +403,23 @@ def _hardware_section(runs: list[Any]) -> list[str]:
     for device, seconds in by_device.items():
         out.append(f"| {device} | {seconds / 60:,.1f} min | {'; '.join(sorted(software[device]))} |")
     return out
+
+
+def _steadiness_lines(files: Mapping[str, bytes]) -> list[str]:
+    """How steady the machine that made the runs was when it was calibrated (nothing without that record)."""
+    try:
+        doc = json.loads(files[CALIBRATION_MEMBER])
+    except (KeyError, ValueError):
+        return []
+    steady = doc.get("steadiness") if isinstance(doc, dict) else None
+    if not isinstance(steady, dict):
+        return []
+    return [
+        "",
+        f"The machine at calibration ({doc.get('time_utc') or 'time not recorded'}), {steadiness.sentence(steady)}. "
+        "A noisier machine needs more warm-up iterations and may end warm-ups on their cap: `tbdkit calibrate` "
+        "measures yours.",
+    ]
 
 
 def _contents_section(contents: dict[str, str], files: Mapping[str, bytes]) -> list[str]:

@@ -129,7 +129,7 @@ def plan(device: str, results: Path, frameworks: list[str]) -> list[Step]:
     calibrate = ["calibrate", "--quick", "--device", "cuda:0", "--results", r]
     steps = [
         Step("doctor", ["doctor", "--json"], 20, 5, json_stdout=True, what="what this machine has", estimate_s=5),
-        Step("calibrate", calibrate, 90, 30, what="the instruments against known answers", estimate_s=45,
+        Step("calibrate", calibrate, 90, 30, what="the instruments against known answers", estimate_s=55,
              measures=True),
     ]  # fmt: skip
     for model, precision, warm, window, cap, estimate in GPU_RUNS:

@@ -22,7 +22,10 @@ def for_run(run_dir: Path) -> dict[str, Any]:
     return envinfo.calibration(runfiles.results_folder_of(run_dir))
 
 
-def write(results: Path, device: str, quick: bool, probes: list[ProbeResult]) -> Path:
+def write(
+    results: Path, device: str, quick: bool, probes: list[ProbeResult], steadiness: dict[str, Any] | None = None
+) -> Path:
+    """calibration.json in `results`: the probes, each metric's verdict and the machine's steadiness beside them."""
     doc = {
         "kind": "tbdkit-calibration",
         "time_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -32,6 +35,7 @@ def write(results: Path, device: str, quick: bool, probes: list[ProbeResult]) ->
         "machine": machine(),
         "verdicts": instrument_verdicts([p.as_json() for p in probes]),
         "probes": [p.as_json() for p in probes],
+        "steadiness": steadiness,  # tbdkit.calibrate.steadiness: no known answer, so no verdict
     }
     envinfo.CalibrationFile.model_validate(doc)  # what a run will read of it
     path = results / FILE

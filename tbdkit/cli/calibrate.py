@@ -24,7 +24,7 @@ def calibrate(
     results: Annotated[Path | None, typer.Option("--results", "-r", help="results folder")] = None,
 ) -> None:
     """Check each instrument against a workload whose true value is known, on this machine."""
-    from tbdkit.calibrate import energy, host, record, timing
+    from tbdkit.calibrate import energy, host, record, steadiness, timing
 
     if device != "cpu" and not (device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
         raise UserError(f"Device '{device}' is not cpu, cuda or cuda:N: pass e.g. --device cuda:0.")
@@ -40,12 +40,14 @@ def calibrate(
         probes += host.overhead_probe(rounds=8 if quick else 30, block=100 if quick else 300)
     with console.status("CPU energy (RAPL, through Zeus)..."):
         probes += energy.probe(seconds=1.0 if quick else 3.0)
+    with console.status("this machine's steadiness..."):
+        steady = steadiness.measure(10.0 if quick else 30.0)
     if device.startswith("cuda"):
         from tbdkit.calibrate import stack
 
         with console.status("GPU probes (in the framework stacks' interpreters)..."):
             probes += stack.gpu_probes(int(device[5:] or 0) if ":" in device else 0, quick)
-    path = record.write(results, device, quick, probes)
+    path = record.write(results, device, quick, probes, steady)
     table = Table(title=f"calibration ({device}{', quick' if quick else ''}, {time.perf_counter() - t0:.0f} s)")
     for col in ("instrument", "probe", "expected", "measured", "unit", "verdict"):
         table.add_column(col, overflow="fold")
@@ -63,4 +65,5 @@ def calibrate(
     for p in probes:
         if p.details.get("busy"):
             console.print(f"{p.instrument}: {p.details['busy']}", highlight=False)
+    console.print(steadiness.sentence(steady), highlight=False)
     console.print(f"calibration: {path}", highlight=False)

@@ -222,6 +222,7 @@ class CalibrationFile(BaseModel):
     quick: bool | None = None
     machine: dict[str, Any]
     verdicts: dict[str, Verdict] = Field(default_factory=dict)
+    steadiness: dict[str, Any] | None = None  # the machine's own noise then (tbdkit.calibrate.steadiness)
 
 
 def machine_identity() -> dict[str, Any]:
@@ -270,6 +271,7 @@ def calibration(results_dir: Path) -> dict[str, Any]:
         "time_utc": doc.time_utc,
         "device": doc.device,
         "verdicts": dict(doc.verdicts),
+        "steadiness": doc.steadiness,
     }
 
 
