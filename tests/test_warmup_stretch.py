@@ -124,6 +124,9 @@ def test_a_noise_the_rule_can_never_judge_stops_at_the_cap_as_recorded():
     warmup = warm_up(recorded(NOISY), policy("smoke"))
     assert warmup["end_reason"] == "time_cap" and warmup["iterations"] == 59, warmup
     assert warmup["cap_s"] == 45.0 and warmup["iterations_needed"] is None and warmup["cost_noise"] > 0.15, warmup
+    # a replay's loop has no collectors: its warm-up's foreign load is null with why, never a made-up 0
+    foreign = warmup["foreign_cpu"]
+    assert foreign["value"] is None and foreign["reason"] == "not measured: this loop watches no foreign load"
 
 
 def test_a_recorded_slow_run_the_cap_ended_ends_stable_under_the_stretched_cap():

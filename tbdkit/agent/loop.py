@@ -315,23 +315,23 @@ class TrainingLoop:
         }
         events.emit("warmup_done", **self.result.warmup)
 
-    def _warmup_neighbours(self) -> NeighbourCollector | None:
+    def _warmup_neighbours(self) -> NeighbourCollector | str:
         """Other processes' CPU load over the warm-up, on the cores the window's neighbours collector watches: a
-        collector of its own, read at the warm-up's ends only (None where the window measures no foreign load)."""
+        collector of its own, read at the warm-up's ends only; or why it is not measured."""
         watched = next((c for c in self.collectors if isinstance(c, NeighbourCollector)), None)
         if watched is None:
-            return None
+            return "not measured: this loop watches no foreign load"
         neighbours = NeighbourCollector(watched.cores, WARMUP)
         try:
             neighbours.start()
-        except psutil.Error:
-            return None
+        except psutil.Error as exc:
+            return f"not measured: psutil failed at the warm-up's start: {exc}"
         return neighbours
 
-    def _warmup_foreign(self, neighbours: NeighbourCollector | None) -> dict[str, Any]:
+    def _warmup_foreign(self, neighbours: NeighbourCollector | str) -> dict[str, Any]:
         """The warm-up's foreign CPU load (a metric in cores, with the window's limit beside it), or null with why."""
-        if neighbours is None:
-            return missing("cores", method(WARMUP), "not measured: this loop watches no foreign load")
+        if isinstance(neighbours, str):
+            return missing("cores", method(WARMUP), neighbours)
         foreign = neighbours.stop()["foreign_cpu"]
         foreign.pop("peak_tick_cores", None)  # read at the warm-up's two ends only: no ticks
         return {**foreign, "limit": self.policy.foreign_cpu_limit}
