@@ -40,6 +40,16 @@ def test_the_results_table_says_which_warm_ups_were_capped(tmp_path):
     rows = [line for line in text.splitlines() if "pytorch" in line or "mxnet" in line]
     assert "capped" in rows[0] and "stable" in rows[1] and "capped" not in rows[1]
     assert "warm-up capped: a cap ended it before the rule judged the iteration cost stable" in text
+    assert "its cost varied" not in text  # no noise recorded: nothing more to say
+    # where the noise was recorded, the table says why, run by run (what `make bench` prints)
+    quiet = {"value": 0.01, "unit": "cores", "limit": 0.25}
+    noisy = with_warmup(make_run(tmp_path, "deepspeech2", "tensorflow", 4, 9.0),
+                        CAPPED | {"cost_noise": 0.084, "iterations_needed": 262, "foreign_cpu": quiet})
+    text = " ".join(rendered([capped, noisy, stable]).split())
+    suffix = noisy["run_id"].rsplit("-", 1)[-1]
+    assert (f"{suffix}: its cost varied 8.4% per iteration, with other processes using 0.01 of its cores: the noise "
+            "was this machine's own or the step's; at that noise the rule needs about 262 iterations") in text
+    assert text.count("its cost varied") == 1  # the capped run without a recorded noise has no line
     assert "capped" not in rendered([stable])
 
 

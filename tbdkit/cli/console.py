@@ -240,15 +240,20 @@ def warmup_note(warmup: dict[str, Any]) -> str | None:
 
 
 def _warmup_need(warmup: dict[str, Any]) -> str:
-    """Why the rule could not judge within the cap: the cost's noise and the iterations it needs ('' if unrecorded)."""
+    """Why the rule could not judge within the cap, in parentheses ('' if unrecorded)."""
+    why = warmup_why(warmup)
+    return f" ({why})" if why else ""
+
+
+def warmup_why(warmup: dict[str, Any]) -> str:
+    """Why the rule could not judge within the cap: the cost's noise, whose it was, and the iterations that noise
+    needs ('' if unrecorded)."""
     noise = warmup.get("cost_noise")
     if not isinstance(noise, (int, float)):
         return ""
     needed = warmup.get("iterations_needed")
     need = f"about {needed} iterations" if isinstance(needed, int) else "more than its look-back holds"
-    return (
-        f" (its cost varied {noise:.1%} per iteration{_warmup_neighbours(warmup)}; at that noise the rule needs {need})"
-    )
+    return f"its cost varied {noise:.1%} per iteration{_warmup_neighbours(warmup)}; at that noise the rule needs {need}"
 
 
 def _warmup_neighbours(warmup: dict[str, Any]) -> str:
@@ -291,7 +296,8 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
             justify="left" if left else "right",
             no_wrap=col in ("framework", "precision", "device", "status", "samples/s", "run", "throughput", "warm-up"),
         )
-    capped = False
+    capped: list[str] = []  # a line per capped warm-up whose noise was recorded: the run, and why
+    any_capped = False
     for s in summaries:
         m = s.get("metrics") or {}
         thr = m.get("throughput") or {}
@@ -299,7 +305,10 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
         status = s.get("status", "?")
         style = {"ok": "green", "disturbed": "yellow", "oom": "yellow", "interrupted": "yellow"}.get(status, "red")
         rel = thr.get("ci95_relative")
-        capped = capped or warmup_note(s.get("warmup") or {}) is not None
+        if warmup_note(s.get("warmup") or {}) is not None:
+            any_capped = True
+            why = warmup_why(s.get("warmup") or {})
+            capped += [f"\n{str(s.get('run_id') or '?').rsplit('-', 1)[-1]}: {why}"] if why else []
         table.add_row(
             str(s.get("framework", "?")),
             str(s.get("batch_size", "?")),
@@ -317,10 +326,10 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
             str(s.get("run_id") or "?").rsplit("-", 1)[-1],
         )
     caption = Text("run: the id's last part; `tbdkit show <run>` shows one run, `tbdkit runs` lists full ids")
-    if capped:
+    if any_capped:
         caption.append(
             "\nwarm-up capped: a cap ended it before the rule judged the iteration cost stable; "
-            "the window may include the end of a warm-up drift",
+            "the window may include the end of a warm-up drift" + "".join(capped),
             style="yellow",
         )
     table.caption = caption
