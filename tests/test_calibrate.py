@@ -148,6 +148,11 @@ def test_steadiness_recovers_a_known_noise_and_wander():
     noisy = steadiness.summarize([0.2 * rng.lognormvariate(0, 0.15) for _ in range(400)])
     assert noisy["iterations_needed"]["paper"] is None  # the paper rule can never judge it: said as never
     assert "about 6" not in steadiness.sentence(noisy) and "never (paper)" in steadiness.sentence(noisy)
+    # a damaged or forged record (ARTIFACT.md reads it from a bundle) is said, never a traceback
+    assert steadiness.sentence({"noise": "high"}).startswith("steadiness: not measured (no reason recorded)")
+    odd = steadiness.sentence({"noise": 0.08, "block_s": "long", "wander": None, "iterations_needed": [60]})
+    assert odd == ("steadiness: identical 0.2 s blocks of matrix products (one thread) varied 8.0% block to block; "
+                   "the warm-up rule's need at that noise was not recorded")
     few = steadiness.summarize([0.2, 0.21])
     assert few["noise"] is None and "too few" in few["reason"] and "not measured" in steadiness.sentence(few)
 

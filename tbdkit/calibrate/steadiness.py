@@ -103,17 +103,31 @@ def measure(seconds: float) -> dict[str, Any]:
     return {**summarize(times), "seconds": seconds, "products_per_block": timed.get("products_per_block")}
 
 
+def _number(value: Any) -> float | None:
+    """A finite number read from a file, else None (a calibration.json may be damaged or forged)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def sentence(steadiness: dict[str, Any]) -> str:
     """One line for a person: how steady this machine was, and what that noise asks of a warm-up."""
-    noise = steadiness.get("noise")
-    if not isinstance(noise, (int, float)):
-        return f"steadiness: not measured ({steadiness.get('reason', 'no reason recorded')})"
-    needed = steadiness.get("iterations_needed") or {}
+    noise = _number(steadiness.get("noise"))
+    if noise is None:
+        return f"steadiness: not measured ({str(steadiness.get('reason') or 'no reason recorded')[:300]})"
+    needed = steadiness.get("iterations_needed")
     need = ", ".join(
-        f"{n if isinstance(n, int) else 'never'} ({preset})" for preset, n in needed.items() if preset in PRESET_POLICY
+        f"{n if isinstance(n, int) and not isinstance(n, bool) else 'never'} ({preset})"
+        for preset, n in (needed.items() if isinstance(needed, dict) else ())
+        if preset in PRESET_POLICY
     )
+    wander = _number(steadiness.get("wander"))
     return (
-        f"steadiness: identical {steadiness.get('block_s', BLOCK_S):.2g} s blocks of matrix products (one thread) "
-        f"varied {noise:.1%} block to block (later half {steadiness.get('wander', 0):+.1%}); a step that noisy "
-        f"needs warm-up iterations before the rule can judge it stable: about {need}"
+        f"steadiness: identical {_number(steadiness.get('block_s')) or BLOCK_S:.2g} s blocks of matrix products (one "
+        f"thread) varied {noise:.1%} block to block{f' (later half {wander:+.1%})' if wander is not None else ''}; "
+        + (
+            f"a step that noisy needs warm-up iterations before the rule can judge it stable: about {need}"
+            if need
+            else "the warm-up rule's need at that noise was not recorded"
+        )
     )
