@@ -87,10 +87,42 @@ def test_ratio_estimator_matches_direct_formula():
     est = ratio_estimate(works, times)
     rate = sum(works) / sum(times)
     resid = [w - rate * t for w, t in zip(works, times)]
-    half = t_quantile(0.975, 299) * statistics.stdev(resid) / math.sqrt(300) / statistics.fmean(times)
+    # the residuals' lag-1 autocorrelation (they sum to 0), never below 0: the AR(1) widening of the interval
+    rho = max(0.0, sum(a * b for a, b in zip(resid, resid[1:])) / sum(r * r for r in resid))
+    dof = math.floor(300 * (1 - rho) / (1 + rho)) - 1
+    half = (t_quantile(0.975, dof) * statistics.stdev(resid) * math.sqrt((1 + rho) / (1 - rho)) / math.sqrt(300)
+            / statistics.fmean(times))
     assert est.throughput == pytest.approx(rate)
+    assert est.lag1 == pytest.approx(rho) and est.dof == dof
     assert est.half_width == pytest.approx(half, rel=1e-6)
     assert 0.002 < est.relative < 0.02
+
+
+def test_the_interval_holds_95_percent_where_iterations_are_correlated():
+    """A machine whose speed wanders makes successive iterations alike: iteration times with AR(1) noise (lag-1
+    correlation 0.5, 8%), 60 iterations a window (a smoke window of Deep Speech 2). An interval that takes them as
+    independent covers the true rate in 74% of 2,000 windows; widened for the residuals' lag-1 autocorrelation it
+    covers 93% (at a correlation of 0.3: 86% and 94%), and independent noise keeps 94.9% (its estimated correlation,
+    taken as 0 where negative, only widens; seeded, so these are the numbers the test sees)."""
+    rng = random.Random(11)
+
+    def coverage(phi: float, repeats: int = 2000) -> tuple[float, float]:
+        hits = naive = 0
+        for _ in range(repeats):
+            r, e = RunningRatio(), rng.gauss(0, 0.08)
+            for _ in range(60):
+                e = phi * e + rng.gauss(0, 0.08 * math.sqrt(1 - phi * phi))
+                r.add(3.0, 0.3 * math.exp(e) / math.exp(0.08**2 / 2))
+            est = r.estimate()
+            hits += abs(est.throughput - 10.0) <= est.half_width
+            plain = est.half_width / t_quantile(0.975, est.dof) * t_quantile(0.975, 59)
+            naive += abs(est.throughput - 10.0) <= plain / math.sqrt((1 + est.lag1) / (1 - est.lag1))
+        return hits / repeats, naive / repeats
+
+    widened, independent_assumed = coverage(0.5)
+    assert independent_assumed < 0.85 and widened > 0.9, (independent_assumed, widened)
+    widened, _ = coverage(0.0)
+    assert widened > 0.94, widened
 
 
 def test_interval_covers_the_true_rate_about_95_percent():

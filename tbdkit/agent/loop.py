@@ -448,7 +448,9 @@ def throughput_metrics(
     total = sum(seconds)
     method = (
         f"sum of work / sum of iteration wall times over the sample window "
-        f"(iterations {window[0].index}-{window[-1].index}); ratio estimator, 95% CI by the delta method"
+        f"(iterations {window[0].index}-{window[-1].index}); ratio estimator, 95% CI by the delta method, widened "
+        "for the residuals' lag-1 autocorrelation as an AR(1) process needs (variance x (1 + rho) / (1 - rho), t's "
+        "dof from n (1 - rho) / (1 + rho); tbdkit.core.statistics.RunningRatio)"
     )
     return {
         "throughput": metric(
@@ -457,6 +459,8 @@ def throughput_metrics(
             method,
             ci95_half_width=None if math.isinf(est.half_width) else round(est.half_width, 6),
             ci95_relative=None if math.isinf(est.relative) else round(est.relative, 6),
+            ci95_dof=est.dof if est.dof >= 1 else None,
+            lag1_autocorrelation=round(est.lag1, 4),
         ),
         "sample_throughput": metric(samples / total, sample_unit, "samples in the window / window wall time"),
         "iteration_time": metric(

@@ -84,7 +84,7 @@ class Side:
     env: dict[str, Any]
     throughput: float
     se: float | None  # standard error of the throughput, same unit; None when unknown (one window iteration)
-    dof: int  # degrees of freedom of that error (iterations - 1)
+    dof: int  # degrees of freedom of that error (the effective iterations - 1: tbdkit.core.statistics.RunningRatio)
     unit: str
     source: str  # where the estimate comes from (iterations.csv or the summary)
 
@@ -166,22 +166,24 @@ def load(run_dir: Path) -> Side:
             spec,
             env,
             est.throughput,
-            est.half_width / t_quantile(0.975, n - 1) if n >= 2 else None,
-            n - 1,
+            est.se,  # widened for the iterations' lag-1 autocorrelation, as the run's own interval is
+            est.dof if est.se is not None else n - 1,
             unit,
             f"{runfiles.ITERATIONS}: {n} window iteration{'s' if n != 1 else ''}",
         )
     n = int(window.get("iterations") or 0)
     half = readers.finite(thr.get("ci95_half_width"))
     known = n >= 2 and half is not None and half >= 0
+    recorded = thr.get("ci95_dof")  # the interval's own dof; before it was recorded, iterations - 1
+    dof = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) and 1 <= recorded < n else n - 1
     return Side(
         run_dir,
         summary,
         spec,
         env,
         value,
-        half / t_quantile(0.975, n - 1) if known and half is not None else None,
-        max(n - 1, 0),
+        half / t_quantile(0.975, dof) if known and half is not None else None,
+        max(dof, 0),
         unit,
         f"{runfiles.SUMMARY}"
         + (f"'s 95% CI over {n} window iterations" if known else f" ({n} window iteration(s), no recorded 95% CI)")

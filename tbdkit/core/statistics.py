@@ -220,19 +220,38 @@ class Estimate:
     iterations: int
     seconds: float
     work: float
+    lag1: float = 0.0  # the residuals' lag-1 autocorrelation the interval was widened for (clamped to [0, LAG1_MAX])
+    dof: int = 0  # the interval's degrees of freedom: the effective iterations - 1 (0: no interval)
+
+    @property
+    def se(self) -> float | None:
+        """The throughput's standard error (None without an interval)."""
+        return (
+            self.half_width / t_quantile(0.975, self.dof) if self.dof >= 1 and math.isfinite(self.half_width) else None
+        )
 
     @property
     def relative(self) -> float:
         return self.half_width / self.throughput if self.throughput > 0 else math.inf
 
 
+# Successive iterations are not independent where a machine's speed wanders (a shared VM's: lag-1 autocorrelation
+# 0.24-0.60 in the windows of Deep Speech 2 on this project's 2-core VM, docs/measured-here.md), and an interval that
+# assumes they are is too narrow by sqrt((1 + rho) / (1 - rho)). The window's interval is widened for the residuals'
+# lag-1 autocorrelation as an AR(1) process would need (docs/measurements.md, "The window's interval"); a negative
+# one is taken as 0 (never narrower than independent iterations), and LAG1_MAX bounds it (at most x4.4 the width).
+LAG1_MAX = 0.9
+
+
 @dataclass
 class RunningRatio:
     """Throughput R = sum(work)/sum(time), with running sums so each update and check is O(1).
 
-    The 95% interval is the delta method's: Var(R) ~ s^2 / (n * mean(time)^2), s^2 the sample
-    variance of work_i - R*time_i, the right interval when iterations differ in work
-    (utterances of different lengths).
+    The 95% interval is the delta method's: Var(R) ~ s^2 / (n * mean(time)^2), s^2 the sample variance of the
+    residuals r_i = work_i - R*time_i, the right interval when iterations differ in work (utterances of different
+    lengths); widened for the residuals' lag-1 autocorrelation rho (sum r_i r_(i-1) / sum r_i^2: they sum to 0 by
+    construction) as an AR(1) process needs: variance x (1 + rho) / (1 - rho), t's degrees of freedom from the
+    effective iterations n (1 - rho) / (1 + rho).
     """
 
     n: int = 0
@@ -241,6 +260,11 @@ class RunningRatio:
     ww: float = 0.0
     tt: float = 0.0
     wt: float = 0.0
+    # lag-1 sums: work_i work_(i-1), work_i time_(i-1) + time_i work_(i-1), time_i time_(i-1)
+    ww1: float = 0.0
+    wt1: float = 0.0
+    tt1: float = 0.0
+    last: tuple[float, float] | None = None
 
     def add(self, work: float, seconds: float) -> None:
         self.n += 1
@@ -249,14 +273,24 @@ class RunningRatio:
         self.ww += work * work
         self.tt += seconds * seconds
         self.wt += work * seconds
+        if self.last is not None:
+            w0, t0 = self.last
+            self.ww1 += work * w0
+            self.wt1 += work * t0 + seconds * w0
+            self.tt1 += seconds * t0
+        self.last = (work, seconds)
 
     def estimate(self) -> Estimate:
         rate = self.w / self.t if self.t > 0 else 0.0
         if self.n < 2:
             return Estimate(rate, math.inf, self.n, self.t, self.w)
         ss = max(self.ww - 2 * rate * self.wt + rate * rate * self.tt, 0.0)
-        half = t_quantile(0.975, self.n - 1) * math.sqrt(ss / (self.n - 1) / self.n) / (self.t / self.n)
-        return Estimate(rate, half, self.n, self.t, self.w)
+        lagged = self.ww1 - rate * self.wt1 + rate * rate * self.tt1
+        rho = min(max(lagged / ss, 0.0), LAG1_MAX) if ss > 0 and self.n >= 3 else 0.0
+        dof = max(1, math.floor(self.n * (1 - rho) / (1 + rho)) - 1)
+        var = ss / (self.n - 1) / self.n * (1 + rho) / (1 - rho)
+        half = t_quantile(0.975, dof) * math.sqrt(var) / (self.t / self.n)
+        return Estimate(rate, half, self.n, self.t, self.w, rho, dof)
 
 
 def ratio_estimate(works: list[float], times: list[float]) -> Estimate:
