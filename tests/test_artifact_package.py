@@ -59,6 +59,13 @@ def test_the_bundle_is_an_artifact_package_with_a_generated_guide(tmp_path) -> N
             "iterations before the rule can judge it stable: about 251 (smoke), 800 (paper)") in guide
 
 
+@pytest.mark.parametrize("data", [b"[" * 100_000 + b"]" * 100_000, b"not json", b"[1]", b'{"steadiness": [1]}'])
+def test_a_damaged_calibration_gives_the_guide_no_steadiness_line_and_no_traceback(data) -> None:
+    """A bundled calibration.json nested past the stack, not JSON, not an object or with a steadiness of another
+    shape: ARTIFACT.md says nothing of the machine's steadiness."""
+    assert artifact_doc._steadiness_lines({artifact_doc.CALIBRATION_MEMBER: data}) == []
+
+
 def test_tolerance_is_the_two_intervals_added_with_a_floor() -> None:
     assert artifact_doc.tolerance(0.03, 0.04) == pytest.approx(0.07)
     assert artifact_doc.tolerance(None, None) == artifact_doc.TOLERANCE_FLOOR

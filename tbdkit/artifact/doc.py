@@ -8,7 +8,6 @@ tolerance a reproduction should meet (from the runs' 95% confidence intervals)."
 from __future__ import annotations
 
 import datetime as dt
-import json
 import shlex
 from collections import defaultdict
 from collections.abc import Mapping
@@ -407,11 +406,8 @@ def _hardware_section(runs: list[Any]) -> list[str]:
 
 def _steadiness_lines(files: Mapping[str, bytes]) -> list[str]:
     """How steady the machine that made the runs was when it was calibrated (nothing without that record)."""
-    try:
-        doc = json.loads(files[CALIBRATION_MEMBER])
-    except (KeyError, ValueError):
-        return []
-    steady = doc.get("steadiness") if isinstance(doc, dict) else None
+    doc = readers.json_of(files.get(CALIBRATION_MEMBER, b"")) or {}
+    steady = doc.get("steadiness")
     if not isinstance(steady, dict):
         return []
     return [

@@ -24,6 +24,7 @@ from statistics import fmean, median, stdev
 from typing import Any
 
 from tbdkit.core.statistics import warmup_iterations_needed
+from tbdkit.results.readers import finite
 from tbdkit.spec.run_spec import PRESET_POLICY, MeasurePolicy
 
 BLOCK_S = 0.2  # about one CPU training step of the smoke preset
@@ -103,16 +104,9 @@ def measure(seconds: float) -> dict[str, Any]:
     return {**summarize(times), "seconds": seconds, "products_per_block": timed.get("products_per_block")}
 
 
-def _number(value: Any) -> float | None:
-    """A finite number read from a file, else None (a calibration.json may be damaged or forged)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def sentence(steadiness: dict[str, Any]) -> str:
     """One line for a person: how steady this machine was, and what that noise asks of a warm-up."""
-    noise = _number(steadiness.get("noise"))
+    noise = finite(steadiness.get("noise"))
     if noise is None:
         return f"steadiness: not measured ({str(steadiness.get('reason') or 'no reason recorded')[:300]})"
     needed = steadiness.get("iterations_needed")
@@ -121,9 +115,9 @@ def sentence(steadiness: dict[str, Any]) -> str:
         for preset, n in (needed.items() if isinstance(needed, dict) else ())
         if preset in PRESET_POLICY
     )
-    wander = _number(steadiness.get("wander"))
+    wander = finite(steadiness.get("wander"))
     return (
-        f"steadiness: identical {_number(steadiness.get('block_s')) or BLOCK_S:.2g} s blocks of matrix products (one "
+        f"steadiness: identical {finite(steadiness.get('block_s')) or BLOCK_S:.2g} s blocks of matrix products (one "
         f"thread) varied {noise:.1%} block to block{f' (later half {wander:+.1%})' if wander is not None else ''}; "
         + (
             f"a step that noisy needs warm-up iterations before the rule can judge it stable: about {need}"

@@ -296,8 +296,7 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
             justify="left" if left else "right",
             no_wrap=col in ("framework", "precision", "device", "status", "samples/s", "run", "throughput", "warm-up"),
         )
-    capped: list[str] = []  # a line per capped warm-up whose noise was recorded: the run, and why
-    any_capped = False
+    capped: list[str] = []  # per capped warm-up, the caption's line for it: the run and why ('' where unrecorded)
     for s in summaries:
         m = s.get("metrics") or {}
         thr = m.get("throughput") or {}
@@ -305,10 +304,10 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
         status = s.get("status", "?")
         style = {"ok": "green", "disturbed": "yellow", "oom": "yellow", "interrupted": "yellow"}.get(status, "red")
         rel = thr.get("ci95_relative")
+        short = str(s.get("run_id") or "?").rsplit("-", 1)[-1]
         if warmup_note(s.get("warmup") or {}) is not None:
-            any_capped = True
             why = warmup_why(s.get("warmup") or {})
-            capped += [f"\n{str(s.get('run_id') or '?').rsplit('-', 1)[-1]}: {why}"] if why else []
+            capped.append(f"\n{short}: {why}" if why else "")
         table.add_row(
             str(s.get("framework", "?")),
             str(s.get("batch_size", "?")),
@@ -323,10 +322,10 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
             warmup_cell(s.get("warmup") or {}),
             (f"{window['iterations']} it, {window['seconds']:.1f} s, {window['stop_reason']}" if window else "—")
             + _compiled_in(m),
-            str(s.get("run_id") or "?").rsplit("-", 1)[-1],
+            short,
         )
     caption = Text("run: the id's last part; `tbdkit show <run>` shows one run, `tbdkit runs` lists full ids")
-    if any_capped:
+    if capped:
         caption.append(
             "\nwarm-up capped: a cap ended it before the rule judged the iteration cost stable; "
             "the window may include the end of a warm-up drift" + "".join(capped),
