@@ -14,6 +14,7 @@ DATA ?= synthetic
 PYTHON ?= python3
 REPEAT ?= 1
 REPORT ?= report
+MAX_WARMUP_S ?=
 # workers of `make test`'s parallel pass per suite (see test-host below)
 TEST_WORKERS ?= 2
 TEST_WORKERS_host ?= 4
@@ -32,12 +33,14 @@ endef
 export TBDKIT_NL
 quote = '$(subst $(TBDKIT_NL),'"$$TBDKIT_NL"',$(subst ','\'',$(1)))'
 USER_VARIABLES := MODEL FRAMEWORK BATCH PRESET PRECISION GRAPH LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA WORKLOADS \
-	PYTHON REPEAT REPORT CPUS PIN ONE_PROCESS RETRY_DISTURBED INCLUDE_DISTURBED KICK_RESULTS DEVICE QUICK \
+	PYTHON REPEAT REPORT MAX_WARMUP_S CPUS PIN ONE_PROCESS RETRY_DISTURBED INCLUDE_DISTURBED KICK_RESULTS DEVICE QUICK \
 	ADOPT WHEELS BUDGET SETUP TEST_WORKERS TEST_WORKERS_host TEST_WORKERS_pytorch TEST_WORKERS_tensorflow TEST_WORKERS_mxnet
 unexport $(USER_VARIABLES)
 
 # WORKLOADS=dir[:dir...]: folders of your own models, added to the kit's (docs/your-own-model.md).
 WORKLOADS_OPT = $(if $(value WORKLOADS),--workloads $(call quote,$(value WORKLOADS)))
+# MAX_WARMUP_S=S: a fixed warm-up cap instead of the preset's (a capped warm-up's note says which cap gives the rule room).
+WARMUP_OPT = $(if $(value MAX_WARMUP_S),--max-warmup-s $(call quote,$(value MAX_WARMUP_S)))
 
 VENV := .venv
 TBDKIT := $(VENV)/bin/tbdkit
@@ -80,7 +83,7 @@ bench: $(KIT_STAMP)
 		--data $(call quote,$(value DATA)) \
 		--results $(call quote,$(value RESULTS)) --setup --nodes $(call quote,$(value NODES)) \
 		--gpus-per-node $(call quote,$(value GPUS_PER_NODE)) $(if $(value LINK_RATE),--link-rate $(call quote,$(value LINK_RATE))) \
-		$(if $(value CPUS),--cpus $(call quote,$(value CPUS))) $(if $(value PIN),--pin) $(if $(value ONE_PROCESS),--one-process) $(WORKLOADS_OPT)
+		$(if $(value CPUS),--cpus $(call quote,$(value CPUS))) $(if $(value PIN),--pin) $(if $(value ONE_PROCESS),--one-process) $(WARMUP_OPT) $(WORKLOADS_OPT)
 
 # A grid (BATCH may hold `max`: the largest batch that fits); run again to resume.
 sweep: $(KIT_STAMP)
@@ -89,7 +92,7 @@ sweep: $(KIT_STAMP)
 		--precision $(call quote,$(value PRECISION)) --graph $(call quote,$(value GRAPH)) --repeat $(call quote,$(value REPEAT)) --launcher $(call quote,$(value LAUNCHER)) \
 		--data $(call quote,$(value DATA)) --results $(call quote,$(value RESULTS)) --setup \
 		$(if $(value CPUS),--cpus $(call quote,$(value CPUS))) $(if $(value PIN),--pin) \
-		$(if $(value RETRY_DISTURBED),--retry-disturbed $(call quote,$(value RETRY_DISTURBED))) $(WORKLOADS_OPT)
+		$(if $(value RETRY_DISTURBED),--retry-disturbed $(call quote,$(value RETRY_DISTURBED))) $(WARMUP_OPT) $(WORKLOADS_OPT)
 
 # The paper's figures, tables and claim checks over everything in RESULTS; and the artifact for reviewers.
 report: $(KIT_STAMP)

@@ -85,10 +85,10 @@ def test_log_txt_records_the_command_as_a_shell_reads_it(tmp_path, monkeypatch):
 
 # Every variable a user sets on make's command line (or in the environment); the others are the Makefile's own.
 USER_VARIABLES = ("MODEL FRAMEWORK BATCH PRESET PRECISION GRAPH LAUNCHER NODES GPUS_PER_NODE LINK_RATE RESULTS DATA WORKLOADS PYTHON "
-                  "REPEAT REPORT CPUS PIN ONE_PROCESS RETRY_DISTURBED INCLUDE_DISTURBED KICK_RESULTS DEVICE QUICK ADOPT WHEELS BUDGET SETUP "
+                  "REPEAT REPORT MAX_WARMUP_S CPUS PIN ONE_PROCESS RETRY_DISTURBED INCLUDE_DISTURBED KICK_RESULTS DEVICE QUICK ADOPT WHEELS BUDGET SETUP "
                   "TEST_WORKERS TEST_WORKERS_host TEST_WORKERS_pytorch TEST_WORKERS_tensorflow TEST_WORKERS_mxnet").split()
 MAKEFILE_OWN = {"VENV", "TBDKIT", "KIT_STAMP", "KIT_LOCK", "FRAMEWORK_TESTS", "MAKE", "USER_VARIABLES", "ONE_THREAD", "TBDKIT_NL",
-                "ONE_CORE", "WORKLOADS_OPT"}
+                "ONE_CORE", "WORKLOADS_OPT", "WARMUP_OPT"}
 
 
 def test_every_variable_the_makefile_reads_is_its_own_or_a_user_one():
@@ -155,13 +155,16 @@ def test_no_user_variable_makes_make_run_code_in_any_target(tmp_path):
 def test_sweep_and_bench_take_every_value_as_one_argument(tmp_path):
     odd = "fp32$(shell touch PWNED)`touch PWNED`"
     argv = _make(tmp_path, "sweep", MODEL=odd, FRAMEWORK=odd, BATCH=odd, PRESET=odd, PRECISION=odd, REPEAT=odd,
-                 LAUNCHER=odd, CPUS=odd, RETRY_DISTURBED=odd)
+                 LAUNCHER=odd, CPUS=odd, RETRY_DISTURBED=odd, MAX_WARMUP_S=odd)
     assert argv[1] == odd
     for option in ("--frameworks", "--batch", "--preset", "--precision", "--repeat", "--launcher", "--cpus",
-                   "--retry-disturbed"):
+                   "--retry-disturbed", "--max-warmup-s"):
         assert argv[argv.index(option) + 1] == odd, option
-    argv = _make(tmp_path, "bench", MODEL=odd, NODES=odd, GPUS_PER_NODE=odd, LINK_RATE=odd)
-    assert [argv[argv.index(o) + 1] for o in ("--model", "--nodes", "--gpus-per-node", "--link-rate")] == [odd] * 4
+    argv = _make(tmp_path, "bench", MODEL=odd, NODES=odd, GPUS_PER_NODE=odd, LINK_RATE=odd, MAX_WARMUP_S=odd)
+    options = ("--model", "--nodes", "--gpus-per-node", "--link-rate", "--max-warmup-s")
+    assert [argv[argv.index(o) + 1] for o in options] == [odd] * 5
+    # unset, the preset's own (stretching) cap applies: no option at all
+    assert "--max-warmup-s" not in _make(tmp_path, "bench") + _make(tmp_path, "sweep")
     assert not list(tmp_path.rglob("PWNED"))
 
 

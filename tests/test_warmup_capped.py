@@ -48,7 +48,8 @@ def test_the_results_table_says_which_warm_ups_were_capped(tmp_path):
     text = " ".join(rendered([capped, noisy, stable]).split())
     suffix = noisy["run_id"].rsplit("-", 1)[-1]
     assert (f"{suffix}: its cost varied 8.4% per iteration, with other processes using 0.01 of its cores: the noise "
-            "was this machine's own or the step's; at that noise the rule needs about 262 iterations") in text
+            "was this machine's own or the step's; at that noise the rule needs about 262 iterations; a cap with room "
+            "for 2 times that, at 0.31 s an iteration: make's MAX_WARMUP_S=160 (--max-warmup-s 160)") in text
     assert text.count("its cost varied") == 1  # the capped run without a recorded noise has no line
     assert "capped" not in rendered([stable])
 
@@ -63,7 +64,8 @@ def test_show_says_the_warm_up_was_capped(tmp_path):
     assert "warm-up capped: its time cap ended it after 99 iterations (30.2 s) before the rule judged" in out
     with_warmup(run, CAPPED | {"cost_noise": 0.0742, "iterations_needed": 205})
     out = " ".join(tbdkit("show", run.name, "-r", str(results)).stdout.split())
-    assert "its cost varied 7.4% per iteration; at that noise the rule needs about 205 iterations" in out
+    assert ("its cost varied 7.4% per iteration; at that noise the rule needs about 205 iterations; a cap with room "
+            "for 2 times that, at 0.31 s an iteration: make's MAX_WARMUP_S=130 (--max-warmup-s 130)") in out
     # whose noise it was: other processes' load over the warm-up, against the window's limit
     quiet = {"value": 0.02, "unit": "cores", "limit": 0.25}
     with_warmup(run, CAPPED | {"cost_noise": 0.087, "iterations_needed": 281, "foreign_cpu": quiet})
@@ -74,9 +76,28 @@ def test_show_says_the_warm_up_was_capped(tmp_path):
     out = " ".join(tbdkit("show", run.name, "-r", str(results)).stdout.split())
     assert ("its cost varied 16.7% per iteration while other processes used 0.85 of the run's cores; at that noise "
             "the rule needs more than its look-back holds") in out
+    assert "MAX_WARMUP_S" not in out  # no cap would let the rule end it
     with_warmup(run, STABLE)
     out = tbdkit("show", run.name, "-r", str(results)).stdout
     assert "capped" not in out and "stable" in out
+
+
+def test_the_cap_a_capped_note_offers_is_twice_the_need_at_the_warm_ups_pace():
+    """What a user gives again to let the rule end a warm-up: a fixed cap with room for twice the iterations the
+    rule needs at the noise recorded, at the pace the warm-up went; nothing where the iteration cap ended it or
+    the need or pace is unrecorded, and a plain no where no cap may be that long."""
+    from tbdkit.cli.console import warmup_why
+
+    today = {"end_reason": "time_cap", "iterations": 61, "seconds": 45.5, "cost_noise": 0.1, "iterations_needed": 371}
+    assert warmup_why(today).endswith(  # 2 x 371 x 45.5 / 61 = 553.5 s, in whole tens up
+        "needs about 371 iterations; a cap with room for 2 times that, at 0.75 s an iteration: make's "
+        "MAX_WARMUP_S=560 (--max-warmup-s 560)")
+    assert warmup_why(today | {"iterations_needed": 3000}).endswith(
+        "at 0.75 s an iteration, would be 4,480 s, more than a warm-up cap may be (3,600 s)")
+    for unknown in ({"end_reason": "iteration_cap"}, {"iterations_needed": None}, {"iterations": 0},
+                    {"seconds": float("nan")}, {"seconds": "45"}, {"iterations": True}):
+        assert "a cap with room" not in warmup_why(today | unknown), unknown
+        assert warmup_why(today | unknown).startswith("its cost varied 10.0% per iteration")
 
 
 def smoke_policy():

@@ -14,6 +14,7 @@ command at once; only Rich's own control segments (the live bars' cursor moves) 
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager
@@ -36,7 +37,9 @@ from rich.table import Table
 from rich.text import Text
 
 from tbdkit.bench.progress import Bar, Level, Notifier
+from tbdkit.core.statistics import STRETCH_ITERATIONS_MARGIN
 from tbdkit.launch.base import EventHandler
+from tbdkit.spec.run_spec import MAX_PHASE_S
 
 # C0 controls but tab and newline, DEL and C1 controls (0x9b is a one-byte CSI to some terminals).
 CONTROLS = dict.fromkeys([*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)])
@@ -253,7 +256,31 @@ def warmup_why(warmup: dict[str, Any]) -> str:
         return ""
     needed = warmup.get("iterations_needed")
     need = f"about {needed} iterations" if isinstance(needed, int) else "more than its look-back holds"
-    return f"its cost varied {noise:.1%} per iteration{_warmup_neighbours(warmup)}; at that noise the rule needs {need}"
+    return (
+        f"its cost varied {noise:.1%} per iteration{_warmup_neighbours(warmup)}; at that noise the rule needs {need}"
+        + _warmup_room(warmup)
+    )
+
+
+def _warmup_room(warmup: dict[str, Any]) -> str:
+    """The fixed cap that gives the rule room for its need (STRETCH_ITERATIONS_MARGIN x it, as a stretched cap
+    would) at the warm-up's own pace, to give again ('' where the need or the pace is unrecorded, or where the
+    iteration cap, not the time cap, ended it)."""
+    if warmup.get("end_reason") != "time_cap":
+        return ""
+    needed, iterations, seconds = warmup.get("iterations_needed"), warmup.get("iterations"), warmup.get("seconds")
+    if not (isinstance(needed, int) and isinstance(iterations, int) and isinstance(seconds, (int, float))):
+        return ""
+    if isinstance(needed, bool) or isinstance(iterations, bool) or min(needed, iterations) < 1:
+        return ""
+    if not 0 < seconds < math.inf:
+        return ""
+    pace = seconds / iterations
+    cap = math.ceil(STRETCH_ITERATIONS_MARGIN * needed * pace / 10) * 10
+    room = f"a cap with room for {STRETCH_ITERATIONS_MARGIN:g} times that, at {pace:.2g} s an iteration"
+    if cap > MAX_PHASE_S:
+        return f"; {room}, would be {cap:,} s, more than a warm-up cap may be ({MAX_PHASE_S:,.0f} s)"
+    return f"; {room}: make's MAX_WARMUP_S={cap} (--max-warmup-s {cap})"
 
 
 def _warmup_neighbours(warmup: dict[str, Any]) -> str:
