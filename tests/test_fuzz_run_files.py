@@ -26,8 +26,10 @@ from tbdkit.cli import app
 RUN_FILES = ("summary.json", "env.json", "spec.json", "memory.json", "kernels.csv", "iterations.csv",
              "samples.csv", "log.txt")
 
+# JSON's integers have no bound: one past a float's range (400 digits) is valid JSON that float() cannot hold
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=True) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.sampled_from([10**400, -10**400])
+    | st.floats(allow_nan=True) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
     max_leaves=12)
 
@@ -126,6 +128,94 @@ def test_damaged_run_files_never_give_a_traceback(pristine, tmp_path_factory, mo
         if args[0] == "reproduce" and not bundle.is_file():
             continue
         _no_traceback(runner.invoke(app, args), args)
+
+
+# ---------------------------------------------------------------- numbers no writer of the kit makes
+
+NOT_NUMBERS = [10**400, -10**400, math.nan, math.inf, -1, "many"]  # Python's json writes and reads NaN, Infinity
+
+
+def _forge(path: Path, *where: str | int, value: object) -> None:
+    data = json.loads(path.read_text())
+    node = data
+    for key in where[:-1]:
+        node = node.setdefault(key, {}) if isinstance(key, str) else node[key]
+    node[where[-1]] = value
+    path.write_text(json.dumps(data))
+
+
+def test_numbers_past_a_floats_range_or_not_counts_are_read_as_unmeasured(tmp_path, monkeypatch):
+    """A memory.json count of bytes, a spec.json count of workers or machines, env.json's SM count and clock, an
+    FSDP2 rank's shard and a recorded peak FLOP/s, each a 400-digit integer, NaN, infinity, negative or text
+    (valid JSON all, as Python reads it): the report, show and runs answer, and bundle names the forged specs; the
+    memory table says those cells were not measured, and the run's other numbers stand. One folder of runs, one
+    forged place each."""
+    from tbdkit.report import runs as report_runs
+    from tbdkit.results import readers
+
+    monkeypatch.setenv("TBDKIT_VENVS", str(tmp_path / "no-stacks"))
+    assert readers.finite(10**400) is None and readers.finite(-10**400) is None and readers.finite(2**70) == 2.0**70
+    results = tmp_path / "results"
+    breakdown = {"weights": 2**20, "weight_gradients": 2**20, "feature_maps": 2**21, "workspace": 1, "dynamic": 1}
+    for i, bad in enumerate(NOT_NUMBERS):
+        run = make_run(results, "resnet50", "pytorch", 8 + i, 100.0 + i, device="cuda:0", device_name="NVIDIA Z9",
+                       metrics={"gpu_utilization": 50.0}, memory=breakdown, started=f"2026-11-22T10:00:0{i}",
+                       peak_flops=1e15)
+        _forge(run / "memory.json", "categories", "feature_maps", "bytes", value=bad)
+        _forge(run / "memory.json", "peak", "bytes", value=bad)
+        for key in ("nodes", "world_size", "gpus_per_node"):
+            _forge(run / "spec.json", key, value=bad)
+        _forge(run / "env.json", "framework", "device_properties",
+               value={"compute_capability": "9.0", "sm_count": bad, "max_sm_clock_mhz": bad})
+        _forge(run / "summary.json", "metrics", "mfu", "peak_flops", value=bad)
+        _forge(run / "summary.json", "shard_memory", value={"unit": "bytes", "ranks": [
+            {"weights": bad, "weight_gradients": 2**20, "optimizer_state": 2**21}, "rank one"]})
+        forged = report_runs.from_dir(run)
+        assert forged is not None and forged.memory_bytes("feature_maps") is None and forged.peak_memory_bytes is None
+        assert forged.memory_bytes("weights") == 2**20 and (forged.nodes, forged.world_size, forged.gpus_per_node) == (1, 1, 1)
+        assert forged.peak_flops() is None  # neither the recorded peak nor the properties: no datasheet row either
+    runner = CliRunner()
+    for args in (["report", str(results), "-o", str(tmp_path / "report")], ["runs", "-r", str(results)],
+                 ["show", "last", "-r", str(results)], ["bundle", str(results), "-o", str(tmp_path / "a.tar.gz")]):
+        result = runner.invoke(app, args)
+        _no_traceback(result, args)
+        if args[0] == "bundle":  # bundle validates each spec.json: a forged one is named, never packed
+            assert result.exit_code == 2 and "nothing to bundle" in result.output, result.output
+        else:
+            assert result.exit_code == 0, (args, result.output)
+    md = (tmp_path / "report" / "report.md").read_text()
+    # the memory table: weights and gradients 1 MiB each as written; feature maps and the peak forged, so unmeasured
+    rows = [line.split(" | ", 1)[1] for line in md.splitlines() if line.startswith("| resnet50/pytorch b") and "MiB" not in line
+            and "NVIDIA" not in line]
+    assert rows == ["1.0 | 1.0 | — (not measured) | 0.0 | 0.0 | — (not measured) |"] * len(NOT_NUMBERS), md
+    # the modern table's FSDP2 cell (a Llama run's): each rank's counts, '?' where the summary holds none
+    from tbdkit.report import modern
+
+    assert modern.memory_cell(report_runs.from_dir(run)) == (
+        "rank 0: weights ?, gradients 1.00, optimizer state 2.00 MiB; rank 1: weights ?, gradients ?, optimizer state ? MiB")
+
+
+def test_a_summary_outside_what_a_run_can_be_is_unreadable_and_a_negative_spread_is_none(tmp_path):
+    """summary.json with a batch size past a float's range (the figures' log axis cannot take it), a negative 95%
+    half-width, a negative utilization: the report builds and draws; the first run is left out as unreadable, the
+    others are drawn with no spread below zero."""
+    from tbdkit.report import runs as report_runs
+
+    results = tmp_path / "results"
+    kept = {}
+    for i, (where, bad) in enumerate([(("batch_size",), 10**400), (("world_size",), 0), (("nodes",), 65),
+                                      (("metrics", "throughput", "ci95_half_width"), -1.0),
+                                      (("metrics", "gpu_utilization", "value"), -1.0)]):
+        run = make_run(results, "resnet50", "pytorch", 8 * (i + 1), 100.0 + i, device="cuda:0", device_name="NVIDIA Z9",
+                       metrics={"gpu_utilization": 50.0}, started=f"2026-11-22T10:00:0{i}")
+        _forge(run / "summary.json", *where, value=bad)
+        kept[where[-1]] = report_runs.from_dir(run)
+    assert kept["batch_size"] is None and kept["world_size"] is None and kept["nodes"] is None  # a RunSpec's bounds
+    assert kept["ci95_half_width"] is not None and kept["ci95_half_width"].ci95_half_width is None
+    result = CliRunner().invoke(app, ["report", str(results), "-o", str(tmp_path / "report")])
+    _no_traceback(result, ["report"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "report" / "figures").is_dir()
 
 
 # ---------------------------------------------------------------- compare on numbers that are not rates

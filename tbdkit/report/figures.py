@@ -120,7 +120,7 @@ def _lines_vs_batch(
             ys = [p[1] for p in points]
             err = [p[2] for p in points]
             label = _label(s, varying) + (f" ({metric.replace('_', ' ')})" if metric else "")
-            below = [min(e, y) for e, y in zip(err, ys)]  # a spread never reaches below zero
+            below = [max(0.0, min(e, y)) for e, y in zip(err, ys)]  # a spread never reaches below zero
             ax.errorbar(
                 xs,
                 ys,

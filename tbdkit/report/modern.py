@@ -10,7 +10,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Any
 
-from tbdkit.report.runs import Run, throughput
+from tbdkit.report.runs import Run, byte_count, throughput
 from tbdkit.report.tables import fmt
 
 try:
@@ -58,21 +58,30 @@ def mfu_cell(r: Run) -> str:
     return f"{entry['value']:.1f} %{beside}"
 
 
+SHARD_PARTS = (("weights", "weights"), ("weight_gradients", "gradients"), ("optimizer_state", "optimizer state"))
+
+
+def _shard_cell(shard: Any) -> str:
+    """One FSDP2 rank's weights, gradients and optimizer state in MiB ('?' where the summary holds no count)."""
+    counts = [byte_count(shard.get(key)) if isinstance(shard, dict) else None for key, _ in SHARD_PARTS]
+    return (
+        ", ".join(f"{name} {'?' if b is None else f'{b / MIB:,.2f}'}" for (_, name), b in zip(SHARD_PARTS, counts))
+        + " MiB"
+    )
+
+
 def memory_cell(r: Run) -> str:
     """Each rank's weights, gradients and optimizer state under FSDP2, else the run's memory.json breakdown."""
-    shards = (r.summary.get("shard_memory") or {}).get("ranks")
+    shard_memory = r.summary.get("shard_memory")
+    shards = shard_memory.get("ranks") if isinstance(shard_memory, dict) else None
     if isinstance(shards, list) and shards:
-        return "; ".join(
-            f"rank {i}: weights {s['weights'] / MIB:,.2f}, gradients {s['weight_gradients'] / MIB:,.2f}, "
-            f"optimizer state {s['optimizer_state'] / MIB:,.2f} MiB"
-            for i, s in enumerate(shards)
-        )
+        return "; ".join(f"rank {i}: {_shard_cell(s)}" for i, s in enumerate(shards))
     if not r.memory:
         return "— (no memory.json: a multi-worker run, or none taken)"
     parts = [(c, r.memory_bytes(c)) for c in ("weights", "weight_gradients", "feature_maps")]
-    peak = (r.memory.get("peak") or {}).get("bytes")
+    peak = r.peak_memory_bytes
     cells = [f"{c.replace('_', ' ')} {b / MIB:,.1f}" for c, b in parts if b is not None]
-    return ", ".join(cells + ([f"peak {peak / MIB:,.1f}"] if isinstance(peak, (int, float)) else [])) + " MiB"
+    return ", ".join(cells + ([f"peak {peak / MIB:,.1f}"] if peak is not None else [])) + " MiB"
 
 
 def modern_runs(runs: list[Run]) -> list[Run]:

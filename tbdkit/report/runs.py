@@ -19,6 +19,26 @@ from tbdkit.results.readers import device_name
 from tbdkit.results.summary import MEASURED
 from tbdkit.spec import catalog
 
+MAX_BYTES = 2**64  # no device's memory holds more: a larger count in memory.json is no measurement
+
+
+MAX_COUNT = 10**6  # workers, machines, a GPU's SMs: a run file's larger number is no count
+
+
+def count(value: Any) -> int | None:
+    """A run file's count (workers, nodes, SMs) as a whole number from 1 to MAX_COUNT, else None (null, text, a
+    bool, a fraction, NaN, infinity: a damaged or forged file)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 1 <= value <= MAX_COUNT else None
+
+
+def byte_count(value: Any) -> int | None:
+    """A run file's count of bytes, or None where it is none: null, text, a negative number, NaN, infinity or a
+    400-digit integer (a damaged or forged file)."""
+    number = readers.finite(value)
+    return int(number) if number is not None and 0 <= number <= MAX_BYTES else None
+
 
 def layer_family(*kinds: str) -> frozenset[str]:
     """The models whose workload.toml names one of `kinds` as its dominant layer ("RNN" matches
@@ -122,7 +142,7 @@ class Run:
 
     def metric(self, name: str) -> float | None:
         value = ((self.summary.get("metrics") or {}).get(name) or {}).get("value")
-        return float(value) if isinstance(value, (int, float)) else None
+        return readers.finite(value)
 
     def metric_entry(self, name: str) -> dict[str, Any]:
         return (self.summary.get("metrics") or {}).get(name) or {}
@@ -148,25 +168,30 @@ class Run:
 
     @property
     def ci95_half_width(self) -> float | None:
-        value = self.metric_entry("throughput").get("ci95_half_width")
-        return float(value) if isinstance(value, (int, float)) else None
+        value = readers.finite(self.metric_entry("throughput").get("ci95_half_width"))
+        return value if value is not None and value >= 0 else None  # a half-width below 0 is no interval
 
     @property
     def world_size(self) -> int:
-        return int(self.summary.get("world_size") or self.spec.get("world_size") or 1)
+        return count(self.summary.get("world_size")) or count(self.spec.get("world_size")) or 1
 
     @property
     def nodes(self) -> int:
-        return int(self.summary.get("nodes") or self.spec.get("nodes") or 1)
+        return count(self.summary.get("nodes")) or count(self.spec.get("nodes")) or 1
 
     @property
     def link_rate(self) -> str | None:
         return self.summary.get("link_rate") or self.spec.get("link_rate")
 
     def memory_bytes(self, category: str) -> int | None:
+        """One category's bytes in memory.json (None: not measured, or no count of bytes)."""
         entry = ((self.memory or {}).get("categories") or {}).get(category) or {}
-        value = entry.get("bytes")
-        return int(value) if isinstance(value, (int, float)) else None
+        return byte_count(entry.get("bytes"))
+
+    @property
+    def peak_memory_bytes(self) -> int | None:
+        """memory.json's peak (None: not measured, or no count of bytes)."""
+        return byte_count(((self.memory or {}).get("peak") or {}).get("bytes"))
 
     @property
     def is_gpu(self) -> bool:
@@ -178,7 +203,7 @@ class Run:
 
     @property
     def gpus_per_node(self) -> int:
-        return int(self._field("gpus_per_node") or max(1, self.world_size // self.nodes))
+        return count(self._field("gpus_per_node")) or max(1, self.world_size // self.nodes)
 
     @property
     def series(self) -> SeriesKey:
@@ -203,19 +228,17 @@ class Run:
         (tbdkit.analysis.peak): as the run recorded it beside its MFU, else computed from the
         device properties env.json holds; None where neither is on disk."""
         for value in (self.metric_entry("peak_flops").get("value"), self.metric_entry("mfu").get("peak_flops")):
-            if isinstance(value, (int, float)) and value > 0:
-                return float(value)
+            number = readers.finite(value)
+            if number is not None and number > 0:
+                return number
         mode = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp8": "fp8"}.get(self.precision, "amp")
         if self.is_gpu and product_of(self.device_name) is not None:  # a datasheet row needs no properties
             return peak_flops(Device(self.device_name, "", 0, 0.0, "datasheet"), mode)[0]
         props = (self.env.get("framework") or {}).get("device_properties") or {}
-        clock = props.get("max_sm_clock_mhz")
-        if not (self.is_gpu and props.get("compute_capability") and props.get("sm_count") and clock):
+        clock, sms = readers.finite(props.get("max_sm_clock_mhz")), count(props.get("sm_count"))
+        if not (self.is_gpu and props.get("compute_capability") and sms and clock and clock > 0):
             return None
-        device = Device(
-            self.device_name, str(props["compute_capability"]), int(props["sm_count"]), float(clock), runfiles.ENV
-        )
-        return peak_flops(device, mode)[0]
+        return peak_flops(Device(self.device_name, str(props["compute_capability"]), sms, clock, runfiles.ENV), mode)[0]
 
 
 def from_files(files: readers.RunFiles, run_id: str | None = None, flag: dict[str, Any] | None = None) -> Run:

@@ -60,7 +60,7 @@ def md_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def summary_row(r: Run) -> dict[str, Any]:
-    peak = ((r.memory or {}).get("peak") or {}).get("bytes")
+    peak = r.peak_memory_bytes
     fm = r.memory_bytes("feature_maps")
     return {
         "run_id": r.run_id,
@@ -221,16 +221,11 @@ def memory_rows(runs: list[Run]) -> list[list[str]]:
         cells = []
         for c in MEMORY_CATEGORIES:
             entry = (r.memory.get("categories") or {}).get(c) or {}
-            b = entry.get("bytes")
-            cells.append(
-                f"{b / 2**20:,.1f}" if isinstance(b, (int, float)) else f"— ({entry.get('reason') or 'not measured'})"
-            )
-        peak = r.memory.get("peak") or {}
-        cells.append(
-            f"{peak['bytes'] / 2**20:,.1f}"
-            if isinstance(peak.get("bytes"), (int, float))
-            else f"— ({peak.get('reason') or 'not measured'})"
-        )
+            b = r.memory_bytes(c)
+            cells.append(f"{b / 2**20:,.1f}" if b is not None else f"— ({entry.get('reason') or 'not measured'})")
+        peak = r.peak_memory_bytes
+        why = (r.memory.get("peak") or {}).get("reason") or "not measured"
+        cells.append(f"{peak / 2**20:,.1f}" if peak is not None else f"— ({why})")
         rows.append([f"{r.model}/{r.framework} b{r.batch_size}"] + cells)
     return rows
 

@@ -52,10 +52,14 @@ def objects(data: dict[str, Any], *keys: str) -> dict[str, Any]:
 
 
 def finite(value: Any) -> float | None:
-    """A JSON value as a finite float; None for anything else (null, text, a bool, NaN, infinity)."""
+    """A JSON value as a finite float; None for anything else (null, text, a bool, NaN, infinity, an integer past a
+    float's range: JSON's integers have no bound)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        return float(value) if math.isfinite(value) else None
+    except OverflowError:
+        return None
 
 
 def number(text: str | None) -> float | None:

@@ -19,10 +19,11 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tbdkit.results import sink
 from tbdkit.results.files import SUMMARY
+from tbdkit.spec.run_spec import MAX_BATCH, MAX_GPUS_PER_NODE, MAX_NODES
 
 if TYPE_CHECKING:
     from tbdkit.spec.run_spec import RunSpec
@@ -115,7 +116,7 @@ class Summary(BaseModel):
     framework: str
     run_id: str | None = None
     error: str | None = None
-    batch_size: int | None = None
+    batch_size: int | None = Field(None, gt=0, le=MAX_BATCH)  # what a RunSpec allows: a larger one is no run's
     precision: str | None = None
     graph: str | None = None  # standard | compiled (unrecorded before compiled runs existed: standard)
     preset: str | None = None
@@ -133,8 +134,8 @@ class Summary(BaseModel):
     window: Window | None = None
     convergence: Convergence | None = None
     loss: dict[str, Any] | None = None
-    world_size: int | None = None
-    nodes: int | None = None
+    world_size: int | None = Field(None, ge=1, le=MAX_NODES * MAX_GPUS_PER_NODE)
+    nodes: int | None = Field(None, ge=1, le=MAX_NODES)
     link_rate: str | None = None
     unstable: bool | None = None
     disturbed_reasons: list[str] | None = None
