@@ -205,7 +205,8 @@ def test_a_summary_outside_what_a_run_can_be_is_unreadable_and_a_negative_spread
     kept = {}
     for i, (where, bad) in enumerate([(("batch_size",), 10**400), (("world_size",), 0), (("nodes",), 65),
                                       (("metrics", "throughput", "ci95_half_width"), -1.0),
-                                      (("metrics", "gpu_utilization", "value"), -1.0)]):
+                                      (("metrics", "gpu_utilization", "value"), -1.0),
+                                      (("metrics", "throughput", "ci95_relative"), -1.0)]):
         run = make_run(results, "resnet50", "pytorch", 8 * (i + 1), 100.0 + i, device="cuda:0", device_name="NVIDIA Z9",
                        metrics={"gpu_utilization": 50.0}, started=f"2026-11-22T10:00:0{i}")
         _forge(run / "summary.json", *where, value=bad)
@@ -216,6 +217,13 @@ def test_a_summary_outside_what_a_run_can_be_is_unreadable_and_a_negative_spread
     _no_traceback(result, ["report"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "report" / "figures").is_dir()
+    # the bundle's guide: a negative relative half-width is no interval (it read "±-100.0%")
+    result = CliRunner().invoke(app, ["bundle", str(results), "-o", str(tmp_path / "a.tar.gz")])
+    _no_traceback(result, ["bundle"])
+    assert result.exit_code == 0, result.output
+    guide = artifact.read(tmp_path / "a.tar.gz")[1]["ARTIFACT.md"].decode()
+    (row,) = [line for line in guide.splitlines() if line.startswith("| 2026") and "-b48-" in line and "samples/s" in line]
+    assert "(no CI: the floor alone)" in row and "±-" not in row, row
 
 
 # ---------------------------------------------------------------- compare on numbers that are not rates

@@ -34,7 +34,6 @@ import hashlib
 import importlib
 import io
 import json
-import math
 import os
 import re
 import socket
@@ -556,10 +555,7 @@ def recorded_runs(files: Mapping[str, bytes]) -> list[tuple[dict[str, Any], dict
 
 def _number(summary: dict[str, Any], metric: str) -> tuple[float | None, str | None]:
     m = (summary.get("metrics") or {}).get(metric) or {}
-    value = m.get("value")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value), m.get("unit")
-    return None, m.get("unit")
+    return readers.finite(m.get("value")), m.get("unit")
 
 
 def compare(recorded: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -611,8 +607,8 @@ def compare(recorded: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def _ci_relative(summary: dict[str, Any], metric: str) -> float | None:
-    value = ((summary.get("metrics") or {}).get(metric) or {}).get("ci95_relative")
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+    value = readers.finite(((summary.get("metrics") or {}).get(metric) or {}).get("ci95_relative"))
+    return value if value is not None and value >= 0 else None  # a forged file's 400 digits, NaN or -1: none
 
 
 # ---------------------------------------------------------------- verdicts of a reproduction

@@ -77,9 +77,8 @@ def _software(env: dict[str, Any]) -> str:
 
 def _ci(summary: dict[str, Any]) -> tuple[float | None, float | None, str]:
     thr = _obj(_obj(summary.get("metrics")).get("throughput"))
-    value = thr.get("value") if isinstance(thr.get("value"), (int, float)) else None
-    rel = thr.get("ci95_relative") if isinstance(thr.get("ci95_relative"), (int, float)) else None
-    return value, rel, str(thr.get("unit") or "")
+    value, rel = readers.finite(thr.get("value")), readers.finite(thr.get("ci95_relative"))
+    return value, rel if rel is not None and rel >= 0 else None, str(thr.get("unit") or "")  # a width is >= 0
 
 
 def _sweep_command(spec: dict[str, Any], batches: list[int]) -> str:
