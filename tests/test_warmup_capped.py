@@ -77,6 +77,11 @@ def test_show_says_the_warm_up_was_capped(tmp_path):
     assert ("its cost varied 16.7% per iteration while other processes used 0.85 of the run's cores; at that noise "
             "the rule needs more than its look-back holds") in out
     assert "MAX_WARMUP_S" not in out  # no cap would let the rule end it
+    # a forged warm-up record (valid JSON) is shown in words: it ended `tbdkit show` in OverflowError and ValueError
+    with_warmup(run, CAPPED | {"seconds": "x", "cost_noise": 10**400, "foreign_cpu": {"value": 10**400}})
+    shown = tbdkit("show", run.name, "-r", str(results))
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    assert "warm-up capped: its time cap ended it after 99 iterations before the rule judged" in " ".join(shown.stdout.split())
     with_warmup(run, STABLE)
     out = tbdkit("show", run.name, "-r", str(results)).stdout
     assert "capped" not in out and "stable" in out
@@ -98,6 +103,20 @@ def test_the_cap_a_capped_note_offers_is_twice_the_need_at_the_warm_ups_pace():
                     {"seconds": float("nan")}, {"seconds": "45"}, {"iterations": True}):
         assert "a cap with room" not in warmup_why(today | unknown), unknown
         assert warmup_why(today | unknown).startswith("its cost varied 10.0% per iteration")
+    # a damaged or forged summary (valid JSON: 400 digits, NaN, text, a list) is said in words, never a traceback
+    from tbdkit.cli.console import warmup_note
+
+    big = 10**400
+    assert warmup_why(today | {"seconds": 1e308}).endswith("an iteration, would be more than a warm-up cap may be (3,600 s)")
+    assert warmup_why(today | {"cost_noise": big}) == warmup_why(today | {"cost_noise": "high"}) == ""
+    assert warmup_why(today | {"iterations_needed": big}) == "its cost varied 10.0% per iteration"
+    for forged in ({"foreign_cpu": {"value": big, "limit": 0.25}}, {"foreign_cpu": [1]}, {"seconds": big},
+                   {"iterations": big}, {"seconds": "long"}):
+        note = warmup_note(today | forged)
+        assert note is not None and note.startswith("warm-up capped: its time cap ended it after "), forged
+        assert "its cost varied 10.0% per iteration" in note and "10000000000" not in note, (forged, note)
+    assert warmup_note(today | {"iterations": big, "seconds": "long"}).startswith(
+        "warm-up capped: its time cap ended it after ? iterations before the rule judged")
 
 
 def smoke_policy():

@@ -39,6 +39,7 @@ from rich.text import Text
 from tbdkit.bench.progress import Bar, Level, Notifier
 from tbdkit.core.statistics import STRETCH_ITERATIONS_MARGIN
 from tbdkit.launch.base import EventHandler
+from tbdkit.results.readers import finite
 from tbdkit.spec.run_spec import MAX_PHASE_S
 
 # C0 controls but tab and newline, DEL and C1 controls (0x9b is a one-byte CSI to some terminals).
@@ -235,11 +236,22 @@ def warmup_note(warmup: dict[str, Any]) -> str | None:
     reason = (warmup or {}).get("end_reason")
     if reason is None or reason == "stable":
         return None
+    iterations, seconds = _iterations(warmup.get("iterations")), finite(warmup.get("seconds"))
     return (
-        f"warm-up capped: its {WARMUP_CAPS.get(str(reason), str(reason))} ended it after {warmup.get('iterations')} iterations "
-        f"({warmup.get('seconds', 0):.1f} s) before the rule judged the iteration cost stable, so the window "
-        "may include the end of a warm-up drift" + _warmup_need(warmup)
+        f"warm-up capped: its {WARMUP_CAPS.get(str(reason), str(reason))} ended it after "
+        f"{'?' if iterations is None else iterations} iterations{'' if seconds is None else f' ({seconds:.1f} s)'} "
+        "before the rule judged the iteration cost stable, so the window may include the end of a warm-up drift"
+        + _warmup_need(warmup)
     )
+
+
+MAX_ITERATIONS_SAID = 10**9  # a summary's count of iterations above this is no run's (a damaged or forged file)
+
+
+def _iterations(value: Any) -> int | None:
+    """A summary's count of iterations, or None where it is none (text, a bool, a fraction, 0, 400 digits)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ITERATIONS_SAID
+    return value if ok else None
 
 
 def _warmup_need(warmup: dict[str, Any]) -> str:
@@ -251,43 +263,44 @@ def _warmup_need(warmup: dict[str, Any]) -> str:
 def warmup_why(warmup: dict[str, Any]) -> str:
     """Why the rule could not judge within the cap: the cost's noise, whose it was, and the iterations that noise
     needs ('' if unrecorded)."""
-    noise = warmup.get("cost_noise")
-    if not isinstance(noise, (int, float)):
+    noise = finite(warmup.get("cost_noise"))
+    if noise is None:
         return ""
     needed = warmup.get("iterations_needed")
-    need = f"about {needed} iterations" if isinstance(needed, int) else "more than its look-back holds"
-    return (
-        f"its cost varied {noise:.1%} per iteration{_warmup_neighbours(warmup)}; at that noise the rule needs {need}"
-        + _warmup_room(warmup)
-    )
+    if needed is None:
+        need = "; at that noise the rule needs more than its look-back holds"
+    elif _iterations(needed) is not None:
+        need = f"; at that noise the rule needs about {needed} iterations" + _warmup_room(warmup)
+    else:
+        need = ""
+    return f"its cost varied {noise:.1%} per iteration{_warmup_neighbours(warmup)}{need}"
 
 
 def _warmup_room(warmup: dict[str, Any]) -> str:
     """The fixed cap that gives the rule room for its need (STRETCH_ITERATIONS_MARGIN x it, as a stretched cap
     would) at the warm-up's own pace, to give again ('' where the need or the pace is unrecorded, or where the
     iteration cap, not the time cap, ended it)."""
-    if warmup.get("end_reason") != "time_cap":
-        return ""
-    needed, iterations, seconds = warmup.get("iterations_needed"), warmup.get("iterations"), warmup.get("seconds")
-    if not (isinstance(needed, int) and isinstance(iterations, int) and isinstance(seconds, (int, float))):
-        return ""
-    if isinstance(needed, bool) or isinstance(iterations, bool) or min(needed, iterations) < 1:
-        return ""
-    if not 0 < seconds < math.inf:
+    needed, iterations = _iterations(warmup.get("iterations_needed")), _iterations(warmup.get("iterations"))
+    seconds = finite(warmup.get("seconds"))
+    if warmup.get("end_reason") != "time_cap" or needed is None or iterations is None or not seconds or seconds < 0:
         return ""
     pace = seconds / iterations
-    cap = math.ceil(STRETCH_ITERATIONS_MARGIN * needed * pace / 10) * 10
     room = f"a cap with room for {STRETCH_ITERATIONS_MARGIN:g} times that, at {pace:.2g} s an iteration"
-    if cap > MAX_PHASE_S:
-        return f"; {room}, would be {cap:,} s, more than a warm-up cap may be ({MAX_PHASE_S:,.0f} s)"
+    total = STRETCH_ITERATIONS_MARGIN * needed * pace
+    if not total <= MAX_PHASE_S:  # past an hour (a damaged file's pace: past any length)
+        said = f" {math.ceil(total / 10) * 10:,} s," if total < MAX_PHASE_S * 1000 else ""
+        return f"; {room}, would be{said} more than a warm-up cap may be ({MAX_PHASE_S:,.0f} s)"
+    cap = math.ceil(total / 10) * 10
     return f"; {room}: make's MAX_WARMUP_S={cap} (--max-warmup-s {cap})"
 
 
 def _warmup_neighbours(warmup: dict[str, Any]) -> str:
     """Whose noise it was: other processes' load on the run's cores over the warm-up ('' if unmeasured)."""
-    foreign = warmup.get("foreign_cpu") or {}
-    cores, limit = foreign.get("value"), foreign.get("limit")
-    if not isinstance(cores, (int, float)) or not isinstance(limit, (int, float)):
+    foreign = warmup.get("foreign_cpu")
+    if not isinstance(foreign, dict):
+        return ""
+    cores, limit = finite(foreign.get("value")), finite(foreign.get("limit"))
+    if cores is None or limit is None:
         return ""
     if cores >= limit:
         return f" while other processes used {cores:.2f} of the run's cores"
