@@ -39,7 +39,7 @@ from rich.text import Text
 from tbdkit.bench.progress import Bar, Level, Notifier
 from tbdkit.core.statistics import STRETCH_ITERATIONS_MARGIN
 from tbdkit.launch.base import EventHandler
-from tbdkit.results.readers import finite
+from tbdkit.results.readers import count, finite
 from tbdkit.spec.run_spec import MAX_PHASE_S
 
 # C0 controls but tab and newline, DEL and C1 controls (0x9b is a one-byte CSI to some terminals).
@@ -249,9 +249,8 @@ MAX_ITERATIONS_SAID = 10**9  # a summary's count of iterations above this is no 
 
 
 def _iterations(value: Any) -> int | None:
-    """A summary's count of iterations, or None where it is none (text, a bool, a fraction, 0, 400 digits)."""
-    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ITERATIONS_SAID
-    return value if ok else None
+    """A summary's count of iterations (readers.count), or None where it is none."""
+    return count(value, MAX_ITERATIONS_SAID)
 
 
 def _warmup_need(warmup: dict[str, Any]) -> str:

@@ -26,11 +26,8 @@ MAX_COUNT = 10**6  # workers, machines, a GPU's SMs: a run file's larger number 
 
 
 def count(value: Any) -> int | None:
-    """A run file's count (workers, nodes, SMs) as a whole number from 1 to MAX_COUNT, else None (null, text, a
-    bool, a fraction, NaN, infinity: a damaged or forged file)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value if 1 <= value <= MAX_COUNT else None
+    """A run file's count of workers, machines or SMs (readers.count), else None."""
+    return readers.count(value, MAX_COUNT)
 
 
 def byte_count(value: Any) -> int | None:

@@ -62,6 +62,13 @@ def finite(value: Any) -> float | None:
         return None
 
 
+def count(value: Any, most: int) -> int | None:
+    """A JSON value as a whole number from 1 to `most` (workers, SMs, iterations), else None: null, text, a bool, a
+    fraction, 0 or less, or more than any run has (a damaged or forged file)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= most
+    return value if ok else None
+
+
 def number(text: str | None) -> float | None:
     """A CSV cell as a finite float; None when it is empty or not a number."""
     try:
