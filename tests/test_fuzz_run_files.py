@@ -150,6 +150,7 @@ def test_numbers_past_a_floats_range_or_not_counts_are_read_as_unmeasured(tmp_pa
     (valid JSON all, as Python reads it): the report, show and runs answer, and bundle names the forged specs; the
     memory table says those cells were not measured, and the run's other numbers stand. One folder of runs, one
     forged place each."""
+    from tbdkit.report import modern
     from tbdkit.report import runs as report_runs
     from tbdkit.results import readers
 
@@ -168,12 +169,17 @@ def test_numbers_past_a_floats_range_or_not_counts_are_read_as_unmeasured(tmp_pa
         _forge(run / "env.json", "framework", "device_properties",
                value={"compute_capability": "9.0", "sm_count": bad, "max_sm_clock_mhz": bad})
         _forge(run / "summary.json", "metrics", "mfu", "peak_flops", value=bad)
+        _forge(run / "summary.json", "metrics", "mfu", "mfu_other", value=bad)
+        _forge(run / "summary.json", "metrics", "model_flops_per_sample", "flops_per_work", value=bad)
         _forge(run / "summary.json", "shard_memory", value={"unit": "bytes", "ranks": [
             {"weights": bad, "weight_gradients": 2**20, "optimizer_state": 2**21}, "rank one"]})
         forged = report_runs.from_dir(run)
         assert forged is not None and forged.memory_bytes("feature_maps") is None and forged.peak_memory_bytes is None
         assert forged.memory_bytes("weights") == 2**20 and (forged.nodes, forged.world_size, forged.gpus_per_node) == (1, 1, 1)
         assert forged.peak_flops() is None  # neither the recorded peak nor the properties: no datasheet row either
+        # the modern table's cells (a Llama run's): the MFU without the other mode's, no TFLOP/s from a forged count
+        if bad != -1:  # a finite number is shown as the file has it
+            assert modern.mfu_cell(forged) == "40.0 %" and modern.tflops_per_gpu(forged) is None
     runner = CliRunner()
     for args in (["report", str(results), "-o", str(tmp_path / "report")], ["runs", "-r", str(results)],
                  ["show", "last", "-r", str(results)], ["bundle", str(results), "-o", str(tmp_path / "a.tar.gz")]):
@@ -189,8 +195,6 @@ def test_numbers_past_a_floats_range_or_not_counts_are_read_as_unmeasured(tmp_pa
             and "NVIDIA" not in line]
     assert rows == ["1.0 | 1.0 | — (not measured) | 0.0 | 0.0 | — (not measured) |"] * len(NOT_NUMBERS), md
     # the modern table's FSDP2 cell (a Llama run's): each rank's counts, '?' where the summary holds none
-    from tbdkit.report import modern
-
     assert modern.memory_cell(report_runs.from_dir(run)) == (
         "rank 0: weights ?, gradients 1.00, optimizer state 2.00 MiB; rank 1: weights ?, gradients ?, optimizer state ? MiB")
 

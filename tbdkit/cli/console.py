@@ -231,11 +231,16 @@ def warmup_cell(warmup: dict[str, Any]) -> Text:
     return Text("stable") if reason == "stable" else Text("capped", style="yellow")
 
 
+def warmup_capped(warmup: dict[str, Any]) -> bool:
+    """Whether a cap, not the rule, ended the warm-up."""
+    return warmup.get("end_reason") not in (None, "stable")
+
+
 def warmup_note(warmup: dict[str, Any]) -> str | None:
     """A sentence for a warm-up that a cap ended (None when the rule judged it stable)."""
-    reason = (warmup or {}).get("end_reason")
-    if reason is None or reason == "stable":
+    if not warmup_capped(warmup or {}):
         return None
+    reason = warmup["end_reason"]
     iterations, seconds = _iterations(warmup.get("iterations")), finite(warmup.get("seconds"))
     return (
         f"warm-up capped: its {WARMUP_CAPS.get(str(reason), str(reason))} ended it after "
@@ -281,7 +286,7 @@ def _warmup_room(warmup: dict[str, Any]) -> str:
     iteration cap, not the time cap, ended it)."""
     needed, iterations = _iterations(warmup.get("iterations_needed")), _iterations(warmup.get("iterations"))
     seconds = finite(warmup.get("seconds"))
-    if warmup.get("end_reason") != "time_cap" or needed is None or iterations is None or not seconds or seconds < 0:
+    if warmup.get("end_reason") != "time_cap" or needed is None or iterations is None or not (seconds and seconds > 0):
         return ""
     pace = seconds / iterations
     room = f"a cap with room for {STRETCH_ITERATIONS_MARGIN:g} times that, at {pace:.2g} s an iteration"
@@ -344,8 +349,8 @@ def results_table(summaries: list[dict[str, Any]], title: str = "Results") -> Ta
         style = {"ok": "green", "disturbed": "yellow", "oom": "yellow", "interrupted": "yellow"}.get(status, "red")
         rel = thr.get("ci95_relative")
         short = str(s.get("run_id") or "?").rsplit("-", 1)[-1]
-        if warmup_note(s.get("warmup") or {}) is not None:
-            why = warmup_why(s.get("warmup") or {})
+        if warmup_capped(s.get("warmup") or {}):
+            why = warmup_why(s["warmup"])
             capped.append(f"\n{short}: {why}" if why else "")
         table.add_row(
             str(s.get("framework", "?")),

@@ -12,6 +12,7 @@ from typing import Any
 
 from tbdkit.report.runs import Run, byte_count, throughput
 from tbdkit.report.tables import fmt
+from tbdkit.results import readers
 
 try:
     import tomllib  # novermin
@@ -45,16 +46,16 @@ def per_gpu(r: Run) -> float | None:
 
 def tflops_per_gpu(r: Run) -> float | None:
     """Model FLOPs per unit of work (the kit's counter) x work per second per GPU, in TFLOP/s."""
-    per_work, value = r.metric_entry("model_flops_per_sample").get("flops_per_work"), per_gpu(r)
-    return per_work * value / 1e12 if isinstance(per_work, (int, float)) and value is not None else None
+    per_work, value = readers.finite(r.metric_entry("model_flops_per_sample").get("flops_per_work")), per_gpu(r)
+    return per_work * value / 1e12 if per_work is not None and value is not None else None
 
 
 def mfu_cell(r: Run) -> str:
     entry = r.metric_entry("mfu")
     if not isinstance(entry.get("value"), (int, float)):
         return f"— ({entry.get('reason') or 'not measured'})"
-    other = entry.get("mfu_other")
-    beside = f" ({other:.1f} % of the other mode's peak)" if isinstance(other, (int, float)) else ""
+    other = readers.finite(entry.get("mfu_other"))  # beside the schema's fields: a forged file's may be anything
+    beside = f" ({other:.1f} % of the other mode's peak)" if other is not None else ""
     return f"{entry['value']:.1f} %{beside}"
 
 
