@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from killed_writes import killed_mid_write
 from typer.testing import CliRunner
 
 from tbdkit.bench import kick
@@ -148,6 +149,13 @@ def test_a_bench_stopped_at_its_deadline_leaves_a_finished_run_folder(tmp_path, 
     mllog.unlink()  # as when the agent wrote its summary and only the launcher was killed
     kick._finish_stopped(results, 0.0, 12.0)
     assert mllog.is_file() and assert_run_holds(results / run["run_id"]) == summary
+    # killed while a write was under way (a chance a deadline's SIGKILL takes): the half file goes, the summary says so
+    for name in ("summary.json", "mllog.txt"):
+        (results / run["run_id"] / name).unlink()
+    killed_mid_write(results / run["run_id"] / "iterations.csv")
+    kick._finish_stopped(results, 0.0, 12.0)
+    error = assert_run_holds(results / run["run_id"])["error"]
+    assert error.endswith("it measured; its unfinished write of iterations.csv was removed"), error
 
 
 @pytest.mark.parametrize("budget", ["nan", "inf", "-5", "0"])

@@ -10,12 +10,13 @@ import os
 from pathlib import Path
 
 import pytest
+from killed_writes import killed_mid_write
 
-from tbdkit.results import sink
+from tbdkit.bench.sweep import RunResult, SweepRun
 from tbdkit.core.errors import UserError
 from tbdkit.launch.outcome import finalize
+from tbdkit.results import sink
 from tbdkit.spec.run_spec import RunSpec
-from tbdkit.bench.sweep import RunResult, SweepRun
 from tbdkit.spec.sweep_spec import parse
 
 SPEC = RunSpec(model="mlp_numpy", framework="numpy", batch_size=2, device="cpu", preset="smoke")
@@ -105,6 +106,26 @@ def test_an_agent_killed_by_a_signal_is_failed_naming_it_and_the_rows_kept(tmp_p
     assert status == "failed" and summary["signal"] == "SIGKILL"
     assert summary["error"] == ("the agent was killed by SIGKILL before writing its results; iterations.csv keeps "
                                 "the 3 iteration(s) it measured; see log.txt")
+
+
+def test_an_agent_killed_mid_write_leaves_no_half_file_and_the_summary_says_which(tmp_path):
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    (run_dir / "iterations.csv").write_text("iteration,phase\n0,warmup\n")
+    killed_mid_write(run_dir / "iterations.csv")
+    status, summary = finalize(run_dir, SPEC, -9)
+    assert status == "failed" and not [p.name for p in run_dir.iterdir() if p.name.endswith(".tmp")]
+    assert summary["error"] == ("the agent was killed by SIGKILL before writing its results; iterations.csv keeps "
+                                "the 1 iteration(s) it measured; its unfinished write of iterations.csv was removed; "
+                                "see log.txt")
+    # a job's second worker killed while writing its own summary: its folder too, and both are named
+    (run_dir / "summary.json").unlink()
+    killed_mid_write(run_dir / "iterations.csv")
+    killed_mid_write(run_dir / "workers" / "rank1" / "summary.json")
+    _, summary = finalize(run_dir, SPEC, -9)
+    assert not list(run_dir.rglob("*.tmp"))
+    assert "its unfinished writes of iterations.csv, summary.json were removed" in summary["error"]
+    assert (run_dir / "iterations.csv").read_text() == "iteration,phase\n0,warmup\n"  # the old file, whole
 
 
 def sweep_spec(tmp_path: Path):

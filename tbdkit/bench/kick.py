@@ -43,6 +43,7 @@ from tbdkit.results.sink import read_json, write_json, write_text
 DEFAULT_BUDGET_S = 420.0  # 7 minutes: the GPU plan's steps fit an H100 (those that do not are skipped, said)
 FOLDER = "kick-the-tires"  # inside the results folder: steps.json, table.txt, logs/
 GRACE_S = 10.0  # after SIGINT, before SIGKILL
+KILL_WAIT_S = 5.0  # after SIGKILL to a step's agents, for them to be gone before their run folder is finished
 MODELS = ("resnet50", "deepspeech2")
 STARTUP_S = 25.0  # a bench's own start and end beside its warm-up and window: the stack's imports, the model, the files
 # (model, precision, warm-up cap s, window cap s, step cap s, estimate s) in the order they run: fp32 first, the
@@ -384,7 +385,9 @@ def _stop(proc: subprocess.Popen[bytes], grace_s: float) -> None:
 
 
 def _kill(processes: list[Any]) -> None:
-    """SIGKILL to each of `processes` (psutil's, which checks it is still the process it was) still running."""
+    """SIGKILL to each of `processes` (psutil's, which checks it is still the process it was) still running, and
+    a wait until they are gone: a write a process had under way when the signal came finishes in the kernel
+    first, and the run folder is finished only after."""
     import psutil
 
     for p in processes:
@@ -392,6 +395,20 @@ def _kill(processes: list[Any]) -> None:
             p.kill()
         except psutil.Error:
             continue
+    deadline = time.monotonic() + KILL_WAIT_S
+    while any(_alive(p) for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _alive(process: Any) -> bool:
+    """Still running, by psutil's check that the pid is the same process; a zombie (dead, not yet reaped by a
+    parent that is not this process) has ended every write."""
+    import psutil
+
+    try:
+        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
 
 
 def run_step(step: Step, args: list[str], timeout_s: float, logs: Path, results: Path) -> Outcome:

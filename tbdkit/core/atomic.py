@@ -54,6 +54,17 @@ def replacing(path: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def unfinished(folder: Path) -> dict[Path, str]:
+    """The temporary files of writes in `folder` (not its subfolders) that never finished, each with the name
+    of the file it was to become: what a writer killed mid-write (SIGKILL, the OOM killer) leaves. Only for a
+    folder whose writers are known to be dead: a live writer's file looks the same."""
+    try:
+        found = [p for p in Path(folder).glob(".*.tmp") if p.is_file()]
+    except OSError:
+        return {}
+    return {p: p.name[1:].rsplit(".", 2)[0] for p in sorted(found)}  # ".NAME.<mkstemp's 8>.tmp"
+
+
 def write_bytes(path: Path, data: bytes) -> None:
     """`data` at `path` whole, flushed to disk, or the old file untouched and the error raised."""
     with replacing(path) as tmp, tmp.open("wb") as f:

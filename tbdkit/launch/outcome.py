@@ -67,6 +67,29 @@ def _measured_rows(run_dir: Path) -> int:
         return 0
 
 
+def _subfolders(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+    except OSError:
+        return []
+
+
+def _clear_unfinished(run_dir: Path) -> str:
+    """Remove the temporary files of the writes the run's killed processes had begun (in the run folder and its
+    workers' folders); what they were to become, as words for the summary's error ('' when none)."""
+    from tbdkit.core import atomic
+
+    rd = RunDir(run_dir)
+    folders = [run_dir, *(p for p in _subfolders(rd.workers) if p.name.startswith("rank"))]
+    left = {tmp: name for folder in folders for tmp, name in atomic.unfinished(folder).items()}
+    for tmp in left:
+        tmp.unlink(missing_ok=True)
+    names = sorted(set(left.values()))
+    if len(names) > 1:
+        return f"; its unfinished writes of {', '.join(names)} were removed"
+    return f"; its unfinished write of {names[0]} was removed" if names else ""
+
+
 def _agents_summary(run_dir: Path) -> tuple[dict[str, Any] | None, Path | None]:
     """The summary the agent wrote: in the run folder, or where it fell back to (a full disk)."""
     rd = RunDir(run_dir)
@@ -124,9 +147,10 @@ def finalize(
     if exit_code < 0:  # killed by a signal: whatever it measured before is kept in iterations.csv
         rows = _measured_rows(run_dir)
         extra["signal"] = _signal_name(exit_code)
+        cleared = _clear_unfinished(run_dir) if spec.nodes == 1 else ""  # another node's agent may write on
         error = (
             f"the agent was killed by {extra['signal']} before writing its results; iterations.csv keeps "
-            f"the {rows} iteration(s) it measured; see log.txt"
+            f"the {rows} iteration(s) it measured{cleared}; see log.txt"
         )
     oom_error = oom.of_signal(extra.get("signal"), spec.memory_limit_mb)
     if oom_error:
@@ -139,16 +163,18 @@ def finalize(
 
 def finish_stopped(run_dir: Path, why: str) -> dict[str, Any] | None:
     """A run folder whose launcher was killed from outside (a deadline's SIGKILL after its SIGINT's grace),
-    finished as its launcher would have: the agent's summary kept, or, where the agent wrote none, an
-    `interrupted` one saying `why` and how many iterations iterations.csv keeps; then mllog.txt. Returns the
+    finished as its launcher would have: the temporary files of the writes its killed processes had begun
+    removed, the agent's summary kept, or, where the agent wrote none, an `interrupted` one saying `why`, how
+    many iterations iterations.csv keeps and which writes were removed; then mllog.txt. Returns the
     summary; None for a folder without a readable spec.json (nothing was launched into it)."""
     try:
         spec = specs.load(RunDir(run_dir).spec)
     except (OSError, ValueError, UserError):
         return None
+    cleared = _clear_unfinished(run_dir)  # every process of the run was killed before this is called
     summary = _finish_agents(run_dir, spec, None)
     if summary is None:
-        error = f"{why}; iterations.csv keeps the {_measured_rows(run_dir)} iteration(s) it measured"
+        error = f"{why}; iterations.csv keeps the {_measured_rows(run_dir)} iteration(s) it measured{cleared}"
         summary = summaries.start(run_dir.name, spec, Status.INTERRUPTED.value, error)
         _keep(run_dir, summary, None)
         _write_mllog(run_dir, spec, summary, None)
