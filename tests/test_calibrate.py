@@ -153,6 +153,8 @@ def test_steadiness_recovers_a_known_noise_and_wander():
     odd = steadiness.sentence({"noise": 0.08, "block_s": "long", "wander": None, "iterations_needed": [60]})
     assert odd == ("steadiness: identical 0.2 s blocks of matrix products (one thread) varied 8.0% block to block; "
                    "the warm-up rule's need at that noise was not recorded")
+    forged = steadiness.sentence({"noise": 0.08, "iterations_needed": {"smoke": 10**400, "paper": None, "x": 3}})
+    assert forged.endswith("needs warm-up iterations before the rule can judge it stable: about ? (smoke), never (paper)")
     few = steadiness.summarize([0.2, 0.21])
     assert few["noise"] is None and "too few" in few["reason"] and "not measured" in steadiness.sentence(few)
 

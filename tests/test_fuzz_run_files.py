@@ -178,8 +178,9 @@ def test_numbers_past_a_floats_range_or_not_counts_are_read_as_unmeasured(tmp_pa
         assert forged.memory_bytes("weights") == 2**20 and (forged.nodes, forged.world_size, forged.gpus_per_node) == (1, 1, 1)
         assert forged.peak_flops() is None  # neither the recorded peak nor the properties: no datasheet row either
         # the modern table's cells (a Llama run's): the MFU without the other mode's, no TFLOP/s from a forged count
-        if bad != -1:  # a finite number is shown as the file has it
-            assert modern.mfu_cell(forged) == "40.0 %" and modern.tflops_per_gpu(forged) is None
+        assert modern.mfu_cell(forged) == "40.0 %" and modern.tflops_per_gpu(forged) is None  # -1 % is no share
+    _forge(run / "summary.json", "metrics", "mfu", "value", value=-5.0)  # a negative MFU itself: none measured
+    assert modern.mfu_cell(report_runs.from_dir(run)) == "— (not a share of a peak)"
     runner = CliRunner()
     for args in (["report", str(results), "-o", str(tmp_path / "report")], ["runs", "-r", str(results)],
                  ["show", "last", "-r", str(results)], ["bundle", str(results), "-o", str(tmp_path / "a.tar.gz")]):

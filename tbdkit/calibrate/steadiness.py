@@ -24,7 +24,7 @@ from statistics import fmean, median, stdev
 from typing import Any
 
 from tbdkit.core.statistics import warmup_iterations_needed
-from tbdkit.results.readers import finite
+from tbdkit.results.readers import MAX_ITERATIONS, count, finite
 from tbdkit.spec.run_spec import PRESET_POLICY, MeasurePolicy
 
 BLOCK_S = 0.2  # about one CPU training step of the smoke preset
@@ -111,7 +111,7 @@ def sentence(steadiness: dict[str, Any]) -> str:
         return f"steadiness: not measured ({str(steadiness.get('reason') or 'no reason recorded')[:300]})"
     needed = steadiness.get("iterations_needed")
     need = ", ".join(
-        f"{n if isinstance(n, int) and not isinstance(n, bool) else 'never'} ({preset})"
+        f"{'never' if n is None else count(n, MAX_ITERATIONS) or '?'} ({preset})"  # '?': a damaged or forged count
         for preset, n in (needed.items() if isinstance(needed, dict) else ())
         if preset in PRESET_POLICY
     )

@@ -39,7 +39,7 @@ from rich.text import Text
 from tbdkit.bench.progress import Bar, Level, Notifier
 from tbdkit.core.statistics import STRETCH_ITERATIONS_MARGIN
 from tbdkit.launch.base import EventHandler
-from tbdkit.results.readers import count, finite
+from tbdkit.results.readers import MAX_ITERATIONS, count, finite
 from tbdkit.spec.run_spec import MAX_PHASE_S
 
 # C0 controls but tab and newline, DEL and C1 controls (0x9b is a one-byte CSI to some terminals).
@@ -250,12 +250,9 @@ def warmup_note(warmup: dict[str, Any]) -> str | None:
     )
 
 
-MAX_ITERATIONS_SAID = 10**9  # a summary's count of iterations above this is no run's (a damaged or forged file)
-
-
 def _iterations(value: Any) -> int | None:
     """A summary's count of iterations (readers.count), or None where it is none."""
-    return count(value, MAX_ITERATIONS_SAID)
+    return count(value, MAX_ITERATIONS)
 
 
 def _warmup_need(warmup: dict[str, Any]) -> str:

@@ -47,16 +47,26 @@ def per_gpu(r: Run) -> float | None:
 def tflops_per_gpu(r: Run) -> float | None:
     """Model FLOPs per unit of work (the kit's counter) x work per second per GPU, in TFLOP/s."""
     per_work, value = readers.finite(r.metric_entry("model_flops_per_sample").get("flops_per_work")), per_gpu(r)
-    return per_work * value / 1e12 if per_work is not None and value is not None else None
+    if per_work is None or per_work <= 0 or value is None:  # no model does no work: a forged or damaged count
+        return None
+    return per_work * value / 1e12
 
 
 def mfu_cell(r: Run) -> str:
     entry = r.metric_entry("mfu")
-    if not isinstance(entry.get("value"), (int, float)):
-        return f"— ({entry.get('reason') or 'not measured'})"
-    other = readers.finite(entry.get("mfu_other"))  # beside the schema's fields: a forged file's may be anything
+    value = _share(entry.get("value"))
+    if value is None:
+        why = entry.get("reason") or ("not measured" if entry.get("value") is None else "not a share of a peak")
+        return f"— ({why})"
+    other = _share(entry.get("mfu_other"))  # beside the schema's fields: a forged file's may be anything
     beside = f" ({other:.1f} % of the other mode's peak)" if other is not None else ""
-    return f"{entry['value']:.1f} %{beside}"
+    return f"{value:.1f} %{beside}"
+
+
+def _share(value: Any) -> float | None:
+    """A percentage of a peak as a finite number not below 0 (a damaged or forged file's may be anything)."""
+    share = readers.finite(value)
+    return share if share is not None and share >= 0 else None
 
 
 SHARD_PARTS = (("weights", "weights"), ("weight_gradients", "gradients"), ("optimizer_state", "optimizer state"))

@@ -62,6 +62,9 @@ def finite(value: Any) -> float | None:
         return None
 
 
+MAX_ITERATIONS = 10**9  # a count of iterations above this is no run's (a damaged or forged file)
+
+
 def count(value: Any, most: int) -> int | None:
     """A JSON value as a whole number from 1 to `most` (workers, SMs, iterations), else None: null, text, a bool, a
     fraction, 0 or less, or more than any run has (a damaged or forged file)."""
