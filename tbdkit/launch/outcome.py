@@ -81,10 +81,15 @@ def _clear_unfinished(run_dir: Path) -> str:
 
     rd = RunDir(run_dir)
     folders = [run_dir, *(p for p in _subfolders(rd.workers) if p.name.startswith("rank"))]
-    left = {tmp: name for folder in folders for tmp, name in atomic.unfinished(folder).items()}
-    for tmp in left:
-        tmp.unlink(missing_ok=True)
-    names = sorted(set(left.values()))
+    removed = set()
+    for folder in folders:
+        for tmp, name in atomic.unfinished(folder).items():
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:  # read-only storage: the half file stays, and is not said to be removed
+                continue
+            removed.add(name)
+    names = sorted(removed)
     if len(names) > 1:
         return f"; its unfinished writes of {', '.join(names)} were removed"
     return f"; its unfinished write of {names[0]} was removed" if names else ""
