@@ -607,8 +607,7 @@ def compare(recorded: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def _ci_relative(summary: dict[str, Any], metric: str) -> float | None:
-    value = readers.finite(((summary.get("metrics") or {}).get(metric) or {}).get("ci95_relative"))
-    return value if value is not None and value >= 0 else None  # a forged file's 400 digits, NaN or -1: none
+    return readers.non_negative(((summary.get("metrics") or {}).get(metric) or {}).get("ci95_relative"))
 
 
 # ---------------------------------------------------------------- verdicts of a reproduction

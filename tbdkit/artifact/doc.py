@@ -77,8 +77,7 @@ def _software(env: dict[str, Any]) -> str:
 
 def _ci(summary: dict[str, Any]) -> tuple[float | None, float | None, str]:
     thr = _obj(_obj(summary.get("metrics")).get("throughput"))
-    value, rel = readers.finite(thr.get("value")), readers.finite(thr.get("ci95_relative"))
-    return value, rel if rel is not None and rel >= 0 else None, str(thr.get("unit") or "")  # a width is >= 0
+    return readers.finite(thr.get("value")), readers.non_negative(thr.get("ci95_relative")), str(thr.get("unit") or "")
 
 
 def _sweep_command(spec: dict[str, Any], batches: list[int]) -> str:

@@ -67,20 +67,12 @@ def _measured_rows(run_dir: Path) -> int:
         return 0
 
 
-def _subfolders(folder: Path) -> list[Path]:
-    try:
-        return sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
-    except OSError:
-        return []
-
-
 def _clear_unfinished(run_dir: Path) -> str:
     """Remove the temporary files of the writes the run's killed processes had begun (in the run folder and its
     workers' folders); what they were to become, as words for the summary's error ('' when none)."""
     from tbdkit.core import atomic
 
-    rd = RunDir(run_dir)
-    folders = [run_dir, *(p for p in _subfolders(rd.workers) if p.name.startswith("rank"))]
+    folders = [run_dir, *(p for p in RunDir(run_dir).workers.glob("rank*") if not p.is_symlink())]
     removed = set()
     for folder in folders:
         for tmp, name in atomic.unfinished(folder).items():

@@ -54,19 +54,13 @@ def tflops_per_gpu(r: Run) -> float | None:
 
 def mfu_cell(r: Run) -> str:
     entry = r.metric_entry("mfu")
-    value = _share(entry.get("value"))
+    value = readers.non_negative(entry.get("value"))
     if value is None:
         why = entry.get("reason") or ("not measured" if entry.get("value") is None else "not a share of a peak")
         return f"— ({why})"
-    other = _share(entry.get("mfu_other"))  # beside the schema's fields: a forged file's may be anything
+    other = readers.non_negative(entry.get("mfu_other"))  # beside the schema's fields: a forged file's may be anything
     beside = f" ({other:.1f} % of the other mode's peak)" if other is not None else ""
     return f"{value:.1f} %{beside}"
-
-
-def _share(value: Any) -> float | None:
-    """A percentage of a peak as a finite number not below 0 (a damaged or forged file's may be anything)."""
-    share = readers.finite(value)
-    return share if share is not None and share >= 0 else None
 
 
 SHARD_PARTS = (("weights", "weights"), ("weight_gradients", "gradients"), ("optimizer_state", "optimizer state"))

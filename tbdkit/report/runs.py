@@ -165,8 +165,7 @@ class Run:
 
     @property
     def ci95_half_width(self) -> float | None:
-        value = readers.finite(self.metric_entry("throughput").get("ci95_half_width"))
-        return value if value is not None and value >= 0 else None  # a half-width below 0 is no interval
+        return readers.non_negative(self.metric_entry("throughput").get("ci95_half_width"))  # below 0: no interval
 
     @property
     def world_size(self) -> int:

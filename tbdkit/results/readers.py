@@ -62,6 +62,13 @@ def finite(value: Any) -> float | None:
         return None
 
 
+def non_negative(value: Any) -> float | None:
+    """A JSON value as a finite number not below 0 (a width, a share of a peak), else None: a damaged or forged
+    file's negative, NaN or 400 digits."""
+    number = finite(value)
+    return number if number is not None and number >= 0 else None
+
+
 MAX_ITERATIONS = 10**9  # a count of iterations above this is no run's (a damaged or forged file)
 
 
