@@ -156,6 +156,24 @@ def test_a_dying_worker_ends_the_job_and_is_named(tmp_path):
     assert agents_running(results) == []
 
 
+
+def test_a_node_whose_worker_was_killed_exits_as_a_shell_and_srun_say_it(tmp_path):
+    """tbdkit.launch.node, what srun or a pod runs on each node: its worker killed by SIGKILL makes it exit 137
+    (128 + 9, as a shell and srun report a process killed by signal 9; its -9 passed to sys.exit read 247), and its
+    report gives the signal in torchrun's words. In a network namespace of its own (its port is the fixed 29500)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("a network namespace of its own needs root, unshare and iproute2")
+    spec = specs.build(model="mlp_numpy", framework="numpy", batch_size=2, gpus_per_node=2, device="cpu",
+                       preset="smoke", measure={"max_warmup_s": 1, "max_measure_s": 1})
+    (tmp_path / "spec.json").write_text(json.dumps(spec.recorded().model_dump()))
+    env = {**os.environ, **kill_rank(1), "TBDKIT_TEST_KILL_SIGNAL": "KILL", "TBDKIT_CONTROL_KEY": "ab" * 16}
+    node = [sys.executable, "-m", "tbdkit.launch.node", "--node", "0", "--hosts", "127.0.0.1",
+            "--spec", str(tmp_path / "spec.json"), "--run-dir", str(tmp_path)]
+    proc = subprocess.run(["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *node],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 137, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "rank: 1 (local_rank: 1)\n  exitcode: -9 (pid: " in proc.stdout, proc.stdout[-2000:]
+
 def test_rendered_files_pass_their_checkers(tmp_path):
     spec = specs.build(model="resnet50", batch_size=64, preset="paper", launcher="netns", nodes=2, gpus_per_node=4)
     paths = {t: render.write(spec, t, tmp_path / t, image="tbdkit/pytorch:0.1.0") for t in render.TARGETS}

@@ -108,17 +108,30 @@ def test_a_worker_gone_from_the_control_channel_is_named():
     members[0].leave()
 
 
-def test_the_worker_that_exited_is_named_not_rank_0_ended_after_it(tmp_path: Path):
-    """The group launcher writes the first failure in torchrun's words and then ends the others,
-    rank 0 among them, which leaves no summary either: the one that exited first is named."""
+@pytest.mark.parametrize("code, said", [("3", "died before writing its results (exit code 3)"),
+                                        ("-9", "was killed by SIGKILL before writing its results")])
+def test_the_worker_that_exited_is_named_not_rank_0_ended_after_it(tmp_path: Path, code: str, said: str):
+    """The group launcher writes the first failure in torchrun's words (a signal as a negative exit code, said by
+    its name) and then ends the others, rank 0 among them, which leaves no summary either: the one that exited
+    first is named."""
     spec = specs.build(model="resnet50", framework="mxnet", batch_size=2, gpus_per_node=2)
     (tmp_path / "workers").mkdir()
-    (tmp_path / "log.txt").write_text("worker failed:\n  rank: 1 (local_rank: 1)\n  exitcode: 3 (pid: 42)\n")
+    (tmp_path / "log.txt").write_text(f"worker failed:\n  rank: 1 (local_rank: 1)\n  exitcode: {code} (pid: 42)\n")
     stand_in = {"run_id": tmp_path.name, "status": "failed", "error": "the agent exited with code -9", "exit_code": -9}
     (tmp_path / "summary.json").write_text(json.dumps(stand_in))
     status, summary = name_failed_workers(tmp_path, spec, -9, stand_in)
     assert status == "failed" and summary["failed_worker"]["rank"] == 1
-    assert summary["error"].startswith("worker rank 1 (node 0) died before writing its results (exit code 3)")
+    assert summary["error"].startswith(f"worker rank 1 (node 0) {said}; ")
+
+
+def test_a_job_whose_launcher_was_killed_says_by_which_signal(tmp_path: Path):
+    """Every worker wrote its summary, yet the job's launcher was killed: said by its signal."""
+    spec = specs.build(model="resnet50", framework="mxnet", batch_size=2, gpus_per_node=2)
+    for rank, folder in ((0, tmp_path), (1, tmp_path / "workers" / "rank1")):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "summary.json").write_text(json.dumps({"status": "ok", "worker": f"rank {rank} of 2"}))
+    _, summary = name_failed_workers(tmp_path, spec, -15, {"status": "ok", "error": None})
+    assert summary["error"].startswith("the job's launcher was killed by SIGTERM; "), summary["error"]
 
 
 def test_workers_that_failed_before_the_launcher_looked_are_reported(tmp_path: Path):

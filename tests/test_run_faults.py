@@ -124,9 +124,31 @@ def test_an_agent_killed_mid_write_leaves_no_half_file_and_the_summary_says_whic
     killed_mid_write(run_dir / "workers" / "rank1" / "summary.json")
     _, summary = finalize(run_dir, SPEC, -9)
     assert not list(run_dir.rglob("*.tmp"))
-    assert "its unfinished writes of iterations.csv, summary.json were removed" in summary["error"]
+    assert "its unfinished writes of iterations.csv, workers/rank1/summary.json were removed" in summary["error"]
     assert (run_dir / "iterations.csv").read_text() == "iteration,phase\n0,warmup\n"  # the old file, whole
 
+
+
+def test_a_killed_workers_unfinished_write_is_removed_once_every_process_ended_and_named_in_the_error(tmp_path):
+    """Rank 0 wrote its failed summary (its peer went away); rank 1 was killed mid-write. Only a finish that
+    knows every process of the job has ended (the kit's launchers, a Slurm job after srun) removes the file."""
+    run_dir = tmp_path / "r"
+    (run_dir / "workers" / "rank1").mkdir(parents=True)
+    (run_dir / "summary.json").write_text(json.dumps({**agents_summary(run_dir, "failed"), "metrics": {},
+                                                      "error": "PeerLost: worker rank 1 went away"}))
+    half = killed_mid_write(run_dir / "workers" / "rank1" / "iterations.csv")
+    _, summary = finalize(run_dir, SPEC, 1, ended=False)  # node 0 of a Kubernetes job: node 1 may write on
+    assert half.is_file() and summary["error"] == "PeerLost: worker rank 1 went away"
+    status, summary = finalize(run_dir, SPEC, 1)
+    assert status == "failed" and not half.exists()
+    assert summary["error"] == ("PeerLost: worker rank 1 went away; its unfinished write of "
+                                "workers/rank1/iterations.csv was removed")
+    assert json.loads((run_dir / "summary.json").read_text())["error"] == summary["error"]
+    # a measured run's summary is left as the agent wrote it
+    (run_dir / "summary.json").write_text(json.dumps(agents_summary(run_dir)))
+    half = killed_mid_write(run_dir / "workers" / "rank1" / "iterations.csv")
+    status, summary = finalize(run_dir, SPEC, 0)
+    assert status == "ok" and summary["error"] is None and not half.exists()
 
 def sweep_spec(tmp_path: Path):
     return parse({"model": "mlp_numpy", "frameworks": ["numpy"], "batches": [2, 4], "precisions": ["fp32"],

@@ -20,12 +20,14 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tbdkit.results.index import Index
 from tbdkit.results.summary import MEASURED  # a disturbed run (a busy machine) finished too
+from tests.killed_writes import killed_mid_write
 from tests.slurm_cluster import Cluster, cluster
 from tests.test_distributed import slow_steps
 
@@ -171,20 +173,29 @@ def _started(proc: subprocess.Popen, word: str, timeout: float = 600) -> list[st
     return lines
 
 
-def test_ctrl_c_in_warm_up_cancels_the_job(slurm, tmp_path):
-    results = tmp_path / "results"
-    cmd = command(results, MACHINERY, "--max-warmup-s", "600")
+def in_warm_up(slurm: Cluster, results: Path, act: Callable[[subprocess.Popen], object], *args: str,
+               after: Callable[[], object] = lambda: None) -> tuple[subprocess.Popen, dict]:
+    """A machinery job held in its warm-up (`args` added), `act` done to it once its warm-up shows, followed to
+    the end (`after` then, whatever happened); the process and the summary it printed."""
+    cmd = command(results, MACHINERY, *args, "--max-warmup-s", "600")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**slurm.env, **HELD})
     try:
         _started(proc, "warm-up")
-        proc.send_signal(signal.SIGINT)
+        act(proc)
         out = proc.stdout.read()  # type: ignore[union-attr]
         proc.wait(timeout=300)
     finally:
         if proc.poll() is None:
             proc.kill()
+        after()
     (s,) = json.loads(out)
+    return proc, s
+
+
+def test_ctrl_c_in_warm_up_cancels_the_job(slurm, tmp_path):
+    results = tmp_path / "results"
+    proc, s = in_warm_up(slurm, results, lambda job: job.send_signal(signal.SIGINT))
     assert proc.returncode == 130 and s["status"] == "interrupted", s.get("error")
     assert "scancel" in s["error"] and queue_empty(slurm)
     complete(results, s)
@@ -200,23 +211,51 @@ def test_a_job_past_its_time_limit_says_so(slurm, tmp_path):
 
 def test_a_node_killed_mid_run_fails_the_job_naming_it(slurm, tmp_path):
     results = tmp_path / "results"
-    cmd = command(results, MACHINERY, "--nodes", "2", "--max-warmup-s", "600")
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**slurm.env, **HELD})
-    try:
-        _started(proc, "warm-up")
-        slurm.kill_node(1)
-        out = proc.stdout.read()  # type: ignore[union-attr]
-        proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+
+    def back() -> None:
         if "n1" not in slurm.daemons:
             slurm.start_slurmd(1)  # the machine comes back (ReturnToService=2) for the tests after this one
-    (s,) = json.loads(out)
+
+    proc, s = in_warm_up(slurm, results, lambda job: slurm.kill_node(1), "--nodes", "2", after=back)
     assert proc.returncode == 1 and s["status"] == "failed"
     assert s["slurm"]["state"] in ("NODE_FAIL", "FAILED"), s["slurm"]
     assert "rank 1 (node 1)" in s["error"] or "NODE_FAIL" in s["error"], s["error"]
+    complete(results, s)
+    slurm.wait_idle(120)
+
+
+def _agent(run_dir: Path, rank: int) -> int:
+    """The pid of worker `rank`'s agent of the job writing into `run_dir` (its node's processes are this
+    machine's: the cluster's nodes are namespaces of net, host name and mounts, not of process ids)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"tbdkit.agent" in argv and str(run_dir).encode() in argv and f"RANK={rank}".encode() in env:
+            return int(proc.name)
+    raise AssertionError(f"no agent of rank {rank} writes into {run_dir}")
+
+
+def test_a_worker_killed_by_a_signal_is_named_and_its_unfinished_writes_removed(slurm, tmp_path):
+    """What the OOM killer or `kill -9` does to one worker of a two-node job: the summary names the rank, its
+    node and the signal, and the temporary file of the write it had begun is gone (srun returned, so every
+    task of the job has ended: nothing writes on)."""
+    results = tmp_path / "results"
+    halves: list[Path] = []
+
+    def kill_rank_1(job: subprocess.Popen) -> None:
+        (run_dir,) = (p for p in results.iterdir() if p.is_dir() and not p.name.startswith("."))
+        halves.append(killed_mid_write(run_dir / "workers" / "rank1" / "iterations.csv"))
+        os.kill(_agent(run_dir, rank=1), signal.SIGKILL)
+
+    proc, s = in_warm_up(slurm, results, kill_rank_1, "--nodes", "2")
+    run_dir, half = results / s["run_id"], halves[0]
+    assert proc.returncode == 1 and s["status"] == "failed", s.get("error")
+    assert "worker rank 1 (node 1) was killed by SIGKILL before writing its results" in s["error"], s["error"]
+    assert not half.exists() and not list(run_dir.rglob("*.tmp")), list(run_dir.rglob("*.tmp"))
+    assert "RuntimeWarning" not in (run_dir / "log.txt").read_text()  # runpy's, of a module imported twice
     complete(results, s)
     slurm.wait_idle(120)
 

@@ -20,11 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from tbdkit.launch.roles import MXNET_SERVER_CODE, Role, roles
+from tbdkit.launch.roles import MXNET_SERVER_CODE, NODE_PORT, Role, roles
 from tbdkit.results.rundir import RunDir
 from tbdkit.spec import run_spec as specs
 
-PORT = 29500
 KINDS = ("all", "workers", "servers", "scheduler")
 
 
@@ -40,7 +39,7 @@ def node_roles(
     key: str,
     my_host: str | None = None,
     scheduler: str | None = None,
-    port: int = PORT,
+    port: int = NODE_PORT,
 ) -> list[Role]:
     """The roles of `kind` this node runs (MXNet's scheduler is node 0's, one server per node, unless
     they run apart: `scheduler` is then the scheduler's host, `my_host` the address this node announces)."""
@@ -105,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             for _, other in procs:
                 if other.poll() is None:
                     other.send_signal(signal.SIGTERM)
-            return int(code or 1)
+            return code if code > 0 else 128 - code  # killed by signal N: 128 + N, as a shell and srun say it
         if all(c == 0 for _, _, c in states):
             return 0
         time.sleep(0.5)

@@ -3,11 +3,9 @@ run's outcome, its summary finished here when the agent could not write one (the
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import secrets
 import signal
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,8 +52,21 @@ def new_run_dir(results: Path, spec: RunSpec) -> Path:
     raise FileExistsError(f"{RUN_DIR_ATTEMPTS} new run directory names in {results} were all taken")
 
 
-def _signal_name(exit_code: int) -> str:
+def signal_name(exit_code: int) -> str:
+    """The signal that killed a process whose exit code (as Popen returns it) is negative: 'SIGKILL'."""
     return signal.Signals(-exit_code).name if -exit_code in signal.valid_signals() else f"signal {-exit_code}"
+
+
+def ended_by(exit_code: int) -> str:
+    """How a process ended, in words: 'was killed by SIGKILL' for -9, 'exited with code 3' for 3."""
+    return f"was killed by {signal_name(exit_code)}" if exit_code < 0 else f"exited with code {exit_code}"
+
+
+def shell_status(status: int) -> int:
+    """An exit status as a shell or srun reports it, as Popen returns one: 128 + N, a process killed by signal N,
+    is -N; any other status is itself."""
+    killed = status - 128
+    return -killed if 0 < killed <= 64 and killed in signal.valid_signals() else status
 
 
 def _measured_rows(run_dir: Path) -> int:
@@ -69,7 +80,8 @@ def _measured_rows(run_dir: Path) -> int:
 
 def _clear_unfinished(run_dir: Path) -> str:
     """Remove the temporary files of the writes the run's killed processes had begun (in the run folder and its
-    workers' folders); what they were to become, as words for the summary's error ('' when none)."""
+    workers' folders); what they were to become, as words for the summary's error ('' when none). Only once
+    every process of the run has ended: a live writer's temporary file looks the same."""
     from tbdkit.core import atomic
 
     folders = [run_dir, *(p for p in RunDir(run_dir).workers.glob("rank*") if not p.is_symlink())]
@@ -80,7 +92,7 @@ def _clear_unfinished(run_dir: Path) -> str:
                 tmp.unlink(missing_ok=True)
             except OSError:  # read-only storage: the half file stays, and is not said to be removed
                 continue
-            removed.add(name)
+            removed.add((folder / name).relative_to(run_dir).as_posix())
     names = sorted(removed)
     if len(names) > 1:
         return f"; its unfinished writes of {', '.join(names)} were removed"
@@ -117,34 +129,43 @@ def _keep(run_dir: Path, summary: dict[str, Any], on_event: EventHandler | None)
         on_event({"event": "warning", "message": message})
 
 
-def _finish_agents(run_dir: Path, spec: RunSpec, on_event: EventHandler | None) -> dict[str, Any] | None:
+def _finish_agents(
+    run_dir: Path, spec: RunSpec, on_event: EventHandler | None, cleared: str = ""
+) -> dict[str, Any] | None:
     """The summary the agent wrote, kept in the run folder (where its disk was full: tried again, else said where
-    it is), and mllog.txt beside it; None when the agent wrote none."""
+    it is), with `cleared` (the unfinished writes removed) added to a failed run's error, and mllog.txt beside
+    it; None when the agent wrote none."""
     summary, found = _agents_summary(run_dir)
     if summary is None or found is None:
         return None
-    if found != RunDir(run_dir).summary:
+    said = bool(cleared) and summary.get("status") not in summaries.MEASURED
+    if said:
+        summary = {**summary, "error": f"{summary.get('error') or 'the run failed'}{cleared}"}
+    if said or found != RunDir(run_dir).summary:
         _keep(run_dir, summary, on_event)
     _write_mllog(run_dir, spec, summary, on_event)
     return summary
 
 
 def finalize(
-    run_dir: Path, spec: RunSpec, exit_code: int, on_event: EventHandler | None = None
+    run_dir: Path, spec: RunSpec, exit_code: int, on_event: EventHandler | None = None, ended: bool = True
 ) -> tuple[str, dict[str, Any]]:
-    """The agent writes summary.json last; if it died before that, say so in one."""
-    summary = _finish_agents(run_dir, spec, on_event)
+    """The agent writes summary.json last; if it died before that, say so in one. `ended`: every process of
+    the run has ended, on every node (the kit's launchers, which return when the run or job has; a rendered
+    job's node 0 may finish while another node's agents still write), so the temporary files of writes that
+    killed processes had begun are removed and named in a failed run's error."""
+    cleared = _clear_unfinished(run_dir) if ended else ""
+    summary = _finish_agents(run_dir, spec, on_event, cleared)
     if summary is not None:
         return summary["status"], summary
     status, error = (
         Status.FAILED.value,
-        f"the agent exited with code {exit_code} before writing its results; see log.txt",
+        f"the agent exited with code {exit_code} before writing its results{cleared}; see log.txt",
     )
     extra: dict[str, Any] = {}
     if exit_code < 0:  # killed by a signal: whatever it measured before is kept in iterations.csv
         rows = _measured_rows(run_dir)
-        extra["signal"] = _signal_name(exit_code)
-        cleared = _clear_unfinished(run_dir) if spec.nodes == 1 else ""  # another node's agent may write on
+        extra["signal"] = signal_name(exit_code)
         error = (
             f"the agent was killed by {extra['signal']} before writing its results; iterations.csv keeps "
             f"the {rows} iteration(s) it measured{cleared}; see log.txt"
@@ -169,7 +190,7 @@ def finish_stopped(run_dir: Path, why: str) -> dict[str, Any] | None:
     except (OSError, ValueError, UserError):
         return None
     cleared = _clear_unfinished(run_dir)  # every process of the run was killed before this is called
-    summary = _finish_agents(run_dir, spec, None)
+    summary = _finish_agents(run_dir, spec, None, cleared)
     if summary is None:
         error = f"{why}; iterations.csv keeps the {_measured_rows(run_dir)} iteration(s) it measured{cleared}"
         summary = summaries.start(run_dir.name, spec, Status.INTERRUPTED.value, error)
@@ -199,27 +220,3 @@ def _write_mllog(run_dir: Path, spec: RunSpec, summary: dict[str, Any], on_event
         return
     if on_event is not None:
         on_event({"event": "warning", "message": message})
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m tbdkit.launch.outcome --run-dir D --exit-code N`: finish the run folder of a job that a
-    rendered script launched (torchrun.sh, the Slurm job) as the kit's launchers finish theirs."""
-    parser = argparse.ArgumentParser(prog="python -m tbdkit.launch.outcome", description=main.__doc__)
-    parser.add_argument("--run-dir", type=Path, required=True, help="the run folder, holding its spec.json")
-    parser.add_argument("--exit-code", type=int, required=True, help="the job's exit code on this node")
-    args = parser.parse_args(argv)
-    spec = specs.load(RunDir(args.run_dir).spec)
-    status, summary = finalize(
-        args.run_dir, spec, args.exit_code, lambda e: print(e.get("message", e), file=sys.stderr)
-    )
-    if spec.processes > 1:  # the worker that failed first, named as the kit's launchers name it
-        from tbdkit.launch.workers import name_failed_workers
-
-        status, _ = name_failed_workers(args.run_dir, spec, args.exit_code, summary)
-    written = RunDir(args.run_dir).mllog.is_file()
-    print(f"{args.run_dir}: {status}" + (f"; {runfiles.MLLOG} written" if written else ""))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -23,7 +23,7 @@ from tbdkit.core.paths import KIT_ROOT
 from tbdkit.env import images, stacks
 from tbdkit.env.oci import validate_image_reference
 from tbdkit.launch.docker import CONTAINER_WORKLOADS_DIR
-from tbdkit.launch.node import PORT as NODE_PORT
+from tbdkit.launch.roles import NODE_PORT
 from tbdkit.results import files as runfiles
 from tbdkit.results import outputs
 from tbdkit.spec import catalog

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 
 from tbdkit.spec.run_spec import RunSpec
 
+# a rendered job's port on node 0 (rank 0's control channel, torchrun's rendezvous, MXNet's scheduler); kept
+# here, not in tbdkit.launch.node, which `python -m` runs and the package therefore must not import
+NODE_PORT = 29500
 # `import mxnet` with DMLC_ROLE=scheduler or server runs that role until the workers finish
 # (mxnet/kvstore/kvstore_server.py, at import).
 MXNET_SERVER_CODE = "import mxnet"

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from tbdkit.launch.outcome import ended_by
 from tbdkit.results import files as runfiles
 from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
@@ -44,13 +45,16 @@ def name_failed_workers(
     node = {r: r // spec.gpus_per_node for r in range(spec.world_size)}
     if missing:
         first = next((r for r in missing if r in codes), missing[0])  # the one that exited, not those ended after it
-        code = f"exit code {codes[first]}" if first in codes else "no exit code reported"
-        what = f"worker rank {first} (node {node[first]}) died before writing its results ({code})"
+        if codes.get(first, 0) < 0:  # a signal (the OOM killer's SIGKILL, say), as torchrun's report gives it
+            what = f"worker rank {first} (node {node[first]}) {ended_by(codes[first])} before writing its results"
+        else:
+            code = f"exit code {codes[first]}" if first in codes else "no exit code reported"
+            what = f"worker rank {first} (node {node[first]}) died before writing its results ({code})"
     elif failed:
         first, error = failed[0]
         what = f"worker rank {first} (node {node[first]}) failed: {error}"
     else:
-        what = f"the job's launcher exited with code {exit_code}"
+        what = f"the job's launcher {ended_by(exit_code)}"
     if summary.get("status") == "interrupted" and not missing and not failed:
         return summary["status"], summary
     logs = ", ".join(str(p.relative_to(run_dir)) for p in rd.worker_logs())
