@@ -107,3 +107,19 @@ def test_a_one_node_rendered_job_killed_mid_write_removes_the_unfinished_file_an
                                 "the 0 iteration(s) it measured; its unfinished write of iterations.csv was removed; "
                                 "see log.txt"), summary["error"]
     assert not writes[0].exists() and not list(run_dir.rglob("*.tmp"))
+
+
+@pytest.mark.parametrize("spec_json", [None, b"not json", b"[1, 2]", b"\xff\xfe", b"[" * 100_000 + b"]" * 100_000,
+                                       b'{"model": 3}'])
+def test_the_finishing_step_given_no_job_s_spec_says_so_in_one_sentence(tmp_path, spec_json):
+    """A user who runs the finishing step by hand on the wrong folder, or on a damaged spec.json: one sentence and
+    the fix, exit 2, nothing written."""
+    if spec_json is not None:
+        (tmp_path / "spec.json").write_bytes(spec_json)
+    proc = subprocess.run([sys.executable, "-m", "tbdkit.launch.finish_rendered", "--run-dir", str(tmp_path),
+                           "--exit-code", "137"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("python -m tbdkit.launch.finish_rendered: ") and line.endswith(
+        ("render the job again.", "as its script names it (RUN_DIR).")), line
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["spec.json"] if spec_json is not None else [])
