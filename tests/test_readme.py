@@ -1,5 +1,6 @@
 """The README stays a short front page: at most 200 lines of at most 200 characters, every Make variable a user can set is
-in it, every relative link in it and in docs/ leads to a file (and heading) that exists, its GPU section
+in it, every relative link in it and in docs/ leads to a file (and heading) that exists, docs/README.md links
+every document, its GPU section
 says how each GPU path is tested, and every test docs/gpu-testing.md names exists."""
 
 from __future__ import annotations
@@ -116,6 +117,20 @@ def test_relative_links_in_readme_and_docs_lead_somewhere() -> None:
     broken = [b for path in markdown_files() for b in broken_links(path)]
     assert not broken, "\n".join(broken)
 
+
+
+def unlisted_documents(docs: Path) -> list[str]:
+    """The documents of `docs` that its README.md (the index the README sends readers to) does not link."""
+    listed = {Path(t.partition("#")[0]).name for t in links((docs / "README.md").read_text())}
+    return sorted(p.name for p in docs.glob("*.md") if p.name != "README.md" and p.name not in listed)
+
+
+def test_the_docs_index_lists_every_document(tmp_path: Path) -> None:
+    assert unlisted_documents(ROOT / "docs") == [], "docs/README.md does not link these documents"
+    (tmp_path / "README.md").write_text("- [a.md](a.md): one\n- `b.md` in code is no link\n")
+    for name in ("a.md", "b.md", "c.md"):
+        (tmp_path / name).write_text("# x\n")
+    assert unlisted_documents(tmp_path) == ["b.md", "c.md"]
 
 def test_a_missing_file_or_heading_is_found(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
