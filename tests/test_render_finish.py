@@ -1,7 +1,10 @@
 """Every rendered cluster job finishes its run folder as the kit's launchers do: node 0's script of each
 target (torchrun, Kubernetes, compose; Slurm's runs on a real cluster in test_slurm.py) is run here with
 a `python` whose training step dies at once (exit 3), and leaves a summary that says so, names the failed
-worker, an mllog.txt, and a spec.json that records the target it was rendered for."""
+worker, an mllog.txt, and a spec.json that records the target it was rendered for. Training killed by SIGKILL
+is said as the signal (the shell's 137); a killed write's temporary file goes where every process has ended
+(one node) and stays where another node may still write. The finishing step run by hand on a folder without
+the job's spec says so in one sentence."""
 
 from __future__ import annotations
 

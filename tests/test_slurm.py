@@ -3,7 +3,8 @@ slurmctld and two slurmd "machines", each in its own network namespace with its 
 user types it from the repo root. The scheduler's machinery runs the machinery check's stack (NumPy in the
 kit's own environment, a step well under a millisecond): a one-node run, a two-node job whose run folder
 matches a two-node netns run's in every file's keys and columns, a job cancelled with Ctrl-C in warm-up, a
-job past its time limit, a node killed mid-run, and a job submitted with --no-wait then gathered. What each
+job past its time limit, a node killed mid-run, a worker killed by SIGKILL in the middle of a write, and a
+job submitted with --no-wait then gathered. What each
 framework does on its own runs once per framework, as a real two-node job of that framework on a small model
 of the catalog that it trains data-parallel: two-node PyTorch DDP (srun starting torchrun on each node; ViT's
 smoke network), TensorFlow's MultiWorkerMirroredStrategy (MiniGo's network, the smallest of the models it is
