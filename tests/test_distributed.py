@@ -174,6 +174,21 @@ def test_a_node_whose_worker_was_killed_exits_as_a_shell_and_srun_say_it(tmp_pat
     assert proc.returncode == 137, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "rank: 1 (local_rank: 1)\n  exitcode: -9 (pid: " in proc.stdout, proc.stdout[-2000:]
 
+
+def test_workers_found_failed_at_one_look_are_all_reported_the_one_a_signal_killed_first(capsys):
+    """Rank 1 killed by SIGKILL and rank 0 ended with 1 on losing it, both gone before the node's next look (it
+    looks every 0.5 s): each is written in torchrun's words, rank 1 first, and the node exits as rank 1 died."""
+    from tbdkit.launch.node import _report
+    from tbdkit.launch.roles import Role
+
+    exited = subprocess.Popen(["sh", "-c", "exit 1"])
+    killed = subprocess.Popen(["sh", "-c", "kill -KILL $$"])
+    failed = [(Role("rank0", 0, {}, 0, 0), exited, exited.wait()), (Role("rank1", 0, {}, 1, 1), killed, killed.wait())]
+    assert _report(failed) == -9
+    out = capsys.readouterr().out
+    assert out.index("rank: 1 (local_rank: 1)\n  exitcode: -9") < out.index("rank: 0 (local_rank: 0)\n  exitcode: 1")
+
+
 def test_rendered_files_pass_their_checkers(tmp_path):
     spec = specs.build(model="resnet50", batch_size=64, preset="paper", launcher="netns", nodes=2, gpus_per_node=4)
     paths = {t: render.write(spec, t, tmp_path / t, image="tbdkit/pytorch:0.1.0") for t in render.TARGETS}

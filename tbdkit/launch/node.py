@@ -92,15 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     while True:
         states = [(role, proc, proc.poll()) for role, proc in procs]
-        failed = next(((r, p, c) for r, p, c in states if c not in (None, 0)), None)
-        if failed is not None:
-            role, proc, code = failed
-            print(
-                f"worker failed:\n  rank: {role.rank} (local_rank: {role.local_rank})\n  exitcode: {code} (pid: {proc.pid})"
-                if role.rank is not None
-                else f"{role.name} (node {role.node}) exited with code {code}",
-                flush=True,
-            )
+        failed = [(r, p, c) for r, p, c in states if c is not None and c != 0]
+        if failed:
+            code = _report(failed)
             for _, other in procs:
                 if other.poll() is None:
                     other.send_signal(signal.SIGTERM)
@@ -108,6 +102,22 @@ def main(argv: list[str] | None = None) -> int:
         if all(c == 0 for _, _, c in states):
             return 0
         time.sleep(0.5)
+
+
+def _report(failed: list[tuple[Role, subprocess.Popen[bytes], int]]) -> int:
+    """Every process found failed at one look, in torchrun's words (tbdkit.launch.workers reads them), and the code
+    the node exits with. Several at one look (a worker killed and its peers ended on losing it, within the poll):
+    one killed by a signal comes first, since a signal comes from outside (the OOM killer, kill -9) while an exit
+    after it may have followed the peer's loss."""
+    failed = sorted(failed, key=lambda f: f[2] > 0)  # stable: signals first, else in the roles' order
+    for role, proc, code in failed:
+        print(
+            f"worker failed:\n  rank: {role.rank} (local_rank: {role.local_rank})\n  exitcode: {code} (pid: {proc.pid})"
+            if role.rank is not None
+            else f"{role.name} (node {role.node}) exited with code {code}",
+            flush=True,
+        )
+    return failed[0][2]
 
 
 if __name__ == "__main__":
