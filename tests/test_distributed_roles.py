@@ -124,6 +124,18 @@ def test_the_worker_that_exited_is_named_not_rank_0_ended_after_it(tmp_path: Pat
     assert summary["error"].startswith(f"worker rank 1 (node 0) {said}; ")
 
 
+
+def test_of_two_workers_reported_dead_the_one_a_signal_killed_is_named(tmp_path: Path):
+    """Rank 0 exited 1 on losing rank 1, which the OOM killer ended; neither wrote a summary, and the node reported
+    both at one look: rank 1 is named, by its signal."""
+    spec = specs.build(model="resnet50", framework="mxnet", batch_size=2, gpus_per_node=2)
+    (tmp_path / "workers").mkdir()
+    (tmp_path / "log.txt").write_text("worker failed:\n  rank: 1 (local_rank: 1)\n  exitcode: -9 (pid: 42)\n"
+                                      "worker failed:\n  rank: 0 (local_rank: 0)\n  exitcode: 1 (pid: 41)\n")
+    stand_in = {"run_id": tmp_path.name, "status": "failed", "error": "the agent was killed", "exit_code": -9}
+    _, summary = name_failed_workers(tmp_path, spec, -9, stand_in)
+    assert summary["error"].startswith("worker rank 1 (node 0) was killed by SIGKILL before writing"), summary["error"]
+
 def test_a_job_whose_launcher_was_killed_says_by_which_signal(tmp_path: Path):
     """Every worker wrote its summary, yet the job's launcher was killed: said by its signal."""
     spec = specs.build(model="resnet50", framework="mxnet", batch_size=2, gpus_per_node=2)

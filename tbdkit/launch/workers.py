@@ -44,7 +44,9 @@ def name_failed_workers(
             codes.setdefault(int(rank), int(code))
     node = {r: r // spec.gpus_per_node for r in range(spec.world_size)}
     if missing:
-        first = next((r for r in missing if r in codes), missing[0])  # the one that exited, not those ended after it
+        # the one that exited, not those ended after it; one a signal killed before one that exited on its loss
+        reported = [r for r in missing if r in codes]
+        first = min(reported, key=lambda r: codes[r] >= 0) if reported else missing[0]
         if codes.get(first, 0) < 0:  # a signal (the OOM killer's SIGKILL, say), as torchrun's report gives it
             what = f"worker rank {first} (node {node[first]}) {ended_by(codes[first])} before writing its results"
         else:
