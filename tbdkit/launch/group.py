@@ -20,7 +20,7 @@ from typing import IO
 from tbdkit.core.errors import UserError
 from tbdkit.env import stacks
 from tbdkit.launch.base import EventHandler, stream
-from tbdkit.launch.roles import MXNET_SERVER_CODE, Role, roles
+from tbdkit.launch.roles import MXNET_SERVER_CODE, Role, roles, worker_failed
 from tbdkit.results import summary as summaries
 from tbdkit.results.rundir import RunDir
 from tbdkit.spec.run_spec import RunSpec
@@ -120,10 +120,7 @@ def run(
         def report(name: str, proc: subprocess.Popen[str], code: int) -> None:
             role = by_name[name]
             if role.rank is not None:  # torchrun's words: tbdkit.launch.workers reads them
-                log.write(
-                    f"worker failed:\n  rank: {role.rank} (local_rank: {role.local_rank})\n"
-                    f"  exitcode: {code} (pid: {proc.pid})\n"
-                )
+                log.write(worker_failed(role, proc.pid, code) + "\n")
             else:
                 log.write(f"{name} (node {role.node}) exited with code {code}: ending the job\n")
 

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from tbdkit.launch.roles import MXNET_SERVER_CODE, NODE_PORT, Role, roles
+from tbdkit.launch.roles import MXNET_SERVER_CODE, NODE_PORT, Role, roles, worker_failed
 from tbdkit.results.rundir import RunDir
 from tbdkit.spec import run_spec as specs
 
@@ -112,7 +112,7 @@ def _report(failed: list[tuple[Role, subprocess.Popen[bytes], int]]) -> int:
     failed = sorted(failed, key=lambda f: f[2] > 0)  # stable: signals first, else in the roles' order
     for role, proc, code in failed:
         print(
-            f"worker failed:\n  rank: {role.rank} (local_rank: {role.local_rank})\n  exitcode: {code} (pid: {proc.pid})"
+            worker_failed(role, proc.pid, code)
             if role.rank is not None
             else f"{role.name} (node {role.node}) exited with code {code}",
             flush=True,

@@ -66,7 +66,7 @@ def shell_status(status: int) -> int:
     """An exit status as a shell or srun reports it, as Popen returns one: 128 + N, a process killed by signal N,
     is -N; any other status is itself."""
     killed = status - 128
-    return -killed if 0 < killed <= 64 and killed in signal.valid_signals() else status
+    return -killed if killed in signal.valid_signals() else status
 
 
 def _measured_rows(run_dir: Path) -> int:

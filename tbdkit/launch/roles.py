@@ -35,6 +35,12 @@ class Role:
     local_rank: int = 0
 
 
+def worker_failed(role: Role, pid: int, code: int) -> str:
+    """A worker's failure in torchrun's words (a signal as a negative exit code), as the kit's launchers write
+    it and tbdkit.launch.workers reads it back."""
+    return f"worker failed:\n  rank: {role.rank} (local_rank: {role.local_rank})\n  exitcode: {code} (pid: {pid})"
+
+
 def worker_env(spec: RunSpec, hosts: list[str], port: int, key: str, rank: int) -> dict[str, str]:
     node, local = divmod(rank, spec.gpus_per_node)
     return {

@@ -14,7 +14,8 @@ from tbdkit.results.rundir import RunDir
 from tbdkit.results.summary import MEASURED, Status
 from tbdkit.spec.run_spec import RunSpec
 
-# torchrun's failure report: "rank: 1 (local_rank: 1)\n  exitcode: 3 (pid: 123)"
+# torchrun's failure report: "rank: 1 (local_rank: 1)\n  exitcode: 3 (pid: 123)" (the kit's launchers write it
+# in the same words: tbdkit.launch.roles.worker_failed)
 _REPORT = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
 
