@@ -56,6 +56,16 @@ class Device:
     old_driver: bool = False       # before 535: no ...ClocksEventReasons nor ..._v3 entry points
     fail: dict[str, int] = field(default_factory=dict)  # entry point -> the NVML error it returns
     born_us: int = field(default_factory=lambda: int(time.time() * 1e6))
+    # When set, the GPU's busy intervals (time.time() seconds, start and end): each utilization sample is
+    # then the share of its period, the `period_us` before its stamp, in which one was under way, as NVML's is.
+    busy: list[tuple[float, float]] | None = None
+
+    def utilization_at(self, stamp_us: int) -> int:
+        if self.busy is None:
+            return self.sample_value
+        start, end = (stamp_us - self.period_us) / 1e6, stamp_us / 1e6
+        covered = sum(max(0.0, min(end, b) - max(start, a)) for a, b in self.busy)
+        return int(round(100 * covered / (end - start)))
 
     def samples_since(self, since_us: int) -> list[int]:
         now = int(time.time() * 1e6)
@@ -221,7 +231,7 @@ class FakeNvmlLibrary:
             stamps = stamps[: n.contents.value]
             for i, t in enumerate(stamps):
                 arr[i].timeStamp = t
-                arr[i].sampleValue.uiVal = self._dev(h).sample_value
+                arr[i].sampleValue.uiVal = self._dev(h).utilization_at(t)
             n.contents.value = len(stamps)
             return 0
 

@@ -7,6 +7,7 @@ instrument is deliberately biased."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import sys
@@ -17,10 +18,11 @@ import pytest
 from tbdkit.env import stacks
 from tbdkit.analysis import timeline
 from tbdkit.analysis.peak import Device
-from tbdkit.calibrate import flops, gpu_memory, stack, trace
+from tbdkit.calibrate import flops, gpu_memory, record, stack, trace
 from tbdkit.calibrate.verdict import ProbeResult, Tolerance
 
-FIXTURE = Path(__file__).parent / "fixtures" / "ncu" / "raw_page.csv"
+FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURE = FIXTURES / "ncu" / "raw_page.csv"
 M = N = K = 4096
 H100 = Device("NVIDIA H100 80GB HBM3", "9.0", 132, 1980.0, "constructed")
 
@@ -68,15 +70,40 @@ def _gpm(fp32: float | None, tensor: float | None) -> dict:
     return {"gpm_fp32_pipe": m(fp32), "gpm_tensor_pipe": m(tensor)}
 
 
+def _statuses(results: list[ProbeResult]) -> dict[str, str]:
+    return {m: r.status for r in results for m in r.metrics}
+
+
 def test_gpm_pipes_on_constructed_readings():
     shape = (M, N, K)
-    assert flops.gpm_result("fp32", shape, _gpm(78.0, 0.0)).status == "trusted"
-    assert flops.gpm_result("tf32", shape, _gpm(1.0, 65.0)).status == "trusted"
-    assert flops.gpm_result("bf16", shape, _gpm(0.5, 70.0)).status == "trusted"
-    # biased: GPM's FP32 and tensor ids swapped, as a wrong metric id would
-    assert flops.gpm_result("fp32", shape, _gpm(0.0, 78.0)).status == "off"
-    assert flops.gpm_result("tf32", shape, _gpm(65.0, 1.0)).status == "off"
-    assert flops.gpm_result("fp32", shape, _gpm(None, None)).status == "unsupported"
+    both = {"gpm_fp32_pipe": "trusted", "gpm_tensor_pipe": "trusted"}
+    assert _statuses(flops.gpm_results("fp32", shape, _gpm(78.0, 0.0))) == both
+    assert _statuses(flops.gpm_results("tf32", shape, _gpm(1.0, 65.0))) == both
+    assert _statuses(flops.gpm_results("bf16", shape, _gpm(0.5, 70.0))) == both
+    # biased: GPM's FP32 and tensor ids swapped, as a wrong metric id would: both readings are off
+    swapped = {"gpm_fp32_pipe": "off", "gpm_tensor_pipe": "off"}
+    assert _statuses(flops.gpm_results("fp32", shape, _gpm(0.0, 78.0))) == swapped
+    assert _statuses(flops.gpm_results("tf32", shape, _gpm(65.0, 1.0))) == swapped
+    assert set(_statuses(flops.gpm_results("fp32", shape, _gpm(None, None))).values()) == {"unsupported"}
+
+
+def test_a_pipe_read_high_where_it_should_idle_condemns_that_pipe_alone():
+    """The H200's readings (tests/fixtures/h200-calibration): in the TF32 window GPM's tensor pipe read
+    60% and its FP32 pipe 9.7%, while ncu counted 0.05% of 2MNK as FP32 FLOPs in the same kernel. The
+    FP32 pipe's reading is off (it is not FP32 math alone); the tensor pipe's is right, and was judged
+    off with it."""
+    cal = json.loads((FIXTURES / "h200-calibration" / "calibration.json").read_text())
+    gpm = {p["probe"].split()[0].lower(): p["details"] for p in cal["probes"] if p["instrument"].startswith("gpm.")}
+    ncu_tf32 = next(p for p in cal["probes"] if p["instrument"] == "ncu.tensor_pipe")
+    assert ncu_tf32["details"]["fp32_share"] < 0.001  # the GEMM did (almost) no FP32 math
+    results = []
+    for mode in flops.MODES:
+        got = _gpm(gpm[mode]["fp32_pipe_pct"], gpm[mode]["tensor_pipe_pct"])
+        results += flops.gpm_results(mode, flops.QUICK_GEMM, got)
+    verdicts = record.instrument_verdicts([r.as_json() for r in results])
+    assert verdicts == {"gpm_fp32_pipe": "off", "gpm_tensor_pipe": "trusted"}
+    (off,) = [r for r in results if r.status == "off"]
+    assert off.measured == gpm["tf32"]["fp32_pipe_pct"] and "integer multiply-adds" in off.verdict
 
 
 def test_peak_table_on_constructed_rates():

@@ -70,3 +70,73 @@ def test_probe_reads_the_frameworks_gpu_not_nvmls_index(fake_nvml):
     # two GPUs and nothing that names the framework's: unsupported with the reason, never NVML's index 0
     (gap,) = gpu.probe(0, quick=True, spin=lambda s: time.sleep(s))
     assert gap.status == "unsupported" and "NVML device" in gap.verdict
+
+
+def _spinner(dev: Device):
+    """A busy stretch of the stand-in GPU: NVML's samples (tests/nvml_shim.py) see it as a kernel."""
+
+    def spin(seconds: float) -> None:
+        start = time.time()
+        time.sleep(seconds)
+        dev.busy.append((start, time.time()))
+
+    return spin
+
+
+def test_a_window_reads_only_the_samples_whose_whole_period_lies_in_it(fake_nvml):
+    """NVML stamps a sample at the end of the period it describes, so the first sample stamped inside a
+    window covers time before it. An H200's calibrate read 82% for a 1 s busy kernel and 7.4% for the
+    idle second after it (tests/fixtures/h200-calibration/calibration.json): that sample, averaged in.
+    Here the stand-in's samples are its busy shares over a 200 ms period, as the H200's."""
+    dev = Device("GPU-58f4c2a0-0000-0000-0000-000000000001", "00000000:18:00.0", period_us=200_000, busy=[])
+    fake_nvml([dev])
+    time.sleep(0.45)  # the driver's buffer holds samples before the probe starts, as on a running machine
+    results = {(r.instrument, r.expected): r for r in gpu.probe(0, quick=True, spin=_spinner(dev))}
+    busy, idle = results[("nvml.gpu_utilization", 100.0)], results[("nvml.gpu_utilization", 0.0)]
+    duty = results[("nvml.gpu_utilization", 50.0)]
+    assert busy.measured >= 99 and busy.details["samples"] >= gpu.WHOLE_PERIODS, busy
+    assert idle.measured <= 1 and idle.details["samples"] >= gpu.WHOLE_PERIODS, idle
+    assert abs(duty.measured - 50) <= 5 and 190 <= duty.details["sample_period_ms"] <= 210, duty
+    assert {busy.status, idle.status, duty.status} == {"trusted"}
+
+
+def test_a_window_lasts_long_enough_for_nvmls_sample_period(fake_nvml):
+    """A GPU that samples utilization once a second (some do) still gets whole samples in a quick window."""
+    dev = Device("GPU-58f4c2a0-0000-0000-0000-000000000001", "00000000:18:00.0", period_us=400_000, busy=[])
+    fake_nvml([dev])
+    time.sleep(0.85)
+    nv = gpu.Nvml(0)
+    try:
+        samples, period, seconds = gpu.duty_window(nv, _spinner(dev), 1.0, 0.5)
+    finally:
+        nv.close()
+    assert seconds >= (gpu.WHOLE_PERIODS + 1) * 0.4 and len(samples) >= gpu.WHOLE_PERIODS
+    assert min(samples) >= 99 and 390 <= period <= 410
+
+
+def test_the_kernel_timeline_is_held_against_nvml_over_the_duty_cycle_alone(fake_nvml):
+    """The profiler's start-up and its trace's processing take seconds on a GPU, idle ones: an H200's
+    calibrate held a 49.7% kernel timeline against NVML's 12.6%, the mean of 23 samples over 4.6 s that
+    took in both. The stand-in profiler here takes 0.6 s to start and to finish, and reports the
+    stand-in GPU's busy stretches inside its span as kernels."""
+    from contextlib import contextmanager
+
+    from tbdkit.analysis.timeline import Kernel
+    from tbdkit.calibrate import trace
+
+    dev = Device("GPU-58f4c2a0-0000-0000-0000-000000000001", "00000000:18:00.0", period_us=200_000, busy=[])
+    fake_nvml([dev])
+    time.sleep(0.45)
+
+    @contextmanager
+    def slow_profiler():
+        time.sleep(0.6)
+        start, got = time.time(), {}
+        yield got
+        end = time.time()
+        got["kernels"] = [Kernel("spin", (a - start) * 1e6, (b - a) * 1e6) for a, b in dev.busy if a >= start]
+        got["elapsed_us"] = (end - start) * 1e6
+        time.sleep(0.6)
+
+    r = trace.probe(0, quick=True, spin=_spinner(dev), tracer=slow_profiler)
+    assert r.status == "trusted" and abs(r.expected - 50) <= 5 and abs(r.measured - 50) <= 6, r

@@ -17,6 +17,7 @@ from typing import Any
 from tbdkit.calibrate.verdict import TRUSTED, ProbeResult, Tolerance, judge, unsupported
 
 UTIL_TOLERANCE = Tolerance(absolute=10.0)  # percentage points: NVML samples a ~10-170 ms period
+WHOLE_PERIODS = 3  # a utilization window holds at least this many of NVML's sample periods whole
 # Reasons that slow the clocks (nvmlClocksEventReason*): idle, application clocks and sync boost do not.
 THROTTLE_REASONS = {
     0x4: "software power cap",
@@ -44,7 +45,7 @@ def utilization_result(
             None,
             "%",
             UTIL_TOLERANCE,
-            unsupported("NVML returned no utilization samples for the window"),
+            unsupported("NVML returned no utilization sample whose whole period lies in the window"),
             ("gpu_utilization",),
             details,
         )
@@ -128,6 +129,34 @@ def clocks_result(clocks_mhz: list[int], max_mhz: int | None, reasons: list[int]
     )
 
 
+def _median_spacing(samples: list[Any]) -> int | None:
+    """The median time (µs) between consecutive NVML samples; None with fewer than two."""
+    stamps = sorted(s.timeStamp for s in samples)
+    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]) if b > a)
+    return gaps[len(gaps) // 2] if gaps else None
+
+
+def duty_window(
+    nv: Nvml, keep_busy: Callable[[float], None], duty: float, seconds: float, tick: Callable[[], None] | None = None
+) -> tuple[list[int], float | None, float]:
+    """Of every 100 ms, `duty` busy (keep_busy) and the rest idle, for `seconds` or long enough to hold
+    WHOLE_PERIODS of NVML's sample period, whichever is longer; `tick` after each busy stretch. Returns
+    the samples whose whole period lies in the window, the period (ms) and the window's length (s)."""
+    period = nv.sample_period_ms()
+    span = max(seconds, (WHOLE_PERIODS + 1) * period / 1e3) if period else seconds
+    since = int(time.time() * 1e6)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < span:
+        if duty > 0:
+            keep_busy(0.1 * duty)
+            if tick:
+                tick()
+        time.sleep(0.1 * (1 - duty))
+    until = int(time.time() * 1e6)
+    samples, period = nv.util_samples(since, until)
+    return samples, period, time.perf_counter() - t0
+
+
 @dataclass
 class Nvml:
     """The readings the probes need, each None when the driver refuses it (say why, never 0). The
@@ -173,15 +202,27 @@ class Nvml:
     def reasons(self) -> int | None:
         return self._try(lambda: self.n.nvmlDeviceGetCurrentClocksEventReasons(self.h))
 
-    def util_samples(self, since_us: int) -> tuple[list[int], float | None]:
-        """GPU utilization samples newer than `since_us` (µs since the epoch) and their period (ms)."""
-        got = self._try(lambda: self.n.nvmlDeviceGetSamples(self.h, self.n.NVML_GPU_UTILIZATION_SAMPLES, since_us))
-        if not got:
+    def _buffer(self) -> list[Any]:
+        """Every utilization sample the driver still keeps (lastSeenTimeStamp 0: all of them)."""
+        got = self._try(lambda: self.n.nvmlDeviceGetSamples(self.h, self.n.NVML_GPU_UTILIZATION_SAMPLES, 0))
+        return list(got[1]) if got else []
+
+    def sample_period_ms(self) -> float | None:
+        """NVML's utilization sample period (ms): the median spacing of the samples its buffer holds."""
+        period_us = _median_spacing(self._buffer())
+        return None if period_us is None else period_us / 1e3
+
+    def util_samples(self, since_us: int, until_us: int) -> tuple[list[int], float | None]:
+        """The utilization samples whose whole period lies in [since_us, until_us] (µs since the epoch)
+        and the period (ms). A sample is stamped at the end of the period it describes (the share of it
+        in which a kernel ran): the first one stamped after a window's start covers time before it. On
+        an H200 that sample read 10% in a busy window and 37% in the idle window after it."""
+        buffer = self._buffer()
+        period_us = _median_spacing(buffer)
+        if period_us is None:
             return [], None
-        samples = [s for s in got[1] if s.timeStamp > since_us]
-        stamps = [s.timeStamp for s in samples]
-        period = (stamps[-1] - stamps[0]) / (len(stamps) - 1) / 1e3 if len(stamps) > 1 else None
-        return [int(s.sampleValue.uiVal) for s in samples], period
+        whole = [s for s in buffer if s.timeStamp - period_us >= since_us and s.timeStamp <= until_us]
+        return [int(s.sampleValue.uiVal) for s in sorted(whole, key=lambda s: s.timeStamp)], period_us / 1e3
 
     def close(self) -> None:
         self._try(self.n.nvmlShutdown)
@@ -234,19 +275,15 @@ def probe(
     clocks: list[int] = []
     reasons: list[int] = []
 
-    def window(duty: float) -> tuple[list[int], float | None, float]:
-        since = int(time.time() * 1e6)
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            if duty > 0:
-                keep_busy(0.1 * duty)
-            c, r = nv.sm_clock(), nv.reasons()
-            clocks.extend([c] if c is not None and duty > 0 else [])
-            reasons.extend([r] if r is not None and duty > 0 else [])
-            time.sleep(0.1 * (1 - duty))
-        samples, period = nv.util_samples(since)
-        return samples, period, time.perf_counter() - t0
+    def read_clocks() -> None:
+        c, r = nv.sm_clock(), nv.reasons()
+        clocks.extend([c] if c is not None else [])
+        reasons.extend([r] if r is not None else [])
 
+    def window(duty: float) -> tuple[list[int], float | None, float]:
+        return duty_window(nv, keep_busy, duty, seconds, read_clocks)
+
+    keep_busy(0.01)  # the first spin makes CUDA's context and loads the kernel: outside every window
     idle_w = nv.power_w()
     out = []
     e0 = nv.energy_mj()

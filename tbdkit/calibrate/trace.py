@@ -1,17 +1,17 @@
 """The kernel timeline against NVML: the 50 ms busy / 50 ms idle duty cycle of calibrate.gpu, traced
 by the kit's own torch.profiler path (tbdkit.adapters.pytorch_profiling.kernel_trace, the paper's
-eq. 1 by tbdkit.analysis.timeline.utilization), with NVML's utilization samples over the same
-window. The two must agree within TIMELINE_TOLERANCE: NVML's counter is the share of its sample
-period in which a kernel ran, so a period cut by the window's edges moves it by up to one period's
-share; both should sit near the nominal 50%.
+eq. 1 by tbdkit.analysis.timeline.utilization), with NVML's utilization samples whose whole period
+lies in the duty cycle (calibrate.gpu.duty_window). The two must agree within TIMELINE_TOLERANCE and
+both should sit near the nominal 50%.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
+from tbdkit.analysis.timeline import utilization
 from tbdkit.calibrate.verdict import ProbeResult, Tolerance, judge, unsupported
 
 TIMELINE_TOLERANCE = Tolerance(absolute=10.0)  # percentage points
@@ -71,13 +71,12 @@ def probe(
     spin: Callable[[float], None] | None = None,
     uuid: str | None = None,
     pci_bus_id: str | None = None,
+    tracer: Callable[[], AbstractContextManager[dict[str, Any]]] | None = None,
 ) -> ProbeResult:
-    """Runs in the PyTorch stack: the duty cycle on cuda:`index` under the kit's kernel trace."""
-    import torch
-
-    from tbdkit.adapters.pytorch_profiling import kernel_trace
-    from tbdkit.analysis.timeline import utilization
-    from tbdkit.calibrate.gpu import Nvml, _torch_spinner
+    """Runs in the PyTorch stack: the duty cycle on cuda:`index` under the kit's kernel trace (`tracer`:
+    a context that yields the dict kernel_trace fills on exit). NVML's samples are those of the duty
+    cycle alone: the profiler's start and its trace's processing, seconds on a GPU, stay outside."""
+    from tbdkit.calibrate.gpu import Nvml, _torch_spinner, duty_window
 
     seconds = 1.0 if quick else 4.0
     try:
@@ -90,15 +89,20 @@ def probe(
             if isinstance(spinner, str):
                 return timeline_result(None, [], None, seconds, spinner)
             spin = spinner
-        since = int(time.time() * 1e6)
-        with kernel_trace(torch.device(f"cuda:{index}")) as got:
-            t0 = time.perf_counter()
-            while time.perf_counter() - t0 < seconds:
-                spin(0.05)
-                time.sleep(0.05)
-        samples, period = nv.util_samples(since)
+        keep_busy: Callable[[float], None] = spin
+        keep_busy(0.01)  # CUDA's context and the kernel are ready before the trace starts
+        with (tracer or _kernel_trace(index))() as got:
+            samples, period, _ = duty_window(nv, keep_busy, 0.5, seconds)
     finally:
         nv.close()
     kernels, elapsed = got.get("kernels") or [], got.get("elapsed_us") or 0.0
     util = utilization(kernels, elapsed) if kernels and elapsed > 0 else None
     return timeline_result(util, samples, period, seconds)
+
+
+def _kernel_trace(index: int) -> Callable[[], AbstractContextManager[dict[str, Any]]]:
+    import torch
+
+    from tbdkit.adapters.pytorch_profiling import kernel_trace
+
+    return lambda: kernel_trace(torch.device(f"cuda:{index}"))

@@ -18,19 +18,21 @@ H100 = PeakDevice("NVIDIA H100 80GB HBM3", "9.0", 132, 1980.0, "constructed")
 
 def test_gemm_window_reads_gpm_through_the_real_wrappers(fake_nvml):
     fake_nvml([Device("GPU-58f4c2a0-0000-0000-0000-000000000001", "00000000:18:00.0")])
-    gpm, peak = flops.gemm_window("cpu", 0, "fp32", (64, 64, 64), 0.05, H100)
+    busy, idle, peak = flops.gemm_window("cpu", 0, "fp32", (64, 64, 64), 0.05, H100)
     # the stand-in's metric k between two samples is k x (their counter difference): start 1, end 3
-    assert gpm.details["fp32_pipe_pct"] == pynvml.NVML_GPM_METRIC_FP32_UTIL * 2
-    assert gpm.details["tensor_pipe_pct"] == pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL * 2
-    assert gpm.status == "off"  # 24% FP32 and 10% tensor pipe is not what an SGEMM does: the probe says so
+    assert busy.details["fp32_pipe_pct"] == pynvml.NVML_GPM_METRIC_FP32_UTIL * 2
+    assert busy.details["tensor_pipe_pct"] == pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL * 2
+    # 24% FP32 and 10% tensor pipe is not what an SGEMM does: each pipe's probe says so of its own metric
+    assert (busy.status, busy.metrics) == ("off", ("gpm_fp32_pipe",))
+    assert (idle.status, idle.metrics) == ("off", ("gpm_tensor_pipe",))
     assert peak.status == "trusted" and 0 < peak.measured < peak.expected and peak.details["gemms"] >= 10
     assert not torch.backends.cuda.matmul.allow_tf32
 
 
 def test_gemm_window_without_gpm_is_unsupported(fake_nvml):
     fake_nvml([Device("GPU-58f4c2a0-0000-0000-0000-000000000001", "00000000:18:00.0", gpm=False)])
-    gpm, _ = flops.gemm_window("cpu", 0, "bf16", (32, 32, 32), 0.02, H100)
-    assert gpm.status == "unsupported" and "GPM" in gpm.verdict
+    busy, idle, _ = flops.gemm_window("cpu", 0, "bf16", (32, 32, 32), 0.02, H100)
+    assert busy.status == idle.status == "unsupported" and "GPM" in busy.verdict
 
 
 def test_torch_memory_probe_says_why_on_cpu():
