@@ -79,6 +79,19 @@ def test_nvml_drains_the_driver_buffer_and_reports_window_coverage(fake_nvml):
     assert util["coverage"] < 0.3 and "cover only" in util["note"]
 
 
+def test_nvml_utilization_reads_the_periods_wholly_inside_the_window(fake_nvml):
+    """The driver stamps a sample at the end of the period it describes: the first sample stamped in the
+    window covers time before it. A GPU idle until the window starts and busy through it reads 100%.
+    (The stand-in's samples are the busy share of their period; tests/nvml_shim.py.)"""
+    dev = Device(A.uuid, A.pci_bus_id, period_us=100_000, busy=[])
+    fake_nvml([dev])
+    time.sleep(0.25)  # idle before the window
+    dev.busy.append((time.time(), time.time() + 60))
+    _, m = run_window(NvmlCollector(0, uuid=dev.uuid), seconds=0.6, interval_s=0.05)
+    util = m["gpu_utilization"]
+    assert util["value"] == 100.0 and util["samples"] >= 4, util
+
+
 def test_coverage_arithmetic():
     s = 1_000_000
     assert coverage([int(s * k / 10) for k in range(11)], 0, s) == {

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tbdkit.agent.collectors.nvml import sample_period_us, whole_periods
 from tbdkit.calibrate.verdict import TRUSTED, ProbeResult, Tolerance, judge, unsupported
 
 UTIL_TOLERANCE = Tolerance(absolute=10.0)  # percentage points: NVML samples a ~10-170 ms period
@@ -129,13 +130,6 @@ def clocks_result(clocks_mhz: list[int], max_mhz: int | None, reasons: list[int]
     )
 
 
-def _median_spacing(samples: list[Any]) -> int | None:
-    """The median time (µs) between consecutive NVML samples; None with fewer than two."""
-    stamps = sorted(s.timeStamp for s in samples)
-    gaps = sorted(b - a for a, b in zip(stamps, stamps[1:]) if b > a)
-    return gaps[len(gaps) // 2] if gaps else None
-
-
 def duty_window(
     nv: Nvml, keep_busy: Callable[[float], None], duty: float, seconds: float, tick: Callable[[], None] | None = None
 ) -> tuple[list[int], float | None, float]:
@@ -209,20 +203,20 @@ class Nvml:
 
     def sample_period_ms(self) -> float | None:
         """NVML's utilization sample period (ms): the median spacing of the samples its buffer holds."""
-        period_us = _median_spacing(self._buffer())
+        period_us = sample_period_us([s.timeStamp for s in self._buffer()])
         return None if period_us is None else period_us / 1e3
 
     def util_samples(self, since_us: int, until_us: int) -> tuple[list[int], float | None]:
-        """The utilization samples whose whole period lies in [since_us, until_us] (µs since the epoch)
-        and the period (ms). A sample is stamped at the end of the period it describes (the share of it
-        in which a kernel ran): the first one stamped after a window's start covers time before it. On
-        an H200 that sample read 10% in a busy window and 37% in the idle window after it."""
-        buffer = self._buffer()
-        period_us = _median_spacing(buffer)
+        """The utilization samples whose whole period lies in [since_us, until_us] (µs since the epoch),
+        by the run's own rule (tbdkit.agent.collectors.nvml.whole_periods), and the period (ms)."""
+        inside = {
+            int(s.timeStamp): int(s.sampleValue.uiVal) for s in self._buffer() if since_us <= s.timeStamp <= until_us
+        }
+        period_us = sample_period_us(list(inside))
         if period_us is None:
             return [], None
-        whole = [s for s in buffer if s.timeStamp - period_us >= since_us and s.timeStamp <= until_us]
-        return [int(s.sampleValue.uiVal) for s in sorted(whole, key=lambda s: s.timeStamp)], period_us / 1e3
+        whole = whole_periods(dict(inside), since_us)
+        return [int(whole[t]) for t in sorted(whole)], period_us / 1e3
 
     def close(self) -> None:
         self._try(self.n.nvmlShutdown)

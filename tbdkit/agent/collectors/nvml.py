@@ -17,7 +17,8 @@ from tbdkit.env.nvml import nvml_handle
 
 UTIL_METHOD = (
     "NVML nvmlDeviceGetSamples(GPU_UTILIZATION_SAMPLES), drained at every sampler tick over the window: "
-    "the driver's per-period share of time with at least one kernel running, averaged"
+    "the driver's per-period share of time with at least one kernel running, averaged over the periods wholly "
+    "inside the window"
 )
 POLLED_METHOD = "NVML nvmlDeviceGetUtilizationRates().gpu polled by the sampler thread, averaged"
 MEM_METHOD = (
@@ -28,6 +29,22 @@ MEM_V1_METHOD = "NVML nvmlDeviceGetMemoryInfo().used, max of samples in the wind
 WHOLE = 0.95  # a window whose samples cover at least this share of it counts as covered whole
 
 
+def sample_period_us(timestamps_us: list[int]) -> int | None:
+    """The driver's sample period: the median spacing of its samples' stamps; None with fewer than two."""
+    ts = sorted(set(timestamps_us))
+    return int(median(b - a for a, b in zip(ts, ts[1:]))) if len(ts) > 1 else None
+
+
+def whole_periods(samples: dict[int, float], t0_us: int) -> dict[int, float]:
+    """The samples (stamp in µs -> value) whose whole period lies after t0. The driver stamps a sample at the
+    end of the period it describes, so the first one stamped after t0 also covers time before it (an
+    H200 read 37% in a second of idle after a busy one). All of them when the period is unknown."""
+    period = sample_period_us(list(samples))
+    if period is None:
+        return samples
+    return {t: v for t, v in samples.items() if t - period >= t0_us} or samples
+
+
 def coverage(timestamps_us: list[int], t0_us: int, t1_us: int) -> dict[str, Any]:
     """How much of the window [t0, t1] the driver's samples cover: the span from the window's start
     to its end, less every gap between consecutive samples (and at either end) longer than twice the
@@ -36,7 +53,7 @@ def coverage(timestamps_us: list[int], t0_us: int, t1_us: int) -> dict[str, Any]
     ts = sorted(t for t in timestamps_us if t0_us <= t <= t1_us)
     if not ts:
         return {"first_sample_s": None, "last_sample_s": None, "coverage": 0.0, "gaps": 0}
-    period = median(b - a for a, b in zip(ts, ts[1:])) if len(ts) > 1 else window
+    period = sample_period_us(ts) or window
     edges = [t0_us, *ts, t1_us]
     lost = [b - a for a, b in zip(edges, edges[1:]) if b - a > 2 * period]
     return {
@@ -162,9 +179,10 @@ class NvmlCollector:
         self._drain()
         inside = {t: v for t, v in self.driver.items() if self.t0_us <= t <= t1_us}
         cov = coverage(list(inside), self.t0_us, t1_us)
+        whole = whole_periods(inside, self.t0_us)
         extra = {"device_selected_by": self.selected, "window_s": round((t1_us - self.t0_us) / 1e6, 3), **cov}
         if inside and cov["coverage"] >= WHOLE:
-            util = metric(fmean(inside.values()), "%", UTIL_METHOD, collector=self.name, samples=len(inside), **extra)
+            util = metric(fmean(whole.values()), "%", UTIL_METHOD, collector=self.name, samples=len(whole), **extra)
         elif self.polled_util:
             why = (
                 f"the driver's samples cover {cov['coverage']:.0%} of the window"
@@ -182,11 +200,11 @@ class NvmlCollector:
             )
         elif inside:
             util = metric(
-                fmean(inside.values()),
+                fmean(whole.values()),
                 "%",
                 UTIL_METHOD,
                 collector=self.name,
-                samples=len(inside),
+                samples=len(whole),
                 note=f"the driver's samples cover only {cov['coverage']:.0%} of the window",
                 **extra,
             )
