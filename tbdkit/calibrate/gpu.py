@@ -136,8 +136,8 @@ def duty_window(
     """Of every 100 ms, `duty` busy (keep_busy) and the rest idle, for `seconds` or long enough to hold
     WHOLE_PERIODS of NVML's sample period, whichever is longer; `tick` after each busy stretch. Returns
     the samples whose whole period lies in the window, the period (ms) and the window's length (s)."""
-    period = nv.sample_period_ms()
-    span = max(seconds, (WHOLE_PERIODS + 1) * period / 1e3) if period else seconds
+    known = nv.sample_period_ms()
+    span = max(seconds, (WHOLE_PERIODS + 1) * known / 1e3) if known else seconds
     since = int(time.time() * 1e6)
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < span:

@@ -38,7 +38,7 @@ def sample_period_us(timestamps_us: list[int]) -> int | None:
 def whole_periods(samples: dict[int, float], t0_us: int) -> dict[int, float]:
     """The samples (stamp in µs -> value) whose whole period lies after t0. The driver stamps a sample at the
     end of the period it describes, so the first one stamped after t0 also covers time before it (an
-    H200 read 37% in a second of idle after a busy one). All of them when the period is unknown."""
+    H200's idle second read 7.4% after a busy one). All of them when the period is unknown."""
     period = sample_period_us(list(samples))
     if period is None:
         return samples
