@@ -209,13 +209,13 @@ class Nvml:
     def util_samples(self, since_us: int, until_us: int) -> tuple[list[int], float | None]:
         """The utilization samples whose whole period lies in [since_us, until_us] (µs since the epoch),
         by the run's own rule (tbdkit.agent.collectors.nvml.whole_periods), and the period (ms)."""
-        inside = {
-            int(s.timeStamp): int(s.sampleValue.uiVal) for s in self._buffer() if since_us <= s.timeStamp <= until_us
+        inside: dict[int, float] = {
+            int(s.timeStamp): s.sampleValue.uiVal for s in self._buffer() if since_us <= s.timeStamp <= until_us
         }
         period_us = sample_period_us(list(inside))
         if period_us is None:
             return [], None
-        whole = whole_periods(dict(inside), since_us)
+        whole = whole_periods(inside, since_us, period_us)
         return [int(whole[t]) for t in sorted(whole)], period_us / 1e3
 
     def close(self) -> None:

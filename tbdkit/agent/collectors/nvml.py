@@ -35,11 +35,12 @@ def sample_period_us(timestamps_us: list[int]) -> int | None:
     return int(median(b - a for a, b in zip(ts, ts[1:]))) if len(ts) > 1 else None
 
 
-def whole_periods(samples: dict[int, float], t0_us: int) -> dict[int, float]:
+def whole_periods(samples: dict[int, float], t0_us: int, period: int | None = None) -> dict[int, float]:
     """The samples (stamp in µs -> value) whose whole period lies after t0. The driver stamps a sample at the
     end of the period it describes, so the first one stamped after t0 also covers time before it (an
-    H200's idle second read 7.4% after a busy one). All of them when the period is unknown."""
-    period = sample_period_us(list(samples))
+    H200's idle second read 7.4% after a busy one). `period` (µs): sample_period_us of these samples, when the
+    caller has it already. All of them when the period is unknown."""
+    period = period or sample_period_us(list(samples))
     if period is None:
         return samples
     return {t: v for t, v in samples.items() if t - period >= t0_us} or samples
